@@ -1,0 +1,123 @@
+"""One error tree for the whole daemon.
+
+::
+
+    AiMemoryError                      (status 500, retryable: no)
+    ├── ClientError                    the caller's fault; a retry as-is won't help
+    │   ├── BadRequest           400   malformed JSON, wrong type, missing field
+    │   ├── Unauthorized         401   no or bad credentials (peers: bad signature)
+    │   ├── Forbidden            403   identity mismatch, reading another agent's inbox
+    │   ├── NotFound             404   no such memory / message / subscription
+    │   ├── Conflict             409   state forbids it (already claimed, scope refused)
+    │   ├── PayloadTooLarge      413   body over limits.request_body_max_bytes
+    │   └── LimitExceeded        429   mailbox full, too many items (names the limit)
+    └── ServerError                    ours or the cluster's; a retry may help
+        ├── Unavailable          503   overloaded, shutting down
+        ├── QuorumNotMet         503   fewer than W members acknowledged
+        └── NoMajority           503   this side of a partition cannot claim
+
+Each boundary translates once: HTTP (``daemon/http_errors.py``) uses
+``status`` and ``to_body()``; the CLI maps ``exit_code``; MCP returns
+``to_body()`` as a tool error. Nothing else catches and re-labels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AiMemoryError(Exception):
+    status: int = 500
+    retryable: bool = False
+    exit_code: int = 1
+    code: str = "internal_error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def to_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.message, "code": self.code}
+        body.update(self.details)
+        return body
+
+
+class ClientError(AiMemoryError):
+    status = 400
+    exit_code = 2
+    code = "bad_request"
+
+
+class BadRequest(ClientError):
+    pass
+
+
+class Unauthorized(ClientError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(ClientError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(ClientError):
+    status = 404
+    exit_code = 3
+    code = "not_found"
+
+
+class Conflict(ClientError):
+    status = 409
+    exit_code = 4
+    code = "conflict"
+
+
+class PayloadTooLarge(ClientError):
+    status = 413
+    code = "payload_too_large"
+
+
+class LimitExceeded(ClientError):
+    status = 429
+    exit_code = 5
+    code = "limit_exceeded"
+
+
+class ServerError(AiMemoryError):
+    status = 500
+    retryable = True
+    exit_code = 6
+
+
+class Unavailable(ServerError):
+    status = 503
+    code = "unavailable"
+
+    def __init__(self, message: str, retry_after: float = 1.0, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.retry_after = retry_after
+
+
+class QuorumNotMet(Unavailable):
+    """Fewer than W members held a write before the timeout.
+
+    Body is ``{"error":"quorum_not_met","got":G,"needed":W,"reason":...}``;
+    the operation stays in the log and still spreads by anti-entropy.
+    """
+
+    code = "quorum_not_met"
+
+    def __init__(self, got: int, needed: int, reason: str, retry_after: float = 1.0) -> None:
+        super().__init__("quorum_not_met", retry_after=retry_after, got=got, needed=needed, reason=reason)
+
+    def to_body(self) -> dict[str, Any]:
+        return {"error": "quorum_not_met", **self.details}
+
+
+class NoMajority(Unavailable):
+    """This node cannot reach a majority, so it may not decide claims."""
+
+    code = "no_majority"

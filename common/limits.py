@@ -1,0 +1,80 @@
+"""Every bound in the system, in one place.
+
+A queue, payload, batch or wait that is not named here is a bug. Code that
+hits a limit raises a typed error from :mod:`common.errors` (never a silent
+drop), and the name of the limit appears in the error so an operator can
+find it here. Values are plain module constants so the pure core can import
+them without I/O; settings may override a few of them per node, and those
+are marked "(setting)".
+"""
+
+from __future__ import annotations
+
+# --- HTTP boundary ---------------------------------------------------------
+request_body_max_bytes = 2 * 1024 * 1024  # bigger bodies get 413
+bulk_create_max = 1000  # memories per POST /memories/bulk
+
+# --- identifiers -----------------------------------------------------------
+agent_id_max_chars = 128  # agent ids: 1..128 of [A-Za-z0-9_\-:@./]
+scope_name_max_chars = 128  # workspace / project / harness names
+request_id_max_chars = 128  # pop request ids, Idempotency-Key values
+namespace_max_chars = 512
+tag_max_chars = 128
+tags_max = 64
+
+# --- memories --------------------------------------------------------------
+memory_title_max_chars = 1_000
+memory_content_max_chars = 1_000_000
+memory_metadata_max_bytes = 64 * 1024
+memory_list_limit_default = 50
+memory_list_limit_max = 1000
+
+# --- notify / inbox --------------------------------------------------------
+notify_title_max_chars = 1_000
+notify_payload_max_chars = 64_000
+notify_priority_min = 1
+notify_priority_max = 10
+notify_priority_default = 5
+inbox_limit_default = 50
+inbox_limit_max = 500
+mark_read_ids_max = 500
+# Lifetime of a notification by tier (setting): seconds, None = never expires.
+tier_ttl_secs: dict[str, int | None] = {"short": 6 * 3600, "mid": 7 * 24 * 3600, "long": None}
+expired_purge_interval_secs = 60.0
+agent_seen_refresh_secs = 60.0  # replicate last_seen at most this often per agent
+
+# --- project mail ----------------------------------------------------------
+mailbox_pending_max = 256  # pending messages per recipient mailbox (exact)
+message_subject_max_chars = 200
+message_body_max_chars = 8_000
+message_evidence_max_chars = 2_000
+message_list_limit_default = 50
+message_list_limit_max = 200
+truncation_marker = "\n[…truncated by ai-memory]"
+
+# --- store -----------------------------------------------------------------
+writer_queue_max = 10_000  # pending write jobs before callers get 503 overloaded
+writer_batch_max = 512  # jobs folded into one SQLite transaction
+
+# --- federation ------------------------------------------------------------
+quorum_timeout_ms_default = 2000  # (setting) --quorum-timeout-ms
+catchup_interval_secs_default = 2.0  # (setting) --catchup-interval-secs
+replicate_batch_ops_max = 1000  # operations in one peer request
+replicate_queue_ops_max = 200_000  # operations queued for one peer before backpressure
+sync_batch_ops_max = 5000  # operations in one anti-entropy push
+sync_since_limit_max = 10_000  # GET /sync/since?limit=
+peer_request_timeout_secs = 5.0  # any single peer HTTP call
+peer_body_max_bytes = 64 * 1024 * 1024  # msgpack peer bodies
+forward_hops_max = 2  # a forwarded mailbox request may be re-forwarded this often
+peer_down_after_secs = 3.0  # no contact this long and a peer counts as down
+claim_timeout_ms = 2000  # waiting for a majority to accept a claim or an epoch
+auth_clock_skew_max_secs = 300  # signed peer requests older/newer than this are refused
+auth_nonce_cache_max = 100_000
+gc_interval_secs = 30.0
+
+# --- webhooks --------------------------------------------------------------
+webhook_timeout_secs = 5.0
+webhook_retry_max = 8
+webhook_backoff_max_secs = 60.0
+webhook_outbox_max = 100_000
+subscriptions_max = 1000

@@ -1,0 +1,141 @@
+"""Operations: the unit of change, of replication and of anti-entropy.
+
+Every change to replicated state is an :class:`Op` with a stable id
+``(origin, seq)`` -- the node that created it and that node's own counter,
+starting at 1 and without gaps -- and a hybrid-logical-clock stamp ``hlc``
+(see :mod:`federation.hlc`). Ops are applied by :mod:`store` with merge
+rules that make application idempotent and order-free:
+
+==============  ===========================================================
+kind            body fields and merge rule
+==============  ===========================================================
+mem.put         id, title, content, tier, namespace, tags, priority,
+                confidence, source, metadata, agent_id, created_at_ms,
+                expires_at_ms. Whole-record last-writer-wins on
+                (hlc, origin); ignored once the memory is tombstoned.
+mem.del         id. Tombstone; deleted never flips back.
+note.new        id, from, to, namespace, title, payload, priority, tier,
+                created_at_ms, expires_at_ms. Inserted once, immutable.
+note.read       to, ids. Read marks; read never flips back. A mark may
+                arrive before its notification and must still take effect.
+agent.reg       agent_id, agent_type, capabilities, registered_at_ms.
+                type/capabilities last-writer-wins; registered_at = min.
+agent.seen      agent_id, at_ms. last_seen_at = max.
+session.start   workspace, project, harness, session_id, owner_user, at_ms.
+                The project exists from then on (monotone); the session row
+                keeps the max at_ms.
+msg.send        id, to_workspace, to_project, to_agent, from_workspace,
+                from_project, from_agent, from_owner_user, subject, body,
+                nature, evidence, created_at_ms. Inserted once. Mailbox
+                order (FIFO) is (hlc, origin) of this op.
+msg.claim       id, claimer_session, claimer_agent, request_id, at_ms.
+msg.cancel      id, by_workspace, by_project, at_ms.
+==============  ===========================================================
+
+A message's state: pending until any terminal op (claim or cancel) is
+known; then the terminal op with the greatest ``(epoch, hlc, origin)``
+decides it. Only an owner holding ``epoch`` issues mailbox ops, and a claim
+is acknowledged only once a majority accepted it at that epoch, so an
+acknowledged terminal op is never outranked (docs/federation.md).
+
+``key`` groups ops for targeted pulls: ``mem:<id>``, ``inbox:<agent>``,
+``agent:<id>``, ``proj:<ws>/<project>``, ``mbox:<ws>/<project>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgpack
+
+MEM_PUT: Final = "mem.put"
+MEM_DEL: Final = "mem.del"
+NOTE_NEW: Final = "note.new"
+NOTE_READ: Final = "note.read"
+AGENT_REG: Final = "agent.reg"
+AGENT_SEEN: Final = "agent.seen"
+SESSION_START: Final = "session.start"
+MSG_SEND: Final = "msg.send"
+MSG_CLAIM: Final = "msg.claim"
+MSG_CANCEL: Final = "msg.cancel"
+
+KINDS: Final = frozenset(
+    {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
+     MSG_SEND, MSG_CLAIM, MSG_CANCEL}
+)
+MAILBOX_KINDS: Final = frozenset({MSG_SEND, MSG_CLAIM, MSG_CANCEL})
+TERMINAL_KINDS: Final = frozenset({MSG_CLAIM, MSG_CANCEL})
+
+
+def mem_key(memory_id: str) -> str:
+    return f"mem:{memory_id}"
+
+
+def inbox_key(agent_id: str) -> str:
+    return f"inbox:{agent_id}"
+
+
+def agent_key(agent_id: str) -> str:
+    return f"agent:{agent_id}"
+
+
+def project_key(workspace: str, project: str) -> str:
+    return f"proj:{workspace}/{project}"
+
+
+def mailbox_key(workspace: str, project: str) -> str:
+    return f"mbox:{workspace}/{project}"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    origin: str
+    seq: int
+    hlc: int
+    kind: str
+    key: str
+    body: dict[str, Any] = field(default_factory=dict)
+    epoch: int = 0
+
+    @property
+    def op_id(self) -> tuple[str, int]:
+        return (self.origin, self.seq)
+
+    @property
+    def rank(self) -> tuple[int, int, str]:
+        """Order of terminal mailbox ops: greater rank wins."""
+        return (self.epoch, self.hlc, self.origin)
+
+    def to_wire(self) -> list[Any]:
+        return [self.origin, self.seq, self.hlc, self.kind, self.key, self.epoch, self.body]
+
+    @classmethod
+    def from_wire(cls, raw: list[Any]) -> Op:
+        origin, seq, hlc, kind, key, epoch, body = raw
+        if kind not in KINDS:
+            raise ValueError(f"unknown op kind {kind!r}")
+        return cls(origin=origin, seq=int(seq), hlc=int(hlc), kind=kind, key=key,
+                   body=dict(body), epoch=int(epoch))
+
+
+def pack_body(body: dict[str, Any]) -> bytes:
+    return msgpack.packb(body, use_bin_type=True)
+
+
+def unpack_body(raw: bytes) -> dict[str, Any]:
+    out = msgpack.unpackb(raw, raw=False)
+    if not isinstance(out, dict):
+        raise ValueError("op body is not a map")
+    return out
+
+
+def pack_ops(ops: list[Op]) -> bytes:
+    return msgpack.packb([op.to_wire() for op in ops], use_bin_type=True)
+
+
+def unpack_ops(raw: bytes) -> list[Op]:
+    items = msgpack.unpackb(raw, raw=False)
+    if not isinstance(items, list):
+        raise ValueError("ops payload is not a list")
+    return [Op.from_wire(item) for item in items]
