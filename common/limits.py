@@ -68,7 +68,7 @@ peer_body_max_bytes = 64 * 1024 * 1024  # msgpack peer bodies
 forward_hops_max = 2  # a forwarded mailbox request may be re-forwarded this often
 peer_down_after_secs = 3.0  # no contact this long and a peer counts as down
 claim_timeout_ms = 2000  # waiting for a majority to accept a claim or an epoch
-auth_clock_skew_max_secs = 300  # signed peer requests older/newer than this are refused
+auth_clock_skew_max_secs = 900  # signed peer requests further off than this are refused (tolerates minutes of skew)
 auth_nonce_cache_max = 100_000
 gc_interval_secs = 30.0
 

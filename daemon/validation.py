@@ -1,0 +1,75 @@
+"""Reusable field types for request models.
+
+Identifiers follow fixed patterns; free text refuses NUL and other C0/C1
+control characters (tab, newline and carriage return are allowed), so a
+hostile string is rejected with a 400 at the boundary instead of being
+stored. Markup and quotes are ordinary text: they are stored as given and
+escaped wherever they are rendered.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from common import limits
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+AGENT_ID_RE = r"^[A-Za-z0-9_\-:@./]+$"
+SCOPE_RE = r"^[A-Za-z0-9_\-.]+$"
+
+
+def _no_control(value: str) -> str:
+    if _CONTROL.search(value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+def _no_control_line(value: str) -> str:
+    if "\n" in value or "\r" in value:
+        raise ValueError("must be one line")
+    return _no_control(value)
+
+
+def text(max_chars: int, *, min_chars: int = 0) -> object:
+    return Annotated[
+        str,
+        StringConstraints(min_length=min_chars, max_length=max_chars),
+        AfterValidator(_no_control),
+    ]
+
+
+AgentId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=limits.agent_id_max_chars, pattern=AGENT_ID_RE),
+]
+ScopeName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=limits.scope_name_max_chars, pattern=SCOPE_RE),
+]
+RequestId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=limits.request_id_max_chars, pattern=AGENT_ID_RE),
+]
+Namespace = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=limits.namespace_max_chars),
+    AfterValidator(_no_control_line),
+]
+Tier = Annotated[str, StringConstraints(pattern=r"^(short|mid|long)$")]
+Priority = Annotated[int, Field(ge=limits.notify_priority_min, le=limits.notify_priority_max)]
+
+
+class Strict(BaseModel):
+    """Base for request bodies: unknown fields are ignored (SDK compatibility), types are not
+    coerced from strings (a priority of "7" in JSON is a 400)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
+
+
+class Lenient(BaseModel):
+    """Base for query strings, where everything arrives as text."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
