@@ -78,3 +78,10 @@ webhook_retry_max = 8
 webhook_backoff_max_secs = 60.0
 webhook_outbox_max = 100_000
 subscriptions_max = 1000
+
+# --- CLI -------------------------------------------------------------------
+cli_http_timeout_secs = 30.0  # one CLI HTTP request, connect + response
+cli_retry_wait_max_secs = 5.0  # longest Retry-After the CLI honours before its one retry
+cluster_up_ready_timeout_secs = 30.0  # `cluster up`: wait this long for every node's /health
+cluster_up_stop_grace_secs = 15.0  # `cluster up`: after SIGTERM, wait this long before SIGKILL
+cluster_status_timeout_secs = 3.0  # `cluster status`: per-member status request
