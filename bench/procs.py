@@ -1,0 +1,298 @@
+"""Starting, watching and always stopping the servers under test.
+
+Every server is a child process on 127.0.0.1 with its own free port, its
+log in the run's temp dir, and its own process group. :class:`ServerProc`
+starts one command and waits until ``GET /api/v1/health`` answers;
+:class:`Cluster` starts N ``ai-memory serve`` nodes that list each other as
+quorum peers (W=2 for three nodes, no peers for one) and can stop and
+restart one node on the same port and database, which the catch-up phase
+needs. :class:`Reaper` remembers every process started and stops them all
+(SIGTERM, then SIGKILL after a grace period) on exit, on Ctrl-C and on
+SIGTERM, so a failed run leaves nothing listening.
+
+RSS is read from ``/proc/<pid>/status`` (VmRSS) so the harness needs no
+extra dependency.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+HOST = "127.0.0.1"
+HEALTH_PATH = "/api/v1/health"
+START_TIMEOUT_S = 30.0
+STOP_GRACE_S = 10.0
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports that were free on loopback a moment ago."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((HOST, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a live process, from /proc."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise ValueError(f"no VmRSS for pid {pid}")
+
+
+def ai_memory_bin() -> str:
+    """The ``ai-memory`` entry point beside this interpreter, else on PATH."""
+    beside = Path(sys.executable).with_name("ai-memory")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("ai-memory")
+    if found is None:
+        raise FileNotFoundError("ai-memory is not installed in this environment")
+    return found
+
+
+def http_json(url: str, timeout: float = 5.0) -> Any:
+    """GET a JSON document (stdlib only; used for control, never for load)."""
+    import json
+
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def post_json(url: str, body: Any, headers: dict[str, str] | None = None, timeout: float = 10.0) -> tuple[int, Any]:
+    import json
+
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            return e.code, json.loads(raw)
+        except ValueError:
+            return e.code, raw.decode(errors="replace")
+
+
+class Reaper:
+    """Stops every registered process when the harness exits, however it exits."""
+
+    def __init__(self) -> None:
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._installed = False
+
+    def install(self) -> None:
+        if self._installed:
+            return
+        self._installed = True
+        atexit.register(self.stop_all)
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            self.stop_all()
+            if callable(previous):
+                previous(signum, frame)
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, on_term)
+
+    def add(self, proc: subprocess.Popen[bytes]) -> None:
+        self._procs.append(proc)
+
+    def forget(self, proc: subprocess.Popen[bytes]) -> None:
+        with contextlib.suppress(ValueError):
+            self._procs.remove(proc)
+
+    def stop_all(self) -> None:
+        procs, self._procs = self._procs, []
+        for p in procs:
+            stop_process(p, STOP_GRACE_S)
+
+
+REAPER = Reaper()
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace_s: float) -> int | None:
+    """SIGTERM the process group, then SIGKILL it if it is still there."""
+    if proc.poll() is not None:
+        return proc.returncode
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        return proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait(timeout=grace_s)
+
+
+@dataclass
+class ServerProc:
+    """One server process on loopback."""
+
+    name: str
+    argv: list[str]
+    port: int
+    log_path: Path
+    env: dict[str, str] | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError(f"{self.name} is not running")
+        return self.proc.pid
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        REAPER.install()
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.env, start_new_session=True,
+            )
+        finally:
+            log.close()
+        REAPER.add(self.proc)
+        self.wait_healthy(timeout_s)
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log:\n{self.log_tail()}")
+            try:
+                http_json(self.url + HEALTH_PATH, timeout=1.0)
+                return
+            except (OSError, ValueError) as e:
+                last = e
+            time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"{self.name} not healthy after {timeout_s}s ({last}); log:\n{self.log_tail()}")
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        if self.proc is None:
+            return
+        stop_process(self.proc, grace_s)
+        REAPER.forget(self.proc)
+        self.proc = None
+
+    def rss(self) -> int:
+        return rss_bytes(self.pid)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def echo_server(workdir: Path) -> ServerProc:
+    port = free_ports(1)[0]
+    return ServerProc(
+        name="echo",
+        argv=[sys.executable, "-m", "bench.echo", "--host", HOST, "--port", str(port)],
+        port=port,
+        log_path=workdir / "echo.log",
+        env={**os.environ, "PYTHONPATH": _repo_root() + os.pathsep + os.environ.get("PYTHONPATH", "")},
+    )
+
+
+def _repo_root() -> str:
+    return str(Path(__file__).resolve().parent.parent)
+
+
+@dataclass
+class Cluster:
+    """N ``ai-memory serve`` nodes on loopback that know each other."""
+
+    workdir: Path
+    size: int
+    write_quorum: int
+    nodes: list[ServerProc] = field(default_factory=list)
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return "1 node" if self.size == 1 else f"{self.size} nodes W={self.write_quorum}"
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return tuple(n.url for n in self.nodes)
+
+    def start(self) -> Cluster:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        ports = free_ports(self.size)
+        ids = [f"node{i + 1}" for i in range(self.size)]
+        binary = ai_memory_bin()
+        for i, (node_id, port) in enumerate(zip(ids, ports, strict=True)):
+            argv = [
+                binary, "serve", "--host", HOST, "--port", str(port),
+                "--db", str(self.workdir / f"{node_id}.db"), "--node-id", node_id,
+            ]
+            peers = [f"{pid}=http://{HOST}:{pp}" for j, (pid, pp) in enumerate(zip(ids, ports, strict=True)) if j != i]
+            if peers:
+                argv += ["--quorum-peers", ",".join(peers), "--quorum-writes", str(self.write_quorum)]
+            argv += list(self.extra_args)
+            self.nodes.append(ServerProc(node_id, argv, port, self.workdir / f"{node_id}.log"))
+        try:
+            for n in self.nodes:
+                n.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+    def status(self, i: int) -> Any:
+        return http_json(self.nodes[i].url + "/api/v1/cluster/status")
+
+    def rss(self) -> dict[str, int]:
+        return {n.name: n.rss() for n in self.nodes if n.proc is not None}
+
+    def logs(self) -> dict[str, str]:
+        return {n.name: n.log_tail() for n in self.nodes}
+
+
+@contextlib.contextmanager
+def running(server: ServerProc | Cluster) -> Iterator[Any]:
+    """Start a server or cluster and stop it whatever happens inside."""
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
