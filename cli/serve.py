@@ -1,0 +1,37 @@
+"""``ai-memory serve``: run one node in the foreground."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from common.errors import AiMemoryError
+
+
+@click.command("serve")
+@click.option("--host", default=None, help="Address to bind (default 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Port (default 9077).")
+@click.option("--db", default=None, help="SQLite path (env AI_MEMORY_DB).")
+@click.option("--node-id", default=None, help="This node's id (default HOST:PORT).")
+@click.option("--quorum-writes", type=int, default=None, help="W: members that must hold a write.")
+@click.option("--quorum-peers", default=None, help="Other members: URL or ID=URL, comma separated.")
+@click.option("--quorum-timeout-ms", type=int, default=None, help="Wait for W acks (default 2000).")
+@click.option("--catchup-interval-secs", type=float, default=None,
+              help="Anti-entropy interval (default 2).")
+@click.option("--cluster-secret", default=None, envvar="AI_MEMORY_CLUSTER_SECRET",
+              help="Shared secret that signs peer requests.")
+@click.option("--config", "config", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="TOML config file.")
+@click.option("--log-level", default=None, help="debug, info, warning, error.")
+def serve(**flags: object) -> None:
+    """Run an ai-memory daemon (one cluster member) until SIGTERM."""
+    from daemon.server import run
+    from daemon.settings import load_settings
+
+    try:
+        settings = load_settings(flags)
+    except (AiMemoryError, OSError, ValueError) as exc:
+        click.echo(f"ai-memory serve: {exc}", err=True)
+        sys.exit(2)
+    run(settings)

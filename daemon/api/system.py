@@ -1,0 +1,53 @@
+"""Health, metrics and cluster status."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from daemon.app import NODE
+
+
+async def health(request: web.Request) -> web.Response:
+    node = request.app[NODE]
+    return web.json_response({
+        "status": "ok",
+        "service": "ai-memory",
+        "version": node.settings.version,
+        "node_id": node.node_id,
+        "federation_enabled": node.settings.cluster.enabled,
+    })
+
+
+async def metrics(request: web.Request) -> web.Response:
+    node = request.app[NODE]
+    return web.Response(text=node.metrics.render(), content_type="text/plain")
+
+
+async def cluster_status(request: web.Request) -> web.Response:
+    node = request.app[NODE]
+    status = node.status()
+    status["oplog"] = await node.store.stats()
+    return web.json_response(status)
+
+
+@web.middleware
+async def timing(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    try:
+        return await handler(request)
+    finally:
+        route = request.match_info.route.resource
+        name = route.canonical if route is not None else "unmatched"
+        request.app[NODE].metrics.observe(
+            "http_request_seconds", time.perf_counter() - start, route=name, method=request.method)
+
+
+MIDDLEWARES = [timing]
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/api/v1/health", health)
+    app.router.add_get("/api/v1/metrics", metrics)
+    app.router.add_get("/api/v1/cluster/status", cluster_status)

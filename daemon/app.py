@@ -1,0 +1,33 @@
+"""The aiohttp application: routes, middlewares, and nothing else.
+
+Handlers live in ``daemon/api/<domain>.py``; each module exposes
+``add_routes(app)``. Handlers reach the node through ``request.app[NODE]``
+and call ``daemon/services/*``; they never touch SQLite or peers directly.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from common import limits
+from daemon.http_errors import error_middleware
+
+if TYPE_CHECKING:
+    from daemon.node import Node
+
+NODE: web.AppKey[Node] = web.AppKey("node")
+
+
+def build_app(node: Node) -> web.Application:
+    from daemon.api import ROUTE_MODULES, MIDDLEWARES
+
+    app = web.Application(
+        client_max_size=max(limits.request_body_max_bytes, limits.peer_body_max_bytes),
+        middlewares=[error_middleware, *MIDDLEWARES],
+    )
+    app[NODE] = node
+    for module in ROUTE_MODULES:
+        module.add_routes(app)
+    return app

@@ -1,0 +1,477 @@
+"""The composition root: one function of a Settings object builds a node.
+
+A :class:`Node` owns the store, the pure federation core, the peer links and
+the background tasks, and is the only object services talk to. It runs the
+core's effects in order -- persist, then send, then reply (the order
+``docs/federation.md`` relies on) -- and translates between the core's
+messages and HTTP:
+
+* ``write(items)``: a quorum write. The core stamps the ops, the node
+  persists them (the store's writer folds concurrent writes into one
+  transaction), sends them to every peer through per-peer batching links,
+  and the caller wakes when W members hold them.
+* ``read_barrier(key)``: before an inbox or mailbox read, pull from R-1
+  peers (R + W > N) whatever they hold for that key that this node lacks.
+* ``mailbox(req)``: forwarded to the mailbox's owner (first live member in
+  rendezvous order), or run here when this node is the owner.
+
+Shutdown is ordered: stop accepting (the server does that), cancel the
+background tasks, fail waiters, close peer sessions, drain and close the
+store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any
+
+from common import limits
+from common.errors import (
+    AiMemoryError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    LimitExceeded,
+    NoMajority,
+    NotFound,
+    QuorumNotMet,
+    Unavailable,
+)
+from daemon.metrics import Metrics
+from daemon.peer_client import PeerClient, PeerUnreachable
+from daemon.settings import Settings
+from federation import claim as claim_mod
+from federation.core import NodeCore
+from federation.effects import (
+    Collect,
+    LoadMailbox,
+    MembershipMismatch,
+    Persist,
+    PersistPromise,
+    PushMissing,
+    Reply,
+    Send,
+    SendPromise,
+)
+from federation.messages import Promise, Replicate, decode_msg
+from store.db import Store
+from store.ops import Op
+
+log = logging.getLogger("ai_memory.node")
+
+TICK_SECS = 0.02
+PEER_LINK_INFLIGHT = 4
+
+_ERRORS: dict[str, type[AiMemoryError]] = {
+    cls.code: cls
+    for cls in (BadRequest, Forbidden, NotFound, Conflict, LimitExceeded, Unavailable, NoMajority)
+}
+
+
+def encode_error(exc: AiMemoryError) -> dict[str, Any]:
+    return {"code": exc.code, "message": exc.message, "details": exc.details,
+            "retry_after": getattr(exc, "retry_after", None)}
+
+
+def decode_error(raw: dict[str, Any]) -> AiMemoryError:
+    if raw["code"] == "quorum_not_met":
+        d = raw.get("details", {})
+        return QuorumNotMet(d.get("got", 0), d.get("needed", 0), d.get("reason", "timeout"))
+    cls = _ERRORS.get(raw["code"], Unavailable)
+    details = dict(raw.get("details") or {})
+    if issubclass(cls, Unavailable):
+        return cls(raw["message"], retry_after=raw.get("retry_after") or 1.0, **details)
+    return cls(raw["message"], **details)
+
+
+def encode_result(value: Any) -> Any:
+    if isinstance(value, Op):
+        return {"op": value.to_wire()}
+    return {"value": value}
+
+
+def decode_result(raw: dict[str, Any]) -> Any:
+    if "op" in raw:
+        return Op.from_wire(raw["op"])
+    return raw.get("value")
+
+
+def encode_request(req: Any) -> dict[str, Any]:
+    return {"type": type(req).__name__, "fields": dataclasses.asdict(req)}
+
+
+def decode_request(raw: dict[str, Any]) -> Any:
+    cls = getattr(claim_mod, str(raw.get("type")), None)
+    if cls is None or not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
+        raise BadRequest(f"unknown mailbox request {raw.get('type')!r}")
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["fields"].items()}
+    return cls(**fields)
+
+
+class PeerLink:
+    """Batches messages to one peer: many core ``Send``s become one request."""
+
+    def __init__(self, node: Node, peer: str) -> None:
+        self.node = node
+        self.peer = peer
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._slots = asyncio.Semaphore(PEER_LINK_INFLIGHT)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name=f"peer-link-{self.peer}")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def send(self, msg: Any) -> None:
+        if self.queue.qsize() >= limits.replicate_queue_ops_max:
+            # The core treats a lost message like a dropped packet: quorum
+            # waits time out and anti-entropy repairs the rest.
+            self.node.metrics.inc("peer_queue_dropped_total", peer=self.peer)
+            return
+        self.queue.put_nowait(msg)
+
+    async def _loop(self) -> None:
+        while True:
+            first = await self.queue.get()
+            batch = [first]
+            ops_in_batch = _op_count(first)
+            while not self.queue.empty() and ops_in_batch < limits.replicate_batch_ops_max:
+                msg = self.queue.get_nowait()
+                batch.append(msg)
+                ops_in_batch += _op_count(msg)
+            await self._slots.acquire()
+            self.node.spawn(self._deliver(coalesce(batch)))
+
+    async def _deliver(self, batch: list[Any]) -> None:
+        try:
+            raw = await self.node.peers.call(
+                self.peer, "/peer/v1/msgs", [m.to_wire() for m in batch])
+        except PeerUnreachable:
+            self.node.metrics.inc("peer_send_failures_total", peer=self.peer)
+            await self.node.run(self.node.core.on_send_failed(self.peer, self.node.now_ms()))
+            return
+        finally:
+            self._slots.release()
+        self.node.metrics.inc("peer_batches_total", peer=self.peer)
+        await self.node.receive(self.peer, [decode_msg(m) for m in raw or []])
+
+
+def _op_count(msg: Any) -> int:
+    return len(getattr(msg, "ops", ())) or 1
+
+
+def coalesce(msgs: Iterable[Any]) -> list[Any]:
+    """Merge runs of quorum ``Replicate`` messages into one, so a batch of
+    writes costs the receiver one transaction and one ``Ack``."""
+    out: list[Any] = []
+    for msg in msgs:
+        prev = out[-1] if out else None
+        if (isinstance(msg, Replicate) and isinstance(prev, Replicate)
+                and msg.ack == prev.ack and len(prev.ops) < limits.replicate_batch_ops_max):
+            out[-1] = Replicate(ops=tuple(prev.ops) + tuple(msg.ops), ack=msg.ack)
+        else:
+            out.append(msg)
+    return out
+
+
+class Node:
+    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.node_id = settings.cluster.node_id
+        self._clock = clock
+        self.metrics = Metrics()
+        self.store: Store = None  # type: ignore[assignment]
+        self.core: NodeCore = None  # type: ignore[assignment]
+        self.peers = PeerClient(
+            self.node_id, {p.node_id: p.url for p in settings.cluster.peers}, settings.cluster.secret)
+        self.links: dict[str, PeerLink] = {}
+        self._tokens = itertools.count(1)
+        self._waiters: dict[int, asyncio.Future[Any]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._pushing: set[str] = set()
+        self.applied_listeners: list[Callable[[list[Op]], None]] = []
+        self.started_at_ms = 0
+        self._stopping = False
+
+    # -- lifecycle ------------------------------------------------------
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    async def start(self) -> None:
+        self.started_at_ms = self.now_ms()
+        self.store = await Store.open(self.settings.store.db_path, self.node_id)
+        state = await self.store.load_core_state()
+        c = self.settings.cluster
+        self.core = NodeCore(
+            self.node_id,
+            list(c.member_ids),
+            c.w,
+            quorum_timeout_ms=c.quorum_timeout_ms,
+            claim_timeout_ms=limits.claim_timeout_ms,
+            catchup_interval_ms=int(c.catchup_interval_secs * 1000),
+            vv=dict(state.vv),
+            last_hlc=state.max_hlc,
+            own_max_seq=state.own_max_seq,
+            promises=dict(state.promises),
+            rng=random.Random(),
+        )
+        if c.enabled and not c.secret:
+            log.warning("no cluster secret configured: peer requests are not authenticated")
+        await self.peers.start()
+        for peer in c.peers:
+            link = PeerLink(self, peer.node_id)
+            link.start()
+            self.links[peer.node_id] = link
+        self.spawn(self._ticker())
+        self.spawn(self._purger())
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for link in self.links.values():
+            await link.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(Unavailable("node shutting down"))
+        self._waiters.clear()
+        await self.peers.close()
+        if self.store is not None:
+            await self.store.close()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None and not self._stopping:
+            log.error("background task failed", exc_info=task.exception())
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECS)
+            try:
+                await self.run(self.core.tick(self.now_ms()))
+            except Exception:
+                log.exception("tick failed")
+
+    async def _purger(self) -> None:
+        while True:
+            await asyncio.sleep(limits.expired_purge_interval_secs)
+            try:
+                await self.store.purge_expired(self.now_ms())
+            except Exception:
+                log.exception("purge of expired notifications failed")
+
+    # -- effects --------------------------------------------------------
+    async def run(self, effects: Iterable[Any], *, reply_peer: str | None = None,
+                  replies: list[Any] | None = None) -> None:
+        """Carry out the core's effects, in order."""
+        for eff in effects:
+            if isinstance(eff, Persist):
+                if eff.ops:
+                    new = await self.store.apply_ops(list(eff.ops), self.now_ms())
+                    if new:
+                        self.metrics.inc("ops_applied_total", len(new))
+                        for listener in self.applied_listeners:
+                            listener(new)
+            elif isinstance(eff, Send):
+                self._send(eff.peer, eff.msg, reply_peer, replies)
+            elif isinstance(eff, Reply):
+                fut = self._waiters.pop(eff.token, None)
+                if fut is not None and not fut.done():
+                    if isinstance(eff.value, BaseException):
+                        fut.set_exception(eff.value)
+                    else:
+                        fut.set_result(eff.value)
+            elif isinstance(eff, PersistPromise):
+                await self.store.set_promised(eff.mailbox, eff.epoch)
+            elif isinstance(eff, SendPromise):
+                ops = await self.store.ops_for_key(eff.mailbox, dict(eff.vv))
+                self._send(eff.peer, Promise(mailbox=eff.mailbox, epoch=eff.epoch, ops=tuple(ops)),
+                           reply_peer, replies)
+            elif isinstance(eff, LoadMailbox):
+                ops = await self.store.ops_for_key(eff.mailbox, None)
+                await self.run(self.core.on_mailbox_loaded(eff.mailbox, ops, self.now_ms()),
+                               reply_peer=reply_peer, replies=replies)
+            elif isinstance(eff, PushMissing):
+                if eff.peer not in self._pushing:
+                    self._pushing.add(eff.peer)
+                    self.spawn(self._push_missing(eff.peer, dict(eff.vv)))
+            elif isinstance(eff, Collect):
+                removed = await self.store.gc(dict(eff.floor_vv))
+                self.metrics.inc("gc_ops_removed_total", removed)
+            elif isinstance(eff, MembershipMismatch):
+                self.metrics.inc("membership_mismatch_total", peer=eff.peer)
+                log.error("membership mismatch with %s: theirs %s, ours %s",
+                          eff.peer, eff.theirs, eff.ours)
+            else:
+                log.error("unknown effect %r", eff)
+
+    def _send(self, peer: str, msg: Any, reply_peer: str | None, replies: list[Any] | None) -> None:
+        if replies is not None and peer == reply_peer:
+            replies.append(msg)
+            return
+        link = self.links.get(peer)
+        if link is not None:
+            link.send(msg)
+
+    async def _push_missing(self, peer: str, vv: dict[str, int]) -> None:
+        """Anti-entropy push: stream what the peer lacks, batch by batch,
+        until it has everything we held when it asked."""
+        try:
+            while True:
+                ops = await self.store.ops_missing(vv, limits.sync_batch_ops_max)
+                if not ops:
+                    return
+                msg = Replicate(ops=tuple(ops), ack=False)
+                try:
+                    raw = await self.peers.call(peer, "/peer/v1/msgs", [msg.to_wire()])
+                except PeerUnreachable:
+                    await self.run(self.core.on_send_failed(peer, self.now_ms()))
+                    return
+                self.metrics.inc("sync_ops_pushed_total", len(ops), peer=peer)
+                await self.receive(peer, [decode_msg(m) for m in raw or []])
+                for op in ops:
+                    if op.seq > vv.get(op.origin, 0):
+                        vv[op.origin] = op.seq
+                if len(ops) < limits.sync_batch_ops_max:
+                    return
+        finally:
+            self._pushing.discard(peer)
+
+    async def receive(self, peer: str, msgs: list[Any]) -> list[Any]:
+        """Feed messages from a peer to the core; returns the replies meant
+        for that peer (the HTTP response carries them back)."""
+        replies: list[Any] = []
+        for msg in coalesce(msgs):
+            await self.run(self.core.on_message(peer, msg, self.now_ms()),
+                           reply_peer=peer, replies=replies)
+        return replies
+
+    def _waiter(self) -> tuple[int, asyncio.Future[Any]]:
+        token = next(self._tokens)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[token] = fut
+        return token, fut
+
+    # -- what services call ---------------------------------------------
+    async def write(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Op]:
+        if self._stopping:
+            raise Unavailable("node shutting down")
+        token, fut = self._waiter()
+        await self.run(self.core.write(token, items, self.now_ms()))
+        try:
+            result: list[Op] = await fut
+        except QuorumNotMet:
+            self.metrics.inc("quorum_failures_total")
+            raise
+        self.metrics.inc("writes_total", len(items))
+        return result
+
+    async def read_barrier(self, key: str, consistency: str = "quorum") -> None:
+        c = self.settings.cluster
+        n = len(c.member_ids)
+        need = (n - c.w + 1) - 1  # peers to hear from besides ourselves
+        if consistency == "local" or need <= 0 or not c.peers:
+            return
+        vv = dict(self.core.vv)
+        payload = {"key": key, "vv": vv}
+        timeout = c.quorum_timeout_ms / 1000
+        pending = {
+            asyncio.create_task(self.peers.call(p.node_id, "/peer/v1/pull", payload, timeout=timeout)): p.node_id
+            for p in c.peers
+        }
+        got, reasons = 0, set()
+        try:
+            while pending and got < need:
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    peer = pending.pop(task)
+                    try:
+                        raw = task.result()
+                    except PeerUnreachable as exc:
+                        reasons.add(exc.reason)
+                        await self.run(self.core.on_send_failed(peer, self.now_ms()))
+                        continue
+                    ops = tuple(Op.from_wire(w) for w in raw or [])
+                    if ops:
+                        await self.run(self.core.on_message(peer, Replicate(ops=ops, ack=False),
+                                                            self.now_ms()))
+                    got += 1
+        finally:
+            for task in pending:
+                task.cancel()
+        if got < need:
+            self.metrics.inc("read_quorum_failures_total")
+            reason = "timeout" if "timeout" in reasons else "unreachable"
+            raise QuorumNotMet(got + 1, need + 1, reason)
+
+    async def mailbox(self, req: Any, hops: int = 0) -> Any:
+        """Run a mailbox request at the mailbox's owner."""
+        key = req.mailbox
+        tried: set[str] = set()
+        order = self.core.membership.rendezvous(key)
+        for _ in range(len(order)):
+            owner = self.core.owner_for(key, self.now_ms())
+            if owner in tried:
+                owner = next((m for m in order if m not in tried), self.node_id)
+            if owner == self.node_id or hops >= limits.forward_hops_max:
+                return await self.own_mailbox(req)
+            try:
+                return await self._forward(owner, req, hops)
+            except PeerUnreachable:
+                tried.add(owner)
+                await self.run(self.core.on_send_failed(owner, self.now_ms()))
+        return await self.own_mailbox(req)
+
+    async def own_mailbox(self, req: Any) -> Any:
+        token, fut = self._waiter()
+        await self.run(self.core.mailbox_request(token, req, self.now_ms()))
+        return await fut
+
+    async def _forward(self, owner: str, req: Any, hops: int) -> Any:
+        self.metrics.inc("mailbox_forwards_total", peer=owner)
+        raw = await self.peers.call(
+            owner, "/peer/v1/mailbox", {"req": encode_request(req), "hops": hops + 1},
+            timeout=limits.claim_timeout_ms / 1000 + limits.peer_request_timeout_secs)
+        if "err" in raw:
+            raise decode_error(raw["err"])
+        return decode_result(raw["ok"])
+
+    async def handle_forwarded(self, raw: dict[str, Any]) -> dict[str, Any]:
+        req = decode_request(raw["req"])
+        try:
+            return {"ok": encode_result(await self.mailbox(req, hops=int(raw.get("hops", 1))))}
+        except AiMemoryError as exc:
+            return {"err": encode_error(exc)}
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.core.status(self.now_ms()))
+        out.update(node_id=self.node_id, version=self.settings.version,
+                   members=list(self.settings.cluster.member_ids),
+                   write_quorum=self.settings.cluster.w,
+                   uptime_secs=(self.now_ms() - self.started_at_ms) / 1000)
+        return out
+
+
+async def run_until(awaitable: Awaitable[Any], timeout: float) -> Any:
+    return await asyncio.wait_for(awaitable, timeout)

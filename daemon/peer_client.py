@@ -1,0 +1,67 @@
+"""Outbound peer HTTP: one pooled aiohttp session, signed msgpack requests.
+
+Every call has a timeout (``limits.peer_request_timeout_secs`` unless the
+caller passes a shorter one); a transport failure, a timeout or a non-2xx
+answer all raise :class:`PeerUnreachable`, which the node reports to the
+failure detector. Bodies are msgpack both ways.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import msgpack
+
+from common import limits
+from daemon.peer_auth import sign
+
+
+class PeerUnreachable(Exception):
+    def __init__(self, peer: str, reason: str) -> None:
+        super().__init__(f"{peer}: {reason}")
+        self.peer = peer
+        self.reason = reason  # "unreachable" | "timeout" | "rejected"
+
+
+class PeerClient:
+    def __init__(self, node_id: str, urls: dict[str, str], secret: str | None) -> None:
+        self.node_id = node_id
+        self.urls = urls
+        self.secret = secret
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit_per_host=16, keepalive_timeout=30)
+        self._session = aiohttp.ClientSession(connector=connector)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def call(self, peer: str, path: str, payload: Any, *, timeout: float | None = None) -> Any:
+        if self._session is None:
+            raise PeerUnreachable(peer, "unreachable")
+        url = self.urls.get(peer)
+        if url is None:
+            raise PeerUnreachable(peer, "unreachable")
+        body = msgpack.packb(payload, use_bin_type=True)
+        headers = {"Content-Type": "application/msgpack", "X-AIM-Node": self.node_id}
+        if self.secret:
+            headers.update(sign(self.secret, self.node_id, "POST", path, body, time.time()))
+        t = aiohttp.ClientTimeout(total=timeout or limits.peer_request_timeout_secs)
+        try:
+            async with self._session.post(url + path, data=body, headers=headers, timeout=t) as resp:
+                raw = await resp.read()
+                if resp.status >= 400:
+                    raise PeerUnreachable(peer, f"rejected ({resp.status})")
+        except TimeoutError:
+            raise PeerUnreachable(peer, "timeout") from None
+        except (aiohttp.ClientError, OSError, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise PeerUnreachable(peer, "unreachable") from None
+        return msgpack.unpackb(raw, raw=False) if raw else None
