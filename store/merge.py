@@ -1,0 +1,454 @@
+"""The reference replica: every merge rule of :mod:`store.ops`, in memory.
+
+:class:`Replica` holds the same state as one node's SQLite file, as plain
+dicts, and answers the same reads with the same dict shapes. It does no I/O
+and never reads a clock (expiry takes ``now_ms``), so it serves three uses:
+the deterministic cluster simulator runs nodes on it, hypothesis checks the
+merge laws on it (any order, duplication or batching of one op multiset
+gives one :meth:`Replica.snapshot`), and the SQLite :class:`store.db.Store`
+is tested for equal views against it.
+
+How each rule is kept order-free (ranks are defined in :mod:`store.records`):
+
+* every op is logged once by ``(origin, seq)``; :class:`store.seen.SeenSet`
+  remembers ids even after :meth:`Replica.gc` drops the log rows;
+* ``mem.put`` is last-writer-wins; ``mem.del`` records the id in a tombstone
+  set that is never emptied and drops the row, and a put for a tombstoned id
+  is ignored. Tombstones are kept as bare ids past gc: an old put can still
+  be in flight from a member that had not yet seen the delete, and without
+  the id it would resurrect the memory;
+* ``note.new`` and ``msg.send`` are insert-once (the lowest-ranked copy of
+  an id wins, so retries on two nodes converge); read marks are a grow-only
+  set of ``(agent, id)`` consulted whenever a notification is shown, so a
+  mark that arrives first still applies;
+* a message is pending until a terminal op is known; the terminal op of the
+  highest rank decides claimed/cancelled, and terminal ops are kept even
+  when their ``msg.send`` has not arrived;
+* agents merge type/capabilities last-writer-wins, ``registered_at`` by min
+  and ``last_seen_at`` by max; sessions keep their first identity fields,
+  min start and max activity; a project exists once any session named it.
+
+Local, non-replicated actions: :meth:`Replica.purge_expired` (drops expired
+notifications and their read marks; a notification that arrives already
+expired is not stored) and :meth:`Replica.gc`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from store import ops as K
+from store.ops import Op
+from store.records import (
+    CLAIMED,
+    PENDING,
+    Rank,
+    TerminalRank,
+    is_expired,
+    lww_rank,
+    memory_row,
+    message_row,
+    message_view,
+    note_row,
+    physical_ms,
+    terminal_rank,
+    terminal_row,
+)
+from store.seen import SeenSet
+
+
+@dataclass(slots=True)
+class _Ranked:
+    rank: Rank
+    row: dict[str, Any]
+
+
+@dataclass(slots=True)
+class _Message:
+    rank: Rank
+    row: dict[str, Any]
+    epoch: int
+
+    @property
+    def order(self) -> tuple[int, str]:
+        return (self.rank[0], self.rank[1])
+
+
+@dataclass(slots=True)
+class _Terminal:
+    rank: TerminalRank
+    row: dict[str, Any]
+
+
+@dataclass(slots=True)
+class _Agent:
+    reg_rank: Rank | None = None
+    agent_type: str | None = None
+    capabilities: Any = None
+    registered_at_ms: int | None = None
+    last_seen_at_ms: int | None = None
+
+
+class Replica:
+    """One node's replicated state, in memory."""
+
+    def __init__(self) -> None:
+        self.seen = SeenSet()
+        self._log: dict[tuple[str, int], Op] = {}
+        self._max_hlc = 0
+        self._memories: dict[str, _Ranked] = {}
+        self._tombstones: set[str] = set()
+        self._notes: dict[str, _Ranked] = {}
+        self._reads: set[tuple[str, str]] = set()
+        self._agents: dict[str, _Agent] = {}
+        self._sessions: dict[str, _Ranked] = {}
+        # (workspace, project, harness) -> [first_at_ms, last_at_ms]
+        self._harnesses: dict[tuple[str, str, str], list[int]] = {}
+        self._messages: dict[str, _Message] = {}
+        self._terminals: dict[str, _Terminal] = {}
+        self._promises: dict[str, int] = {}
+
+    # -- applying ops --------------------------------------------------------
+
+    def apply(self, ops: Iterable[Op], now_ms: int) -> list[Op]:
+        """Merge ``ops``; return those not seen before, in input order."""
+        fresh: list[Op] = []
+        for op in ops:
+            if op.op_id in self.seen:
+                continue
+            self.seen.add(op.origin, op.seq)
+            self._log[op.op_id] = op
+            self._max_hlc = max(self._max_hlc, op.hlc)
+            self._merge(op, now_ms)
+            fresh.append(op)
+        return fresh
+
+    def _merge(self, op: Op, now_ms: int) -> None:
+        kind = op.kind
+        if kind == K.MEM_PUT:
+            self._mem_put(op)
+        elif kind == K.MEM_DEL:
+            mem_id = str(op.body["id"])
+            self._tombstones.add(mem_id)
+            self._memories.pop(mem_id, None)
+        elif kind == K.NOTE_NEW:
+            row = note_row(op)
+            if not is_expired(row["expires_at_ms"], now_ms):
+                _keep_lowest(self._notes, row["id"], lww_rank(op), row)
+        elif kind == K.NOTE_READ:
+            reader = str(op.body["to"])
+            self._reads.update((reader, str(i)) for i in op.body.get("ids") or [])
+        elif kind == K.AGENT_REG:
+            self._agent_reg(op)
+        elif kind == K.AGENT_SEEN:
+            seen = self._agents.setdefault(str(op.body["agent_id"]), _Agent())
+            seen.last_seen_at_ms = _max_opt(seen.last_seen_at_ms, int(op.body["at_ms"]))
+        elif kind == K.SESSION_START:
+            self._session_start(op)
+        elif kind == K.MSG_SEND:
+            row = message_row(op)
+            old = self._messages.get(row["id"])
+            if old is None or lww_rank(op) < old.rank:
+                self._messages[row["id"]] = _Message(lww_rank(op), row, op.epoch)
+        elif kind in K.TERMINAL_KINDS:
+            msg_id = str(op.body["id"])
+            cur = self._terminals.get(msg_id)
+            if cur is None or terminal_rank(op) > cur.rank:
+                self._terminals[msg_id] = _Terminal(terminal_rank(op), terminal_row(op))
+        else:
+            raise ValueError(f"unknown op kind {kind!r}")
+
+    def _mem_put(self, op: Op) -> None:
+        row = memory_row(op)
+        if row["id"] in self._tombstones:
+            return
+        cur = self._memories.get(row["id"])
+        if cur is None or lww_rank(op) > cur.rank:
+            self._memories[row["id"]] = _Ranked(lww_rank(op), row)
+
+    def _agent_reg(self, op: Op) -> None:
+        b = op.body
+        agent = self._agents.setdefault(str(b["agent_id"]), _Agent())
+        registered = int(b.get("registered_at_ms", physical_ms(op.hlc)))
+        if agent.reg_rank is None or lww_rank(op) > agent.reg_rank:
+            agent.reg_rank = lww_rank(op)
+            agent.agent_type = b.get("agent_type")
+            agent.capabilities = b.get("capabilities")
+        agent.registered_at_ms = _min_opt(agent.registered_at_ms, registered)
+        agent.last_seen_at_ms = _max_opt(agent.last_seen_at_ms, registered)
+
+    def _session_start(self, op: Op) -> None:
+        b = op.body
+        at_ms = int(b["at_ms"])
+        ws, proj, harness = str(b["workspace"]), str(b["project"]), str(b["harness"])
+        span = self._harnesses.setdefault((ws, proj, harness), [at_ms, at_ms])
+        span[0], span[1] = min(span[0], at_ms), max(span[1], at_ms)
+        sid = str(b["session_id"])
+        cur = self._sessions.get(sid)
+        if cur is None:
+            row = {"workspace": ws, "project": proj, "harness": harness, "session_id": sid,
+                   "owner_user": b.get("owner_user"), "started_at_ms": at_ms, "last_at_ms": at_ms}
+            self._sessions[sid] = _Ranked(lww_rank(op), row)
+            return
+        row = cur.row
+        if lww_rank(op) < cur.rank:
+            cur.rank = lww_rank(op)
+            row.update(workspace=ws, project=proj, harness=harness, owner_user=b.get("owner_user"))
+        row["started_at_ms"] = min(row["started_at_ms"], at_ms)
+        row["last_at_ms"] = max(row["last_at_ms"], at_ms)
+
+    # -- local maintenance ---------------------------------------------------
+
+    def purge_expired(self, now_ms: int) -> int:
+        """Drop expired notifications (and their read marks); return how many."""
+        gone = [n.row for n in self._notes.values() if is_expired(n.row["expires_at_ms"], now_ms)]
+        for row in gone:
+            del self._notes[row["id"]]
+            self._reads.discard((row["to"], row["id"]))
+        return len(gone)
+
+    def gc(self, floor_vv: dict[str, int]) -> int:
+        """Drop logged ops every member holds (``seq <= floor_vv[origin]``);
+        return how many. Their ids stay in :attr:`seen`."""
+        doomed = [oid for oid in self._log if oid[1] <= floor_vv.get(oid[0], 0)]
+        for oid in doomed:
+            del self._log[oid]
+        return len(doomed)
+
+    def set_promised(self, mailbox: str, epoch: int) -> None:
+        self._promises[mailbox] = max(self._promises.get(mailbox, 0), epoch)
+
+    def get_promised(self, mailbox: str) -> int:
+        return self._promises.get(mailbox, 0)
+
+    def promises(self) -> dict[str, int]:
+        return dict(self._promises)
+
+    # -- the op log ------------------------------------------------------------
+
+    def version_vector(self) -> dict[str, int]:
+        return self.seen.version_vector()
+
+    def max_seq(self, origin: str) -> int:
+        return self.seen.max_seq(origin)
+
+    def max_hlc(self) -> int:
+        return self._max_hlc
+
+    def ops_missing(self, vv: dict[str, int], limit: int) -> list[Op]:
+        """Logged ops that ``vv`` does not cover, by (origin, seq), at most ``limit``."""
+        ids = sorted(oid for oid in self._log if oid[1] > vv.get(oid[0], 0))
+        return [self._log[oid] for oid in ids[:limit]]
+
+    def ops_for_key(self, key: str, vv: dict[str, int] | None = None) -> list[Op]:
+        floor = vv or {}
+        ids = sorted(oid for oid, op in self._log.items()
+                     if op.key == key and oid[1] > floor.get(oid[0], 0))
+        return [self._log[oid] for oid in ids]
+
+    # -- memories ----------------------------------------------------------------
+
+    def get_memory(self, memory_id: str, *, now_ms: int) -> dict[str, Any] | None:
+        cur = self._memories.get(memory_id)
+        if cur is None or is_expired(cur.row["expires_at_ms"], now_ms):
+            return None
+        return _copy_memory(cur.row)
+
+    def list_memories(self, *, namespace: str | None = None, tier: str | None = None,
+                      tags: list[str] | None = None, min_priority: int | None = None,
+                      agent_id: str | None = None, limit: int, offset: int = 0,
+                      now_ms: int) -> list[dict[str, Any]]:
+        want = set(tags or ())
+        rows = [
+            r for r in (m.row for m in self._memories.values())
+            if not is_expired(r["expires_at_ms"], now_ms)
+            and (namespace is None or r["namespace"] == namespace)
+            and (tier is None or r["tier"] == tier)
+            and (min_priority is None or r["priority"] >= min_priority)
+            and (agent_id is None or r["agent_id"] == agent_id)
+            and want <= set(r["tags"])
+        ]
+        rows.sort(key=lambda r: (r["updated_at_ms"], r["id"]), reverse=True)
+        return [_copy_memory(r) for r in rows[offset:offset + limit]]
+
+    # -- inbox -------------------------------------------------------------------
+
+    def _inbox_rows(self, agent_id: str, unread_only: bool, now_ms: int,
+                    min_priority: int | None = None,
+                    since_ms: int | None = None) -> list[dict[str, Any]]:
+        out = []
+        for n in self._notes.values():
+            r = n.row
+            if r["to"] != agent_id or is_expired(r["expires_at_ms"], now_ms):
+                continue
+            read = (agent_id, r["id"]) in self._reads
+            if (unread_only and read) or (min_priority is not None and r["priority"] < min_priority):
+                continue
+            if since_ms is not None and r["created_at_ms"] < since_ms:
+                continue
+            out.append({**r, "read": read})
+        return out
+
+    def inbox(self, agent_id: str, *, unread_only: bool, limit: int,
+              min_priority: int | None = None, since_ms: int | None = None,
+              now_ms: int) -> list[dict[str, Any]]:
+        rows = self._inbox_rows(agent_id, unread_only, now_ms, min_priority, since_ms)
+        rows.sort(key=lambda r: (r["priority"], r["created_at_ms"], r["id"]), reverse=True)
+        return rows[:limit]
+
+    def inbox_count(self, agent_id: str, *, unread_only: bool, now_ms: int) -> int:
+        return len(self._inbox_rows(agent_id, unread_only, now_ms))
+
+    def notifications(self, ids: Iterable[str]) -> list[dict[str, Any]]:
+        out = []
+        for note_id in ids:
+            cur = self._notes.get(note_id)
+            if cur is not None:
+                out.append({**cur.row, "read": (cur.row["to"], note_id) in self._reads})
+        return out
+
+    # -- agents, projects, sessions -------------------------------------------------
+
+    def list_agents(self) -> list[dict[str, Any]]:
+        return [v for v in (self.get_agent(a) for a in sorted(self._agents)) if v is not None]
+
+    def get_agent(self, agent_id: str) -> dict[str, Any] | None:
+        a = self._agents.get(agent_id)
+        if a is None or a.reg_rank is None:
+            return None
+        return {"agent_id": agent_id, "agent_type": a.agent_type,
+                "capabilities": a.capabilities, "registered_at_ms": a.registered_at_ms,
+                "last_seen_at_ms": a.last_seen_at_ms}
+
+    def project_exists(self, workspace: str, project: str) -> bool:
+        return any(k[0] == workspace and k[1] == project for k in self._harnesses)
+
+    def project_harnesses(self, workspace: str, project: str) -> set[str]:
+        return {k[2] for k in self._harnesses if k[0] == workspace and k[1] == project}
+
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        cur = self._sessions.get(session_id)
+        return None if cur is None else dict(cur.row)
+
+    def list_projects(self) -> list[dict[str, Any]]:
+        grouped: dict[tuple[str, str], dict[str, Any]] = {}
+        for (ws, proj, harness), (first, last) in sorted(self._harnesses.items()):
+            p = grouped.setdefault((ws, proj), {"workspace": ws, "project": proj,
+                                                "harnesses": [], "first_at_ms": first,
+                                                "last_active_at_ms": last})
+            p["harnesses"].append(harness)
+            p["first_at_ms"] = min(p["first_at_ms"], first)
+            p["last_active_at_ms"] = max(p["last_active_at_ms"], last)
+        return list(grouped.values())
+
+    def last_active_project(self) -> tuple[str, str] | None:
+        projects = self.list_projects()
+        if not projects:
+            return None
+        best = min(projects, key=lambda p: (-p["last_active_at_ms"], p["workspace"], p["project"]))
+        return (best["workspace"], best["project"])
+
+    # -- mailbox -------------------------------------------------------------------
+
+    def _view(self, msg: _Message) -> dict[str, Any]:
+        term = self._terminals.get(msg.row["id"])
+        return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row)
+
+    def _state(self, msg_id: str) -> str:
+        term = self._terminals.get(msg_id)
+        return PENDING if term is None else str(term.row["state"])
+
+    def message(self, msg_id: str) -> dict[str, Any] | None:
+        msg = self._messages.get(msg_id)
+        return None if msg is None else self._view(msg)
+
+    def _fifo(self, pred: Callable[[_Message], bool]) -> list[_Message]:
+        return sorted((m for m in self._messages.values() if pred(m)), key=lambda m: m.rank)
+
+    def mailbox_pending(self, workspace: str, project: str, *, limit: int,
+                        agent: str | None = None) -> list[dict[str, Any]]:
+        def pred(m: _Message) -> bool:
+            r = m.row
+            return (r["to_workspace"] == workspace and r["to_project"] == project
+                    and self._state(r["id"]) == PENDING
+                    and (agent is None or r["to_agent"] is None or r["to_agent"] == agent))
+        return [self._view(m) for m in self._fifo(pred)[:limit]]
+
+    def mailbox_pending_count(self, workspace: str, project: str) -> int:
+        return sum(1 for m in self._messages.values()
+                   if m.row["to_workspace"] == workspace and m.row["to_project"] == project
+                   and self._state(m.row["id"]) == PENDING)
+
+    def mailbox_messages(self, workspace: str, project: str, *, limit: int,
+                         offset: int = 0) -> list[dict[str, Any]]:
+        msgs = self._fifo(lambda m: m.row["to_workspace"] == workspace
+                          and m.row["to_project"] == project)
+        msgs.reverse()
+        return [self._view(m) for m in msgs[offset:offset + limit]]
+
+    def outbox(self, from_workspace: str, from_project: str, *, limit: int,
+               pending_only: bool = True) -> list[dict[str, Any]]:
+        def pred(m: _Message) -> bool:
+            r = m.row
+            return (r["from_workspace"] == from_workspace and r["from_project"] == from_project
+                    and (not pending_only or self._state(r["id"]) == PENDING))
+        return [self._view(m) for m in self._fifo(pred)[:limit]]
+
+    def claim_by_request(self, workspace: str, project: str,
+                         request_id: str) -> dict[str, Any] | None:
+        for msg_id, term in self._terminals.items():
+            if term.row["request_id"] != request_id or term.row["state"] != CLAIMED:
+                continue
+            msg = self._messages.get(msg_id)
+            if msg and msg.row["to_workspace"] == workspace and msg.row["to_project"] == project:
+                return self._view(msg)
+        return None
+
+    # -- comparison ----------------------------------------------------------------
+
+    def snapshot(self, now_ms: int | None = None) -> dict[str, Any]:
+        """All replicated state in a canonical form; equal for converged
+        replicas. With ``now_ms``, expired memories and notifications are left
+        out (what readers can see), so replicas that purged at different times
+        still compare equal."""
+        def live(row: dict[str, Any]) -> bool:
+            return now_ms is None or not is_expired(row["expires_at_ms"], now_ms)
+
+        agents = {}
+        for agent_id, a in self._agents.items():
+            agents[agent_id] = (a.agent_type if a.reg_rank else None,
+                                a.capabilities if a.reg_rank else None,
+                                a.registered_at_ms, a.last_seen_at_ms)
+        return {
+            "vv": self.version_vector(),
+            "memories": {k: v.row for k, v in self._memories.items() if live(v.row)},
+            "tombstones": sorted(self._tombstones),
+            "notes": {k: v.row for k, v in self._notes.items() if live(v.row)},
+            "reads": sorted(self._reads),
+            "agents": agents,
+            "sessions": {k: v.row for k, v in self._sessions.items()},
+            "harnesses": sorted((*k, v[0], v[1]) for k, v in self._harnesses.items()),
+            "messages": {k: {**v.row, "order": v.order, "epoch": v.epoch}
+                         for k, v in self._messages.items()},
+            "terminals": {k: v.row for k, v in self._terminals.items()},
+        }
+
+
+def _keep_lowest(table: dict[str, _Ranked], key: str, rank: Rank, row: dict[str, Any]) -> None:
+    cur = table.get(key)
+    if cur is None or rank < cur.rank:
+        table[key] = _Ranked(rank, row)
+
+
+def _copy_memory(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "tags": list(row["tags"]), "metadata": dict(row["metadata"])}
+
+
+def _min_opt(a: int | None, b: int) -> int:
+    return b if a is None else min(a, b)
+
+
+def _max_opt(a: int | None, b: int) -> int:
+    return b if a is None else max(a, b)

@@ -1,0 +1,158 @@
+"""Row shapes shared by the in-memory reference and the SQLite store.
+
+Both :mod:`store.merge` and :mod:`store.db` turn op bodies into the same
+plain dicts and order conflicting ops the same way, so this module holds
+the field lists, the body-to-row conversions and the rank functions once.
+Everything here is pure: no I/O, no clock.
+
+Ranks break every tie down to the op id, so two replicas that hold the same
+ops always pick the same winner, whatever order the ops came in:
+
+* last-writer-wins records (memories, agent type/capabilities) keep the op
+  with the greatest ``(hlc, origin, seq)``;
+* insert-once records (notifications, messages, the identity fields of a
+  session) keep the op with the smallest ``(hlc, origin, seq)``, so a retry
+  that re-creates the same id on another node can never swap the body;
+* terminal mailbox ops keep the greatest ``(epoch, hlc, origin, seq)``,
+  which is :attr:`store.ops.Op.rank` with the seq as the last tie-break.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from store.ops import MSG_CANCEL, MSG_CLAIM, Op
+
+# Mirrors federation.hlc.LOGICAL_BITS; store/ may not import federation/.
+_HLC_LOGICAL_BITS: Final = 16
+
+MEMORY_FIELDS: Final = (
+    "id", "tier", "namespace", "title", "content", "tags", "priority", "confidence",
+    "source", "access_count", "created_at_ms", "updated_at_ms", "expires_at_ms",
+    "agent_id", "metadata",
+)
+NOTE_FIELDS: Final = (
+    "id", "from", "to", "namespace", "title", "payload", "priority", "tier",
+    "created_at_ms", "expires_at_ms",
+)
+MESSAGE_FIELDS: Final = (
+    "id", "to_workspace", "to_project", "to_agent", "from_workspace", "from_project",
+    "from_agent", "from_owner_user", "subject", "body", "nature", "evidence",
+    "created_at_ms",
+)
+SESSION_FIELDS: Final = (
+    "workspace", "project", "harness", "session_id", "owner_user", "started_at_ms",
+    "last_at_ms",
+)
+AGENT_FIELDS: Final = (
+    "agent_id", "agent_type", "capabilities", "registered_at_ms", "last_seen_at_ms",
+)
+
+PENDING: Final = "pending"
+CLAIMED: Final = "claimed"
+CANCELLED: Final = "cancelled"
+TERMINAL_STATE: Final = {MSG_CLAIM: CLAIMED, MSG_CANCEL: CANCELLED}
+
+Rank = tuple[int, str, int]
+TerminalRank = tuple[int, int, str, int]
+
+
+def physical_ms(hlc: int) -> int:
+    """Wall-clock part of an HLC stamp, in milliseconds."""
+    return hlc >> _HLC_LOGICAL_BITS
+
+
+def lww_rank(op: Op) -> Rank:
+    return (op.hlc, op.origin, op.seq)
+
+
+def terminal_rank(op: Op) -> TerminalRank:
+    return (op.epoch, op.hlc, op.origin, op.seq)
+
+
+def is_expired(expires_at_ms: int | None, now_ms: int) -> bool:
+    return expires_at_ms is not None and expires_at_ms <= now_ms
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def memory_row(op: Op) -> dict[str, Any]:
+    """The memory a ``mem.put`` op describes (``updated_at_ms`` defaults to
+    the op's HLC time, ``access_count`` to 0)."""
+    b = op.body
+    return {
+        "id": str(b["id"]),
+        "tier": b.get("tier", "mid"),
+        "namespace": b.get("namespace", "global"),
+        "title": b.get("title", ""),
+        "content": b.get("content", ""),
+        "tags": [str(t) for t in b.get("tags") or []],
+        "priority": int(b.get("priority", 5)),
+        "confidence": float(b.get("confidence", 1.0)),
+        "source": b.get("source", "api"),
+        "access_count": int(b.get("access_count", 0)),
+        "created_at_ms": int(b.get("created_at_ms", physical_ms(op.hlc))),
+        "updated_at_ms": int(b.get("updated_at_ms", physical_ms(op.hlc))),
+        "expires_at_ms": _opt_int(b.get("expires_at_ms")),
+        "agent_id": b.get("agent_id"),
+        "metadata": dict(b.get("metadata") or {}),
+    }
+
+
+def note_row(op: Op) -> dict[str, Any]:
+    """The notification a ``note.new`` op describes (without ``read``)."""
+    b = op.body
+    return {
+        "id": str(b["id"]),
+        "from": str(b["from"]),
+        "to": str(b["to"]),
+        "namespace": b.get("namespace"),
+        "title": b.get("title", ""),
+        "payload": b.get("payload", ""),
+        "priority": int(b.get("priority", 5)),
+        "tier": b.get("tier", "short"),
+        "created_at_ms": int(b.get("created_at_ms", physical_ms(op.hlc))),
+        "expires_at_ms": _opt_int(b.get("expires_at_ms")),
+    }
+
+
+def message_row(op: Op) -> dict[str, Any]:
+    """The body fields of a ``msg.send`` op (absent optional fields are None)."""
+    b = op.body
+    row = {name: b.get(name) for name in MESSAGE_FIELDS}
+    row["id"] = str(b["id"])
+    row["created_at_ms"] = int(b.get("created_at_ms", physical_ms(op.hlc)))
+    return row
+
+
+def terminal_row(op: Op) -> dict[str, Any]:
+    """What the winning terminal op says about its message."""
+    b = op.body
+    claim = op.kind == MSG_CLAIM
+    at_ms = int(b.get("at_ms", physical_ms(op.hlc)))
+    return {
+        "state": TERMINAL_STATE[op.kind],
+        "epoch": op.epoch,
+        "claimed_by_session": b.get("claimer_session") if claim else None,
+        "claimed_by_agent": b.get("claimer_agent") if claim else None,
+        "request_id": b.get("request_id") if claim else None,
+        "claimed_at_ms": at_ms if claim else None,
+        "cancelled_at_ms": None if claim else at_ms,
+    }
+
+
+def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
+                 terminal: dict[str, Any] | None) -> dict[str, Any]:
+    """A message as readers see it: body fields, state, the claim record of
+    the winning terminal op (a :func:`terminal_row`), and its mailbox order."""
+    out = dict(row)
+    if terminal is None:
+        out.update(state=PENDING, claimed_by_session=None, claimed_by_agent=None,
+                   request_id=None, claimed_at_ms=None, cancelled_at_ms=None,
+                   epoch=send_epoch)
+    else:
+        out.update(terminal)
+    out["order"] = [order[0], order[1]]
+    return out
