@@ -21,6 +21,9 @@ request_id_max_chars = 128  # pop request ids, Idempotency-Key values
 namespace_max_chars = 512
 tag_max_chars = 128
 tags_max = 64
+agent_type_max_chars = 128
+capabilities_max = 64  # per registered agent
+capability_max_chars = 128
 
 # --- memories --------------------------------------------------------------
 memory_title_max_chars = 1_000
@@ -28,6 +31,11 @@ memory_content_max_chars = 1_000_000
 memory_metadata_max_bytes = 64 * 1024
 memory_list_limit_default = 50
 memory_list_limit_max = 1000
+memory_source_max_chars = 128
+memory_scope_max_chars = 64
+memory_ttl_secs_max = 100 * 365 * 24 * 3600  # ttl_secs beyond a century is a typo
+# Default lifetime of a memory by tier: seconds, None = never expires.
+memory_tier_ttl_secs: dict[str, int | None] = {"short": 6 * 3600, "mid": 7 * 24 * 3600, "long": None}
 
 # --- notify / inbox --------------------------------------------------------
 notify_title_max_chars = 1_000
@@ -42,6 +50,7 @@ mark_read_ids_max = 500
 tier_ttl_secs: dict[str, int | None] = {"short": 6 * 3600, "mid": 7 * 24 * 3600, "long": None}
 expired_purge_interval_secs = 60.0
 agent_seen_refresh_secs = 60.0  # replicate last_seen at most this often per agent
+agent_seen_tracked_max = 100_000  # agents the last_seen throttle remembers per node
 
 # --- project mail ----------------------------------------------------------
 mailbox_pending_max = 256  # pending messages per recipient mailbox (exact)
