@@ -64,6 +64,7 @@ truncation_marker = "\n[…truncated by ai-memory]"
 # --- store -----------------------------------------------------------------
 writer_queue_max = 10_000  # pending write jobs before callers get 503 overloaded
 writer_batch_max = 512  # jobs folded into one SQLite transaction
+store_read_connections = 2  # pooled read-only SQLite connections per node
 
 # --- federation ------------------------------------------------------------
 quorum_timeout_ms_default = 2000  # (setting) --quorum-timeout-ms
