@@ -1,0 +1,112 @@
+"""Notify and inbox requests, and the notification JSON shapes.
+
+A notify body may name its fields the way the MCP tool does
+(``target_agent_id``, ``title``, ``payload``) or the way the SDK's
+``NotifyRequest`` does (``to``, ``subject``, ``body``; ``content`` is
+accepted too). Giving two aliases of one field with different values is a
+400 rather than a silent pick. Inbox rows carry both spellings on the way
+out, so either kind of client finds its fields.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, Field, StringConstraints, model_validator
+
+from common import limits
+from daemon.schemas.ids import RECORD_ID_RE
+from daemon.schemas.memories import Timestamp
+from daemon.schemas.timefmt import rfc3339
+from daemon.validation import AgentId, Lenient, Priority, Strict, Tier, text
+
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "target_agent_id": ("target_agent_id", "to"),
+    "title": ("title", "subject"),
+    "payload": ("payload", "content", "body"),
+}
+
+NoteTitle = text(limits.notify_title_max_chars, min_chars=1)
+NotePayload = text(limits.notify_payload_max_chars)
+RecordId = Annotated[str, StringConstraints(pattern=RECORD_ID_RE)]
+
+
+class NotifyRequest(Strict):
+    target_agent_id: AgentId = Field(validation_alias=AliasChoices(*_ALIASES["target_agent_id"]))
+    title: NoteTitle = Field(validation_alias=AliasChoices(*_ALIASES["title"]))  # type: ignore[valid-type]
+    payload: NotePayload = Field(  # type: ignore[valid-type]
+        default="", validation_alias=AliasChoices(*_ALIASES["payload"]))
+    priority: Priority = limits.notify_priority_default
+    tier: Tier = "mid"
+    agent_id: AgentId | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases_agree(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for names in _ALIASES.values():
+                given = {data[n] for n in names if data.get(n) is not None and isinstance(data[n], str)}
+                if len(given) > 1:
+                    raise ValueError(f"{' / '.join(names)} name the same field and differ")
+        return data
+
+
+class InboxQuery(Lenient):
+    agent_id: AgentId | None = Field(default=None, validation_alias=AliasChoices("agent_id", "as_agent"))
+    unread_only: bool = True
+    limit: Annotated[int, Field(ge=1, le=limits.inbox_limit_max)] = limits.inbox_limit_default
+    min_priority: Priority | None = None
+    since: Timestamp | None = None
+    mark_read: bool = False
+    consistency: Literal["quorum", "local"] = "quorum"
+
+
+class MarkReadRequest(Strict):
+    agent_id: AgentId | None = None
+    ids: Annotated[list[RecordId], Field(max_length=limits.mark_read_ids_max)]
+
+
+class MarkReadQuery(Lenient):
+    consistency: Literal["quorum", "local"] = "quorum"
+
+
+def inbox_namespace(agent_id: str) -> str:
+    return f"_inbox/{agent_id}"
+
+
+def notified_json(row: dict[str, Any]) -> dict[str, Any]:
+    """What ``POST /notify`` answers about the notification it wrote."""
+    return {
+        "id": row["id"],
+        "notification_id": row["id"],
+        "from": row["from"],
+        "to": row["to"],
+        "delivered_to": row["to"],
+        "namespace": row["namespace"],
+        "title": row["title"],
+        "priority": row["priority"],
+        "tier": row["tier"],
+        "delivered_at": rfc3339(row["created_at_ms"]),
+        "expires_at": rfc3339(row.get("expires_at_ms")),
+    }
+
+
+def message_json(row: dict[str, Any], *, read: bool | None = None) -> dict[str, Any]:
+    """One inbox message, in both the MCP and the SDK spelling."""
+    created = rfc3339(row["created_at_ms"])
+    return {
+        "id": row["id"],
+        "from": row["from"],
+        "to": row["to"],
+        "namespace": row.get("namespace"),
+        "title": row["title"],
+        "subject": row["title"],
+        "payload": row["payload"],
+        "body": row["payload"],
+        "priority": row["priority"],
+        "tier": row["tier"],
+        "created_at": created,
+        "received_at": created,
+        "expires_at": rfc3339(row.get("expires_at_ms")),
+        "read": bool(row.get("read")) if read is None else read,
+    }
