@@ -1,0 +1,278 @@
+"""The CLI's HTTP client: one request in, decoded JSON (or an error) out.
+
+Built on the stdlib (``urllib``) so that ``ai-memory`` starts in a few tens of
+milliseconds; the daemon is always one hop away and requests are small, so
+connection reuse buys nothing here.
+
+The seam is :class:`Transport`, one method that turns a request into a
+:class:`Response`. :class:`UrllibTransport` is the real one; tests run the
+real one against a stub aiohttp server instead of faking it.
+
+Errors are translated exactly once, in :func:`error_from_response`: the
+daemon's ``{"error", "code", ...}`` body becomes the matching class of
+:mod:`common.errors`, whose ``exit_code`` the command line then uses. A
+daemon that cannot be reached at all raises :class:`CannotConnect` (exit 7);
+a connection that breaks or times out mid-request is :class:`TransportFailed`,
+an ``Unavailable`` (exit 6), because the request may or may not have landed.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from common import __version__, limits
+from common.errors import (
+    AiMemoryError,
+    BadRequest,
+    ClientError,
+    Conflict,
+    Forbidden,
+    LimitExceeded,
+    NoMajority,
+    NotFound,
+    PayloadTooLarge,
+    QuorumNotMet,
+    ServerError,
+    Unauthorized,
+    Unavailable,
+)
+
+DEFAULT_URL = "http://127.0.0.1:9077"
+
+T = TypeVar("T")
+
+
+class CannotConnect(Unavailable):
+    """Nothing answered at the daemon's address (refused, unreachable, bad host)."""
+
+    exit_code = 7
+    code = "cannot_connect"
+
+
+class TransportFailed(Unavailable):
+    """The connection broke or timed out after the request may have been sent."""
+
+    code = "transport_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body.decode("utf-8")) if self.body else None
+
+
+class Transport(Protocol):
+    def send(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: float
+    ) -> Response: ...
+
+
+class UrllibTransport:
+    """Sends one request with ``urllib``; HTTP error statuses are returned, not raised."""
+
+    def send(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: float
+    ) -> Response:
+        request = urllib.request.Request(url, data=body, headers=dict(headers), method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as reply:
+                return Response(reply.status, _lower_keys(reply.headers.items()), reply.read())
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return Response(exc.code, _lower_keys(exc.headers.items()), exc.read())
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            if isinstance(reason, TimeoutError):
+                raise TransportFailed(f"no answer from {_origin(url)} within {timeout:g}s") from exc
+            if isinstance(reason, OSError) and not isinstance(
+                reason, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
+            ):  # refused, unreachable, unknown host: nothing was sent
+                raise CannotConnect(
+                    f"cannot connect to {_origin(url)}: {_reason_text(reason)}"
+                ) from exc
+            raise TransportFailed(
+                f"request to {_origin(url)} failed: {_reason_text(reason)}"
+            ) from exc
+        except TimeoutError as exc:
+            raise TransportFailed(f"no answer from {_origin(url)} within {timeout:g}s") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            # Raised while reading the reply: RemoteDisconnected, resets, bad status lines.
+            raise TransportFailed(f"request to {_origin(url)} failed: {_reason_text(exc)}") from exc
+
+
+def _lower_keys(items: Any) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in items}
+
+
+def _origin(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _reason_text(reason: object) -> str:
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror
+    return str(reason) or type(reason).__name__
+
+
+_BY_STATUS: dict[int, type[AiMemoryError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    429: LimitExceeded,
+    503: Unavailable,
+}
+
+
+def _retry_after(headers: Mapping[str, str]) -> float:
+    try:
+        return max(0.0, float(headers.get("retry-after", "1")))
+    except ValueError:
+        return 1.0
+
+
+def error_from_response(response: Response) -> AiMemoryError:
+    """Translate an HTTP error response into the class of :mod:`common.errors` it names."""
+    try:
+        body = response.json()
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    if not isinstance(body, dict):
+        text = response.body.decode("utf-8", "replace").strip()
+        body = {"error": text or f"HTTP {response.status}"}
+    details = {k: v for k, v in body.items() if k not in ("error", "code")}
+    message = str(body.get("error") or f"HTTP {response.status}")
+    code = body.get("code")
+    status = response.status
+    retry_after = _retry_after(response.headers)
+
+    if status == 503 and (code == "quorum_not_met" or message == "quorum_not_met"):
+        return QuorumNotMet(
+            got=int(details.get("got", 0)),
+            needed=int(details.get("needed", 0)),
+            reason=str(details.get("reason", "")),
+            retry_after=retry_after,
+        )
+    if status == 503 and code == "no_majority":
+        return NoMajority(message, retry_after=retry_after, **details)
+    cls = _BY_STATUS.get(status)
+    if cls is None:
+        cls = ClientError if 400 <= status < 500 else ServerError
+    exc: AiMemoryError
+    if issubclass(cls, Unavailable):
+        exc = cls(message, retry_after=retry_after, **details)
+    else:
+        exc = cls(message, **details)
+    if isinstance(code, str) and code:
+        exc.code = code  # keep the daemon's precise code for display
+    exc.details.setdefault("status", status)
+    return exc
+
+
+class ApiClient:
+    """Talks to one daemon: base URL, identity headers, JSON in and out."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        agent_id: str | None = None,
+        api_key: str | None = None,
+        transport: Transport | None = None,
+        timeout: float = limits.cli_http_timeout_secs,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.agent_id = agent_id
+        self.api_key = api_key
+        self.transport = transport or UrllibTransport()
+        self.timeout = timeout
+        self.sleep = sleep
+
+    def url_for(self, path: str, params: Mapping[str, Any] | None = None) -> str:
+        url = self.base_url + path
+        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        return f"{url}?{urllib.parse.urlencode(query)}" if query else url
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json_body: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Send one request; return decoded JSON (or text), raise an AiMemoryError on failure."""
+        sent_headers = {"Accept": "application/json", "User-Agent": f"ai-memory-cli/{__version__}"}
+        if self.agent_id:
+            sent_headers["X-Agent-Id"] = self.agent_id
+        if self.api_key:
+            sent_headers["X-API-Key"] = self.api_key
+        body: bytes | None = None
+        if json_body is not None:
+            body = json.dumps(json_body).encode("utf-8")
+            sent_headers["Content-Type"] = "application/json"
+        sent_headers.update(headers or {})
+        response = self.transport.send(
+            method, self.url_for(path, params), sent_headers, body, self.timeout
+        )
+        if response.status >= 400:
+            raise error_from_response(response)
+        if "json" in response.headers.get("content-type", "application/json"):
+            try:
+                return response.json()
+            except ValueError as exc:
+                raise ServerError(f"daemon sent invalid JSON for {method} {path}") from exc
+        return response.body.decode("utf-8", "replace")
+
+    def retrying_once(self, call: Callable[[], T]) -> T:
+        """Run ``call``; after a transport failure or a 503, wait and run it exactly once more.
+
+        Only for requests that are safe to repeat: a pop with its request id,
+        a create with its Idempotency-Key.
+        """
+        try:
+            return call()
+        except Unavailable as exc:
+            self.sleep(min(exc.retry_after, limits.cli_retry_wait_max_secs))
+        return call()
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: Any = None, *, headers: Mapping[str, str] | None = None) -> Any:
+        return self.request(
+            "POST", path, json_body=body if body is not None else {}, headers=headers
+        )
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def drop_none(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Omit unset optional fields so the daemon applies its own defaults."""
+    return {k: v for k, v in body.items() if v is not None}

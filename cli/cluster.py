@@ -1,0 +1,176 @@
+"""``ai-memory cluster up|status|init``: run, inspect and configure a cluster.
+
+``up`` starts real ``ai-memory serve`` processes in the foreground (see
+:mod:`cli.supervisor`); ``status`` asks every member for its view (see
+:mod:`cli.cluster_status`); ``init`` writes one config file per node (see
+:mod:`cli.node_config`). ``up`` and ``init`` share :func:`cli.layout.plan_cluster`,
+so node ``node{i}`` always listens on ``base_port + i - 1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from cli import cluster_status
+from cli.layout import DbPath, NodeSpec, majority, peer_entries, plan_cluster
+from cli.node_config import new_secret, write_configs
+from cli.output import note, print_json, table
+from cli.state import CliState, pass_state
+from common.errors import ServerError
+
+SECRET_ENV = "AI_MEMORY_CLUSTER_SECRET"
+DEFAULT_BASE_PORT = 9077
+
+
+@click.group()
+def cluster() -> None:
+    """Run, inspect and configure a cluster of nodes."""
+
+
+def serve_argv(exe: list[str], spec: NodeSpec, nodes: list[NodeSpec]) -> list[str]:
+    """The ``ai-memory serve`` command line of one node of ``nodes``."""
+    argv = [
+        *exe,
+        "serve",
+        "--node-id", spec.node_id,
+        "--host", spec.host,
+        "--port", str(spec.port),
+        "--db", str(spec.db),
+        "--quorum-writes", str(majority(len(nodes))),
+    ]  # fmt: skip
+    peers = peer_entries(spec, nodes)
+    if peers:
+        argv += ["--quorum-peers", ",".join(peers)]
+    return argv
+
+
+@cluster.command("up")
+@click.option(
+    "--nodes", type=click.IntRange(1), default=3, show_default=True, help="How many nodes."
+)
+@click.option(
+    "--base-port",
+    type=int,
+    default=DEFAULT_BASE_PORT,
+    show_default=True,
+    help="Port of node1; node i listens on base + i - 1.",
+)
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".data"),
+    show_default=True,
+    help="Directory of the node databases.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address every node binds.")
+@click.option(
+    "--secret",
+    envvar=SECRET_ENV,
+    show_envvar=True,
+    help="Shared peer secret (default: a new random one for this run).",
+)
+@click.option("--exe", help="Command that runs ai-memory (default: this Python with -m cli).")
+def up(
+    nodes: int, base_port: int, data_dir: Path, host: str, secret: str | None, exe: str | None
+) -> None:
+    """Start a local cluster in the foreground; Ctrl-C stops it."""
+    from cli.supervisor import ChildSpec, Supervisor
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    specs = plan_cluster(nodes, base_port, (host,), DbPath(data_dir.resolve()))
+    command = shlex.split(exe) if exe else [sys.executable, "-m", "cli"]
+    children = [ChildSpec(s.node_id, serve_argv(command, s, specs), s.url) for s in specs]
+    env = {**os.environ, SECRET_ENV: secret or new_secret(), "PYTHONUNBUFFERED": "1"}
+
+    def summary() -> None:
+        click.echo(
+            table(
+                [{"node": s.node_id, "url": s.url, "db": str(s.db)} for s in specs],
+                [("node", "NODE"), ("url", "URL"), ("db", "DATABASE")],
+            )
+        )
+        click.echo(
+            f"cluster of {nodes} ready, write quorum {majority(nodes)}. Try:\n"
+            f"  ai-memory --url {specs[0].url} cluster status\n"
+            "Ctrl-C stops every node."
+        )
+
+    supervisor = Supervisor(specs=children, env=env, out=click.echo)
+    code = asyncio.run(supervisor.run(on_ready=summary))
+    raise SystemExit(code)
+
+
+@cluster.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print every member's raw status as JSON.")
+@pass_state
+def status(state: CliState, as_json: bool) -> None:
+    """Show every member's view: reachability, op-log position, lag, mailboxes, quorum."""
+    first, views = cluster_status.collect(state.url, cluster_status.default_client)
+    healthy = bool(first.get("quorum_healthy"))
+    if as_json:
+        print_json(cluster_status.as_json(state.url, first, views))
+    else:
+        click.echo(table(cluster_status.rows(first, views), cluster_status.COLUMNS))
+        reachable = sum(v.reachable for v in views)
+        click.echo(
+            f"{reachable}/{len(views)} members answered; write quorum {first.get('write_quorum', '?')}; "
+            f"quorum {'healthy' if healthy else 'NOT healthy'} as seen by {first.get('node_id', state.url)}"
+        )
+    if not healthy:
+        raise SystemExit(ServerError.exit_code)
+
+
+@cluster.command("init")
+@click.option(
+    "--nodes", type=click.IntRange(1), default=3, show_default=True, help="How many nodes."
+)
+@click.option(
+    "--base-port",
+    type=int,
+    default=DEFAULT_BASE_PORT,
+    show_default=True,
+    help="Port of node1; node i listens on base + i - 1.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory for the node{i}.toml files.",
+)
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    help="Address of the nodes: once for all, or once per node in order (default 127.0.0.1).",
+)
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/var/lib/ai-memory"),
+    show_default=True,
+    help="Database root; node i uses DATA/node{i}/ai-memory.db (systemd StateDirectory).",
+)
+@click.option("--force", is_flag=True, help="Overwrite existing config files.")
+def init(
+    nodes: int, base_port: int, out_dir: Path, hosts: tuple[str, ...], data_dir: Path, force: bool
+) -> None:
+    """Write one TOML config per node, sharing a freshly generated cluster secret."""
+    specs = plan_cluster(
+        nodes, base_port, hosts or ("127.0.0.1",), DbPath(data_dir, "ai-memory.db")
+    )
+    written = write_configs(specs, out_dir, force=force)
+    for spec, path in zip(specs, written, strict=True):
+        click.echo(f"{path}  {spec.node_id} {spec.url}  db {spec.db}")
+    note(
+        f"write quorum {majority(nodes)} of {nodes}; the files hold the cluster secret (mode 0600).\n"
+        f"Install each as /etc/ai-memory/<node>.toml and start ai-memory@<node> (see deploy/README.md)."
+    )

@@ -1,0 +1,175 @@
+"""``cluster status``: one node's view of the cluster, checked against every member's own.
+
+The node at ``--url`` is asked for ``/api/v1/cluster/status``; every member
+it lists is then asked the same, in parallel, each within
+``limits.cluster_status_timeout_secs``. A member that does not answer is
+shown from what the first node knows of it (last contact, lag).
+
+Columns: op-log position is the sum of the member's version vector; lag is
+how many operations it lacks against the highest position any answering
+member reports per origin; last contact is the first node's view. The
+overall health is the first node's ``quorum_healthy``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from cli.client import ApiClient
+from common import limits
+from common.errors import AiMemoryError
+
+STATUS_PATH = "/api/v1/cluster/status"
+MAILBOXES_SHOWN = 3
+
+
+@dataclass(slots=True)
+class MemberView:
+    node_id: str
+    url: str | None
+    status: dict[str, Any] | None = None
+    error: str | None = None
+
+    @property
+    def reachable(self) -> bool:
+        return self.status is not None
+
+
+def member_addresses(status: Mapping[str, Any], own_url: str) -> list[tuple[str, str | None]]:
+    """(node id, url) of every member the status lists; the queried node first."""
+    own_id = str(status.get("node_id", own_url))
+    found: dict[str, str | None] = {own_id: own_url}
+    for entry in status.get("members", []):
+        node_id: str | None
+        url: str | None
+        if isinstance(entry, Mapping):
+            node_id = entry.get("node_id") or entry.get("id")
+            url = entry.get("url")
+        elif isinstance(entry, str) and "=" in entry and not entry.startswith("http"):
+            node_id, url = entry.split("=", 1)
+        elif isinstance(entry, str) and entry.startswith("http"):
+            node_id, url = None, entry
+        else:
+            node_id, url = str(entry), None
+        if url:
+            url = url.rstrip("/")
+        if node_id is None:
+            node_id = url or "?"
+        if node_id not in found or (found[node_id] is None and url):
+            found[node_id] = url
+    return list(found.items())
+
+
+def collect(
+    url: str, client_for: Callable[[str], ApiClient]
+) -> tuple[dict[str, Any], list[MemberView]]:
+    """Ask ``url`` (errors propagate: nothing to show without it), then every member."""
+    first = client_for(url).get(STATUS_PATH)
+    addresses = member_addresses(first, url.rstrip("/"))
+    own_id = addresses[0][0]
+
+    def ask(address: tuple[str, str | None]) -> MemberView:
+        node_id, member_url = address
+        if node_id == own_id:
+            return MemberView(node_id, member_url, status=first)
+        if member_url is None:
+            return MemberView(node_id, None, error="no URL listed")
+        try:
+            reply = client_for(member_url).get(STATUS_PATH)
+        except AiMemoryError as exc:
+            return MemberView(node_id, member_url, error=exc.message)
+        if not isinstance(reply, dict):
+            return MemberView(node_id, member_url, error="unexpected reply")
+        return MemberView(node_id, member_url, status=reply)
+
+    with ThreadPoolExecutor(max_workers=max(1, len(addresses))) as pool:
+        views = list(pool.map(ask, addresses))
+    return first, views
+
+
+def default_client(url: str) -> ApiClient:
+    return ApiClient(url, timeout=limits.cluster_status_timeout_secs)
+
+
+def _vv(status: Mapping[str, Any] | None) -> dict[str, int]:
+    raw = (status or {}).get("vv") or {}
+    return {str(k): int(v) for k, v in raw.items()}
+
+
+def rows(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[str, Any]]:
+    peers: Mapping[str, Any] = first.get("peers") or {}
+    reference: dict[str, int] = {}
+    known = [_vv(v.status) for v in views if v.reachable]
+    known += [_vv(p) for p in peers.values() if isinstance(p, Mapping)]
+    for vv in known:
+        for origin, seq in vv.items():
+            reference[origin] = max(reference.get(origin, 0), seq)
+    own_id = views[0].node_id if views else None
+    table: list[dict[str, Any]] = []
+    for view in views:
+        peer = peers.get(view.node_id) or {}
+        row: dict[str, Any] = {"node": view.node_id, "url": view.url or "-"}
+        if view.node_id == own_id:
+            row["contact"] = "self"
+        elif peer.get("last_contact_ms_ago") is not None:
+            row["contact"] = f"{int(peer['last_contact_ms_ago']) / 1000:.1f}s ago"
+        else:
+            row["contact"] = "never"
+        if view.status is not None:
+            vv = _vv(view.status)
+            row["reachable"] = "yes"
+            row["version"] = view.status.get("version")
+            row["position"] = sum(vv.values())
+            row["lag"] = sum(max(0, seq - vv.get(origin, 0)) for origin, seq in reference.items())
+            row["mailboxes"] = _mailboxes(view.status.get("owned_mailboxes") or {})
+            row["quorum"] = "healthy" if view.status.get("quorum_healthy") else "NOT healthy"
+        else:
+            row["reachable"] = f"no ({view.error})"
+            row["position"] = sum(_vv(peer).values()) if peer.get("vv") else None
+            row["lag"] = peer.get("lag_ops")
+        table.append(row)
+    return table
+
+
+def _mailboxes(owned: Mapping[str, Any]) -> str:
+    if not owned:
+        return "-"
+    items = [f"{box}@{epoch}" for box, epoch in sorted(owned.items())]
+    shown = ", ".join(items[:MAILBOXES_SHOWN])
+    more = len(items) - MAILBOXES_SHOWN
+    return f"{shown} (+{more})" if more > 0 else shown
+
+
+COLUMNS = [
+    ("node", "NODE"),
+    ("url", "URL"),
+    ("reachable", "REACHABLE"),
+    ("version", "VERSION"),
+    ("position", "OPLOG POS"),
+    ("lag", "LAG OPS"),
+    ("contact", "LAST CONTACT"),
+    ("mailboxes", "OWNED MAILBOXES@EPOCH"),
+    ("quorum", "QUORUM"),
+]
+
+
+def as_json(url: str, first: Mapping[str, Any], views: list[MemberView]) -> dict[str, Any]:
+    return {
+        "queried": url,
+        "node_id": first.get("node_id"),
+        "quorum_healthy": bool(first.get("quorum_healthy")),
+        "write_quorum": first.get("write_quorum"),
+        "members": [
+            {
+                "node_id": v.node_id,
+                "url": v.url,
+                "reachable": v.reachable,
+                "error": v.error,
+                "status": v.status,
+            }
+            for v in views
+        ],
+    }

@@ -1,0 +1,107 @@
+"""The ``ai-memory`` command: one click group, one place where errors become exit codes.
+
+Global options say where the daemon is and who is asking: ``--url``
+(``AI_MEMORY_URL``, default http://127.0.0.1:9077), ``--agent-id``
+(``AI_MEMORY_AGENT_ID``, sent as ``X-Agent-Id``) and ``--api-key``
+(``AI_MEMORY_API_KEY``, sent as ``X-API-Key``).
+
+Any :class:`common.errors.AiMemoryError` raised by a command is printed on
+stderr and ends the process with its ``exit_code``: 2 client error, 3 not
+found, 4 conflict, 5 limit, 6 server or unavailable, 7 cannot connect.
+
+``serve`` lives in :mod:`cli.serve` and pulls in the whole daemon, so it is
+imported only when asked for; every other command talks HTTP and starts fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+from cli.agents import agents
+from cli.client import DEFAULT_URL
+from cli.cluster import cluster
+from cli.health import health
+from cli.inbox import inbox
+from cli.memories import memories
+from cli.message import message
+from cli.notify import notify
+from cli.output import print_error
+from cli.session import session
+from cli.state import CliState
+from common import __version__
+from common.errors import AiMemoryError
+
+LAZY_COMMANDS = {"serve": ("cli.serve", "serve")}
+
+
+class RootGroup(click.Group):
+    """Adds lazily imported commands and turns AiMemoryError into exit codes."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS:
+            module_name, attr = LAZY_COMMANDS[cmd_name]
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as exc:
+                if exc.name != module_name:
+                    raise
+                return None
+            command = getattr(module, attr)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AiMemoryError as exc:
+            print_error(exc)
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(
+    __version__, "-V", "--version", prog_name="ai-memory", message="%(prog)s %(version)s"
+)
+@click.option(
+    "--url",
+    envvar="AI_MEMORY_URL",
+    default=DEFAULT_URL,
+    show_default=True,
+    show_envvar=True,
+    help="Base URL of the daemon to talk to.",
+)
+@click.option(
+    "--agent-id",
+    envvar="AI_MEMORY_AGENT_ID",
+    show_envvar=True,
+    help="Who you are; sent as X-Agent-Id.",
+)
+@click.option(
+    "--api-key",
+    envvar="AI_MEMORY_API_KEY",
+    show_envvar=True,
+    help="Sent as X-API-Key when the daemon requires keys.",
+)
+@click.pass_context
+def cli(ctx: click.Context, url: str, agent_id: str | None, api_key: str | None) -> None:
+    """ai-memory: notify agents, exchange claim-once project mail, run a cluster."""
+    ctx.obj = CliState(url=url, agent_id=agent_id or None, api_key=api_key or None)
+
+
+for _command in (notify, inbox, agents, session, message, memories, health, cluster):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    cli(prog_name="ai-memory")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""TOML configuration files for the nodes of a new cluster (``cluster init``).
+
+Each file is what ``ai-memory serve --config FILE`` reads (the sections of
+``daemon/settings.py``): ``[server]`` host and port, ``[store]`` db,
+``[cluster]`` node id, peers as ``id=url`` entries, write quorum and the
+shared secret that signs peer requests. The secret is generated once per
+cluster with :func:`secrets.token_hex`, so the files are written readable by
+their owner only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cli.layout import NodeSpec, majority, peer_entries
+from common.errors import Conflict
+
+SECRET_BYTES = 32
+
+
+def new_secret() -> str:
+    return secrets.token_hex(SECRET_BYTES)
+
+
+def _toml_str(value: str) -> str:
+    # A JSON string is a valid TOML basic string for everything json.dumps emits.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def render_config(spec: NodeSpec, cluster: list[NodeSpec], secret: str, now: datetime) -> str:
+    peers = ", ".join(_toml_str(p) for p in peer_entries(spec, cluster))
+    return "\n".join(
+        [
+            f"# ai-memory node {spec.node_id} of {len(cluster)}; written by `ai-memory cluster init`"
+            f" at {now.strftime('%Y-%m-%dT%H:%M:%SZ')}.",
+            "# Holds the cluster secret: keep it readable by root only (systemd hands it",
+            "# to the service with LoadCredential=).",
+            'log_level = "info"',
+            "",
+            "[server]",
+            f"host = {_toml_str(spec.host)}",
+            f"port = {spec.port}",
+            "",
+            "[store]",
+            f"db = {_toml_str(str(spec.db))}",
+            "",
+            "[cluster]",
+            f"node_id = {_toml_str(spec.node_id)}",
+            f"peers = [{peers}]",
+            f"write_quorum = {majority(len(cluster))}",
+            f"secret = {_toml_str(secret)}",
+            "",
+        ]
+    )
+
+
+def write_configs(cluster: list[NodeSpec], out_dir: Path, *, force: bool = False) -> list[Path]:
+    """Write ``{out_dir}/{node_id}.toml`` for every node with one fresh shared secret."""
+    targets = [out_dir / f"{spec.node_id}.toml" for spec in cluster]
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not force:
+        raise Conflict(f"refusing to overwrite {', '.join(existing)} (pass --force)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    secret = new_secret()
+    now = datetime.now(UTC)
+    for spec, target in zip(cluster, targets, strict=True):
+        text = render_config(spec, cluster, secret, now)
+        tmp = target.with_name(target.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, target)
+    return targets
