@@ -95,3 +95,7 @@ cli_retry_wait_max_secs = 5.0  # longest Retry-After the CLI honours before its 
 cluster_up_ready_timeout_secs = 30.0  # `cluster up`: wait this long for every node's /health
 cluster_up_stop_grace_secs = 15.0  # `cluster up`: after SIGTERM, wait this long before SIGKILL
 cluster_status_timeout_secs = 3.0  # `cluster status`: per-member status request
+
+# --- MCP server (`ai-memory mcp`) -------------------------------------------
+mcp_http_timeout_secs = 30.0  # one forwarded HTTP request to the node, connect + response
+mcp_retry_wait_max_secs = 5.0  # longest Retry-After honoured before the one retry of a pop / create
