@@ -398,13 +398,15 @@ class Replica:
 
     def claim_by_request(self, workspace: str, project: str,
                          request_id: str) -> dict[str, Any] | None:
-        for msg_id, term in self._terminals.items():
-            if term.row["request_id"] != request_id or term.row["state"] != CLAIMED:
-                continue
-            msg = self._messages.get(msg_id)
-            if msg and msg.row["to_workspace"] == workspace and msg.row["to_project"] == project:
-                return self._view(msg)
-        return None
+        """The message of this mailbox claimed under ``request_id`` (the
+        oldest one, should a request id have been reused)."""
+        def pred(m: _Message) -> bool:
+            term = self._terminals.get(m.row["id"])
+            return (term is not None and term.row["state"] == CLAIMED
+                    and term.row["request_id"] == request_id
+                    and m.row["to_workspace"] == workspace and m.row["to_project"] == project)
+        found = self._fifo(pred)
+        return self._view(found[0]) if found else None
 
     # -- comparison ----------------------------------------------------------------
 

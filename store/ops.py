@@ -120,7 +120,8 @@ class Op:
 
 
 def pack_body(body: dict[str, Any]) -> bytes:
-    return msgpack.packb(body, use_bin_type=True)
+    packed: bytes = msgpack.packb(body, use_bin_type=True)
+    return packed
 
 
 def unpack_body(raw: bytes) -> dict[str, Any]:
@@ -131,7 +132,8 @@ def unpack_body(raw: bytes) -> dict[str, Any]:
 
 
 def pack_ops(ops: list[Op]) -> bytes:
-    return msgpack.packb([op.to_wire() for op in ops], use_bin_type=True)
+    packed: bytes = msgpack.packb([op.to_wire() for op in ops], use_bin_type=True)
+    return packed
 
 
 def unpack_ops(raw: bytes) -> list[Op]:

@@ -1,0 +1,209 @@
+"""Merging one op into the SQLite state tables.
+
+The same rules as :mod:`store.merge`, written as conditional upserts so
+SQLite itself keeps the winner: each statement compares the incoming op's
+rank with the rank stored beside the row (``hlc, origin, seq`` columns) and
+only overwrites when the merge rule says so. Because every statement is a
+correct merge on its own, ops can be applied in any order and any grouping.
+
+Runs on the writer thread, inside the writer's transaction; nothing here
+commits. The op log and the seen-set are the writer's business
+(:mod:`store.writer`); this module touches only the state tables.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from store import ops as K
+from store.ops import Op
+from store.records import (
+    is_expired,
+    memory_row,
+    message_row,
+    note_row,
+    physical_ms,
+    terminal_row,
+)
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+_MEM_COLS = ("id", "tier", "namespace", "title", "content", "tags", "priority", "confidence",
+             "source", "access_count", "created_at_ms", "updated_at_ms", "expires_at_ms",
+             "agent_id", "metadata", "hlc", "origin", "seq")
+_MEM_UPSERT = (
+    f"INSERT INTO memories ({', '.join(_MEM_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in _MEM_COLS)}) "
+    "ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _MEM_COLS[1:])
+    + " WHERE (excluded.hlc, excluded.origin, excluded.seq)"
+    " > (memories.hlc, memories.origin, memories.seq)"
+)
+
+_NOTE_COLS = ("id", "from_agent", "to_agent", "namespace", "title", "payload", "priority", "tier",
+              "created_at_ms", "expires_at_ms", "hlc", "origin", "seq")
+_NOTE_UPSERT = (
+    f"INSERT INTO notes ({', '.join(_NOTE_COLS)}, read) "
+    f"VALUES ({', '.join(':' + c for c in _NOTE_COLS)}, "
+    " EXISTS (SELECT 1 FROM note_reads WHERE agent_id = :to_agent AND note_id = :id)) "
+    "ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in (*_NOTE_COLS[1:], "read"))
+    + " WHERE (excluded.hlc, excluded.origin, excluded.seq) < (notes.hlc, notes.origin, notes.seq)"
+)
+
+_AGENT_NEWER = ("(agents.reg_hlc IS NULL OR (excluded.reg_hlc, excluded.reg_origin, excluded.reg_seq)"
+                " > (agents.reg_hlc, agents.reg_origin, agents.reg_seq))")
+_AGENT_REG = (
+    "INSERT INTO agents (agent_id, agent_type, capabilities, registered_at_ms, last_seen_at_ms,"
+    " reg_hlc, reg_origin, reg_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (agent_id) DO UPDATE SET "
+    + ", ".join(f"{c} = CASE WHEN {_AGENT_NEWER} THEN excluded.{c} ELSE agents.{c} END"
+                for c in ("agent_type", "capabilities", "reg_hlc", "reg_origin", "reg_seq"))
+    + ", registered_at_ms = min(coalesce(agents.registered_at_ms, excluded.registered_at_ms),"
+    " excluded.registered_at_ms)"
+    ", last_seen_at_ms = max(coalesce(agents.last_seen_at_ms, excluded.last_seen_at_ms),"
+    " excluded.last_seen_at_ms)"
+)
+_AGENT_SEEN = (
+    "INSERT INTO agents (agent_id, last_seen_at_ms) VALUES (?, ?) "
+    "ON CONFLICT (agent_id) DO UPDATE SET last_seen_at_ms ="
+    " max(coalesce(agents.last_seen_at_ms, excluded.last_seen_at_ms), excluded.last_seen_at_ms)"
+)
+
+_SESSION_OLDER = ("(excluded.hlc, excluded.origin, excluded.seq)"
+                  " < (sessions.hlc, sessions.origin, sessions.seq)")
+_SESSION_UPSERT = (
+    "INSERT INTO sessions (session_id, workspace, project, harness, owner_user, started_at_ms,"
+    " last_at_ms, hlc, origin, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET "
+    + ", ".join(f"{c} = CASE WHEN {_SESSION_OLDER} THEN excluded.{c} ELSE sessions.{c} END"
+                for c in ("workspace", "project", "harness", "owner_user", "hlc", "origin", "seq"))
+    + ", started_at_ms = min(sessions.started_at_ms, excluded.started_at_ms)"
+    ", last_at_ms = max(sessions.last_at_ms, excluded.last_at_ms)"
+)
+_HARNESS_UPSERT = (
+    "INSERT INTO project_harnesses (workspace, project, harness, first_at_ms, last_at_ms)"
+    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (workspace, project, harness) DO UPDATE SET"
+    " first_at_ms = min(project_harnesses.first_at_ms, excluded.first_at_ms),"
+    " last_at_ms = max(project_harnesses.last_at_ms, excluded.last_at_ms)"
+)
+
+_MSG_COLS = ("id", "to_workspace", "to_project", "to_agent", "from_workspace", "from_project",
+             "from_agent", "from_owner_user", "subject", "body", "nature", "evidence",
+             "created_at_ms", "send_epoch", "hlc", "origin", "seq")
+_MSG_UPSERT = (
+    f"INSERT INTO messages ({', '.join(_MSG_COLS)}, state) "
+    f"VALUES ({', '.join(':' + c for c in _MSG_COLS)}, "
+    " coalesce((SELECT state FROM msg_terminal WHERE id = :id), 'pending')) "
+    "ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _MSG_COLS[1:])
+    + " WHERE (excluded.hlc, excluded.origin, excluded.seq)"
+    " < (messages.hlc, messages.origin, messages.seq)"
+)
+
+_TERM_COLS = ("id", "state", "epoch", "hlc", "origin", "seq", "claimed_by_session",
+              "claimed_by_agent", "request_id", "claimed_at_ms", "cancelled_at_ms")
+_TERM_UPSERT = (
+    f"INSERT INTO msg_terminal ({', '.join(_TERM_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in _TERM_COLS)}) "
+    "ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _TERM_COLS[1:])
+    + " WHERE (excluded.epoch, excluded.hlc, excluded.origin, excluded.seq)"
+    " > (msg_terminal.epoch, msg_terminal.hlc, msg_terminal.origin, msg_terminal.seq)"
+)
+
+
+def _stamp(op: Op) -> dict[str, Any]:
+    return {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+
+
+def _mem_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    row = memory_row(op)
+    if c.execute("SELECT 1 FROM mem_tombstones WHERE id = ?", (row["id"],)).fetchone():
+        return
+    params = {**row, **_stamp(op), "tags": to_json(row["tags"]),
+              "metadata": to_json(row["metadata"])}
+    c.execute(_MEM_UPSERT, params)
+
+
+def _mem_del(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    mem_id = str(op.body["id"])
+    c.execute("INSERT OR IGNORE INTO mem_tombstones (id) VALUES (?)", (mem_id,))
+    c.execute("DELETE FROM memories WHERE id = ?", (mem_id,))
+
+
+def _note_new(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    row = note_row(op)
+    if is_expired(row["expires_at_ms"], now_ms):
+        return
+    params = {**row, **_stamp(op), "from_agent": row["from"], "to_agent": row["to"]}
+    c.execute(_NOTE_UPSERT, params)
+
+
+def _note_read(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    reader = str(op.body["to"])
+    pairs = [(reader, str(i)) for i in op.body.get("ids") or []]
+    c.executemany("INSERT OR IGNORE INTO note_reads (agent_id, note_id) VALUES (?, ?)", pairs)
+    c.executemany("UPDATE notes SET read = 1 WHERE to_agent = ? AND id = ? AND read = 0", pairs)
+
+
+def _agent_reg(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    b = op.body
+    registered = int(b.get("registered_at_ms", physical_ms(op.hlc)))
+    caps = b.get("capabilities")
+    c.execute(_AGENT_REG, (str(b["agent_id"]), b.get("agent_type"),
+                           None if caps is None else to_json(caps), registered, registered,
+                           op.hlc, op.origin, op.seq))
+
+
+def _agent_seen(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    c.execute(_AGENT_SEEN, (str(op.body["agent_id"]), int(op.body["at_ms"])))
+
+
+def _session_start(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    b = op.body
+    at_ms = int(b["at_ms"])
+    ws, proj, harness = str(b["workspace"]), str(b["project"]), str(b["harness"])
+    c.execute(_SESSION_UPSERT, (str(b["session_id"]), ws, proj, harness, b.get("owner_user"),
+                                at_ms, at_ms, op.hlc, op.origin, op.seq))
+    c.execute(_HARNESS_UPSERT, (ws, proj, harness, at_ms, at_ms))
+
+
+def _msg_send(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    c.execute(_MSG_UPSERT, {**message_row(op), **_stamp(op), "send_epoch": op.epoch})
+
+
+def _msg_terminal(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    msg_id = str(op.body["id"])
+    c.execute(_TERM_UPSERT, {**terminal_row(op), **_stamp(op), "id": msg_id})
+    c.execute("UPDATE messages SET state = (SELECT state FROM msg_terminal WHERE id = ?1)"
+              " WHERE id = ?1", (msg_id,))
+
+
+_APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
+    K.MEM_PUT: _mem_put,
+    K.MEM_DEL: _mem_del,
+    K.NOTE_NEW: _note_new,
+    K.NOTE_READ: _note_read,
+    K.AGENT_REG: _agent_reg,
+    K.AGENT_SEEN: _agent_seen,
+    K.SESSION_START: _session_start,
+    K.MSG_SEND: _msg_send,
+    K.MSG_CLAIM: _msg_terminal,
+    K.MSG_CANCEL: _msg_terminal,
+}
+
+
+def apply_op(conn: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    """Merge ``op`` into the state tables (the caller holds the transaction)."""
+    try:
+        fn = _APPLY[op.kind]
+    except KeyError:
+        raise ValueError(f"unknown op kind {op.kind!r}") from None
+    fn(conn, op, now_ms)

@@ -1,0 +1,415 @@
+"""``Store``: one node's SQLite file behind an async API.
+
+Writes go through the single :class:`store.writer.Writer` (group commit on
+its own thread); reads go through a :class:`store.reader.ReadPool` of
+read-only aiosqlite connections that run alongside it thanks to WAL. The
+merge rules are those of :mod:`store.merge`, kept by the upserts in
+:mod:`store.apply`; the read shapes come from :mod:`store.queries`. Every
+write is durable when its awaitable returns.
+
+The seen-set (version vector plus ops held past a gap) and the greatest HLC
+are loaded once at open and then kept in memory by the writer, so
+``version_vector``, ``max_seq`` and the duplicate check cost no query.
+Mailbox promises are local to the node: never replicated, only raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from common import limits
+from store import queries as Q
+from store.ops import Op, unpack_body
+from store.reader import ReadPool
+from store.records import MESSAGE_FIELDS, SESSION_FIELDS
+from store.schema import connect, migrate
+from store.seen import SeenSet
+from store.writer import Writer
+
+
+@dataclass(frozen=True, slots=True)
+class CoreState:
+    """What the federation core needs to resume after a restart."""
+
+    vv: dict[str, int]
+    max_hlc: int
+    own_max_seq: int
+    promises: dict[str, int]
+
+
+def _open_writer(path: str) -> tuple[sqlite3.Connection, SeenSet, int]:
+    conn = connect(path)
+    try:
+        migrate(conn)
+        marks = dict(conn.execute("SELECT origin, watermark FROM vv").fetchall())
+        held: dict[str, set[int]] = {}
+        for origin, seq in conn.execute("SELECT origin, seq FROM vv_held"):
+            held.setdefault(origin, set()).add(seq)
+        row = conn.execute("SELECT value FROM node_meta WHERE name = 'max_hlc'").fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    return conn, SeenSet(marks, held), row[0] if row else 0
+
+
+def _op(row: sqlite3.Row) -> Op:
+    return Op(origin=row["origin"], seq=row["seq"], hlc=row["hlc"], kind=row["kind"],
+              key=row["key"], body=unpack_body(row["body"]), epoch=row["epoch"])
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+class Store:
+    def __init__(self, path: str, node_id: str, executor: ThreadPoolExecutor,
+                 conn: sqlite3.Connection, writer: Writer, reads: ReadPool) -> None:
+        self.path = path
+        self.node_id = node_id
+        self._executor = executor
+        self._conn = conn
+        self._writer = writer
+        self._reads = reads
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str], node_id: str, *,
+                   queue_max: int = limits.writer_queue_max,
+                   batch_max: int = limits.writer_batch_max,
+                   read_connections: int = limits.store_read_connections) -> Store:
+        """Open (creating and migrating as needed) the database at ``path``."""
+        path = os.fspath(path)
+        loop = asyncio.get_running_loop()
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
+        try:
+            conn, seen, max_hlc = await loop.run_in_executor(executor, _open_writer, path)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        writer = Writer(conn, executor, seen, max_hlc, queue_max=queue_max, batch_max=batch_max)
+        try:
+            reads = await ReadPool.open(path, read_connections)
+        except BaseException:
+            await loop.run_in_executor(executor, conn.close)
+            executor.shutdown(wait=False)
+            raise
+        writer.start()
+        return cls(path, node_id, executor, conn, writer, reads)
+
+    async def close(self) -> None:
+        """Finish every queued write, then close all connections."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._writer.close()
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._conn.close)
+        self._executor.shutdown(wait=False)
+        await self._reads.close()
+
+    # -- ops -----------------------------------------------------------------------
+
+    async def apply_ops(self, ops: Iterable[Op], now_ms: int) -> list[Op]:
+        """Log and merge ``ops`` in one durable transaction (shared with
+        concurrent callers); return the ops that were new."""
+        return await self._writer.apply(list(ops), now_ms)
+
+    def version_vector(self) -> dict[str, int]:
+        return self._writer.seen.version_vector()
+
+    def max_seq(self, origin: str) -> int:
+        return self._writer.seen.max_seq(origin)
+
+    def max_hlc(self) -> int:
+        return self._writer.max_hlc
+
+    async def ops_missing(self, vv: dict[str, int], limit: int) -> list[Op]:
+        """Logged ops ``vv`` does not cover, ordered by (origin, seq), at most ``limit``."""
+        out: list[Op] = []
+        for origin in sorted(self._writer.seen.origins()):
+            if len(out) >= limit:
+                break
+            rows = await self._reads.fetchall(
+                f"SELECT {Q.OP_COLS} FROM oplog WHERE origin = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (origin, vv.get(origin, 0), limit - len(out)))
+            out.extend(_op(r) for r in rows)
+        return out
+
+    async def ops_for_key(self, key: str, vv: dict[str, int] | None = None) -> list[Op]:
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.OP_COLS} FROM oplog WHERE key = ? ORDER BY origin, seq", (key,))
+        floor = vv or {}
+        return [_op(r) for r in rows if r["seq"] > floor.get(r["origin"], 0)]
+
+    async def gc(self, floor_vv: dict[str, int]) -> int:
+        """Delete op-log rows every member holds; return how many. Their ids
+        stay covered by the version vector, and memory tombstones stay."""
+        pairs = [(o, s) for o, s in floor_vv.items() if s > 0]
+
+        def run(conn: sqlite3.Connection) -> int:
+            cur = conn.executemany("DELETE FROM oplog WHERE origin = ? AND seq <= ?", pairs)
+            return max(cur.rowcount, 0)
+        result: int = await self._writer.call(run)
+        return result
+
+    async def purge_expired(self, now_ms: int) -> int:
+        """Delete expired notifications (and their read marks) locally."""
+        def run(conn: sqlite3.Connection) -> int:
+            conn.execute(
+                "DELETE FROM note_reads WHERE (agent_id, note_id) IN (SELECT to_agent, id"
+                " FROM notes WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?)", (now_ms,))
+            cur = conn.execute(
+                "DELETE FROM notes WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?",
+                (now_ms,))
+            return max(cur.rowcount, 0)
+        result: int = await self._writer.call(run)
+        return result
+
+    # -- promises (local) -------------------------------------------------------------
+
+    async def set_promised(self, mailbox: str, epoch: int) -> None:
+        """Durably record that this node promised ``epoch`` for ``mailbox``
+        (a lower epoch than the one stored changes nothing)."""
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO promises (mailbox, epoch) VALUES (?, ?) ON CONFLICT (mailbox)"
+                         " DO UPDATE SET epoch = max(epoch, excluded.epoch)", (mailbox, epoch))
+        await self._writer.call(run)
+
+    async def get_promised(self, mailbox: str) -> int:
+        row = await self._reads.fetchone("SELECT epoch FROM promises WHERE mailbox = ?", (mailbox,))
+        return int(row[0]) if row else 0
+
+    async def load_core_state(self) -> CoreState:
+        rows = await self._reads.fetchall("SELECT mailbox, epoch FROM promises")
+        return CoreState(vv=self.version_vector(), max_hlc=self.max_hlc(),
+                         own_max_seq=self.max_seq(self.node_id),
+                         promises={r[0]: r[1] for r in rows})
+
+    # -- memories -------------------------------------------------------------------
+
+    async def get_memory(self, memory_id: str, *, now_ms: int) -> dict[str, Any] | None:
+        row = await self._reads.fetchone(
+            f"SELECT {Q.MEMORY_COLS} FROM memories WHERE id = :id AND {Q.NOT_EXPIRED}",
+            {"id": memory_id, "now": now_ms})
+        return None if row is None else Q.memory(row)
+
+    async def list_memories(self, *, namespace: str | None = None, tier: str | None = None,
+                            tags: list[str] | None = None, min_priority: int | None = None,
+                            agent_id: str | None = None, limit: int, offset: int = 0,
+                            now_ms: int) -> list[dict[str, Any]]:
+        where = [Q.NOT_EXPIRED]
+        params: dict[str, Any] = {"now": now_ms, "limit": limit, "offset": offset}
+        for name, value, clause in (("namespace", namespace, "namespace = :namespace"),
+                                    ("tier", tier, "tier = :tier"),
+                                    ("min_priority", min_priority, "priority >= :min_priority"),
+                                    ("agent_id", agent_id, "agent_id = :agent_id")):
+            if value is not None:
+                where.append(clause)
+                params[name] = value
+        for i, tag in enumerate(dict.fromkeys(tags or ())):
+            where.append(f"EXISTS (SELECT 1 FROM json_each(memories.tags) WHERE value = :tag{i})")
+            params[f"tag{i}"] = tag
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.MEMORY_COLS} FROM memories WHERE {' AND '.join(where)}"
+            " ORDER BY updated_at_ms DESC, id DESC LIMIT :limit OFFSET :offset", params)
+        return [Q.memory(r) for r in rows]
+
+    # -- inbox ---------------------------------------------------------------------
+
+    async def inbox(self, agent_id: str, *, unread_only: bool, limit: int,
+                    min_priority: int | None = None, since_ms: int | None = None,
+                    now_ms: int) -> list[dict[str, Any]]:
+        """Notifications to ``agent_id``, highest priority then newest first;
+        every filter applies before ``limit``."""
+        where = ["to_agent = :agent", Q.NOT_EXPIRED]
+        params: dict[str, Any] = {"agent": agent_id, "now": now_ms, "limit": limit}
+        if unread_only:
+            where.append("read = 0")
+        if min_priority is not None:
+            where.append("priority >= :min_priority")
+            params["min_priority"] = min_priority
+        if since_ms is not None:
+            where.append("created_at_ms >= :since")
+            params["since"] = since_ms
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.NOTE_COLS} FROM notes WHERE {' AND '.join(where)}"
+            " ORDER BY priority DESC, created_at_ms DESC, id DESC LIMIT :limit", params)
+        return [Q.note(r) for r in rows]
+
+    async def inbox_count(self, agent_id: str, *, unread_only: bool, now_ms: int) -> int:
+        unread = " AND read = 0" if unread_only else ""
+        row = await self._reads.fetchone(
+            f"SELECT count(*) FROM notes WHERE to_agent = :agent AND {Q.NOT_EXPIRED}{unread}",
+            {"agent": agent_id, "now": now_ms})
+        return int(row[0]) if row else 0
+
+    async def notifications(self, ids: Iterable[str]) -> list[dict[str, Any]]:
+        """The notifications with these ids, in the order asked; unknown ids are skipped."""
+        wanted = list(dict.fromkeys(ids))
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start:start + 500]
+            rows = await self._reads.fetchall(
+                f"SELECT {Q.NOTE_COLS} FROM notes WHERE id IN ({', '.join('?' * len(chunk))})",
+                chunk)
+            found.update((r["id"], Q.note(r)) for r in rows)
+        return [found[i] for i in wanted if i in found]
+
+    # -- agents, projects, sessions --------------------------------------------------------
+
+    async def list_agents(self) -> list[dict[str, Any]]:
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.AGENT_COLS} FROM agents WHERE reg_hlc IS NOT NULL ORDER BY agent_id")
+        return [Q.agent(r) for r in rows]
+
+    async def get_agent(self, agent_id: str) -> dict[str, Any] | None:
+        row = await self._reads.fetchone(
+            f"SELECT {Q.AGENT_COLS} FROM agents WHERE agent_id = ? AND reg_hlc IS NOT NULL",
+            (agent_id,))
+        return None if row is None else Q.agent(row)
+
+    async def project_exists(self, workspace: str, project: str) -> bool:
+        row = await self._reads.fetchone(
+            "SELECT 1 FROM project_harnesses WHERE workspace = ? AND project = ? LIMIT 1",
+            (workspace, project))
+        return row is not None
+
+    async def project_harnesses(self, workspace: str, project: str) -> set[str]:
+        rows = await self._reads.fetchall(
+            "SELECT harness FROM project_harnesses WHERE workspace = ? AND project = ?",
+            (workspace, project))
+        return {r[0] for r in rows}
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        row = await self._reads.fetchone(
+            f"SELECT {Q.SESSION_COLS} FROM sessions WHERE session_id = ?", (session_id,))
+        return None if row is None else dict(row)
+
+    async def last_active_project(self) -> tuple[str, str] | None:
+        row = await self._reads.fetchone(
+            "SELECT workspace, project FROM project_harnesses"
+            " ORDER BY last_at_ms DESC, workspace, project LIMIT 1")
+        return None if row is None else (row[0], row[1])
+
+    async def list_projects(self) -> list[dict[str, Any]]:
+        return Q.projects(await self._reads.fetchall(
+            "SELECT * FROM project_harnesses ORDER BY workspace, project, harness"))
+
+    # -- mailbox ------------------------------------------------------------------
+
+    async def _messages(self, where: str, params: Iterable[Any] | dict[str, Any],
+                        order: str, limit: int, offset: int = 0) -> list[dict[str, Any]]:
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.MESSAGE_COLS} FROM {Q.MESSAGE_FROM} WHERE {where}"
+            f" ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}", params)
+        return [Q.message(r) for r in rows]
+
+    async def message(self, msg_id: str) -> dict[str, Any] | None:
+        found = await self._messages("m.id = ?", (msg_id,), Q.FIFO, 1)
+        return found[0] if found else None
+
+    async def mailbox_pending(self, workspace: str, project: str, *, limit: int,
+                              agent: str | None = None) -> list[dict[str, Any]]:
+        """Pending messages of a mailbox, oldest send first; with ``agent``,
+        only those addressed to nobody in particular or to that agent."""
+        where = "m.to_workspace = ? AND m.to_project = ? AND m.state = 'pending'"
+        params: list[Any] = [workspace, project]
+        if agent is not None:
+            where += " AND (m.to_agent IS NULL OR m.to_agent = ?)"
+            params.append(agent)
+        return await self._messages(where, params, Q.FIFO, limit)
+
+    async def mailbox_pending_count(self, workspace: str, project: str) -> int:
+        row = await self._reads.fetchone(
+            "SELECT count(*) FROM messages WHERE to_workspace = ? AND to_project = ?"
+            " AND state = 'pending'", (workspace, project))
+        return int(row[0]) if row else 0
+
+    async def mailbox_messages(self, workspace: str, project: str, *, limit: int,
+                               offset: int = 0) -> list[dict[str, Any]]:
+        """Every message of a mailbox, any state, newest first (audit, web)."""
+        return await self._messages("m.to_workspace = ? AND m.to_project = ?",
+                                    (workspace, project),
+                                    "m.hlc DESC, m.origin DESC, m.seq DESC", limit, offset)
+
+    async def outbox(self, from_workspace: str, from_project: str, *, limit: int,
+                     pending_only: bool = True) -> list[dict[str, Any]]:
+        where = "m.from_workspace = ? AND m.from_project = ?"
+        if pending_only:
+            where += " AND m.state = 'pending'"
+        return await self._messages(where, (from_workspace, from_project), Q.FIFO, limit)
+
+    async def claim_by_request(self, workspace: str, project: str,
+                               request_id: str) -> dict[str, Any] | None:
+        """The message of this mailbox claimed under ``request_id``, if any."""
+        found = await self._messages(
+            "m.to_workspace = ? AND m.to_project = ? AND t.request_id = ?"
+            " AND t.state = 'claimed'", (workspace, project, request_id), Q.FIFO, 1)
+        return found[0] if found else None
+
+    # -- status ----------------------------------------------------------------------
+
+    async def stats(self) -> dict[str, Any]:
+        counts = await self._reads.fetchone(
+            "SELECT " + ", ".join(f"(SELECT count(*) FROM {t}) AS {t}" for t in Q.STAT_TABLES))
+        pages = await self._reads.fetchone(
+            "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()")
+        wal = self.path + "-wal"
+        return {
+            "tables": dict(counts) if counts else {},
+            "oplog_ops": counts["oplog"] if counts else 0,
+            "db_bytes": int(pages[0]) if pages else 0,
+            "wal_bytes": _file_size(wal),
+            "writer": {**asdict(self._writer.stats), "queue_depth": self._writer.queue_depth},
+            "version_vector": self.version_vector(),
+            "max_hlc": self.max_hlc(),
+        }
+
+    # -- comparison ----------------------------------------------------------------
+
+    async def snapshot(self, now_ms: int | None = None) -> dict[str, Any]:
+        """All replicated state in the canonical form of
+        :meth:`store.merge.Replica.snapshot` (same meaning of ``now_ms``)."""
+        live = "" if now_ms is None else f" WHERE {Q.NOT_EXPIRED}"
+        p = {} if now_ms is None else {"now": now_ms}
+        fetch = self._reads.fetchall
+        memories = {r["id"]: Q.memory(r) for r in await fetch(
+            f"SELECT {Q.MEMORY_COLS} FROM memories{live}", p)}
+        notes = {r["id"]: Q.note(r, with_read=False) for r in await fetch(
+            f"SELECT {Q.NOTE_COLS} FROM notes{live}", p)}
+        agents = {r["agent_id"]: (a["agent_type"], a["capabilities"], a["registered_at_ms"],
+                                  a["last_seen_at_ms"])
+                  for r in await fetch(f"SELECT {Q.AGENT_COLS} FROM agents")
+                  for a in (Q.agent(r),)}
+        messages = {}
+        for r in await fetch("SELECT * FROM messages"):
+            row = {name: r[name] for name in MESSAGE_FIELDS}
+            messages[r["id"]] = {**row, "order": (r["hlc"], r["origin"]), "epoch": r["send_epoch"]}
+        terminals = {r["id"]: {k: r[k] for k in ("state", "epoch", "claimed_by_session",
+                                                   "claimed_by_agent", "request_id",
+                                                   "claimed_at_ms", "cancelled_at_ms")}
+                     for r in await fetch("SELECT * FROM msg_terminal")}
+        return {
+            "vv": self.version_vector(),
+            "memories": memories,
+            "tombstones": [r[0] for r in await fetch("SELECT id FROM mem_tombstones ORDER BY id")],
+            "notes": notes,
+            "reads": [(r[0], r[1]) for r in await fetch(
+                "SELECT agent_id, note_id FROM note_reads ORDER BY agent_id, note_id")],
+            "agents": agents,
+            "sessions": {r["session_id"]: {k: r[k] for k in SESSION_FIELDS}
+                         for r in await fetch(f"SELECT {Q.SESSION_COLS} FROM sessions")},
+            "harnesses": [tuple(r) for r in await fetch(
+                "SELECT workspace, project, harness, first_at_ms, last_at_ms"
+                " FROM project_harnesses ORDER BY workspace, project, harness")],
+            "messages": messages,
+            "terminals": terminals,
+        }

@@ -1,0 +1,87 @@
+"""Read-side SQL and the conversion of result rows into the shared dict shapes.
+
+Every read of :class:`store.db.Store` is one statement built here plus one
+converter, so the shape a reader gets is defined next to the columns it is
+built from, and matches :mod:`store.merge` (via :mod:`store.records`).
+Filters are applied in SQL before ``LIMIT``; the indexes they rely on are
+named in ``store/migrations``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from store.records import MESSAGE_FIELDS, SESSION_FIELDS, message_view
+
+MEMORY_COLS = ("id, tier, namespace, title, content, tags, priority, confidence, source,"
+               " access_count, created_at_ms, updated_at_ms, expires_at_ms, agent_id, metadata")
+NOTE_COLS = ("id, from_agent, to_agent, namespace, title, payload, priority, tier,"
+             " created_at_ms, expires_at_ms, read")
+MESSAGE_COLS = (
+    ", ".join(f"m.{c}" for c in MESSAGE_FIELDS)
+    + ", m.send_epoch, m.hlc, m.origin, t.state AS t_state, t.epoch AS t_epoch,"
+    " t.claimed_by_session, t.claimed_by_agent, t.request_id, t.claimed_at_ms, t.cancelled_at_ms"
+)
+MESSAGE_FROM = "messages m LEFT JOIN msg_terminal t ON t.id = m.id"
+SESSION_COLS = ", ".join(SESSION_FIELDS)
+AGENT_COLS = "agent_id, agent_type, capabilities, registered_at_ms, last_seen_at_ms"
+OP_COLS = "origin, seq, hlc, kind, key, epoch, body"
+FIFO = "m.hlc, m.origin, m.seq"
+NOT_EXPIRED = "(expires_at_ms IS NULL OR expires_at_ms > :now)"
+
+STAT_TABLES = ("oplog", "memories", "mem_tombstones", "notes", "note_reads", "agents",
+               "sessions", "project_harnesses", "messages", "msg_terminal", "promises")
+
+
+def memory(row: sqlite3.Row) -> dict[str, Any]:
+    out = dict(row)
+    out["tags"] = json.loads(out["tags"])
+    out["metadata"] = json.loads(out["metadata"])
+    return out
+
+
+def note(row: sqlite3.Row, *, with_read: bool = True) -> dict[str, Any]:
+    out = {
+        "id": row["id"], "from": row["from_agent"], "to": row["to_agent"],
+        "namespace": row["namespace"], "title": row["title"], "payload": row["payload"],
+        "priority": row["priority"], "tier": row["tier"],
+        "created_at_ms": row["created_at_ms"], "expires_at_ms": row["expires_at_ms"],
+    }
+    if with_read:
+        out["read"] = bool(row["read"])
+    return out
+
+
+def agent(row: sqlite3.Row) -> dict[str, Any]:
+    out = dict(row)
+    caps = out["capabilities"]
+    out["capabilities"] = None if caps is None else json.loads(caps)
+    return out
+
+
+def message(row: sqlite3.Row) -> dict[str, Any]:
+    body = {name: row[name] for name in MESSAGE_FIELDS}
+    terminal = None
+    if row["t_state"] is not None:
+        terminal = {
+            "state": row["t_state"], "epoch": row["t_epoch"],
+            "claimed_by_session": row["claimed_by_session"],
+            "claimed_by_agent": row["claimed_by_agent"], "request_id": row["request_id"],
+            "claimed_at_ms": row["claimed_at_ms"], "cancelled_at_ms": row["cancelled_at_ms"],
+        }
+    return message_view(body, (row["hlc"], row["origin"]), row["send_epoch"], terminal)
+
+
+def projects(rows: list[sqlite3.Row]) -> list[dict[str, Any]]:
+    """Group ``project_harnesses`` rows (ordered by workspace, project, harness)."""
+    grouped: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        p = grouped.setdefault((r["workspace"], r["project"]), {
+            "workspace": r["workspace"], "project": r["project"], "harnesses": [],
+            "first_at_ms": r["first_at_ms"], "last_active_at_ms": r["last_at_ms"]})
+        p["harnesses"].append(r["harness"])
+        p["first_at_ms"] = min(p["first_at_ms"], r["first_at_ms"])
+        p["last_active_at_ms"] = max(p["last_active_at_ms"], r["last_at_ms"])
+    return list(grouped.values())

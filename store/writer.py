@@ -1,0 +1,282 @@
+"""The single writer: group commit over one SQLite connection.
+
+Every change to the database goes through :class:`Writer`. Callers submit
+jobs to a bounded queue and await a future; one task takes whatever jobs are
+waiting (up to ``writer_batch_max``) and runs the whole batch in ONE call
+on the writer's own thread: ``BEGIN``, each job inside its own savepoint,
+the seen-set rows, ``COMMIT``. A batch of 500 callers therefore costs one
+thread hop and one WAL commit instead of 500 of each, and a job that fails
+(a malformed op) is rolled back alone without failing its neighbours.
+
+The writer owns a plain :mod:`sqlite3` connection on a one-thread executor
+rather than an aiosqlite one: aiosqlite runs each statement as its own
+hop to its thread, while a batch here is hundreds of statements.
+
+Futures resolve only after ``COMMIT`` returned, so an acknowledged write is
+durable (WAL, ``synchronous=NORMAL``: it survives kill -9 of the process).
+The in-memory :class:`store.seen.SeenSet` is updated on the event loop
+after the commit and before any future resolves, so version vectors never
+advertise an op that is not on disk. While a batch runs, the writer thread
+only reads the seen-set and the event loop does not change it.
+
+A full queue raises :class:`common.errors.Unavailable` at submit time
+(``limits.writer_queue_max``); nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from common import limits
+from common.errors import AiMemoryError, BadRequest, Unavailable
+from store.apply import apply_op
+from store.ops import Op, pack_body
+from store.seen import SeenSet
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What the jobs of one batch have done so far (writer thread only)."""
+
+    new_ids: dict[str, set[int]] = field(default_factory=dict)
+    max_hlc: int = 0
+
+    def has(self, op: Op) -> bool:
+        return op.seq in self.new_ids.get(op.origin, ())
+
+
+class _Job:
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self.future = future
+
+    def run(self, conn: sqlite3.Connection, seen: SeenSet, batch: _Batch) -> Any:
+        raise NotImplementedError
+
+    def done(self, batch: _Batch, result: Any) -> None:
+        """Record a successful run in the batch (after its savepoint is released)."""
+
+
+class _ApplyJob(_Job):
+    __slots__ = ("now_ms", "ops")
+
+    def __init__(self, future: asyncio.Future[Any], ops: list[Op], now_ms: int) -> None:
+        super().__init__(future)
+        self.ops = ops
+        self.now_ms = now_ms
+
+    def run(self, conn: sqlite3.Connection, seen: SeenSet, batch: _Batch) -> list[Op]:
+        fresh: list[Op] = []
+        ids: set[tuple[str, int]] = set()
+        for op in self.ops:
+            if op.op_id in seen or batch.has(op) or op.op_id in ids:
+                continue
+            ids.add(op.op_id)
+            apply_op(conn, op, self.now_ms)
+            fresh.append(op)
+        conn.executemany(
+            "INSERT INTO oplog (origin, seq, hlc, kind, key, epoch, body)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(op.origin, op.seq, op.hlc, op.kind, op.key, op.epoch, pack_body(op.body))
+             for op in fresh],
+        )
+        return fresh
+
+    def done(self, batch: _Batch, result: Any) -> None:
+        for op in result:
+            batch.new_ids.setdefault(op.origin, set()).add(op.seq)
+            batch.max_hlc = max(batch.max_hlc, op.hlc)
+
+
+class _CallJob(_Job):
+    """Any other write: ``fn(conn)`` inside the batch transaction."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, future: asyncio.Future[Any],
+                 fn: Callable[[sqlite3.Connection], Any]) -> None:
+        super().__init__(future)
+        self.fn = fn
+
+    def run(self, conn: sqlite3.Connection, seen: SeenSet, batch: _Batch) -> Any:
+        return self.fn(conn)
+
+
+_STOP = object()
+
+
+@dataclass(slots=True)
+class WriterStats:
+    batches: int = 0
+    jobs: int = 0
+    largest_batch: int = 0
+    failed_batches: int = 0
+
+
+class Writer:
+    """Owns the write connection; see the module docstring."""
+
+    def __init__(self, conn: sqlite3.Connection, executor: ThreadPoolExecutor, seen: SeenSet,
+                 max_hlc: int, *, queue_max: int = limits.writer_queue_max,
+                 batch_max: int = limits.writer_batch_max) -> None:
+        self._conn = conn
+        self._executor = executor
+        self.seen = seen
+        self.max_hlc = max_hlc
+        self._batch_max = batch_max
+        self._queue: asyncio.Queue[_Job | object] = asyncio.Queue(maxsize=queue_max)
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self.stats = WriterStats()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
+
+    @property
+    def queue_depth(self) -> int:
+        return self._queue.qsize()
+
+    # -- submitting ------------------------------------------------------------
+
+    def _submit(self, make: Callable[[asyncio.Future[Any]], _Job]) -> asyncio.Future[Any]:
+        if self._closing:
+            raise Unavailable("store closing", reason="shutting_down")
+        job = make(asyncio.get_running_loop().create_future())
+        try:
+            self._queue.put_nowait(job)
+        except asyncio.QueueFull:
+            raise Unavailable("store overloaded", limit="writer_queue_max",
+                              queue_max=self._queue.maxsize) from None
+        return job.future
+
+    async def apply(self, ops: list[Op], now_ms: int) -> list[Op]:
+        result: list[Op] = await self._submit(lambda fut: _ApplyJob(fut, ops, now_ms))
+        return result
+
+    async def call(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn(conn)`` inside a batch transaction; return its result."""
+        return await self._submit(lambda fut: _CallJob(fut, fn))
+
+    # -- the loop --------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is _STOP:
+                break
+            jobs = [first]
+            while len(jobs) < self._batch_max and not self._queue.empty():
+                nxt = self._queue.get_nowait()
+                if nxt is _STOP:
+                    stopping = True
+                    break
+                jobs.append(nxt)
+            batch_jobs = [j for j in jobs if isinstance(j, _Job)]
+            try:
+                outcome = await loop.run_in_executor(self._executor, self._commit, batch_jobs)
+            except Exception as exc:
+                self.stats.failed_batches += 1
+                err: BaseException = exc
+                if isinstance(exc, sqlite3.Error):
+                    err = Unavailable("store write failed", reason=str(exc))
+                for job in batch_jobs:
+                    _settle(job.future, err, None)
+                continue
+            results, marks, max_hlc = outcome
+            for origin, (mark, held) in marks.items():
+                self.seen.install(origin, mark, held)
+            self.max_hlc = max(self.max_hlc, max_hlc)
+            self.stats.batches += 1
+            self.stats.jobs += len(batch_jobs)
+            self.stats.largest_batch = max(self.stats.largest_batch, len(batch_jobs))
+            for job, (error, value) in zip(batch_jobs, results, strict=True):
+                _settle(job.future, error, value)
+
+    def _commit(self, jobs: list[_Job]) -> tuple[
+            list[tuple[BaseException | None, Any]], dict[str, tuple[int, set[int]]], int]:
+        """One transaction for the whole batch (runs on the writer thread)."""
+        conn = self._conn
+        batch = _Batch()
+        results: list[tuple[BaseException | None, Any]] = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for job in jobs:
+                conn.execute("SAVEPOINT job")
+                try:
+                    value = job.run(conn, self.seen, batch)
+                except Exception as exc:
+                    if _is_fatal(exc):
+                        raise
+                    # A malformed job (bad body, constraint) is undone and fails alone.
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    results.append((_as_client_error(exc), None))
+                    continue
+                conn.execute("RELEASE job")
+                job.done(batch, value)
+                results.append((None, value))
+            marks = self._persist_seen(conn, batch)
+            if batch.max_hlc > self.max_hlc:
+                conn.execute("INSERT INTO node_meta (name, value) VALUES ('max_hlc', ?)"
+                             " ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)",
+                             (batch.max_hlc,))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return results, marks, batch.max_hlc
+
+    def _persist_seen(self, conn: sqlite3.Connection,
+                      batch: _Batch) -> dict[str, tuple[int, set[int]]]:
+        marks: dict[str, tuple[int, set[int]]] = {}
+        for origin, seqs in batch.new_ids.items():
+            mark, held = self.seen.advanced(origin, seqs)
+            marks[origin] = (mark, held)
+            conn.execute("INSERT INTO vv (origin, watermark) VALUES (?, ?)"
+                         " ON CONFLICT (origin) DO UPDATE SET watermark = excluded.watermark",
+                         (origin, mark))
+            conn.execute("DELETE FROM vv_held WHERE origin = ? AND seq <= ?", (origin, mark))
+            conn.executemany("INSERT OR IGNORE INTO vv_held (origin, seq) VALUES (?, ?)",
+                             [(origin, s) for s in seqs if s > mark])
+        return marks
+
+    # -- shutdown ----------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Refuse new jobs, finish every queued one, stop the task."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._task is None:
+            return
+        await self._queue.put(_STOP)
+        await self._task
+
+
+def _settle(future: asyncio.Future[Any], error: BaseException | None, value: Any) -> None:
+    if future.done():  # the caller gave up; the write still happened
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _is_fatal(exc: Exception) -> bool:
+    """Errors that doom the whole transaction (I/O, locking, corruption)."""
+    return isinstance(exc, sqlite3.OperationalError) or type(exc) is sqlite3.DatabaseError
+
+
+def _as_client_error(exc: Exception) -> BaseException:
+    if isinstance(exc, AiMemoryError):
+        return exc
+    return BadRequest(f"malformed write: {type(exc).__name__}: {exc}")
