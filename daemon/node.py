@@ -207,7 +207,7 @@ class Node:
 
     # -- lifecycle ------------------------------------------------------
     def now_ms(self) -> int:
-        return int(self._clock() * 1000)
+        return int(self._clock() * 1000) + self.settings.clock_offset_ms
 
     async def start(self) -> None:
         self.started_at_ms = self.now_ms()

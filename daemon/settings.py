@@ -96,6 +96,9 @@ class Settings:
     mail: MailSettings = MailSettings()
     notify: NotifySettings = NotifySettings()
     log_level: str = "info"
+    # Fault-injection knob for tests and drills: this node's clock runs this
+    # many ms ahead (negative: behind). Only from AI_MEMORY_DEBUG_CLOCK_OFFSET_MS.
+    clock_offset_ms: int = 0
 
     @property
     def version(self) -> str:
@@ -201,6 +204,7 @@ def load_settings(
         ),
         notify=NotifySettings(tier_ttl_secs=ttl),
         log_level=str(pick("log_level", "LOG_LEVEL", conf, "log_level", "info")),
+        clock_offset_ms=int(_env(env, "DEBUG_CLOCK_OFFSET_MS") or 0),
     )
 
 

@@ -181,3 +181,29 @@ def test_retried_pop_after_lost_reply_returns_same_message(cluster: Cluster) -> 
     code2, again = pop(cluster, "node3", rid)
     assert code == code2 == 200
     assert first["message"]["id"] == again["message"]["id"]
+
+
+def test_clock_skew_of_minutes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    c = Cluster(tmp_path)
+    c.procs["node3"].extra_env["AI_MEMORY_DEBUG_CLOCK_OFFSET_MS"] = str(5 * 60 * 1000)
+    c.procs["node1"].extra_env["AI_MEMORY_DEBUG_CLOCK_OFFSET_MS"] = str(-3 * 60 * 1000)
+    c.start()
+    try:
+        setup_projects(c)
+        h = History()
+        for nid in c.ids:
+            send_batch(c, h, nid, 3, f"skew-{nid}")
+        for nid in c.ids:
+            retry_pop(c, h, nid)
+        code, body = c.call("node3", "POST", "/api/v1/notify",
+                            {"target_agent_id": "bob", "title": "from the future", "payload": "x"},
+                            headers={"X-Agent-Id": "alice"})
+        assert code == 201, body
+        code, box = c.call("node1", "GET", "/api/v1/inbox?agent_id=bob",
+                           headers={"X-Agent-Id": "bob"})
+        assert [m["id"] for m in box["messages"]] == [body["id"]]
+        c.wait_converged(timeout=30)
+        h.drain(c, "node2")
+        h.check_final(c)
+    finally:
+        c.stop()

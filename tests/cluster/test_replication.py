@@ -44,7 +44,6 @@ def test_sdk_notify_on_one_node_is_in_inbox_on_another(cluster: Cluster) -> None
     assert msgs[0]["from"] == "alice" and msgs[0]["title"] == "OKR review"
     with AiMemoryClient(base_url=cluster.url("node3"), agent_id="carol") as carol:
         assert carol.inbox(agent_id="carol") == []
-        assert sent["id"] in [m["id"] for m in carol.inbox(agent_id="carol") or []] or True
     # Carol cannot read Bob's inbox on any node.
     code, _ = cluster.call("node3", "GET", "/api/v1/inbox?agent_id=bob",
                            headers={"X-Agent-Id": "carol"})
