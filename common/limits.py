@@ -89,6 +89,13 @@ webhook_retry_max = 8
 webhook_backoff_max_secs = 60.0
 webhook_outbox_max = 100_000
 subscriptions_max = 1000
+webhook_backoff_base_secs = 1.0  # first retry delay; doubles per attempt up to webhook_backoff_max_secs
+webhook_concurrency_max = 16  # webhook POSTs in flight per node (one per subscription at a time)
+webhook_dead_letter_max = 10_000  # dead-lettered outbox rows kept; beyond it the oldest are purged (counted)
+webhook_intake_ops_max = 100_000  # applied ops waiting in memory to become outbox rows; overflow is dropped and counted
+webhook_url_max_chars = 2048
+webhook_secret_max_chars = 256
+webhook_versions_prune_secs = 600.0  # how often expired rows leave the webhook memory-version table
 
 # --- CLI -------------------------------------------------------------------
 cli_http_timeout_secs = 30.0  # one CLI HTTP request, connect + response
