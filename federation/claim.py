@@ -1,0 +1,564 @@
+"""Mailbox ownership and claims: epochs, promises, accept rounds.
+
+Claim-once needs one decider per mailbox. The decider is the *owner*, and
+ownership is fenced by epochs, in the manner of single-decree Paxos run
+once per owner term rather than once per claim:
+
+1. **Prepare.** A node asked to act as owner picks an epoch above every
+   epoch it has seen for the key (``round * 1024 + member index``, so two
+   nodes never pick the same one), persists its own promise, loads its ops
+   for the mailbox and sends ``Prepare(mailbox, epoch, vv)`` to every peer.
+   A peer whose promise is lower persists the new promise and answers
+   ``Promise`` with the mailbox ops the candidate lacks; otherwise it
+   answers ``PromiseNack(promised)``.
+2. **Own.** With promises from a majority (itself included) and its own
+   load done, the candidate has merged every op a majority holds for the
+   mailbox and becomes owner at that epoch. Queued requests run FIFO.
+3. **Accept.** Every owner action (send, claim, cancel) is a set of ops
+   stamped with the owner's epoch, persisted locally and sent as
+   ``Accept``. A peer accepts iff the epoch is at least its promise (raising
+   it), persists the ops and answers ``Accepted``; else ``Rejected``. The
+   caller gets its answer once a majority (owner included) accepted.
+
+Any sign of a higher epoch (a ``Prepare`` this node promises, a
+``PromiseNack`` / ``Rejected`` / op carrying one) ends the term: the owner
+or candidate drops the mailbox and fails its waiting requests with a
+retryable error. Why an acknowledged claim is then never granted twice is
+argued in docs/federation.md ("Claims").
+
+Inside a term the owner serves requests without waiting for each other:
+a message with an op in flight is *held* (a pop skips it; a request whose
+answer depends on it is *parked* until that round ends). Claims and cancels
+enter the model only once accepted, so a failed round leaves the message
+pending again. A reply that asserts a terminal state (a pop result, a
+cancel) is given only for a terminal op a majority accepted in the current
+term; an older or unconfirmed one is first re-issued at the current epoch.
+
+Pure: time is ``now_ms``, randomness is the seeded ``rng`` (retry jitter),
+output is a list of effects. The host (:class:`federation.core.NodeCore`)
+allocates op ids and routes messages here.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable, Iterable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from common import limits
+from common.errors import (
+    AiMemoryError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    LimitExceeded,
+    NoMajority,
+    NotFound,
+    Unavailable,
+)
+from federation.effects import (
+    Effect,
+    LoadMailbox,
+    Persist,
+    PersistPromise,
+    Reply,
+    Send,
+    SendPromise,
+)
+from federation.mailbox import CANCELLED, CLAIMED, MailboxModel
+from federation.membership import EPOCH_STRIDE, Membership
+from federation.messages import (
+    Accept,
+    Accepted,
+    Prepare,
+    Promise,
+    PromiseNack,
+    Rejected,
+)
+from store.ops import MAILBOX_KINDS, MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op, mailbox_key
+
+OpId = tuple[str, int]
+
+
+# -- requests (what services ask the owner) -----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MailSend:
+    """Queue ``body`` (a full ``msg.send`` body, ``id`` included) unless
+    ``cap`` messages are pending. Idempotent by message id."""
+
+    mailbox: str
+    body: dict[str, Any]
+    cap: int = limits.mailbox_pending_max
+
+
+@dataclass(frozen=True, slots=True)
+class MailPop:
+    """Claim the oldest pending message ``agent`` may take, or ``message_id``.
+    ``claimer`` holds ``claimer_session`` / ``claimer_agent`` for the claim
+    record. Retrying with the same ``request_id`` returns the same message."""
+
+    mailbox: str
+    request_id: str | None = None
+    message_id: str | None = None
+    agent: str | None = None
+    claimer: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MailCancel:
+    """Cancel ``message_ids`` (None: every pending message) sent by
+    ``by_workspace/by_project``."""
+
+    mailbox: str
+    message_ids: tuple[str, ...] | None
+    by_workspace: str
+    by_project: str
+
+
+MailRequest = MailSend | MailPop | MailCancel
+
+IDLE, CANDIDATE, OWNER = "idle", "candidate", "owner"
+
+
+@dataclass(slots=True)
+class _Round:
+    """One Accept in flight: ``ops`` must reach a majority."""
+
+    ops: tuple[Op, ...]
+    accepted: set[str]
+    deadline_ms: int
+    token: Any
+    value: Any
+    holds: frozenset[str]
+    request_id: str | None
+    confirms: frozenset[str]  # messages whose terminal decision this round confirms
+    confirms_sends: frozenset[str]
+    terminals: tuple[Op, ...]  # ops to merge into the model on success
+
+
+@dataclass(slots=True)
+class _Slot:
+    """This node's state for one mailbox it owns or is trying to own."""
+
+    key: str
+    role: str
+    epoch: int
+    model: MailboxModel
+    deadline_ms: int
+    promised_by: set[str] = field(default_factory=set)
+    loaded: bool = False
+    queue: deque[tuple[Any, MailRequest]] = field(default_factory=deque)
+    parked: list[tuple[Any, MailRequest]] = field(default_factory=list)
+    rounds: dict[tuple[OpId, ...], _Round] = field(default_factory=dict)
+    held: dict[str, int] = field(default_factory=dict)
+    held_requests: set[str] = field(default_factory=set)
+    confirmed: set[str] = field(default_factory=set)
+    confirmed_sends: set[str] = field(default_factory=set)
+
+    def waiting(self) -> int:
+        return len(self.queue) + len(self.parked) + len(self.rounds)
+
+
+NewOp = Callable[[str, str, dict[str, Any], int, int], Op]
+
+
+class Claims:
+    """Every mailbox slot of one node, plus its promises."""
+
+    def __init__(self, membership: Membership, promises: MutableMapping[str, int], *,
+                 claim_timeout_ms: int, rng: random.Random, new_op: NewOp,
+                 reachable: Callable[[int], int], vv: Callable[[], dict[str, int]]) -> None:
+        self.m = membership
+        self.promises = promises
+        self.claim_timeout_ms = claim_timeout_ms
+        self.rng = rng
+        self._new_op = new_op
+        self._reachable = reachable
+        self._vv = vv
+        self.slots: dict[str, _Slot] = {}
+        self._seen: dict[str, int] = dict(promises)
+        self._loads: dict[str, int] = {}
+
+    # -- helpers -----------------------------------------------------------
+    def _see(self, key: str, epoch: int) -> None:
+        if epoch > self._seen.get(key, 0):
+            self._seen[key] = epoch
+
+    def _retry_after(self) -> float:
+        return round(0.05 + self.rng.random() * 0.2, 3)
+
+    def _no_majority(self, now_ms: int, why: str | None = None) -> NoMajority:
+        g, n = self._reachable(now_ms), self.m.n
+        msg = why or f"this node reaches {g} of {n} members; a majority is {self.m.majority}"
+        return NoMajority(msg, retry_after=1.0, reachable=g, members=n)
+
+    def _moved(self) -> Unavailable:
+        return Unavailable("mailbox ownership moved to another member; retry",
+                           retry_after=self._retry_after())
+
+    # -- requests ----------------------------------------------------------
+    def request(self, token: Any, req: MailRequest, now_ms: int) -> list[Effect]:
+        key = req.mailbox
+        if not isinstance(key, str) or not key.startswith("mbox:"):
+            return [Reply(token, BadRequest(f"not a mailbox key: {key!r}"))]
+        slot = self.slots.get(key)
+        if slot is not None and slot.waiting() >= limits.mailbox_requests_max:
+            return [Reply(token, Unavailable(
+                f"too many requests waiting for mailbox {key} (limits.mailbox_requests_max)",
+                retry_after=self._retry_after()))]
+        if slot is not None and slot.role == OWNER:
+            return self._serve(slot, token, req, now_ms)
+        if slot is not None:
+            slot.queue.append((token, req))
+            return []
+        return self._start_candidacy(key, token, req, now_ms)
+
+    def _start_candidacy(self, key: str, token: Any, req: MailRequest,
+                         now_ms: int) -> list[Effect]:
+        if self._reachable(now_ms) < self.m.majority:
+            return [Reply(token, self._no_majority(now_ms))]
+        top = max(self._seen.get(key, 0), self.promises.get(key, 0))
+        epoch = self.m.epoch_for_round(top // EPOCH_STRIDE + 1)
+        self.promises[key] = epoch
+        self._see(key, epoch)
+        slot = _Slot(key=key, role=CANDIDATE, epoch=epoch, model=MailboxModel(key),
+                     deadline_ms=now_ms + self.claim_timeout_ms, promised_by={self.m.self_id})
+        slot.queue.append((token, req))
+        self.slots[key] = slot
+        self._loads[key] = self._loads.get(key, 0) + 1
+        vv = self._vv()
+        out: list[Effect] = [PersistPromise(key, epoch)]
+        out += [Send(p, Prepare(key, epoch, dict(vv))) for p in self.m.peers]
+        out.append(LoadMailbox(key))
+        return out
+
+    def on_loaded(self, key: str, ops: Iterable[Op], now_ms: int) -> list[Effect]:
+        left = max(0, self._loads.get(key, 0) - 1)
+        if left:
+            self._loads[key] = left
+        else:
+            self._loads.pop(key, None)
+        slot = self.slots.get(key)
+        if slot is None:
+            return []
+        slot.model.apply(ops)
+        if left == 0 and slot.role == CANDIDATE:
+            slot.loaded = True
+            return self._maybe_own(slot, now_ms)
+        return []
+
+    def _maybe_own(self, slot: _Slot, now_ms: int) -> list[Effect]:
+        if slot.role != CANDIDATE or not slot.loaded or len(slot.promised_by) < self.m.majority:
+            return []
+        slot.role = OWNER
+        out: list[Effect] = []
+        queued = list(slot.queue)
+        slot.queue.clear()
+        for token, req in queued:
+            if self.slots.get(slot.key) is not slot:
+                out.append(Reply(token, self._moved()))
+                continue
+            out += self._serve(slot, token, req, now_ms)
+        return out
+
+    # -- serving as owner ----------------------------------------------------
+    def _serve(self, slot: _Slot, token: Any, req: MailRequest, now_ms: int) -> list[Effect]:
+        if self._reachable(now_ms) < self.m.majority:
+            return [Reply(token, self._no_majority(now_ms))]
+        try:
+            if isinstance(req, MailSend):
+                return self._send(slot, token, req, now_ms)
+            if isinstance(req, MailPop):
+                return self._pop(slot, token, req, now_ms)
+            if isinstance(req, MailCancel):
+                return self._cancel(slot, token, req, now_ms)
+        except AiMemoryError as exc:
+            return [Reply(token, exc)]
+        return [Reply(token, BadRequest(f"unknown mailbox request {type(req).__name__}"))]
+
+    def _park(self, slot: _Slot, token: Any, req: MailRequest) -> list[Effect]:
+        slot.parked.append((token, req))
+        return []
+
+    def _send(self, slot: _Slot, token: Any, req: MailSend, now_ms: int) -> list[Effect]:
+        body = dict(req.body)
+        mid = body.get("id")
+        if not isinstance(mid, str) or not mid:
+            raise BadRequest("a message needs a string id")
+        ws, proj = body.get("to_workspace"), body.get("to_project")
+        if ws is not None and proj is not None and mailbox_key(str(ws), str(proj)) != slot.key:
+            raise BadRequest(f"message {mid} is addressed to {ws}/{proj}, not {slot.key}")
+        if mid in slot.held:
+            return self._park(slot, token, req)
+        existing = slot.model.send_op(mid)
+        if existing is not None:
+            if mid in slot.confirmed_sends:
+                return [Reply(token, existing)]
+            # Known here but perhaps only here: make a majority hold it first.
+            return self._issue(slot, (existing,), (), now_ms, token=token, value=existing,
+                               holds={mid}, confirms_sends={mid})
+        if slot.model.pending_count() >= req.cap:
+            raise LimitExceeded(
+                f"mailbox {slot.key} is full: {req.cap} messages pending "
+                "(limits.mailbox_pending_max)", limit="mailbox_pending_max", cap=req.cap)
+        op = self._new_op(MSG_SEND, slot.key, body, slot.epoch, now_ms)
+        slot.model.apply((op,))
+        return self._issue(slot, (op,), (op,), now_ms, token=token, value=op, holds={mid},
+                           confirms_sends={mid})
+
+    def _pop(self, slot: _Slot, token: Any, req: MailPop, now_ms: int) -> list[Effect]:
+        model, rid = slot.model, req.request_id
+        if rid is not None:
+            if rid in slot.held_requests:
+                return self._park(slot, token, req)
+            prior = model.claim_by_request(rid)
+            if prior is not None:
+                if prior in slot.held:
+                    return self._park(slot, token, req)
+                claim = model.terminal_op(prior)
+                assert claim is not None
+                if prior in slot.confirmed:
+                    return [Reply(token, {"message": model.message(prior),
+                                          "claim": dict(claim.body)})]
+                # Decided before this term and maybe only on a minority:
+                # re-issue the same claim at this epoch so it outranks all.
+                op = self._new_op(MSG_CLAIM, slot.key, dict(claim.body), slot.epoch, now_ms)
+                return self._issue(slot, (op,), (op,), now_ms, token=token,
+                                   value={"message": model.message(prior), "claim": dict(op.body)},
+                                   holds={prior}, request_id=rid, confirms={prior},
+                                   terminals=(op,))
+        if req.message_id is not None:
+            mid: str | None = req.message_id
+            assert mid is not None
+            state = model.state(mid)
+            if state is None:
+                raise NotFound(f"no message {mid} in {slot.key}", id=mid)
+            if mid in slot.held:
+                return self._park(slot, token, req)
+            if state == CLAIMED:
+                raise Conflict(f"message {mid} is already claimed", id=mid, state=CLAIMED)
+            if state == CANCELLED:
+                raise Conflict(f"message {mid} was cancelled", id=mid, state=CANCELLED)
+            to_agent = model.message(mid).get("to_agent")
+            if to_agent is not None and to_agent != req.agent:
+                raise Forbidden(f"message {mid} is addressed to agent {to_agent}", id=mid)
+        else:
+            mid = model.first_pending(req.agent, slot.held)
+            if mid is None:
+                return [Reply(token, None)]
+        body = {**req.claimer, "id": mid, "request_id": rid, "at_ms": now_ms}
+        op = self._new_op(MSG_CLAIM, slot.key, body, slot.epoch, now_ms)
+        return self._issue(slot, (op,), (op,), now_ms, token=token,
+                           value={"message": model.message(mid), "claim": dict(op.body)},
+                           holds={mid}, request_id=rid, confirms={mid}, terminals=(op,))
+
+    def _cancel(self, slot: _Slot, token: Any, req: MailCancel, now_ms: int) -> list[Effect]:
+        model = slot.model
+        ws, proj = req.by_workspace, req.by_project
+        fresh: list[str] = []
+        redo: list[Op] = []
+        if req.message_ids is None:
+            ids = model.pending_from(ws, proj)
+            if any(mid in slot.held for mid in ids):
+                return self._park(slot, token, req)
+            fresh = ids
+        else:
+            ids = list(dict.fromkeys(req.message_ids))
+            for mid in ids:
+                send = model.send_op(mid)
+                if send is None:
+                    raise NotFound(f"no message {mid} in {slot.key}", id=mid)
+                if (send.body.get("from_workspace"), send.body.get("from_project")) != (ws, proj):
+                    raise Forbidden(f"message {mid} was not sent by {ws}/{proj}", id=mid)
+            if any(mid in slot.held for mid in ids):
+                return self._park(slot, token, req)
+            for mid in ids:
+                state = model.state(mid)
+                if state == CLAIMED:
+                    raise Conflict(f"message {mid} is already claimed", id=mid, state=CLAIMED)
+                if state == CANCELLED:
+                    if mid not in slot.confirmed:
+                        term = model.terminal_op(mid)
+                        assert term is not None
+                        redo.append(term)
+                else:
+                    fresh.append(mid)
+        ops = [self._new_op(MSG_CANCEL, slot.key,
+                            {"id": mid, "by_workspace": ws, "by_project": proj, "at_ms": now_ms},
+                            slot.epoch, now_ms) for mid in fresh]
+        ops += [self._new_op(MSG_CANCEL, slot.key, dict(t.body), slot.epoch, now_ms) for t in redo]
+        if not ops:
+            return [Reply(token, ids)]
+        targets = frozenset(str(op.body["id"]) for op in ops)
+        return self._issue(slot, tuple(ops), tuple(ops), now_ms, token=token, value=ids,
+                           holds=targets, confirms=targets, terminals=tuple(ops))
+
+    def _issue(self, slot: _Slot, ops: tuple[Op, ...], new: tuple[Op, ...], now_ms: int, *,
+               token: Any, value: Any, holds: Iterable[str], request_id: str | None = None,
+               confirms: Iterable[str] = (), confirms_sends: Iterable[str] = (),
+               terminals: tuple[Op, ...] = ()) -> list[Effect]:
+        """Start an accept round for ``ops`` (``new`` are this node's fresh
+        ops, persisted first)."""
+        rnd = _Round(ops=ops, accepted={self.m.self_id},
+                     deadline_ms=now_ms + self.claim_timeout_ms, token=token, value=value,
+                     holds=frozenset(holds), request_id=request_id,
+                     confirms=frozenset(confirms), confirms_sends=frozenset(confirms_sends),
+                     terminals=terminals)
+        rid = tuple(op.op_id for op in ops)
+        slot.rounds[rid] = rnd
+        for mid in rnd.holds:
+            slot.held[mid] = slot.held.get(mid, 0) + 1
+        if request_id is not None:
+            slot.held_requests.add(request_id)
+        out: list[Effect] = [Persist(new)] if new else []
+        out += [Send(p, Accept(slot.key, slot.epoch, ops)) for p in self.m.peers]
+        if len(rnd.accepted) >= self.m.majority:
+            out += self._end_round(slot, rid, None, now_ms)
+        return out
+
+    def _end_round(self, slot: _Slot, rid: tuple[OpId, ...], error: AiMemoryError | None,
+                   now_ms: int) -> list[Effect]:
+        rnd = slot.rounds.pop(rid)
+        for mid in rnd.holds:
+            left = slot.held.get(mid, 0) - 1
+            if left > 0:
+                slot.held[mid] = left
+            else:
+                slot.held.pop(mid, None)
+        if rnd.request_id is not None:
+            slot.held_requests.discard(rnd.request_id)
+        if error is None:
+            slot.model.apply(rnd.terminals)
+            slot.confirmed.update(rnd.confirms)
+            slot.confirmed_sends.update(rnd.confirms_sends)
+            out: list[Effect] = [Reply(rnd.token, rnd.value)]
+        else:
+            out = [Reply(rnd.token, error)]
+        return out + self._unpark(slot, now_ms)
+
+    def _unpark(self, slot: _Slot, now_ms: int) -> list[Effect]:
+        if not slot.parked or self.slots.get(slot.key) is not slot or slot.role != OWNER:
+            return []
+        parked, slot.parked = slot.parked, []
+        out: list[Effect] = []
+        for token, req in parked:
+            out += self._serve(slot, token, req, now_ms)
+        return out
+
+    def _step_down(self, slot: _Slot, error: AiMemoryError) -> list[Effect]:
+        """End this node's term (or candidacy) for the mailbox."""
+        if self.slots.get(slot.key) is slot:
+            del self.slots[slot.key]
+        out: list[Effect] = [Reply(r.token, error) for r in slot.rounds.values()]
+        out += [Reply(t, error) for t, _ in slot.queue]
+        out += [Reply(t, error) for t, _ in slot.parked]
+        slot.rounds.clear()
+        slot.queue.clear()
+        slot.parked.clear()
+        return out
+
+    def _fence(self, key: str, epoch: int) -> list[Effect]:
+        """A higher epoch exists for ``key``: end any term of ours below it."""
+        self._see(key, epoch)
+        slot = self.slots.get(key)
+        if slot is not None and epoch > slot.epoch:
+            return self._step_down(slot, self._moved())
+        return []
+
+    # -- messages from peers ---------------------------------------------------
+    def observe_ops(self, ops: Iterable[Op]) -> list[Effect]:
+        """Every mailbox op this node receives or creates passes here."""
+        out: list[Effect] = []
+        for op in ops:
+            if op.kind not in MAILBOX_KINDS:
+                continue
+            out += self._fence(op.key, op.epoch)
+            slot = self.slots.get(op.key)
+            if slot is None:
+                continue
+            if op.kind == MSG_SEND or op.origin != self.m.self_id:
+                slot.model.apply((op,))
+            elif op.op_id not in {o.op_id for r in slot.rounds.values() for o in r.terminals}:
+                slot.model.apply((op,))
+        return out
+
+    def on_prepare(self, peer: str, msg: Prepare) -> list[Effect]:
+        self._see(msg.mailbox, msg.epoch)
+        promised = self.promises.get(msg.mailbox, 0)
+        if msg.epoch < promised or self.m.index_of(peer) != msg.epoch % EPOCH_STRIDE:
+            return [Send(peer, PromiseNack(msg.mailbox, promised))]
+        out: list[Effect] = []
+        if msg.epoch > promised:
+            self.promises[msg.mailbox] = msg.epoch
+            out += self._fence(msg.mailbox, msg.epoch)
+            out.append(PersistPromise(msg.mailbox, msg.epoch))
+        out.append(SendPromise(peer, msg.mailbox, msg.epoch, dict(msg.vv)))
+        return out
+
+    def on_promise(self, peer: str, msg: Promise, now_ms: int) -> list[Effect]:
+        slot = self.slots.get(msg.mailbox)
+        if slot is None or slot.role != CANDIDATE or slot.epoch != msg.epoch:
+            return []
+        slot.promised_by.add(peer)
+        return self._maybe_own(slot, now_ms)
+
+    def on_promise_nack(self, msg: PromiseNack) -> list[Effect]:
+        return self._fence(msg.mailbox, msg.promised)
+
+    def on_accept(self, peer: str, msg: Accept) -> tuple[bool, list[Effect]]:
+        """(accepted?, effects before the ops are persisted)."""
+        self._see(msg.mailbox, msg.epoch)
+        promised = self.promises.get(msg.mailbox, 0)
+        if msg.epoch < promised or self.m.index_of(peer) != msg.epoch % EPOCH_STRIDE:
+            return False, [Send(peer, Rejected(msg.mailbox, promised))]
+        out: list[Effect] = []
+        if msg.epoch > promised:
+            self.promises[msg.mailbox] = msg.epoch
+            out += self._fence(msg.mailbox, msg.epoch)
+            out.append(PersistPromise(msg.mailbox, msg.epoch))
+        return True, out
+
+    def on_accepted(self, peer: str, msg: Accepted, now_ms: int) -> list[Effect]:
+        slot = self.slots.get(msg.mailbox)
+        if slot is None or slot.role != OWNER or slot.epoch != msg.epoch:
+            return []
+        rid = tuple(msg.op_ids)
+        rnd = slot.rounds.get(rid)
+        if rnd is None:
+            return []
+        rnd.accepted.add(peer)
+        if len(rnd.accepted) >= self.m.majority:
+            return self._end_round(slot, rid, None, now_ms)
+        return []
+
+    def on_rejected(self, msg: Rejected) -> list[Effect]:
+        return self._fence(msg.mailbox, msg.promised)
+
+    # -- time ------------------------------------------------------------------
+    def tick(self, now_ms: int) -> list[Effect]:
+        out: list[Effect] = []
+        for slot in list(self.slots.values()):
+            if slot.role == CANDIDATE:
+                if now_ms >= slot.deadline_ms:
+                    out += self._step_down(slot, self._no_majority(now_ms))
+                continue
+            for rid in [r for r, rnd in slot.rounds.items() if now_ms >= rnd.deadline_ms]:
+                if rid in slot.rounds:
+                    out += self._end_round(slot, rid, self._no_majority(
+                        now_ms, f"mailbox {slot.key}: no majority accepted within "
+                                f"{self.claim_timeout_ms} ms (limits.claim_timeout_ms)"), now_ms)
+        return out
+
+    # -- introspection ---------------------------------------------------------
+    def owned(self) -> dict[str, int]:
+        return {k: s.epoch for k, s in self.slots.items() if s.role == OWNER}
+
+    def candidacies(self) -> dict[str, int]:
+        return {k: s.epoch for k, s in self.slots.items() if s.role == CANDIDATE}
+
+    def in_flight(self) -> int:
+        return sum(len(s.rounds) for s in self.slots.values())

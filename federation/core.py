@@ -1,0 +1,295 @@
+"""NodeCore: the whole federation protocol of one node, as a state machine.
+
+Inputs are method calls that carry ``now_ms``; each returns the effects
+(:mod:`federation.effects`) that the adapter executes in order. The core
+never awaits, never reads a clock, never touches a socket or a file, and
+draws randomness only from the seeded ``rng`` it is given, which is what
+lets ``tests/sim`` run several of them through partitions, crashes and clock
+skew deterministically.
+
+What it composes:
+
+* :class:`~federation.versions.VersionVector` -- which ops this node holds.
+  Every op that passes through the core (created here, or received in a
+  ``Replicate``, ``Promise`` or ``Accept``) is observed by the HLC and, if
+  new, persisted; so the core always knows its own version vector.
+* :class:`~federation.quorum.QuorumTracker` -- quorum writes: a write is
+  persisted, sent to every peer at once and answered when ``write_quorum``
+  members (this one included) hold it, or with ``QuorumNotMet``.
+* anti-entropy -- every ``catchup_interval_ms`` a ``SyncOffer`` (version
+  vector + membership fingerprint) goes to each peer; a peer that lacks ops
+  this node holds gets a ``PushMissing``. Once every member's offered vector
+  covers some prefix, ``Collect`` lets the store drop it from the op log.
+* :class:`~federation.detector.FailureDetector` -- who seems reachable, for
+  owner placement and fail-fast answers.
+* :class:`~federation.claim.Claims` -- mailbox ownership and claim-once.
+
+Constructor state comes from the store at start (``vv``, ``last_hlc``,
+``own_max_seq``, ``promises``); nothing else survives a restart, by design.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from common import limits
+from common.errors import BadRequest
+from federation.claim import Claims, MailRequest
+from federation.detector import FailureDetector
+from federation.effects import (
+    Collect,
+    Effect,
+    MembershipMismatch,
+    Persist,
+    PushMissing,
+    Reply,
+    Send,
+)
+from federation.hlc import HLC
+from federation.membership import Membership
+from federation.messages import (
+    Accept,
+    Accepted,
+    Ack,
+    Message,
+    Prepare,
+    Promise,
+    PromiseNack,
+    Rejected,
+    Replicate,
+    SyncOffer,
+)
+from federation.quorum import Completion, QuorumTracker
+from federation.versions import VersionVector, vv_floor, vv_lag
+from store.ops import KINDS, MAILBOX_KINDS, Op
+
+
+class NodeCore:
+    def __init__(self, node_id: str, members: Sequence[str], write_quorum: int, *,
+                 quorum_timeout_ms: int, claim_timeout_ms: int, catchup_interval_ms: int,
+                 vv: dict[str, int], last_hlc: int, own_max_seq: int,
+                 promises: dict[str, int], rng: random.Random,
+                 gc_interval_ms: int = int(limits.gc_interval_secs * 1000),
+                 down_after_ms: int = int(limits.peer_down_after_secs * 1000)) -> None:
+        self.node_id = node_id
+        self.membership = Membership(node_id, members)
+        if not 1 <= write_quorum <= self.membership.n:
+            raise ValueError(f"write quorum {write_quorum} is not within 1..{self.membership.n}")
+        self.write_quorum = write_quorum
+        self.quorum_timeout_ms = quorum_timeout_ms
+        self.catchup_interval_ms = max(1, catchup_interval_ms)
+        self.gc_interval_ms = gc_interval_ms
+        self.rng = rng
+        self._seen = VersionVector(vv)
+        # Own ops are persisted in seq order, so 1..own_max_seq are all held.
+        for seq in range(self._seen.mark(node_id) + 1, own_max_seq + 1):
+            self._seen.add(node_id, seq)
+        self._seq = max(own_max_seq, self._seen.mark(node_id))
+        self.hlc = HLC(last_hlc)
+        self.promises: dict[str, int] = dict(promises)
+        peers = self.membership.peers
+        self.detector = FailureDetector(peers, down_after_ms)
+        self.quorum = QuorumTracker(node_id, peers)
+        self.claims = Claims(self.membership, self.promises, claim_timeout_ms=claim_timeout_ms,
+                             rng=rng, new_op=self._new_op,
+                             reachable=self._reachable, vv=self._seen.to_dict)
+        self._fingerprint = self.membership.fingerprint()
+        self._writes: dict[Any, tuple[Op, ...]] = {}
+        self.peer_vv: dict[str, dict[str, int]] = {}
+        self._mismatched: set[str] = set()
+        self._next_sync_ms: int | None = None
+        self._collected: dict[str, int] = {}
+        self._last_collect_ms: int | None = None
+
+    # -- small accessors ------------------------------------------------------
+    @property
+    def vv(self) -> dict[str, int]:
+        """This node's version vector (contiguous watermark per origin)."""
+        return self._seen.to_dict()
+
+    def _reachable(self, now_ms: int) -> int:
+        return 1 + sum(1 for p in self.membership.peers
+                       if p not in self._mismatched and self.detector.alive(p, now_ms))
+
+    def _new_op(self, kind: str, key: str, body: dict[str, Any], epoch: int, now_ms: int) -> Op:
+        self._seq += 1
+        op = Op(origin=self.node_id, seq=self._seq, hlc=self.hlc.now(now_ms), kind=kind,
+                key=key, body=body, epoch=epoch)
+        self._seen.add(self.node_id, self._seq)
+        return op
+
+    def _peers(self) -> list[str]:
+        return [p for p in self.membership.peers if p not in self._mismatched]
+
+    # -- quorum writes ----------------------------------------------------------
+    def write(self, token: Any, items: list[tuple[str, str, dict[str, Any]]],
+              now_ms: int) -> list[Effect]:
+        self.detector.observe_time(now_ms)
+        for kind, _key, _body in items:
+            if kind not in KINDS or kind in MAILBOX_KINDS:
+                return [Reply(token, BadRequest(
+                    f"op kind {kind!r} cannot be written directly"
+                    + (" (mailbox ops go through the owner)" if kind in MAILBOX_KINDS else "")))]
+        if not items:
+            return [Reply(token, [])]
+        ops = tuple(self._new_op(kind, key, dict(body), 0, now_ms) for kind, key, body in items)
+        out: list[Effect] = [Persist(ops)]
+        out += [Send(p, Replicate(ops, ack=True)) for p in self._peers()]
+        self._writes[token] = ops
+        done = self.quorum.start(token, (op.op_id for op in ops), self.write_quorum,
+                                 now_ms + self.quorum_timeout_ms,
+                                 down=self.detector.failing() | self._mismatched)
+        return out + self._complete(done)
+
+    def _complete(self, done: list[Completion]) -> list[Effect]:
+        out: list[Effect] = []
+        for c in done:
+            ops = self._writes.pop(c.token, ())
+            out.append(Reply(c.token, list(ops) if c.error is None else c.error))
+        return out
+
+    # -- mailbox requests -------------------------------------------------------
+    def mailbox_request(self, token: Any, req: MailRequest, now_ms: int) -> list[Effect]:
+        """Serve ``req`` as the owner of ``req.mailbox`` (becoming it first if needed)."""
+        self.detector.observe_time(now_ms)
+        return self.claims.request(token, req, now_ms)
+
+    def on_mailbox_loaded(self, mailbox: str, ops: Sequence[Op], now_ms: int) -> list[Effect]:
+        return self.claims.on_loaded(mailbox, ops, now_ms)
+
+    def owner_for(self, mailbox: str, now_ms: int) -> str:
+        """The first member in rendezvous order that seems alive (this node
+        always does)."""
+        for member in self.membership.rendezvous(mailbox):
+            if member == self.node_id:
+                return member
+            if member not in self._mismatched and self.detector.alive(member, now_ms):
+                return member
+        return self.node_id
+
+    # -- peers ----------------------------------------------------------------------
+    def _intake(self, ops: Sequence[Op], now_ms: int) -> list[Effect]:
+        """Observe, persist (if new) and model ops received from a peer."""
+        new = [op for op in ops if self._seen.add(op.origin, op.seq)]
+        for op in new:
+            self.hlc.observe(op.hlc, now_ms)
+        out: list[Effect] = [Persist(tuple(new))] if new else []
+        return out + self.claims.observe_ops(ops)
+
+    def on_message(self, peer: str, msg: Message, now_ms: int) -> list[Effect]:
+        if peer == self.node_id or not self.membership.is_member(peer):
+            return []
+        if isinstance(msg, SyncOffer):
+            return self._on_sync_offer(peer, msg, now_ms)
+        if peer in self._mismatched:
+            return []
+        self.detector.heard(peer, now_ms)
+        if isinstance(msg, Replicate):
+            out = self._intake(msg.ops, now_ms)
+            if msg.ack:
+                out.append(Send(peer, Ack(tuple(op.op_id for op in msg.ops))))
+            return out
+        if isinstance(msg, Ack):
+            return self._complete(self.quorum.ack(peer, msg.op_ids))
+        if isinstance(msg, Prepare):
+            return self.claims.on_prepare(peer, msg)
+        if isinstance(msg, Promise):
+            return self._intake(msg.ops, now_ms) + self.claims.on_promise(peer, msg, now_ms)
+        if isinstance(msg, PromiseNack):
+            return self.claims.on_promise_nack(msg)
+        if isinstance(msg, Accept):
+            ok, out = self.claims.on_accept(peer, msg)
+            if ok:
+                out += self._intake(msg.ops, now_ms)
+                out.append(Send(peer, Accepted(msg.mailbox, msg.epoch,
+                                               tuple(op.op_id for op in msg.ops))))
+            return out
+        if isinstance(msg, Accepted):
+            return self.claims.on_accepted(peer, msg, now_ms)
+        if isinstance(msg, Rejected):
+            return self.claims.on_rejected(msg)
+        return []
+
+    def _on_sync_offer(self, peer: str, msg: SyncOffer, now_ms: int) -> list[Effect]:
+        if msg.fingerprint != self._fingerprint:
+            if peer in self._mismatched:
+                return []
+            self._mismatched.add(peer)
+            self.peer_vv.pop(peer, None)
+            return [MembershipMismatch(peer, msg.fingerprint, self._fingerprint)]
+        self._mismatched.discard(peer)
+        self.detector.heard(peer, now_ms)
+        self.peer_vv[peer] = dict(msg.vv)
+        if self._seen.lacks_from(msg.vv):
+            return [PushMissing(peer, dict(msg.vv))]
+        return []
+
+    def on_send_failed(self, peer: str, now_ms: int) -> list[Effect]:
+        """A transport failure to ``peer`` (after the adapter's own retries)."""
+        if peer not in self.membership.peers:
+            return []
+        self.detector.failed(peer, now_ms)
+        return self._complete(self.quorum.fail(peer))
+
+    # -- time -------------------------------------------------------------------------
+    def tick(self, now_ms: int) -> list[Effect]:
+        self.detector.observe_time(now_ms)
+        out = self._complete(self.quorum.expire(now_ms))
+        out += self.claims.tick(now_ms)
+        if self._next_sync_ms is None:
+            # Spread the members' offers over the interval instead of in lockstep.
+            self._next_sync_ms = now_ms + self.rng.randrange(self.catchup_interval_ms // 4 + 1)
+        if now_ms >= self._next_sync_ms:
+            self._next_sync_ms = now_ms + self.catchup_interval_ms
+            offer = SyncOffer(self.vv, self._fingerprint)
+            out += [Send(p, offer) for p in self.membership.peers]
+        out += self._maybe_collect(now_ms)
+        return out
+
+    def _maybe_collect(self, now_ms: int) -> list[Effect]:
+        if self._mismatched or len(self.peer_vv) < len(self.membership.peers):
+            return []
+        if self._last_collect_ms is not None and now_ms - self._last_collect_ms < self.gc_interval_ms:
+            return []
+        floor = vv_floor([self.vv, *self.peer_vv.values()])
+        if not floor or floor == self._collected:
+            return []
+        self._collected = floor
+        self._last_collect_ms = now_ms
+        return [Collect(floor)]
+
+    # -- introspection ---------------------------------------------------------------
+    def status(self, now_ms: int) -> dict[str, Any]:
+        ours = self.vv
+        peers = {}
+        for p in self.membership.peers:
+            theirs = self.peer_vv.get(p)
+            heard = self.detector.last_heard(p)
+            peers[p] = {
+                "alive": self.detector.alive(p, now_ms) and p not in self._mismatched,
+                "membership_mismatch": p in self._mismatched,
+                "last_heard_ms_ago": None if heard is None else now_ms - heard,
+                "vv": theirs,
+                "lag_ops": None if theirs is None else vv_lag(ours, theirs),
+                "ahead_ops": None if theirs is None else vv_lag(theirs, ours),
+            }
+        return {
+            "node_id": self.node_id,
+            "members": list(self.membership.members),
+            "fingerprint": self._fingerprint,
+            "write_quorum": self.write_quorum,
+            "majority": self.membership.majority,
+            "reachable": self._reachable(now_ms),
+            "vv": ours,
+            "held_out_of_order": self._seen.held_count(),
+            "hlc": self.hlc.last,
+            "peers": peers,
+            "owned_mailboxes": self.claims.owned(),
+            "candidacies": self.claims.candidacies(),
+            "promises": dict(self.promises),
+            "writes_in_flight": len(self.quorum),
+            "claims_in_flight": self.claims.in_flight(),
+            "gc_floor": dict(self._collected),
+        }

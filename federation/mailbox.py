@@ -1,0 +1,161 @@
+"""The owner's in-memory model of one mailbox, built from its ops.
+
+An owner must decide, synchronously and exactly, what is pending, in which
+order, how many, and who holds which request id. It builds this model from
+every op it holds for the mailbox key (loaded from its store, merged from
+promises, received later) with the same rules as :mod:`store.merge`:
+
+* ``msg.send`` is insert-once: of two sends with one message id, the one of
+  lower ``(hlc, origin, seq)`` wins, and that rank is the message's FIFO
+  position;
+* ``msg.claim`` / ``msg.cancel`` are terminal: the op of greatest
+  ``(epoch, hlc, origin, seq)`` decides the message, and a terminal op may
+  arrive before its send;
+* a message is pending while its send is known and no terminal op is.
+
+Merging is idempotent and order-free, so the model may be fed the same op
+twice or out of order. The pending set is a sorted list (bisect), so the
+FIFO head, the pending count and a removal cost O(log n) + O(n) memmove on
+a list bounded by the mailbox cap.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op
+
+PENDING = "pending"
+CLAIMED = "claimed"
+CANCELLED = "cancelled"
+
+_FifoEntry = tuple[int, str, int, str]  # (hlc, origin, seq, message id)
+
+
+def _send_rank(op: Op) -> tuple[int, str, int]:
+    return (op.hlc, op.origin, op.seq)
+
+
+def _terminal_rank(op: Op) -> tuple[int, int, str, int]:
+    return (op.epoch, op.hlc, op.origin, op.seq)
+
+
+class MailboxModel:
+    __slots__ = ("_by_request", "_pending", "_sends", "_terminals", "key")
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self._sends: dict[str, Op] = {}
+        self._terminals: dict[str, Op] = {}
+        self._pending: list[_FifoEntry] = []
+        self._by_request: dict[str, str] = {}
+
+    # -- merging ---------------------------------------------------------
+    def apply(self, ops: Iterable[Op]) -> None:
+        for op in ops:
+            if op.key != self.key:
+                continue
+            if op.kind == MSG_SEND:
+                self._apply_send(op)
+            elif op.kind in (MSG_CLAIM, MSG_CANCEL):
+                self._apply_terminal(op)
+
+    def _apply_send(self, op: Op) -> None:
+        mid = str(op.body["id"])
+        cur = self._sends.get(mid)
+        if cur is not None and _send_rank(cur) <= _send_rank(op):
+            return
+        if cur is not None:
+            self._unlist(cur)
+        self._sends[mid] = op
+        if mid not in self._terminals:
+            bisect.insort(self._pending, self._entry(op))
+
+    def _apply_terminal(self, op: Op) -> None:
+        mid = str(op.body["id"])
+        cur = self._terminals.get(mid)
+        if cur is not None and _terminal_rank(cur) >= _terminal_rank(op):
+            return
+        if cur is None:
+            send = self._sends.get(mid)
+            if send is not None:
+                self._unlist(send)
+        else:
+            self._forget_request(cur)
+        self._terminals[mid] = op
+        if op.kind == MSG_CLAIM and op.body.get("request_id") is not None:
+            self._by_request[str(op.body["request_id"])] = mid
+
+    def _forget_request(self, op: Op) -> None:
+        rid = op.body.get("request_id")
+        if op.kind == MSG_CLAIM and rid is not None and self._by_request.get(str(rid)) == op.body["id"]:
+            del self._by_request[str(rid)]
+
+    @staticmethod
+    def _entry(op: Op) -> _FifoEntry:
+        return (op.hlc, op.origin, op.seq, str(op.body["id"]))
+
+    def _unlist(self, send: Op) -> None:
+        entry = self._entry(send)
+        i = bisect.bisect_left(self._pending, entry)
+        if i < len(self._pending) and self._pending[i] == entry:
+            del self._pending[i]
+
+    # -- reading ---------------------------------------------------------
+    def send_op(self, message_id: str) -> Op | None:
+        return self._sends.get(message_id)
+
+    def terminal_op(self, message_id: str) -> Op | None:
+        return self._terminals.get(message_id)
+
+    def state(self, message_id: str) -> str | None:
+        """pending / claimed / cancelled; None if the send is unknown."""
+        if message_id not in self._sends:
+            return None
+        term = self._terminals.get(message_id)
+        if term is None:
+            return PENDING
+        return CLAIMED if term.kind == MSG_CLAIM else CANCELLED
+
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def pending_ids(self) -> Iterator[str]:
+        """Pending message ids, oldest first."""
+        return (entry[3] for entry in self._pending)
+
+    def first_pending(self, agent: str | None, skip: set[str] | dict[str, Any]) -> str | None:
+        """The oldest pending message ``agent`` may claim (shared mail, or
+        mail addressed to ``agent``), skipping ids in ``skip``."""
+        for entry in self._pending:
+            mid = entry[3]
+            if mid in skip:
+                continue
+            to_agent = self._sends[mid].body.get("to_agent")
+            if to_agent is None or to_agent == agent:
+                return mid
+        return None
+
+    def pending_from(self, workspace: str, project: str) -> list[str]:
+        """Pending messages sent by ``workspace/project``, oldest first."""
+        out = []
+        for entry in self._pending:
+            body = self._sends[entry[3]].body
+            if body.get("from_workspace") == workspace and body.get("from_project") == project:
+                out.append(entry[3])
+        return out
+
+    def claim_by_request(self, request_id: str) -> str | None:
+        """The message whose winning claim carries ``request_id``."""
+        mid = self._by_request.get(request_id)
+        return mid if mid is not None and mid in self._sends else None
+
+    def message(self, message_id: str) -> dict[str, Any]:
+        """The send body plus its FIFO ``order`` ``[hlc, origin]``."""
+        send = self._sends[message_id]
+        return {**send.body, "order": [send.hlc, send.origin]}
+
+    def __len__(self) -> int:
+        return len(self._sends)
