@@ -155,31 +155,33 @@ def error_from_response(response: Response) -> AiMemoryError:
     if not isinstance(body, dict):
         text = response.body.decode("utf-8", "replace").strip()
         body = {"error": text or f"HTTP {response.status}"}
-    details = {k: v for k, v in body.items() if k not in ("error", "code")}
+    # Keys that would collide with constructor arguments are not details.
+    details = {
+        str(k): v for k, v in body.items() if k not in ("error", "code", "message", "retry_after")
+    }
     message = str(body.get("error") or f"HTTP {response.status}")
     code = body.get("code")
     status = response.status
     retry_after = _retry_after(response.headers)
 
+    exc: AiMemoryError
     if status == 503 and (code == "quorum_not_met" or message == "quorum_not_met"):
-        return QuorumNotMet(
+        exc = QuorumNotMet(
             got=int(details.get("got", 0)),
             needed=int(details.get("needed", 0)),
             reason=str(details.get("reason", "")),
             retry_after=retry_after,
         )
-    if status == 503 and code == "no_majority":
-        return NoMajority(message, retry_after=retry_after, **details)
-    cls = _BY_STATUS.get(status)
-    if cls is None:
-        cls = ClientError if 400 <= status < 500 else ServerError
-    exc: AiMemoryError
-    if issubclass(cls, Unavailable):
-        exc = cls(message, retry_after=retry_after, **details)
+    elif status == 503 and code == "no_majority":
+        exc = NoMajority(message, retry_after=retry_after, **details)
     else:
-        exc = cls(message, **details)
-    if isinstance(code, str) and code:
-        exc.code = code  # keep the daemon's precise code for display
+        cls = _BY_STATUS.get(status) or (ClientError if 400 <= status < 500 else ServerError)
+        if issubclass(cls, Unavailable):
+            exc = cls(message, retry_after=retry_after, **details)
+        else:
+            exc = cls(message, **details)
+        if isinstance(code, str) and code:
+            exc.code = code  # keep the daemon's precise code for display
     exc.details.setdefault("status", status)
     return exc
 

@@ -1,0 +1,197 @@
+"""`ai-memory cluster up` as a real process, with stand-in nodes (tests/cli/fake_node.py).
+
+Covers the supervisor's contract: each node gets its own flags, output lines
+carry the node id, the summary appears once every node is healthy, Ctrl-C is
+forwarded and the nodes stop in order, and a node that dies or never starts
+makes the whole command exit non-zero after stopping the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FAKE_NODE = Path(__file__).with_name("fake_node.py")
+pytestmark = pytest.mark.timeout(60)
+
+
+def free_base_port(count: int) -> int:
+    for _ in range(50):
+        base = random.randint(20000, 60000)
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
+class UpProcess:
+    def __init__(
+        self, tmp_path: Path, nodes: int, mode: str = "", extra_env: dict[str, str] | None = None
+    ):
+        self.base = free_base_port(nodes)
+        self.data = tmp_path / "data"
+        env = {**os.environ, "FAKE_NODE_MODE": mode, **(extra_env or {})}
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cli",
+                "cluster",
+                "up",
+                "--nodes",
+                str(nodes),
+                "--base-port",
+                str(self.base),
+                "--data",
+                str(self.data),
+                "--exe",
+                f"{sys.executable} {FAKE_NODE}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        self.lines: list[str] = []
+
+    def read_until(self, needle: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line.rstrip("\n"))
+            if needle in line:
+                return
+        raise AssertionError(f"{needle!r} never appeared in:\n" + "\n".join(self.lines))
+
+    def finish(self, timeout: float = 30) -> int:
+        out, _ = self.proc.communicate(timeout=timeout)
+        self.lines += out.splitlines()
+        return self.proc.returncode
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+
+def test_up_starts_nodes_with_their_flags_and_stops_them_on_ctrl_c(tmp_path: Path) -> None:
+    up = UpProcess(tmp_path, 3)
+    up.read_until("Ctrl-C stops every node.")
+    assert f"[node2] listening on 127.0.0.1:{up.base + 1}" in up.output()
+    node2 = json.loads((up.data / "node2.db.args.json").read_text())
+    assert node2["argv"] == [
+        "serve",
+        "--node-id",
+        "node2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(up.base + 1),
+        "--db",
+        str((up.data / "node2.db").resolve()),
+        "--quorum-writes",
+        "2",
+        "--quorum-peers",
+        f"node1=http://127.0.0.1:{up.base},node3=http://127.0.0.1:{up.base + 2}",
+    ]
+    secrets = {
+        json.loads((up.data / f"node{i}.db.args.json").read_text())["secret"] for i in (1, 2, 3)
+    }
+    assert len(secrets) == 1 and len(secrets.pop()) == 64  # one generated secret shared by all
+    up.proc.send_signal(signal.SIGINT)
+    assert up.finish() == 0, up.output()
+    for i in (1, 2, 3):
+        assert f"[node{i}] stopped cleanly" in up.output()
+        assert f"[cluster] node{i} stopped (status 0)" in up.output()
+
+
+def test_up_passes_a_given_secret(tmp_path: Path) -> None:
+    up = UpProcess(tmp_path, 1, extra_env={"AI_MEMORY_CLUSTER_SECRET": "s3cret"})
+    up.read_until("Ctrl-C stops every node.")
+    args = json.loads((up.data / "node1.db.args.json").read_text())
+    assert args["secret"] == "s3cret"
+    assert "--quorum-peers" not in args["argv"]
+    up.proc.send_signal(signal.SIGTERM)
+    assert up.finish() == 0
+
+
+def test_a_node_dying_stops_the_others_and_fails(tmp_path: Path) -> None:
+    up = UpProcess(tmp_path, 3, mode="die:node3")
+    assert up.finish() == 1
+    out = up.output()
+    assert "[node3] fatal: disk full" in out
+    assert "node3 exited unexpectedly with status 3" in out
+    assert "[node1] stopped cleanly" in out and "[node2] stopped cleanly" in out
+
+
+def test_a_node_that_cannot_start_fails_the_command(tmp_path: Path) -> None:
+    up = UpProcess(tmp_path, 2, mode="crash:node1")
+    assert up.finish() == 1
+    out = up.output()
+    assert "[node1] cannot open database" in out
+    assert "node1 exited with status 5 while starting" in out
+    assert "ready" not in out
+
+
+def test_a_node_ignoring_sigterm_is_killed_on_second_ctrl_c(tmp_path: Path) -> None:
+    up = UpProcess(tmp_path, 2, mode="stubborn:node2")
+    up.read_until("Ctrl-C stops every node.")
+    up.proc.send_signal(signal.SIGINT)
+    up.read_until("[node2] ignoring SIGTERM")
+    up.proc.send_signal(signal.SIGINT)
+    assert up.finish() == 0
+    assert "node2 did not stop in time; killing it" in up.output()
+    assert "[cluster] node2 stopped (status -9)" in up.output()
+
+
+def test_a_port_held_by_another_daemon_is_detected(tmp_path: Path) -> None:
+    up = UpProcess(tmp_path, 1)
+    up.read_until("Ctrl-C stops every node.")
+    try:
+        clash = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cli",
+                "cluster",
+                "up",
+                "--nodes",
+                "2",
+                "--base-port",
+                str(up.base - 1),
+                "--data",
+                str(tmp_path / "other"),
+                "--exe",
+                f"{sys.executable} {FAKE_NODE}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        up.proc.send_signal(signal.SIGTERM)
+        up.finish()
+    assert clash.returncode == 1
+    # node2 of the second cluster wants the first cluster's node1 port: either it fails to
+    # bind, or the first node answers health as "node1" and is recognised as a stranger.
+    assert ("answered as node 'node1'" in clash.stdout) or ("node2 exited" in clash.stdout)
