@@ -31,7 +31,7 @@ def record_id(kind: str, sender: str | None, idempotency_key: str | None) -> str
 
 
 def check_record_id(value: str, what: str = "id") -> str:
-    if not _RECORD_ID.match(value):
+    if not _RECORD_ID.fullmatch(value):
         raise BadRequest(f"{what} must be 1-128 characters of [A-Za-z0-9_-.:]")
     return value
 
@@ -40,7 +40,7 @@ def check_idempotency_key(value: str | None) -> str | None:
     """The ``Idempotency-Key`` header, validated (absent or empty: None)."""
     if not value:
         return None
-    if len(value) > limits.request_id_max_chars or not _KEY.match(value):
+    if len(value) > limits.request_id_max_chars or not _KEY.fullmatch(value):
         raise BadRequest(
             f"Idempotency-Key must be 1-{limits.request_id_max_chars} characters of "
             "[A-Za-z0-9_-:@./] (limits.request_id_max_chars)")

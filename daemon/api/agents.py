@@ -1,0 +1,57 @@
+"""HTTP handlers for ``/api/v1/agents`` and the last-seen middleware.
+
+Registering an agent whose id differs from the caller's ``X-Agent-Id`` is a
+403: an agent registers itself. The middleware hands a registered caller's
+last-seen refresh to the background (see :mod:`daemon.services.agents` for
+the throttle); it never delays or fails the request it rides on.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from common.errors import AiMemoryError
+from daemon.app import NODE
+from daemon.auth import acting_agent, identify
+from daemon.http_errors import Handler, read_json
+from daemon.schemas.agents import RegisterAgent
+from daemon.services import agents as service
+
+SEEN_THROTTLE: web.AppKey[service.SeenThrottle] = web.AppKey("agent_seen_throttle")
+
+
+async def register(request: web.Request) -> web.Response:
+    req = await read_json(request, RegisterAgent)
+    acting_agent(identify(request, request.app[NODE].settings.auth), req.agent_id)
+    return web.json_response(await service.register(request.app[NODE], req), status=201)
+
+
+async def list_(request: web.Request) -> web.Response:
+    return web.json_response(await service.list_agents(request.app[NODE]))
+
+
+@web.middleware
+async def last_seen(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path.startswith("/api/v1/") and (
+            "X-Agent-Id" in request.headers or "X-API-Key" in request.headers):
+        _note_seen(request)
+    return await handler(request)
+
+
+def _note_seen(request: web.Request) -> None:
+    node = request.app[NODE]
+    try:
+        agent = identify(request, node.settings.auth).agent_id
+    except AiMemoryError:
+        return  # the handler reports the bad identity
+    if agent is not None and request.app[SEEN_THROTTLE].due(agent, node.now_ms()):
+        node.spawn(service.refresh_seen(node, agent))
+
+
+MIDDLEWARES = [last_seen]
+
+
+def add_routes(app: web.Application) -> None:
+    app[SEEN_THROTTLE] = service.SeenThrottle()
+    app.router.add_post("/api/v1/agents", register)
+    app.router.add_get("/api/v1/agents", list_)

@@ -1,0 +1,102 @@
+"""Agent-to-agent notifications: notify, inbox, mark read.
+
+A notify is one ``note.new`` op under the recipient's ``inbox:<agent>`` key:
+its own record (never an overwrite of an earlier one with the same title),
+``from`` exactly the sending agent, lifetime set by its tier
+(``settings.notify.tier_ttl_secs``). It is acknowledged once W members hold
+it. With an ``Idempotency-Key`` the id is derived from (sender, key); a
+retry re-writes the record exactly as first written (insert-once, so the
+store keeps one copy) and answers as the first attempt did. Reusing a key
+for a different notification is a 409.
+
+An inbox read first runs the node's read barrier for that inbox key (R + W
+> N, so a notify acknowledged anywhere is seen here), unless the caller
+asked for ``consistency=local``. Read marks are ``note.read`` ops: monotone,
+replicated, and only ever for notifications addressed to the reader.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from common.errors import Conflict
+from daemon.schemas.ids import record_id
+from daemon.schemas.notify import (
+    InboxQuery,
+    NotifyRequest,
+    inbox_namespace,
+    message_json,
+    notified_json,
+)
+from daemon.schemas.timefmt import parse_rfc3339
+from store.ops import NOTE_NEW, NOTE_READ, inbox_key
+
+if TYPE_CHECKING:
+    from daemon.node import Node
+
+_NOTE_FIELDS = ("id", "from", "to", "namespace", "title", "payload", "priority", "tier",
+                "created_at_ms", "expires_at_ms")
+_SAME_REQUEST = ("from", "to", "title", "payload", "priority", "tier")
+
+
+async def notify(node: Node, req: NotifyRequest, *, sender: str,
+                 idempotency_key: str | None = None) -> dict[str, Any]:
+    now = node.now_ms()
+    target = req.target_agent_id
+    ttl = node.settings.notify.tier_ttl_secs.get(req.tier)
+    body: dict[str, Any] = {
+        "id": record_id("note", sender, idempotency_key),
+        "from": sender,
+        "to": target,
+        "namespace": inbox_namespace(target),
+        "title": req.title,
+        "payload": req.payload,
+        "priority": req.priority,
+        "tier": req.tier,
+        "created_at_ms": now,
+        "expires_at_ms": None if ttl is None else now + ttl * 1000,
+    }
+    if idempotency_key is not None:
+        prior = await node.store.notifications([body["id"]])
+        if prior:
+            first = prior[0]
+            if any(first.get(f) != body[f] for f in _SAME_REQUEST):
+                raise Conflict("Idempotency-Key already used for a different notification",
+                               id=body["id"])
+            body = {f: first.get(f) for f in _NOTE_FIELDS}
+    await node.write([(NOTE_NEW, inbox_key(target), body)])
+    return notified_json(body)
+
+
+async def inbox(node: Node, q: InboxQuery, *, agent: str) -> dict[str, Any]:
+    await node.read_barrier(inbox_key(agent), q.consistency)
+    rows = await node.store.inbox(
+        agent, unread_only=q.unread_only, limit=q.limit, min_priority=q.min_priority,
+        since_ms=None if q.since is None else parse_rfc3339(q.since), now_ms=node.now_ms())
+    if q.mark_read:
+        unread = [r["id"] for r in rows if not r.get("read")]
+        if unread:
+            await node.write([(NOTE_READ, inbox_key(agent), {"to": agent, "ids": unread})])
+    messages = [message_json(r, read=True if q.mark_read else None) for r in rows]
+    return {
+        "agent_id": agent,
+        "namespace": inbox_namespace(agent),
+        "count": len(messages),
+        "unread_only": q.unread_only,
+        "messages": messages,
+    }
+
+
+async def mark_read(node: Node, ids: list[str], *, agent: str,
+                    consistency: str = "quorum") -> dict[str, Any]:
+    """Mark the given notifications read; ids addressed to someone else (or
+    unknown here after the read barrier) are ignored, not reported."""
+    wanted = list(dict.fromkeys(ids))
+    if not wanted:
+        return {"marked": 0}
+    await node.read_barrier(inbox_key(agent), consistency)
+    rows = [r for r in await node.store.notifications(wanted) if r.get("to") == agent]
+    unread = [r["id"] for r in rows if not r.get("read")]
+    if unread:
+        await node.write([(NOTE_READ, inbox_key(agent), {"to": agent, "ids": unread})])
+    return {"marked": len(rows)}
