@@ -55,7 +55,8 @@ class LoadJob:
     duration_s: float = 5.0
     warmup_s: float = 1.0
     rate: float = 0.0  # open loop: operations per second
-    max_inflight: int = 2048  # open loop
+    max_inflight: int = 2048  # open loop: operations in flight before starts are dropped
+    connections: int = 256  # open loop: keep-alive connections (closed loop: one per worker)
     total: int = 0  # count mode
     seed: int = 1
     start_at: float = 0.0  # time.time() at which every process starts
@@ -82,6 +83,7 @@ class LoadJob:
                     concurrency=_share(self.concurrency, parts, i),
                     rate=self.rate / parts,
                     max_inflight=max(self.max_inflight // parts, 1),
+                    connections=max(self.connections // parts, 1),
                     total=_share(self.total, parts, i),
                     seed=self.seed * 1000 + i,
                 )
@@ -112,6 +114,13 @@ def _init_worker(counter: Any) -> None:
 
 def _ping() -> bool:
     return True
+
+
+def add_progress(n: int) -> None:
+    """Count ``n`` more completed operations on the parent's progress bar."""
+    if _progress is not None and n:
+        with _progress.get_lock():
+            _progress.value += n
 
 
 class _Client:
@@ -182,9 +191,8 @@ async def _one(client: _Client, job: LoadJob, rng: random.Random, due: float, re
 async def _flush_progress(client: _Client, stop: asyncio.Event) -> None:
     sent = 0
     while True:
-        if _progress is not None and client.done != sent:
-            with _progress.get_lock():
-                _progress.value += client.done - sent
+        if client.done != sent:
+            add_progress(client.done - sent)
             sent = client.done
         if stop.is_set():
             return
@@ -243,11 +251,12 @@ async def _open(client: _Client, job: LoadJob, rng: random.Random) -> float:
             if len(tasks) >= job.max_inflight:
                 dropped += 1
                 continue
-            t = asyncio.create_task(_one(client, job, random.Random(rng.getrandbits(64)), due, record=True))
+            # One event loop thread: the operations may share one generator.
+            t = asyncio.create_task(_one(client, job, rng, due, record=True))
             tasks.add(t)
             t.add_done_callback(tasks.discard)
         if i < n:
-            await asyncio.sleep(max(t0 + i * interval - time.perf_counter(), 0.0005))
+            await asyncio.sleep(max(t0 + i * interval - time.perf_counter(), 0.001))
     if tasks:
         await asyncio.gather(*tasks)
     client.sample("op").dropped += dropped
@@ -263,13 +272,35 @@ _RUNNERS: dict[str, Callable[[_Client, LoadJob, random.Random], Coroutine[Any, A
 }
 
 
+async def _open_connections(session: aiohttp.ClientSession, targets: tuple[str, ...], n: int) -> None:
+    """Open about ``n`` keep-alive connections before the clock starts.
+
+    Concurrent health checks force distinct connections; growing the
+    batch step by step reuses the ones already open, so no more than half
+    of them are being set up at any moment (a burst of hundreds of
+    connects is itself a load spike the server would be measured on).
+    """
+    k = min(16, n)
+    while True:
+        async def ping(i: int) -> None:
+            url = targets[i % len(targets)] + "/api/v1/health"
+            async with session.get(url) as resp:
+                await resp.read()
+
+        await asyncio.gather(*(ping(i) for i in range(k)), return_exceptions=True)
+        if k >= n:
+            return
+        k = min(k * 2, n)
+
+
 async def _run_async(job: LoadJob) -> LoadResult:
-    limit = job.max_inflight if job.mode == "open" else job.concurrency
+    limit = job.connections if job.mode == "open" else job.concurrency
     connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=None, force_close=False)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         client = _Client(session, job.targets)
         client._next = job.seed  # spread processes over the targets
+        await _open_connections(session, job.targets, limit)
         delay = job.start_at - time.time()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -328,20 +359,24 @@ class LoadPool:
 
     def run(
         self,
-        job: LoadJob,
+        job: Any,
         on_progress: Callable[[int], None] | None = None,
         start_delay_s: float = 0.3,
+        runner: Callable[[Any], LoadResult] = run_job,
     ) -> LoadResult:
         """Run ``job`` across the pool and merge what the processes measured.
 
-        ``on_progress`` receives the number of operations completed so far,
-        a few times a second, until the job ends.
+        ``job`` is a :class:`LoadJob` or any frozen dataclass with the same
+        ``split(parts)`` and ``start_at`` that ``runner`` (a picklable
+        top-level function) executes in a worker. ``on_progress`` receives
+        the number of operations completed so far, a few times a second,
+        until the job ends.
         """
         with self.counter.get_lock():
             self.counter.value = 0
         start_at = time.time() + start_delay_s
         parts = replace(job, start_at=start_at).split(self.processes)
-        futures = [self._pool.submit(run_job, p) for p in parts]
+        futures = [self._pool.submit(runner, p) for p in parts]
         while True:
             done, _ = concurrent.futures.wait(futures, timeout=0.2)
             if on_progress is not None:

@@ -160,6 +160,8 @@ class ServerProc:
     port: int
     log_path: Path
     env: dict[str, str] | None = None
+    health_path: str = HEALTH_PATH
+    health_port: int | None = None  # when health is served on another port
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -173,6 +175,11 @@ class ServerProc:
         return self.proc.pid
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        self.launch()
+        self.wait_healthy(timeout_s)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to answer."""
         REAPER.install()
         log = open(self.log_path, "ab")
         try:
@@ -183,7 +190,6 @@ class ServerProc:
         finally:
             log.close()
         REAPER.add(self.proc)
-        self.wait_healthy(timeout_s)
 
     def wait_healthy(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -192,7 +198,7 @@ class ServerProc:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log:\n{self.log_tail()}")
             try:
-                http_json(self.url + HEALTH_PATH, timeout=1.0)
+                http_json(f"http://{HOST}:{self.health_port or self.port}{self.health_path}", timeout=1.0)
                 return
             except (OSError, ValueError) as e:
                 last = e
@@ -296,3 +302,19 @@ def running(server: ServerProc | Cluster) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def running_all(servers: list[ServerProc]) -> Iterator[list[ServerProc]]:
+    """Start several servers together (waiting for each only after all
+    were launched, since clustered servers need their peers to become
+    healthy) and stop them all whatever happens inside."""
+    try:
+        for s in servers:
+            s.launch()
+        for s in servers:
+            s.wait_healthy(START_TIMEOUT_S)
+        yield servers
+    finally:
+        for s in servers:
+            s.stop()

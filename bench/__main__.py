@@ -1,0 +1,60 @@
+"""``python -m bench --profile quick|full``: run the benchmark harness.
+
+Starts the echo ceiling and real ``ai-memory serve`` clusters on loopback,
+drives them from separate load-generator processes, prints PASS/MISS per
+target and writes ``bench/results/<run>/`` (results.json, results.md,
+PNG plots, server logs) and ``bench/results/latest.md``. ``--update-docs``
+also copies the tables into docs/performance.md. Exit status is 0 when the
+run completed, whatever the targets say (targets are reported, not
+enforced), and 1 when a phase failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from bench import report
+from bench.profiles import PROFILES
+from bench.runner import PHASES, REPO, Run, print_targets
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description="ai-memory cluster benchmark harness")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="results root directory")
+    parser.add_argument("--only", default=",".join(PHASES),
+                        help=f"comma-separated subset of phases: {', '.join(PHASES)}")
+    parser.add_argument("--concurrency", type=int, help="override the profile's client connections")
+    parser.add_argument("--loadgen-procs", type=int, help="override the profile's load-generator processes")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--update-docs", action="store_true", help="copy the tables into docs/performance.md")
+    args = parser.parse_args(argv)
+
+    only = tuple(p.strip() for p in args.only.split(",") if p.strip())
+    unknown = set(only) - set(PHASES)
+    if unknown:
+        parser.error(f"unknown phase(s): {', '.join(sorted(unknown))}")
+    profile = PROFILES[args.profile]
+    if args.concurrency:
+        profile = dataclasses.replace(profile, concurrency=args.concurrency)
+    if args.loadgen_procs:
+        profile = dataclasses.replace(profile, loadgen_procs=args.loadgen_procs)
+
+    run = Run(profile, args.out, progress=not args.no_progress, only=only)
+    results, targets, md = run.execute()
+    print(f"\nresults: {run.run_dir}")
+    print_targets(targets)
+    if args.update_docs:
+        doc = REPO / "docs" / "performance.md"
+        if report.update_docs(doc, md):
+            print(f"updated {doc}")
+        else:
+            print(f"{doc} has no {report.DOCS_BEGIN} block; not updated", file=sys.stderr)
+    return 1 if results["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Writing a run down: results.json, the markdown tables, the docs copy.
+
+``results.json`` keeps everything measured (every summary, every sweep
+point, per request kind). The markdown is the human view of the same
+document: it is written to ``<run>/results.md`` and to
+``bench/results/latest.md``, and with ``--update-docs`` it replaces the
+block between the two marker comments in ``docs/performance.md``, so the
+committed page carries the tables of the run it names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from bench.targets import Target
+
+DOCS_BEGIN = "<!-- bench:results:begin -->"
+DOCS_END = "<!-- bench:results:end -->"
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1f}"
+
+
+def _n(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def _mb(v: float | None) -> str:
+    return "-" if v is None else f"{v / 2**20:.0f}"
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return [_row(head), _row(["---"] * len(head)), *(_row(r) for r in rows), ""]
+
+
+def _errors(d: dict[str, Any]) -> str:
+    return f"{d['http_errors'] + d['transport_errors']:,} / {d['unavailable']:,}"
+
+
+def markdown(results: dict[str, Any], targets: list[Target]) -> str:
+    meta = results["meta"]
+    lines = [
+        f"Run `{meta['run_id']}` · profile **{meta['profile']}** · commit `{meta.get('commit') or '?'}` · "
+        f"daemon {meta.get('daemon_version') or '?'} · {meta['cores']} cores · "
+        f"{meta['profile_settings']['concurrency']} keep-alive connections from "
+        f"{meta['profile_settings']['loadgen_procs']} load-generator process(es).",
+        "",
+    ]
+    if meta["profile"] != "full":
+        lines += [
+            f"Quick profile: the largest inbox and the catch-up hold {meta['profile_settings']['inbox_sizes'][-1]:,} "
+            "messages, not 100k; run `--profile full` for the stated sizes.",
+            "",
+        ]
+    echo = (results.get("echo") or {}).get("max")
+    echo_rps = echo["rps"] if echo else None
+
+    lines += ["**Maximum throughput** (closed loop). Errors are non-503 failures / 503s.", ""]
+    rows = []
+    if echo:
+        rows.append(["echo server", "notify body", f"{_n(echo['rps'])} req/s", "100%", _ms(echo["p50_ms"]),
+                     _ms(echo["p95_ms"]), _ms(echo["p99_ms"]), _ms(echo["max_ms"]), _errors(echo)])
+    for w in results.get("workloads", []):
+        m = w.get("max")
+        if not m:
+            rows.append([w["cluster"], w["workload"], f"failed: {w.get('error', '?')}", "", "", "", "", "", ""])
+            continue
+        unit = "claims/s" if w["workload"] == "sendpop" else "ops/s"
+        tp = m["ops_per_s"] if m.get("ops_per_s") is not None else m["rps"]
+        ratio = f"{m['rps'] / echo_rps:.0%}" if echo_rps else "-"
+        rows.append([w["cluster"], w["workload"], f"{_n(tp)} {unit}", ratio, _ms(m["p50_ms"]), _ms(m["p95_ms"]),
+                     _ms(m["p99_ms"]), _ms(m["max_ms"]), _errors(m)])
+    lines += _table(["cluster", "workload", "throughput", "vs echo", "p50 ms", "p95 ms", "p99 ms", "max ms",
+                     "errors / 503"], rows)
+
+    sweeps = [w for w in ([results.get("echo")] if results.get("echo") else []) + results.get("workloads", [])
+              if w and w.get("sweep")]
+    if sweeps:
+        fracs = sorted({p["fraction"] for w in sweeps for p in w["sweep"]})
+        lines += ["**Latency under offered load** (open loop at fractions of the maximum): "
+                  "p50 / p99 ms, achieved ops/s.", ""]
+        rows = []
+        for w in sweeps:
+            by = {p["fraction"]: p for p in w["sweep"]}
+            cells = [w.get("cluster", "echo server"), w.get("workload", "notify body")]
+            for f in fracs:
+                p = by.get(f)
+                cells.append("-" if p is None else f"{_ms(p['p50_ms'])} / {_ms(p['p99_ms'])} · {_n(p['rps'])}")
+            rows.append(cells)
+        lines += _table(["cluster", "workload", *(f"{f:.0%}" for f in fracs)], rows)
+
+    sc = results.get("scenario")
+    if sc and sc.get("inbox"):
+        lines += [f"**Inbox read**, limit 50, {sc['cluster']}: maximum reads/s, then latency at half of it.", ""]
+        rows = []
+        for r in sc["inbox"]:
+            h = r.get("half") or {}
+            rows.append([f"{r['size']:,}", r["consistency"], _n(r["max"]["rps"]), _ms(h.get("p50_ms")),
+                         _ms(h.get("p95_ms")), _ms(h.get("p99_ms")), _ms(h.get("max_ms")),
+                         _errors(h) if h else "-"])
+        lines += _table(["messages in inbox", "consistency", "max reads/s", "p50 ms", "p95 ms", "p99 ms", "max ms",
+                         "errors / 503"], rows)
+    if sc and sc.get("catchup"):
+        c = sc["catchup"]
+        fills = sc.get("fill", [])
+        fill_rate = (sum(f["ok"] for f in fills) / sum(f["elapsed_s"] for f in fills)) if fills else None
+        lines += ["**Catch-up** of a restarted node (stopped while the others took the inbox fills).", ""]
+        lines += _table(
+            ["missed ops", "fill rate with node down", "restart → healthy s", "healthy → same vv s", "total s"],
+            [[_n(c["missed_ops"]), f"{_n(fill_rate)} notify/s", _ms(c["restart_to_healthy_s"]),
+              _ms(c["healthy_to_converged_s"]) if c["healthy_to_converged_s"] is not None else "timeout",
+              _ms(c["restart_to_converged_s"]) if c["restart_to_converged_s"] is not None else "timeout"]],
+        )
+    if sc and sc.get("rss_bytes"):
+        lines += [f"**Memory** with {sc['messages_stored']:,} inbox messages stored (plus the workloads' records).", ""]
+        lines += _table(["node", "RSS MB", "SQLite files MB"],
+                        [[k, _mb(v), _mb(sc.get("db_bytes", {}).get(k))] for k, v in sorted(sc["rss_bytes"].items())])
+    nats = results.get("nats")
+    if nats:
+        lines += ["**NATS JetStream** work-queue stream (R3, 3 servers) send+pop, same machine.", ""]
+        if nats.get("skipped"):
+            lines += [f"Skipped: {nats['skipped']}", ""]
+        else:
+            m = nats["max"]
+            lines += _table(["system", "claims/s", "p50 ms", "p99 ms", "errors"],
+                            [["NATS JetStream R3", _n(m["ops_per_s"]), _ms(m["p50_ms"]), _ms(m["p99_ms"]),
+                              _n(m["http_errors"] + m["transport_errors"])]])
+
+    lines += ["**Targets**", ""]
+    lines += _table(["target", "goal", "measured", "verdict"],
+                    [[t.name, t.goal, t.measured, f"**{t.verdict}**"] for t in targets])
+    if results.get("errors"):
+        lines += ["Phases that failed:", ""]
+        lines += [f"- {e['phase']}: {e['error']}" for e in results["errors"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_run(run_dir: Path, results: dict[str, Any], targets: list[Target]) -> str:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    results = {**results, "targets": [t.to_dict() for t in targets]}
+    (run_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=False, allow_nan=False) + "\n")
+    md = markdown(results, targets)
+    (run_dir / "results.md").write_text(md + "\n")
+    (run_dir.parent / "latest.md").write_text(md + "\n")
+    return md
+
+
+def update_docs(doc: Path, md: str) -> bool:
+    """Replace the marked block of ``doc`` with ``md``; False if no markers."""
+    text = doc.read_text()
+    if DOCS_BEGIN not in text or DOCS_END not in text:
+        return False
+    head, rest = text.split(DOCS_BEGIN, 1)
+    _, tail = rest.split(DOCS_END, 1)
+    doc.write_text(f"{head}{DOCS_BEGIN}\n{md}\n{DOCS_END}{tail}")
+    return True
