@@ -1,0 +1,125 @@
+"""The SQLite Store against the reference Replica, on random histories.
+
+Both receive the same ops (the store in concurrent, shuffled, duplicated
+batches); every read view and the full snapshot must be equal, and stay
+equal through gc and purge_expired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from store_opgen import (
+    AGENTS,
+    APPLY_NOW,
+    HARNESSES,
+    MEM_IDS,
+    MSG_IDS,
+    NOTE_IDS,
+    ORIGINS,
+    SCOPES,
+    SESSIONS,
+    histories,
+    shuffled_batches,
+)
+
+from store.db import Store
+from store.merge import Replica
+from store.ops import Op
+
+EXAMPLES = settings(max_examples=60, deadline=None)
+READ_TIMES = (0, APPLY_NOW, 60_000)
+
+
+async def views(s: Any, ops: list[Op]) -> dict[str, Any]:
+    """Every read of the shared API, on a Store (awaited) or a Replica."""
+    async def v(x: Any) -> Any:
+        return await x if asyncio.iscoroutine(x) else x
+
+    out: dict[str, Any] = {
+        "vv": s.version_vector(),
+        "max_seq": [s.max_seq(o) for o in ORIGINS],
+        "missing": [o.op_id for o in await v(s.ops_missing({"n1": 2}, 7))],
+        "missing_all": [o.op_id for o in await v(s.ops_missing({}, 1000))],
+        "for_key": {op.key: [o.op_id for o in await v(s.ops_for_key(op.key, {"n2": 1}))]
+                    for op in ops},
+        "agents": await v(s.list_agents()),
+        "agent": [await v(s.get_agent(a)) for a in (*AGENTS, "nobody")],
+        "sessions": [await v(s.get_session(x)) for x in SESSIONS],
+        "projects": await v(s.list_projects()),
+        "last_project": await v(s.last_active_project()),
+        "notifications": await v(s.notifications([*NOTE_IDS, "zz"])),
+    }
+    for ws, proj in SCOPES:
+        key = f"{ws}/{proj}"
+        out[f"exists {key}"] = await v(s.project_exists(ws, proj))
+        out[f"harnesses {key}"] = await v(s.project_harnesses(ws, proj))
+        out[f"pending {key}"] = await v(s.mailbox_pending(ws, proj, limit=2))
+        out[f"pending_count {key}"] = await v(s.mailbox_pending_count(ws, proj))
+        out[f"all {key}"] = await v(s.mailbox_messages(ws, proj, limit=10, offset=1))
+        out[f"outbox {key}"] = await v(s.outbox(ws, proj, limit=10))
+        out[f"outbox_all {key}"] = await v(s.outbox(ws, proj, limit=10, pending_only=False))
+        for h in HARNESSES:
+            out[f"pending {key} {h}"] = await v(s.mailbox_pending(ws, proj, limit=10, agent=h))
+        for req in ("r1", "r2"):
+            out[f"by_request {key} {req}"] = await v(s.claim_by_request(ws, proj, req))
+    for m in MSG_IDS:
+        out[f"message {m}"] = await v(s.message(m))
+    for now in READ_TIMES:
+        for m in MEM_IDS:
+            out[f"memory {m} {now}"] = await v(s.get_memory(m, now_ms=now))
+        out[f"memories {now}"] = await v(s.list_memories(limit=10, now_ms=now))
+        out[f"memories filtered {now}"] = await v(s.list_memories(
+            namespace="ns/a", tags=["t1"], min_priority=3, limit=2, offset=0, now_ms=now))
+        out[f"memories page {now}"] = await v(s.list_memories(
+            tier="mid", agent_id="alice", limit=1, offset=1, now_ms=now))
+        for a in AGENTS:
+            for unread in (False, True):
+                out[f"inbox {a} {unread} {now}"] = await v(
+                    s.inbox(a, unread_only=unread, limit=3, now_ms=now))
+                out[f"inbox_count {a} {unread} {now}"] = await v(
+                    s.inbox_count(a, unread_only=unread, now_ms=now))
+            out[f"inbox filtered {a} {now}"] = await v(
+                s.inbox(a, unread_only=False, limit=10, min_priority=4, since_ms=5, now_ms=now))
+    return out
+
+
+def assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
+    for key in want:
+        assert got[key] == want[key], key
+    assert got.keys() == want.keys()
+
+
+async def _check(ops: list[Op], batches: list[list[Op]], floor: dict[str, int]) -> None:
+    replica = Replica()
+    replica.apply(ops, APPLY_NOW)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = await Store.open(os.path.join(tmp, "node.db"), "n1")
+        try:
+            results = await asyncio.gather(*(store.apply_ops(b, APPLY_NOW) for b in batches))
+            fresh = [op.op_id for r in results for op in r]
+            assert sorted(fresh) == sorted(op.op_id for op in ops)  # each op new exactly once
+            assert await store.snapshot() == replica.snapshot()
+            assert_same(await views(store, ops), await views(replica, ops))
+
+            assert await store.gc(floor) == replica.gc(floor)
+            assert await store.purge_expired(30_000) == replica.purge_expired(30_000)
+            assert await store.apply_ops(ops, APPLY_NOW) == replica.apply(ops, APPLY_NOW) == []
+            assert await store.snapshot() == replica.snapshot()
+            assert_same(await views(store, ops), await views(replica, ops))
+        finally:
+            await store.close()
+
+
+@EXAMPLES
+@given(st.data())
+def test_store_matches_replica(data: st.DataObject) -> None:
+    ops = data.draw(histories())
+    batches = data.draw(shuffled_batches(ops))
+    floor = {o: data.draw(st.integers(0, 5)) for o in ORIGINS}
+    asyncio.run(_check(ops, batches, floor))

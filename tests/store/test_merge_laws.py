@@ -1,0 +1,175 @@
+"""Merge laws of the reference replica (store/merge.py), by hypothesis.
+
+Same op multiset in any order, with any duplication and any batching, gives
+the same snapshot; replicas that sync by version vector converge; the
+monotone states (claimed/cancelled, read, deleted) never revert.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from store_opgen import APPLY_NOW, histories, shuffled_batches
+
+from store import ops as K
+from store.merge import Replica
+from store.ops import Op
+
+LAWS = settings(max_examples=150, deadline=None)
+
+
+def replica_of(*batches: list[Op], now_ms: int = APPLY_NOW) -> Replica:
+    r = Replica()
+    for batch in batches:
+        r.apply(batch, now_ms)
+    return r
+
+
+@LAWS
+@given(st.data())
+def test_order_duplication_and_batching_do_not_matter(data: st.DataObject) -> None:
+    ops = data.draw(histories())
+    reference = replica_of(ops).snapshot()
+    batches = data.draw(shuffled_batches(ops))
+    assert replica_of(*batches).snapshot() == reference
+
+
+@LAWS
+@given(st.data())
+def test_merge_is_associative_through_intermediate_replicas(data: st.DataObject) -> None:
+    ops = data.draw(histories())
+    a_part = data.draw(st.lists(st.sampled_from(ops), unique_by=lambda o: o.op_id)) if ops else []
+    b_part = [o for o in ops if o not in a_part]
+    # (A + B) then C == A + (B + C), with C the whole history re-sent
+    left = replica_of(a_part)
+    left.apply(b_part, APPLY_NOW)
+    left.apply(ops, APPLY_NOW)
+    right_inner = replica_of(b_part)
+    right_inner.apply(ops, APPLY_NOW)
+    right = replica_of(a_part)
+    right.apply(right_inner.ops_missing({}, 10_000), APPLY_NOW)
+    assert left.snapshot() == right.snapshot() == replica_of(ops).snapshot()
+
+
+@LAWS
+@given(st.data())
+def test_replicas_converge_by_exchanging_what_the_other_lacks(data: st.DataObject) -> None:
+    ops = data.draw(histories())
+    parts = [data.draw(st.lists(st.sampled_from(ops))) if ops else [] for _ in range(3)]
+    for op in ops:  # every op reaches at least one replica
+        if not any(op in p for p in parts):
+            parts[data.draw(st.integers(0, 2))].append(op)
+    nodes = [replica_of(p) for p in parts]
+    for a in nodes:  # one round of pairwise pushes reaches everyone
+        for b in nodes:
+            if a is not b:
+                b.apply(a.ops_missing(b.version_vector(), 10_000), APPLY_NOW)
+    for a in nodes:
+        for b in nodes:
+            if a is not b:
+                b.apply(a.ops_missing(b.version_vector(), 10_000), APPLY_NOW)
+    snaps = [n.snapshot() for n in nodes]
+    assert snaps[0] == snaps[1] == snaps[2] == replica_of(ops).snapshot()
+
+
+@LAWS
+@given(st.data())
+def test_claimed_cancelled_read_deleted_never_revert(data: st.DataObject) -> None:
+    ops = data.draw(histories())
+    order = data.draw(st.permutations(ops))
+    r = Replica()
+    prev_terminal: set[str] = set()
+    prev_read_views: set[tuple[str, str]] = set()
+    prev_deleted: set[str] = set()
+    for op in order:
+        r.apply([op], APPLY_NOW)
+        snap = r.snapshot()
+        terminal, deleted = set(snap["terminals"]), set(snap["tombstones"])
+        assert prev_terminal <= terminal and prev_deleted <= deleted
+        for mid in terminal:
+            msg = r.message(mid)
+            assert msg is None or msg["state"] in ("claimed", "cancelled")
+        for mid in deleted:
+            assert r.get_memory(mid, now_ms=0) is None
+        shown = {(a, n["id"]): n["read"] for a in ("alice", "bob")
+                 for n in r.inbox(a, unread_only=False, limit=100, now_ms=APPLY_NOW)}
+        read_views = {k for k, read in shown.items() if read}
+        assert prev_read_views & shown.keys() <= read_views
+        prev_terminal, prev_read_views, prev_deleted = terminal, read_views, deleted
+
+
+def test_read_mark_before_notification_still_applies() -> None:
+    mark = Op("n1", 1, 10, K.NOTE_READ, K.inbox_key("bob"), {"to": "bob", "ids": ["x"]})
+    note = Op("n2", 1, 20, K.NOTE_NEW, K.inbox_key("bob"),
+              {"id": "x", "from": "alice", "to": "bob", "title": "t", "payload": "p",
+               "priority": 5, "tier": "short", "created_at_ms": 1, "expires_at_ms": None})
+    r = replica_of([mark], [note])
+    assert r.inbox("bob", unread_only=True, limit=10, now_ms=0) == []
+    assert r.inbox("bob", unread_only=False, limit=10, now_ms=0)[0]["read"] is True
+
+
+def test_a_mark_by_another_agent_does_not_read_my_notification() -> None:
+    note = Op("n2", 1, 20, K.NOTE_NEW, K.inbox_key("bob"),
+              {"id": "x", "from": "alice", "to": "bob", "priority": 5, "created_at_ms": 1})
+    mark = Op("n1", 1, 30, K.NOTE_READ, K.inbox_key("eve"), {"to": "eve", "ids": ["x"]})
+    r = replica_of([note, mark])
+    assert r.inbox("bob", unread_only=True, limit=10, now_ms=0)[0]["id"] == "x"
+
+
+def test_put_after_delete_never_resurrects_even_after_gc() -> None:
+    put1 = Op("n1", 1, 10, K.MEM_PUT, K.mem_key("m"), {"id": "m", "title": "a"})
+    dele = Op("n1", 2, 20, K.MEM_DEL, K.mem_key("m"), {"id": "m"})
+    late = Op("n2", 1, 30, K.MEM_PUT, K.mem_key("m"), {"id": "m", "title": "b"})
+    r = replica_of([put1, dele])
+    assert r.gc({"n1": 2}) == 2
+    r.apply([late, put1], 0)
+    assert r.get_memory("m", now_ms=0) is None
+    assert r.ops_missing({}, 10) == [late]
+
+
+def test_gc_keeps_ids_covered_so_resent_ops_are_skipped() -> None:
+    ops = [Op("n1", s, s, K.AGENT_SEEN, K.agent_key("a"), {"agent_id": "a", "at_ms": s})
+           for s in (1, 2, 3)]
+    r = replica_of(ops)
+    assert r.gc({"n1": 2}) == 2
+    assert r.apply(ops, 0) == []
+    assert r.ops_for_key(K.agent_key("a")) == [ops[2]]
+    assert r.version_vector() == {"n1": 3}
+
+
+def test_version_vector_holds_gaps_until_filled() -> None:
+    op = [Op("n1", s, s, K.AGENT_SEEN, K.agent_key("a"), {"agent_id": "a", "at_ms": s})
+          for s in (1, 2, 3, 4)]
+    r = replica_of([op[0], op[2], op[3]])
+    assert r.version_vector() == {"n1": 1} and r.max_seq("n1") == 4
+    assert [o.op_id for o in r.ops_missing({"n1": 0}, 10)] == [("n1", 1), ("n1", 3), ("n1", 4)]
+    r.apply([op[1]], 0)
+    assert r.version_vector() == {"n1": 4}
+
+
+def test_highest_ranked_terminal_decides_and_pending_never_returns() -> None:
+    send = Op("n1", 1, 10, K.MSG_SEND, K.mailbox_key("w", "p"),
+              {"id": "g", "to_workspace": "w", "to_project": "p", "subject": "s", "body": "b"})
+    claim = Op("n1", 2, 30, K.MSG_CLAIM, K.mailbox_key("w", "p"),
+               {"id": "g", "claimer_session": "s1", "request_id": "r1", "at_ms": 3}, epoch=2)
+    cancel = Op("n2", 1, 40, K.MSG_CANCEL, K.mailbox_key("w", "p"),
+                {"id": "g", "by_workspace": "w", "by_project": "q", "at_ms": 4}, epoch=1)
+    for order in ([send, claim, cancel], [cancel, claim, send], [claim, send, cancel]):
+        r = replica_of(order)
+        msg = r.message("g")
+        assert msg is not None and msg["state"] == "claimed" and msg["epoch"] == 2
+        assert r.claim_by_request("w", "p", "r1") == msg
+        assert r.mailbox_pending("w", "p", limit=10) == []
+
+
+def test_expired_notification_is_hidden_purged_and_not_revived() -> None:
+    note = Op("n1", 1, 10, K.NOTE_NEW, K.inbox_key("bob"),
+              {"id": "x", "from": "a", "to": "bob", "created_at_ms": 1, "expires_at_ms": 100})
+    r = replica_of([note], now_ms=50)
+    assert len(r.inbox("bob", unread_only=False, limit=5, now_ms=99)) == 1
+    assert r.inbox("bob", unread_only=False, limit=5, now_ms=100) == []
+    assert r.purge_expired(100) == 1
+    assert r.apply([note], 200) == []
+    retry = Op("n2", 1, 20, K.NOTE_NEW, K.inbox_key("bob"), dict(note.body))
+    assert r.apply([retry], 200) == [retry]
+    assert r.notifications(["x"]) == []
