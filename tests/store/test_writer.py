@@ -1,0 +1,129 @@
+"""The writer task, migrations and the lifecycle of a Store file."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from common.errors import BadRequest, Unavailable
+from store import ops as K
+from store.db import Store
+from store.ops import Op
+from store.schema import migrations
+
+
+def seen_op(origin: str, seq: int, agent: str = "a") -> Op:
+    return Op(origin, seq, seq * 10, K.AGENT_SEEN, K.agent_key(agent),
+              {"agent_id": agent, "at_ms": seq})
+
+
+async def test_concurrent_callers_share_transactions(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "n.db", "n1")
+    try:
+        results = await asyncio.gather(*(store.apply_ops([seen_op(f"o{i % 7}", i // 7 + 1)], 0)
+                                         for i in range(200)))
+        assert all(len(r) == 1 for r in results)
+        stats = (await store.stats())["writer"]
+        assert stats["jobs"] == 200
+        # the first job starts alone; the other 199 pile up behind it
+        assert stats["batches"] <= 10 and stats["largest_batch"] >= 100
+        assert sum(store.version_vector().values()) == 200
+    finally:
+        await store.close()
+    reopened = await Store.open(tmp_path / "n.db", "n1")
+    try:
+        assert sum(reopened.version_vector().values()) == 200
+        assert len(await reopened.ops_missing({}, 1000)) == 200
+    finally:
+        await reopened.close()
+
+
+async def test_batch_size_is_bounded(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "n.db", "n1", batch_max=16)
+    try:
+        await asyncio.gather(*(store.apply_ops([seen_op("o", i)], 0) for i in range(1, 101)))
+        stats = (await store.stats())["writer"]
+        assert stats["largest_batch"] == 16 and stats["batches"] >= 100 // 16
+    finally:
+        await store.close()
+
+
+async def test_full_queue_refuses_instead_of_dropping(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "n.db", "n1", queue_max=4)
+    try:
+        results = await asyncio.gather(
+            *(store.apply_ops([seen_op("o", i)], 0) for i in range(1, 41)),
+            return_exceptions=True)
+        refused = [r for r in results if isinstance(r, Unavailable)]
+        accepted = [r[0] for r in results if isinstance(r, list)]
+        assert refused and accepted and len(refused) + len(accepted) == 40
+        assert refused[0].details["limit"] == "writer_queue_max"
+        assert refused[0].retryable and refused[0].status == 503
+        held = {op.op_id for op in await store.ops_missing({}, 100)}
+        assert held == {op.op_id for op in accepted}
+    finally:
+        await store.close()
+
+
+async def test_a_malformed_job_fails_alone(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "n.db", "n1")
+    try:
+        bad = Op("o", 1, 10, K.NOTE_NEW, K.inbox_key("b"), {"id": "x"})  # no from/to
+        good = seen_op("p", 1)
+        res = await asyncio.gather(store.apply_ops([bad], 0), store.apply_ops([good], 0),
+                                   return_exceptions=True)
+        assert isinstance(res[0], BadRequest) and res[1] == [good]
+        assert store.version_vector() == {"p": 1}
+        assert await store.ops_missing({}, 10) == [good]
+    finally:
+        await store.close()
+
+
+async def test_close_drains_queued_writes_and_refuses_new_ones(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "n.db", "n1")
+    pending = [asyncio.ensure_future(store.apply_ops([seen_op("o", i)], 0)) for i in range(1, 51)]
+    await asyncio.sleep(0)
+    await store.close()
+    assert all(len(p.result()) == 1 for p in pending)
+    with pytest.raises(Unavailable):
+        await store.apply_ops([seen_op("o", 99)], 0)
+    reopened = await Store.open(tmp_path / "n.db", "n1")
+    try:
+        assert reopened.version_vector() == {"o": 50}
+    finally:
+        await reopened.close()
+
+
+async def test_migrations_apply_once(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    for _ in range(3):
+        store = await Store.open(path, "n1")
+        await store.close()
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT version, name FROM schema_migrations ORDER BY version")
+        assert [tuple(r) for r in rows] == [(m.version, m.name) for m in migrations()]
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_state_survives_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    store = await Store.open(path, "n1")
+    await store.apply_ops([seen_op("n1", 1), seen_op("n1", 2), seen_op("n2", 3)], 0)
+    await store.set_promised(K.mailbox_key("w", "p"), 4)
+    await store.set_promised(K.mailbox_key("w", "p"), 2)  # only ever raises
+    await store.close()
+    store = await Store.open(path, "n1")
+    try:
+        core = await store.load_core_state()
+        assert core.vv == {"n1": 2}
+        assert core.own_max_seq == 2 and store.max_seq("n2") == 3
+        assert core.max_hlc == 30
+        assert core.promises == {K.mailbox_key("w", "p"): 4}
+        assert await store.get_promised(K.mailbox_key("w", "p")) == 4
+        assert await store.get_promised(K.mailbox_key("w", "q")) == 0
+        assert await store.apply_ops([seen_op("n2", 3)], 0) == []  # held ids survive too
+    finally:
+        await store.close()
