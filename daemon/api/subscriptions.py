@@ -1,0 +1,91 @@
+"""HTTP handlers for ``/api/v1/subscriptions`` and the webhook wiring.
+
+``add_routes`` also builds the node's :class:`daemon.webhooks.service.Webhooks`,
+registers its applied-ops listener on the node, and ties its start and stop
+to the app's startup and cleanup. Subscriptions belong to this daemon: they
+are not replicated, but the events they receive come from every op this
+node applies, including ops replicated from peers.
+
+Bodies are validated completely before anything is written: an unknown
+event name, a hostile or unresolvable URL, a bad namespace or secret is a
+400 and leaves no row behind.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aiohttp import web
+from pydantic import AfterValidator, Field, StringConstraints
+
+from common import limits
+from daemon.app import NODE
+from daemon.auth import acting_agent, identify
+from daemon.http_errors import read_json
+from daemon.schemas.ids import check_idempotency_key, check_record_id
+from daemon.validation import AgentId, Namespace, Strict, text
+from daemon.webhooks.events import EVENTS
+from daemon.webhooks.service import Webhooks
+
+WEBHOOKS: web.AppKey[Webhooks] = web.AppKey("webhooks")
+
+
+def _known_event(name: str) -> str:
+    if name not in EVENTS:
+        raise ValueError(f"unknown event {name!r}; known events: {', '.join(EVENTS)}")
+    return name
+
+
+EventName = Annotated[str, AfterValidator(_known_event)]
+
+
+class SubscribeIn(Strict):
+    url: Annotated[str, StringConstraints(min_length=1, max_length=limits.webhook_url_max_chars)]
+    events: Annotated[list[EventName], Field(max_length=len(EVENTS))] = Field(default_factory=list)
+    namespace: Namespace | None = None
+    secret: text(limits.webhook_secret_max_chars, min_chars=1) | None = None  # type: ignore[valid-type]
+    agent_id: AgentId | None = None
+
+
+async def subscribe(request: web.Request) -> web.Response:
+    node = request.app[NODE]
+    key = check_idempotency_key(request.headers.get("Idempotency-Key"))
+    body = await read_json(request, SubscribeIn)
+    agent = acting_agent(identify(request, node.settings.auth), body.agent_id, required=False)
+    out = await request.app[WEBHOOKS].subscribe(
+        url=body.url, events=list(body.events), namespace=body.namespace, secret=body.secret,
+        created_by=agent, idempotency_key=key)
+    return web.json_response(out, status=201)
+
+
+async def list_subscriptions(request: web.Request) -> web.Response:
+    identify(request, request.app[NODE].settings.auth)
+    subs = request.app[WEBHOOKS].all()
+    return web.json_response({"subscriptions": subs, "count": len(subs)})
+
+
+async def unsubscribe(request: web.Request) -> web.Response:
+    identify(request, request.app[NODE].settings.auth)
+    sub_id = check_record_id(request.match_info["sub_id"], "subscription id")
+    return web.json_response(await request.app[WEBHOOKS].unsubscribe(sub_id))
+
+
+def add_routes(app: web.Application) -> None:
+    node = app[NODE]
+    hooks = Webhooks(node)
+    app[WEBHOOKS] = hooks
+    node.applied_listeners.append(hooks.on_applied)
+
+    async def start(_: web.Application) -> None:
+        await hooks.start()
+
+    async def stop(_: web.Application) -> None:
+        if hooks.on_applied in node.applied_listeners:
+            node.applied_listeners.remove(hooks.on_applied)
+        await hooks.stop()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    app.router.add_post("/api/v1/subscriptions", subscribe)
+    app.router.add_get("/api/v1/subscriptions", list_subscriptions)
+    app.router.add_delete("/api/v1/subscriptions/{sub_id}", unsubscribe)

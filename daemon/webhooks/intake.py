@@ -1,0 +1,117 @@
+"""Intake: a batch of applied ops becomes outbox rows, in one transaction.
+
+For each op in order: look up what this node knew of the memory (memory
+ops only), classify it (:func:`daemon.webhooks.events.classify`), remember
+the memory's new version, and add a row for every subscription that wants
+the event. Versions are kept even when nobody subscribes, so a
+subscription added later still tells a promote from an update.
+
+The outbox is bounded: rows beyond ``outbox_max`` pending rows are refused
+and reported back as dropped (the caller counts and logs them), never
+silently lost. Runs on the webhook database thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from daemon.webhooks import outbox
+from daemon.webhooks.db import transaction
+from daemon.webhooks.events import MEMORY_KINDS, MemoryVersion, classify, matches, next_version
+from daemon.webhooks.registry import Subscription
+from store.ops import Op
+
+log = logging.getLogger("ai_memory.webhooks")
+
+_IN_CHUNK = 500  # ids per "IN (...)" lookup, well under SQLite's variable limit
+
+
+@dataclass(slots=True)
+class Admitted:
+    enqueued: Counter[str] = field(default_factory=Counter)  # rows written, by event
+    dropped: Counter[str] = field(default_factory=Counter)  # rows refused (outbox full), by event
+    skipped: int = 0  # ops that could not be classified (malformed body)
+    pending: int | None = None  # pending rows after this batch (None: not counted, no rows)
+
+
+def _load_versions(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, MemoryVersion]:
+    out: dict[str, MemoryVersion] = {}
+    wanted = sorted(set(ids))
+    for i in range(0, len(wanted), _IN_CHUNK):
+        chunk = wanted[i:i + _IN_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        for r in conn.execute(
+                "SELECT id, hlc, origin, seq, tier, namespace, agent_id, expires_at_ms, deleted"
+                f" FROM webhook_memory_versions WHERE id IN ({marks})", chunk):
+            out[r[0]] = MemoryVersion((r[1], r[2], r[3]), r[4], r[5], r[6], r[7], bool(r[8]))
+    return out
+
+
+def _save_versions(conn: sqlite3.Connection, versions: dict[str, MemoryVersion]) -> None:
+    conn.executemany(
+        "INSERT OR REPLACE INTO webhook_memory_versions"
+        " (id, hlc, origin, seq, tier, namespace, agent_id, expires_at_ms, deleted)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(mid, v.rank[0], v.rank[1], v.rank[2], v.tier, v.namespace, v.agent_id,
+          v.expires_at_ms, int(v.deleted)) for mid, v in versions.items()])
+
+
+def prune_versions(conn: sqlite3.Connection, now_ms: int) -> int:
+    """Forget memories that have expired (tombstones are kept, as the store keeps them)."""
+    with transaction(conn):
+        return conn.execute(
+            "DELETE FROM webhook_memory_versions WHERE deleted = 0 AND expires_at_ms IS NOT NULL"
+            " AND expires_at_ms <= ?", (now_ms,)).rowcount
+
+
+def _memory_id(op: Op) -> str | None:
+    if op.kind not in MEMORY_KINDS:
+        return None
+    raw = op.body.get("id")
+    return None if raw is None else str(raw)
+
+
+def admit(conn: sqlite3.Connection, ops: list[Op], subs: list[Subscription], node_id: str,
+          now_ms: int, outbox_max: int) -> Admitted:
+    result = Admitted()
+    with transaction(conn):
+        versions = _load_versions(conn, filter(None, (_memory_id(op) for op in ops)))
+        changed: dict[str, MemoryVersion] = {}
+        rows: list[outbox.NewRow] = []
+        for op in ops:
+            mid = _memory_id(op)
+            prior = versions.get(mid) if mid is not None else None
+            try:
+                event = classify(op, prior, node_id)
+                body = event.body() if event is not None else b""
+            except (KeyError, TypeError, ValueError):
+                log.warning("webhooks: op %s#%s (%s) has a malformed body; no event",
+                            op.origin, op.seq, op.kind)
+                result.skipped += 1
+                continue
+            if mid is not None:
+                current = next_version(op, prior)
+                if current is not None:
+                    versions[mid] = changed[mid] = current
+            if event is None:
+                continue
+            for sub in subs:
+                if matches(event, sub.events, sub.namespace):
+                    rows.append(outbox.NewRow(sub.id, str(uuid.uuid4()), event.name, body))
+        if changed:
+            _save_versions(conn, changed)
+        if rows:
+            pending = outbox.pending_count(conn)
+            room = max(0, outbox_max - pending)
+            accepted, refused = rows[:room], rows[room:]
+            if accepted:
+                outbox.insert(conn, accepted, now_ms)
+            result.enqueued.update(r.event for r in accepted)
+            result.dropped.update(r.event for r in refused)
+            result.pending = pending + len(accepted)
+    return result

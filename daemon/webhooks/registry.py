@@ -1,0 +1,97 @@
+"""Subscriptions: rows in the webhook database, mirrored in memory.
+
+The intake matches every event against every subscription, so the table
+is loaded once at start and the in-memory copy is updated on each create
+and delete (after the row is committed). At most ``limits.subscriptions_max``
+exist; the count is checked inside the inserting transaction. Deleting a
+subscription deletes its outbox rows in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+
+from common.errors import LimitExceeded
+from daemon.schemas.timefmt import rfc3339
+from daemon.webhooks.db import WebhookDB, transaction
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    id: str
+    url: str
+    events: tuple[str, ...]  # empty: every event
+    namespace: str | None  # prefix filter; None: every namespace
+    secret: str
+    created_at_ms: int
+    created_by: str | None = None
+
+    def public(self) -> dict[str, object]:
+        """The API view: everything but the secret."""
+        return {"id": self.id, "url": self.url, "events": list(self.events),
+                "namespace": self.namespace, "created_at": rfc3339(self.created_at_ms),
+                "created_by": self.created_by}
+
+
+def _row(r: sqlite3.Row) -> Subscription:
+    return Subscription(id=r["id"], url=r["url"], events=tuple(json.loads(r["events"])),
+                        namespace=r["namespace"], secret=r["secret"],
+                        created_at_ms=r["created_at_ms"], created_by=r["created_by"])
+
+
+def _load(conn: sqlite3.Connection) -> list[Subscription]:
+    rows = conn.execute("SELECT * FROM webhook_subscriptions ORDER BY created_at_ms, id")
+    return [_row(r) for r in rows]
+
+
+def _insert(conn: sqlite3.Connection, sub: Subscription, cap: int) -> None:
+    with transaction(conn):
+        (count,) = conn.execute("SELECT COUNT(*) FROM webhook_subscriptions").fetchone()
+        if count >= cap:
+            raise LimitExceeded(f"already {count} subscriptions on this node, the most allowed "
+                                "(limits.subscriptions_max)", limit="subscriptions_max")
+        conn.execute(
+            "INSERT INTO webhook_subscriptions (id, url, events, namespace, secret, created_at_ms,"
+            " created_by) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (sub.id, sub.url, json.dumps(list(sub.events)), sub.namespace, sub.secret,
+             sub.created_at_ms, sub.created_by))
+
+
+def _delete(conn: sqlite3.Connection, sub_id: str) -> int | None:
+    """Delete a subscription and its outbox rows; ``None`` if it did not exist."""
+    with transaction(conn):
+        gone = conn.execute("DELETE FROM webhook_subscriptions WHERE id = ?", (sub_id,)).rowcount
+        if not gone:
+            return None
+        return conn.execute("DELETE FROM webhook_outbox WHERE sub_id = ?", (sub_id,)).rowcount
+
+
+class Registry:
+    def __init__(self, db: WebhookDB, cap: int) -> None:
+        self._db = db
+        self._cap = cap
+        self._subs: dict[str, Subscription] = {}
+
+    async def load(self) -> None:
+        self._subs = {s.id: s for s in await self._db.call(_load)}
+
+    def all(self) -> list[Subscription]:
+        return list(self._subs.values())
+
+    def get(self, sub_id: str) -> Subscription | None:
+        return self._subs.get(sub_id)
+
+    def __len__(self) -> int:
+        return len(self._subs)
+
+    async def add(self, sub: Subscription) -> None:
+        await self._db.call(_insert, sub, self._cap)
+        self._subs[sub.id] = sub
+
+    async def remove(self, sub_id: str) -> int | None:
+        """Delete; returns how many outbox rows went with it, ``None`` if unknown."""
+        dropped = await self._db.call(_delete, sub_id)
+        self._subs.pop(sub_id, None)
+        return dropped

@@ -1,0 +1,135 @@
+"""``Webhooks``: the one object the rest of the daemon touches.
+
+It owns the webhook database, the subscription registry and the
+dispatcher, and offers what the HTTP handlers need (subscribe, list,
+unsubscribe) plus :meth:`Webhooks.on_applied`, the node's applied-ops
+listener. The listener is registered when the app is built, before the
+database is open: ops applied in that window are held (bounded like the
+intake) and handed to the dispatcher at :meth:`start`.
+
+Idempotent subscribe: with an ``Idempotency-Key`` the subscription id is
+derived from (caller, key); a retry that asks for the same thing gets the
+same subscription back (with the generated secret, so a lost response does
+not leave a subscription nobody can verify), a retry that asks for
+something else is a 409.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from common import limits
+from common.errors import Conflict, NotFound, Unavailable
+from daemon.schemas.ids import record_id
+from daemon.webhooks import outbox
+from daemon.webhooks.config import WebhookSettings, side_db_path, webhook_settings
+from daemon.webhooks.db import WebhookDB
+from daemon.webhooks.dispatcher import Dispatcher
+from daemon.webhooks.registry import Registry, Subscription
+from daemon.webhooks.signing import new_secret
+from daemon.webhooks.ssrf import Resolve, check_url, system_resolve
+from store.ops import Op
+
+
+class Webhooks:
+    def __init__(self, node: Any, *, settings: WebhookSettings | None = None,
+                 resolve: Resolve = system_resolve, rng: random.Random | None = None) -> None:
+        self.node = node
+        self.settings = settings or webhook_settings(node.settings)
+        self.path = side_db_path(str(node.settings.store.db_path), self.settings)
+        self._resolve = resolve
+        self._rng = rng
+        self._early: list[list[Op]] = []
+        self._early_ops = 0
+        self.db: WebhookDB | None = None
+        self.registry: Registry | None = None
+        self.dispatcher: Dispatcher | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+    async def start(self) -> None:
+        self.db = await WebhookDB.open(self.path)
+        try:
+            self.registry = Registry(self.db, limits.subscriptions_max)
+            await self.registry.load()
+            self.dispatcher = Dispatcher(
+                self.db, self.registry, self.settings, self.node.metrics, self.node.node_id,
+                self.node.now_ms, user_agent=f"ai-memory/{self.node.settings.version} webhooks",
+                rng=self._rng)
+            await self.dispatcher.start()
+        except BaseException:
+            await self.db.close()
+            raise
+        for ops in self._early:
+            self.dispatcher.offer(ops)
+        self._early.clear()
+        dispatcher, registry = self.dispatcher, self.registry
+        metrics = self.node.metrics
+        metrics.gauge("webhook_outbox_pending", lambda: float(dispatcher.pending))
+        metrics.gauge("webhook_outbox_dead", lambda: float(dispatcher.dead))
+        metrics.gauge("webhook_subscriptions", lambda: float(len(registry)))
+
+    async def stop(self) -> None:
+        if self.dispatcher is not None:
+            await self.dispatcher.stop()
+            self.dispatcher = None
+        if self.db is not None:
+            await self.db.close()
+            self.db = None
+
+    def on_applied(self, ops: list[Op]) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.offer(ops)
+        elif self._early_ops + len(ops) <= limits.webhook_intake_ops_max:
+            self._early.append(list(ops))
+            self._early_ops += len(ops)
+        else:
+            self.node.metrics.inc("webhook_dropped_total", len(ops), reason="intake_full")
+
+    def _ready(self) -> tuple[Registry, Dispatcher]:
+        if self.registry is None or self.dispatcher is None:
+            raise Unavailable("webhooks are starting or stopping")
+        return self.registry, self.dispatcher
+
+    # -- what the handlers call ---------------------------------------------------
+    async def subscribe(self, *, url: str, events: list[str], namespace: str | None,
+                        secret: str | None, created_by: str | None,
+                        idempotency_key: str | None = None) -> dict[str, Any]:
+        registry, dispatcher = self._ready()
+        events_t = tuple(dict.fromkeys(events))
+        sub_id = record_id("sub", created_by, idempotency_key)
+        existing = registry.get(sub_id)
+        if existing is not None:
+            if (existing.url, existing.events, existing.namespace) != (url, events_t, namespace) \
+                    or (secret is not None and secret != existing.secret):
+                raise Conflict("this Idempotency-Key already created a different subscription",
+                               id=sub_id)
+            return {**existing.public(), "secret": existing.secret} if secret is None \
+                else existing.public()
+        await check_url(url, dispatcher.policy, self._resolve)
+        sub = Subscription(id=sub_id, url=url, events=events_t, namespace=namespace,
+                           secret=secret or new_secret(), created_at_ms=self.node.now_ms(),
+                           created_by=created_by)
+        await registry.add(sub)
+        self.node.metrics.inc("webhook_subscriptions_created_total")
+        out = sub.public()
+        if secret is None:
+            out["secret"] = sub.secret  # shown once: GET never returns it
+        return out
+
+    def all(self) -> list[dict[str, Any]]:
+        registry, _ = self._ready()
+        return [s.public() for s in registry.all()]
+
+    async def unsubscribe(self, sub_id: str) -> dict[str, Any]:
+        registry, dispatcher = self._ready()
+        dropped = await registry.remove(sub_id)
+        if dropped is None:
+            raise NotFound(f"subscription {sub_id} not found")
+        await dispatcher.recount()
+        return {"deleted": True, "id": sub_id, "outbox_rows_dropped": dropped}
+
+    async def dead_letters(self, limit: int = 100) -> list[dict[str, object]]:
+        if self.db is None:
+            return []
+        return await self.db.call(outbox.dead_letters, limit)

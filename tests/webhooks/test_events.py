@@ -1,0 +1,134 @@
+"""Op-to-event mapping: store / update / promote / delete, notify, project mail."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from daemon.webhooks import events as E
+from daemon.webhooks.events import MemoryVersion, classify, matches, next_version
+from store import ops as K
+from store.ops import Op
+
+T0 = 1_777_267_800_000
+
+
+def hlc(ms: int, logical: int = 0) -> int:
+    return (ms << 16) | logical
+
+
+def put(seq: int, ms: int, *, tier: str = "mid", created: int = T0, origin: str = "n1",
+        **extra: Any) -> Op:
+    body = {"id": "m1", "title": "t", "content": "secret words", "tier": tier,
+            "namespace": "team/a", "agent_id": "alice", "created_at_ms": created,
+            "updated_at_ms": ms, "expires_at_ms": None, **extra}
+    return Op(origin, seq, hlc(ms), K.MEM_PUT, "mem:m1", body)
+
+
+def delete(seq: int, ms: int, origin: str = "n1") -> Op:
+    return Op(origin, seq, hlc(ms), K.MEM_DEL, "mem:m1", {"id": "m1"})
+
+
+def run(ops: list[Op], prior: MemoryVersion | None = None) -> list[str | None]:
+    """Classify ops in order the way the intake does, threading the version."""
+    out: list[str | None] = []
+    for op in ops:
+        ev = classify(op, prior, "node1")
+        out.append(ev.name if ev else None)
+        prior = next_version(op, prior) or prior
+    return out
+
+
+def test_memory_lifecycle() -> None:
+    ops = [put(1, T0), put(2, T0 + 5), put(3, T0 + 9, tier="long"), put(4, T0 + 12, tier="long"),
+           delete(5, T0 + 20)]
+    assert run(ops) == [E.MEMORY_STORE, E.MEMORY_UPDATE, E.MEMORY_PROMOTE, E.MEMORY_UPDATE,
+                        E.MEMORY_DELETE]
+
+
+def test_created_long_is_a_store_not_a_promote() -> None:
+    assert run([put(1, T0, tier="long")]) == [E.MEMORY_STORE]
+
+
+def test_ops_that_change_nothing_produce_no_event() -> None:
+    newer, older = put(2, T0 + 10, origin="n2"), put(1, T0 + 5, origin="n1")
+    assert run([put(1, T0, origin="n3"), newer, older]) == [E.MEMORY_STORE, E.MEMORY_UPDATE, None]
+    # a second delete, and a put that arrives after the delete
+    assert run([put(1, T0), delete(2, T0 + 1), delete(1, T0 + 2, origin="n2"),
+                put(3, T0 + 3)]) == [E.MEMORY_STORE, E.MEMORY_DELETE, None, None]
+
+
+def test_promote_needs_a_known_lower_tier() -> None:
+    # an update to long of a memory this node never saw: cannot call it a promote
+    assert run([put(7, T0 + 50, tier="long")]) == [E.MEMORY_UPDATE]
+
+
+def test_memory_payload_shape() -> None:
+    ev = classify(put(1, T0), None, "node1")
+    assert ev is not None
+    assert ev.payload == {
+        "event": "memory_store", "memory_id": "m1", "namespace": "team/a", "tier": "mid",
+        "agent_id": "alice", "timestamp": "2026-04-27T05:30:00.000Z", "node_id": "node1",
+        "change_id": "n1#1"}
+    assert b"secret words" not in ev.body()
+    assert json.loads(ev.body()) == ev.payload
+
+
+def test_delete_carries_what_was_known() -> None:
+    prior = next_version(put(1, T0), None)
+    ev = classify(delete(2, T0 + 1), prior, "node1")
+    assert ev is not None and ev.namespace == "team/a" and ev.payload["tier"] == "mid"
+    bare = classify(delete(2, T0 + 1), None, "node1")
+    assert bare is not None and bare.namespace is None
+
+
+def test_notify_event() -> None:
+    op = Op("n2", 4, hlc(T0), K.NOTE_NEW, "inbox:bob",
+            {"id": "x1", "from": "alice", "to": "bob", "namespace": "_inbox/bob", "title": "hi",
+             "payload": "private", "priority": 7, "tier": "short", "created_at_ms": T0})
+    ev = classify(op, None, "node1")
+    assert ev is not None and ev.name == E.NOTIFY
+    assert ev.payload["id"] == "x1" and ev.payload["agent_id"] == "alice"
+    assert ev.payload["to"] == "bob" and b"private" not in ev.body()
+
+
+def test_message_send_carries_scope_and_actor_only() -> None:
+    body = {"id": "msg-123", "to_workspace": "w", "to_project": "p", "to_agent": "codex",
+            "from_workspace": "w", "from_project": "q", "from_agent": "claude",
+            "from_owner_user": "ann", "subject": "SUBJ", "body": "BODY TEXT", "nature": "unknown",
+            "evidence": "EVID", "created_at_ms": T0}
+    ev = classify(Op("n1", 9, hlc(T0), K.MSG_SEND, "mbox:w/p", body), None, "node1")
+    assert ev is not None and ev.name == E.MESSAGE_SEND and ev.namespace == "w/p"
+    raw = ev.body()
+    for leaked in (b"msg-123", b"SUBJ", b"BODY TEXT", b"EVID", b"n1#9"):
+        assert leaked not in raw
+    assert ev.payload["to_project"] == "p" and ev.payload["from_agent"] == "claude"
+
+
+def test_claim_and_cancel() -> None:
+    claim = Op("n1", 10, hlc(T0), K.MSG_CLAIM, "mbox:w/p",
+               {"id": "msg-1", "claimer_session": "s", "claimer_agent": "codex",
+                "request_id": "r", "at_ms": T0}, epoch=3)
+    cancel = Op("n1", 11, hlc(T0), K.MSG_CANCEL, "mbox:w/p",
+                {"id": "msg-2", "by_workspace": "w", "by_project": "q", "at_ms": T0}, epoch=3)
+    c1, c2 = classify(claim, None, "n"), classify(cancel, None, "n")
+    assert c1 is not None and c1.name == E.MESSAGE_CLAIM and c1.payload["agent_id"] == "codex"
+    assert c1.payload["workspace"] == "w" and c1.payload["project"] == "p"
+    assert c2 is not None and c2.name == E.MESSAGE_CANCEL and c2.payload["by_project"] == "q"
+
+
+def test_ops_without_events() -> None:
+    for kind, key, body in [(K.NOTE_READ, "inbox:bob", {"to": "bob", "ids": ["x"]}),
+                            (K.AGENT_SEEN, "agent:a", {"agent_id": "a", "at_ms": T0}),
+                            (K.AGENT_REG, "agent:a", {"agent_id": "a"})]:
+        assert classify(Op("n1", 1, hlc(T0), kind, key, body), None, "n") is None
+    assert E.EVENT_KINDS.isdisjoint({K.NOTE_READ, K.AGENT_SEEN, K.AGENT_REG, K.SESSION_START})
+
+
+def test_subscription_matching() -> None:
+    ev = E.Event(E.MEMORY_STORE, "team/a/x", {})
+    assert matches(ev, (), None)
+    assert matches(ev, (E.MEMORY_STORE,), "team/a")
+    assert not matches(ev, (E.MEMORY_DELETE,), None)
+    assert not matches(ev, (), "team/b")
+    assert not matches(E.Event(E.MEMORY_DELETE, None, {}), (), "team")
