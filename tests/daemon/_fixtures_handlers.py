@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,12 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float = 3.0) 
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.01)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def headers(agent: str | None = None, key: str | None = None) -> dict[str, str]:

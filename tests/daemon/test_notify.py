@@ -10,9 +10,13 @@ import pytest
 from ai_memory.models import InboxMessage
 
 from common import limits
+from daemon.app import build_app
+from daemon.node import Node
 from daemon.schemas.ids import record_id
 from daemon.schemas.timefmt import parse_rfc3339, rfc3339
-from tests.daemon._fixtures_handlers import clocked_fixture, headers, snapshot  # noqa: F401
+from daemon.settings import Member
+from tests.daemon._fixtures_handlers import clocked_fixture, free_port, headers, snapshot  # noqa: F401
+from tests.daemon.conftest import make_settings
 
 
 async def notify(client: Any, sender: str = "alice", to: str = "bob", key: str | None = None,
@@ -221,3 +225,27 @@ async def test_concurrent_mark_read(client: Any) -> None:
     assert (await inbox(client))["count"] == 0
     everything = await inbox(client, unread_only="false", limit=500)
     assert everything["count"] == 20 and all(m["read"] for m in everything["messages"])
+
+
+async def test_quorum_not_met_is_a_503_and_retries_never_duplicate(
+        tmp_path: Any, aiohttp_client: Any) -> None:
+    dead = tuple(Member(f"node{i}", f"http://127.0.0.1:{free_port()}") for i in (2, 3))
+    node = Node(make_settings(tmp_path / "w2.db", peers=dead, quorum_timeout_ms=200))  # W=2 of 3
+    await node.start()
+    try:
+        client = await aiohttp_client(build_app(node))
+        for _ in range(2):
+            resp = await client.post("/api/v1/notify", json={"to": "bob", "title": "t"},
+                                     headers=headers("alice", "retry-1"))
+            assert resp.status == 503
+            assert int(resp.headers["Retry-After"]) >= 1
+            body = await resp.json()
+            assert body["error"] == "quorum_not_met" and body["needed"] == 2 and body["got"] == 1
+        resp = await client.get("/api/v1/inbox", headers=headers("bob"))
+        assert resp.status == 503  # R = 2: the read barrier needs a peer too
+        local = await client.get("/api/v1/inbox", params={"consistency": "local"},
+                                 headers=headers("bob"))
+        msgs = (await local.json())["messages"]
+        assert [m["id"] for m in msgs] == [record_id("note", "alice", "retry-1")]
+    finally:
+        await node.stop()
