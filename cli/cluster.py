@@ -113,7 +113,7 @@ def up(
 def status(state: CliState, as_json: bool) -> None:
     """Show every member's view: reachability, op-log position, lag, mailboxes, quorum."""
     first, views = cluster_status.collect(state.url, cluster_status.default_client)
-    healthy = bool(first.get("quorum_healthy"))
+    healthy = cluster_status.quorum_healthy(first)
     if as_json:
         print_json(cluster_status.as_json(state.url, first, views))
     else:

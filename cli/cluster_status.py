@@ -8,7 +8,10 @@ shown from what the first node knows of it (last contact, lag).
 Columns: op-log position is the sum of the member's version vector; lag is
 how many operations it lacks against the highest position any answering
 member reports per origin; last contact is the first node's view. The
-overall health is the first node's ``quorum_healthy``.
+overall health is the first node's ``quorum_healthy`` (or, from a daemon
+that does not report it, whether it reaches ``write_quorum`` members).
+Member URLs come from ``members`` entries (``{"node_id", "url"}``, ``id=url``
+or a URL) or from ``peers[id].url``.
 """
 
 from __future__ import annotations
@@ -60,7 +63,25 @@ def member_addresses(status: Mapping[str, Any], own_url: str) -> list[tuple[str,
             node_id = url or "?"
         if node_id not in found or (found[node_id] is None and url):
             found[node_id] = url
+    peers = status.get("peers") or {}
+    for node_id, url in found.items():
+        peer = peers.get(node_id)
+        if url is None and isinstance(peer, Mapping) and isinstance(peer.get("url"), str):
+            found[node_id] = peer["url"].rstrip("/")
     return list(found.items())
+
+
+def quorum_healthy(status: Mapping[str, Any]) -> bool:
+    """The node's own verdict; older daemons only report how many members they reach."""
+    if "quorum_healthy" in status:
+        return bool(status["quorum_healthy"])
+    reachable, needed = status.get("reachable"), status.get("write_quorum")
+    return isinstance(reachable, int) and isinstance(needed, int) and reachable >= needed
+
+
+def _last_contact_ms(peer: Mapping[str, Any]) -> Any:
+    value = peer.get("last_contact_ms_ago")
+    return value if value is not None else peer.get("last_heard_ms_ago")
 
 
 def collect(
@@ -114,8 +135,8 @@ def rows(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[str, An
         row: dict[str, Any] = {"node": view.node_id, "url": view.url or "-"}
         if view.node_id == own_id:
             row["contact"] = "self"
-        elif peer.get("last_contact_ms_ago") is not None:
-            row["contact"] = f"{int(peer['last_contact_ms_ago']) / 1000:.1f}s ago"
+        elif _last_contact_ms(peer) is not None:
+            row["contact"] = f"{int(_last_contact_ms(peer)) / 1000:.1f}s ago"
         else:
             row["contact"] = "never"
         if view.status is not None:
@@ -125,7 +146,7 @@ def rows(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[str, An
             row["position"] = sum(vv.values())
             row["lag"] = sum(max(0, seq - vv.get(origin, 0)) for origin, seq in reference.items())
             row["mailboxes"] = _mailboxes(view.status.get("owned_mailboxes") or {})
-            row["quorum"] = "healthy" if view.status.get("quorum_healthy") else "NOT healthy"
+            row["quorum"] = "healthy" if quorum_healthy(view.status) else "NOT healthy"
         else:
             row["reachable"] = f"no ({view.error})"
             row["position"] = sum(_vv(peer).values()) if peer.get("vv") else None
@@ -160,7 +181,7 @@ def as_json(url: str, first: Mapping[str, Any], views: list[MemberView]) -> dict
     return {
         "queried": url,
         "node_id": first.get("node_id"),
-        "quorum_healthy": bool(first.get("quorum_healthy")),
+        "quorum_healthy": quorum_healthy(first),
         "write_quorum": first.get("write_quorum"),
         "members": [
             {

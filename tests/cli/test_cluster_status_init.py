@@ -210,3 +210,37 @@ def test_init_per_node_hosts(tmp_path: Path) -> None:
         ],
     )
     assert bad.exit_code == 2
+
+
+def test_status_from_a_daemon_listing_ids_with_peer_urls(
+    stub: StubDaemon, second: StubDaemon, run: Run
+) -> None:
+    # Members as bare ids, URLs under peers[id].url, health as reachable >= write_quorum.
+    first = {
+        "node_id": "node1",
+        "version": "0.1.0",
+        "members": ["node1", "node2"],
+        "write_quorum": 2,
+        "reachable": 2,
+        "vv": {"node1": 3},
+        "peers": {
+            "node2": {
+                "alive": True,
+                "last_heard_ms_ago": 250,
+                "vv": {"node1": 3},
+                "lag_ops": 0,
+                "url": second.url,
+            }
+        },
+        "owned_mailboxes": {},
+    }
+    stub.reply("GET", "/api/v1/cluster/status", first)
+    second.reply(
+        "GET", "/api/v1/cluster/status", {**first, "node_id": "node2", "reachable": 1, "peers": {}}
+    )
+    result = run("cluster", "status")
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:3]}
+    assert rows["node2"][1] == second.url
+    assert rows["node2"][4:9] == ["3", "0", "0.2s", "ago", "-"]
+    assert rows["node1"][-1] == "healthy" and rows["node2"][-2:] == ["NOT", "healthy"]
