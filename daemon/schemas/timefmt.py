@@ -9,16 +9,25 @@ strings get what they meant.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
+from functools import lru_cache
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+@lru_cache(maxsize=4096)
+def _whole_seconds(secs: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+
+
 def rfc3339(ms: int | None) -> str | None:
+    # Hot path (every inbox row has two timestamps): the formatted seconds
+    # are cached, since rows of one page tend to share them.
     if ms is None:
         return None
-    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    secs, millis = divmod(ms, 1000)
+    return f"{_whole_seconds(secs)}.{millis:03d}Z"
 
 
 def parse_rfc3339(value: str) -> int:
