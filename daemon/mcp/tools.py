@@ -144,7 +144,11 @@ class Tools:
         ] = True,
         limit: Annotated[
             int,
-            Field(ge=1, le=limits.inbox_limit_max, description="At most this many, newest first."),
+            Field(
+                ge=1,
+                le=limits.inbox_limit_max,
+                description="At most this many, most urgent and newest first.",
+            ),
         ] = limits.inbox_limit_default,
         min_priority: Annotated[
             Priority | None, Field(description="Skip notifications below this priority.")
