@@ -124,13 +124,12 @@ def add_progress(n: int) -> None:
 
 
 class _Client:
-    """Issues timed requests round-robin over the targets, records samples."""
+    """Issues requests round-robin over the targets; owns the samples."""
 
     def __init__(self, session: aiohttp.ClientSession, targets: tuple[str, ...]) -> None:
         self.session = session
         self.targets = targets
         self.samples: dict[str, Sample] = {}
-        self.recording = True
         self._next = 0
         self.done = 0
 
@@ -140,9 +139,28 @@ class _Client:
             s = self.samples[kind] = Sample()
         return s
 
+    def next_target(self) -> str:
+        base = self.targets[self._next % len(self.targets)]
+        self._next += 1
+        return base
+
+
+class _OpRequester:
+    """The :class:`~bench.workloads.Requester` one operation sees.
+
+    It times each request and records it only if the operation itself is
+    recorded, so warm-up requests stay out of every sample.
+    """
+
+    __slots__ = ("client", "record")
+
+    def __init__(self, client: _Client, record: bool) -> None:
+        self.client = client
+        self.record = record
+
     def count(self, event: str, n: int = 1) -> None:
-        if self.recording:
-            self.sample("op").count(event, n)
+        if self.record:
+            self.client.sample("op").count(event, n)
 
     async def call(
         self,
@@ -155,11 +173,10 @@ class _Client:
         headers: dict[str, str] | None = None,
         want_body: bool = False,
     ) -> tuple[int, Any]:
-        base = self.targets[self._next % len(self.targets)]
-        self._next += 1
+        url = self.client.next_target() + path
         t0 = time.perf_counter()
         try:
-            async with self.session.request(method, base + path, json=json, params=params, headers=headers) as resp:
+            async with self.client.session.request(method, url, json=json, params=params, headers=headers) as resp:
                 if want_body and resp.status < 300:
                     body: Any = await resp.json(content_type=None)
                 else:
@@ -167,23 +184,23 @@ class _Client:
                     body = None
                 status = resp.status
         except (TimeoutError, aiohttp.ClientError, ValueError):
-            if self.recording:
-                self.sample(kind).record_transport_error((time.perf_counter() - t0) * 1000.0)
+            if self.record:
+                self.client.sample(kind).record_transport_error((time.perf_counter() - t0) * 1000.0)
             raise
-        if self.recording:
-            self.sample(kind).record(status, (time.perf_counter() - t0) * 1000.0)
+        if self.record:
+            self.client.sample(kind).record(status, (time.perf_counter() - t0) * 1000.0)
         return status, body
 
 
 async def _one(client: _Client, job: LoadJob, rng: random.Random, due: float, record: bool) -> None:
     op = OPERATIONS[job.workload.name]
     try:
-        status = await op(client, job.workload, rng)
+        status = await op(_OpRequester(client, record), job.workload, rng)
     except (TimeoutError, aiohttp.ClientError, ValueError):
-        if record and client.recording:
+        if record:
             client.sample("op").record_transport_error((time.perf_counter() - due) * 1000.0)
     else:
-        if record and client.recording:
+        if record:
             client.sample("op").record(status, (time.perf_counter() - due) * 1000.0)
     client.done += 1
 

@@ -191,7 +191,7 @@ def _inbox_reads(
     spec: WorkloadSpec, size: int, consistency: str,
 ) -> dict[str, Any]:
     """Maximum read rate, then latency when offered half of it."""
-    job = LoadJob(spec, cluster.urls, mode="closed", concurrency=profile.concurrency,
+    job = LoadJob(spec, cluster.urls, mode="closed", concurrency=profile.inbox_concurrency,
                   duration_s=profile.inbox_duration_s, warmup_s=profile.warmup_s)
     with progress.step(f"inbox {size:,} ({consistency}) · max") as update:
         best = result_dict(pool.run(job, update))

@@ -30,6 +30,7 @@ class Profile:
     inbox_sizes: tuple[int, ...]  # ascending; the last one is the "100k" inbox
     inbox_consistencies: tuple[str, ...]  # "default" and/or "local"
     inbox_duration_s: float
+    inbox_concurrency: int  # clients reading inboxes (a latency test more than a throughput one)
     fill_concurrency: int
     projects: int  # mailboxes the send+pop workload spreads over
     converge_timeout_s: float
@@ -55,6 +56,7 @@ QUICK = Profile(
     inbox_sizes=(1_000, 10_000, QUICK_BIG_INBOX),
     inbox_consistencies=("default",),
     inbox_duration_s=2.0,
+    inbox_concurrency=16,
     fill_concurrency=128,
     projects=8,
     converge_timeout_s=60.0,
@@ -73,6 +75,7 @@ FULL = Profile(
     inbox_sizes=(1_000, 10_000, 100_000),
     inbox_consistencies=("default", "local"),
     inbox_duration_s=5.0,
+    inbox_concurrency=16,
     fill_concurrency=128,
     projects=8,
     converge_timeout_s=300.0,
