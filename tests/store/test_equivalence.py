@@ -14,7 +14,11 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from store_opgen import (
+
+from store.db import Store
+from store.merge import Replica
+from store.ops import Op
+from tests.store.store_opgen import (
     AGENTS,
     APPLY_NOW,
     HARNESSES,
@@ -27,10 +31,6 @@ from store_opgen import (
     histories,
     shuffled_batches,
 )
-
-from store.db import Store
-from store.merge import Replica
-from store.ops import Op
 
 EXAMPLES = settings(max_examples=60, deadline=None)
 READ_TIMES = (0, APPLY_NOW, 60_000)
