@@ -138,9 +138,12 @@ class NodeCore:
         out: list[Effect] = [Persist(ops)]
         out += [Send(p, Replicate(ops, ack=True)) for p in self._peers()]
         self._writes[token] = ops
+        # Only a mismatched member is written off up front. A peer whose last
+        # send failed may be back already (a restart, a sync offer sent before
+        # it listened); this write's own send to it reports quickly either way.
         done = self.quorum.start(token, (op.op_id for op in ops), self.write_quorum,
                                  now_ms + self.quorum_timeout_ms,
-                                 down=self.detector.failing() | self._mismatched)
+                                 down=self._mismatched)
         return out + self._complete(done)
 
     def _complete(self, done: list[Completion]) -> list[Effect]:
