@@ -98,9 +98,9 @@ class Cluster:
         for node in [nid] if nid else self.ids:
             p = self.procs[node]
             env = {**os.environ, "PYTHONPATH": str(ROOT), **p.extra_env}
-            log = open(p.log, "ab")  # noqa: SIM115 - the child owns it
-            p.popen = subprocess.Popen(self._cmd(node), cwd=ROOT, env=env, stdout=log,
-                                       stderr=subprocess.STDOUT)
+            with open(p.log, "ab") as log:  # the child keeps its own copy of the fd
+                p.popen = subprocess.Popen(self._cmd(node), cwd=ROOT, env=env, stdout=log,
+                                           stderr=subprocess.STDOUT)
         if wait:
             for node in [nid] if nid else self.ids:
                 self.wait_healthy(node)

@@ -124,8 +124,11 @@ class ProxyNet:
                         w.close()
                 if link._server is not None:
                     link._server.close()
+                    await link._server.wait_closed()
 
         with contextlib.suppress(Exception):
             self._call(shutdown())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self.loop.close()

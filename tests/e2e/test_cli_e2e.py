@@ -33,11 +33,11 @@ class Daemon:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        log = open(self.log, "ab")  # noqa: SIM115 - the child owns it
-        self.proc = subprocess.Popen(
-            [*EXE, "serve", "--port", str(self.port), "--db", str(self.db)],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)})
+        with open(self.log, "ab") as log:  # the child keeps its own copy of the fd
+            self.proc = subprocess.Popen(
+                [*EXE, "serve", "--port", str(self.port), "--db", str(self.db)],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)})
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()
