@@ -118,9 +118,11 @@ def test_claim_and_cancel() -> None:
 
 
 def test_ops_without_events() -> None:
-    for kind, key, body in [(K.NOTE_READ, "inbox:bob", {"to": "bob", "ids": ["x"]}),
-                            (K.AGENT_SEEN, "agent:a", {"agent_id": "a", "at_ms": T0}),
-                            (K.AGENT_REG, "agent:a", {"agent_id": "a"})]:
+    cases: list[tuple[str, str, dict[str, Any]]] = [
+        (K.NOTE_READ, "inbox:bob", {"to": "bob", "ids": ["x"]}),
+        (K.AGENT_SEEN, "agent:a", {"agent_id": "a", "at_ms": T0}),
+        (K.AGENT_REG, "agent:a", {"agent_id": "a"})]
+    for kind, key, body in cases:
         assert classify(Op("n1", 1, hlc(T0), kind, key, body), None, "n") is None
     assert E.EVENT_KINDS.isdisjoint({K.NOTE_READ, K.AGENT_SEEN, K.AGENT_REG, K.SESSION_START})
 
