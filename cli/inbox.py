@@ -75,7 +75,7 @@ def inbox(
         return
     messages = reply.get("messages", [])
     kind = "notification" if len(messages) == 1 else "notifications"
-    scope = "" if show_all else " unread"
-    note(f"{len(messages)}{scope} {kind} for {reply.get('agent_id', who)}")
+    done = ", now marked read" if mark_read and messages else ""
+    note(f"{len(messages)} {kind} for {reply.get('agent_id', who)}{done}")
     for message in messages:
         click.echo(render_message(message))

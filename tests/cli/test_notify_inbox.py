@@ -158,7 +158,7 @@ def test_inbox_passes_filters_and_prints_messages(stub: StubDaemon, run: Run) ->
     assert sent.headers["X-Agent-Id"] == "bob"
     assert "[unread] p7 short  from alice" in result.stdout
     assert "  OKR\n    please review\n    by Friday\n" in result.stdout
-    assert "1 notification for bob" in result.stderr
+    assert "1 notification for bob, now marked read" in result.stderr
 
 
 def test_inbox_json_is_the_raw_reply(stub: StubDaemon, run: Run) -> None:
