@@ -83,8 +83,8 @@ def up(
     """Start a local cluster in the foreground; Ctrl-C stops it."""
     from cli.supervisor import ChildSpec, Supervisor
 
-    data_dir.mkdir(parents=True, exist_ok=True)
     specs = plan_cluster(nodes, base_port, (host,), DbPath(data_dir.resolve()))
+    data_dir.mkdir(parents=True, exist_ok=True)
     command = shlex.split(exe) if exe else [sys.executable, "-m", "cli"]
     children = [ChildSpec(s.node_id, serve_argv(command, s, specs), s.url) for s in specs]
     env = {**os.environ, SECRET_ENV: secret or new_secret(), "PYTHONUNBUFFERED": "1"}
