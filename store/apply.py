@@ -37,9 +37,11 @@ def to_json(value: Any) -> str:
 _MEM_COLS = ("id", "tier", "namespace", "title", "content", "tags", "priority", "confidence",
              "source", "access_count", "created_at_ms", "updated_at_ms", "expires_at_ms",
              "agent_id", "metadata", "hlc", "origin", "seq")
+# A tombstoned id inserts nothing: the SELECT yields no row.
 _MEM_UPSERT = (
     f"INSERT INTO memories ({', '.join(_MEM_COLS)}) "
-    f"VALUES ({', '.join(':' + c for c in _MEM_COLS)}) "
+    f"SELECT {', '.join(':' + c for c in _MEM_COLS)}"
+    " WHERE NOT EXISTS (SELECT 1 FROM mem_tombstones WHERE id = :id) "
     "ON CONFLICT (id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _MEM_COLS[1:])
     + " WHERE (excluded.hlc, excluded.origin, excluded.seq)"
@@ -125,8 +127,6 @@ def _stamp(op: Op) -> dict[str, Any]:
 
 def _mem_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     row = memory_row(op)
-    if c.execute("SELECT 1 FROM mem_tombstones WHERE id = ?", (row["id"],)).fetchone():
-        return
     params = {**row, **_stamp(op), "tags": to_json(row["tags"]),
               "metadata": to_json(row["metadata"])}
     c.execute(_MEM_UPSERT, params)

@@ -120,7 +120,10 @@ class Store:
     async def apply_ops(self, ops: Iterable[Op], now_ms: int) -> list[Op]:
         """Log and merge ``ops`` in one durable transaction (shared with
         concurrent callers); return the ops that were new."""
-        return await self._writer.apply(list(ops), now_ms)
+        batch = list(ops)
+        if not batch:
+            return []
+        return await self._writer.apply(batch, now_ms)
 
     def version_vector(self) -> dict[str, int]:
         return self._writer.seen.version_vector()

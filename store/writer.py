@@ -3,10 +3,11 @@
 Every change to the database goes through :class:`Writer`. Callers submit
 jobs to a bounded queue and await a future; one task takes whatever jobs are
 waiting (up to ``writer_batch_max``) and runs the whole batch in ONE call
-on the writer's own thread: ``BEGIN``, each job inside its own savepoint,
-the seen-set rows, ``COMMIT``. A batch of 500 callers therefore costs one
-thread hop and one WAL commit instead of 500 of each, and a job that fails
-(a malformed op) is rolled back alone without failing its neighbours.
+on the writer's own thread: ``BEGIN``, the jobs, one op-log insert, the
+seen-set rows, ``COMMIT``. A batch of 500 callers therefore costs one
+thread hop and one WAL commit instead of 500 of each. Should a job fail (a
+malformed op), the batch is rolled back and run again with a savepoint per
+job, so that job alone is refused and its neighbours still commit.
 
 The writer owns a plain :mod:`sqlite3` connection on a one-thread executor
 rather than an aiosqlite one: aiosqlite runs each statement as its own
@@ -44,6 +45,7 @@ class _Batch:
     """What the jobs of one batch have done so far (writer thread only)."""
 
     new_ids: dict[str, set[int]] = field(default_factory=dict)
+    logged: list[Op] = field(default_factory=list)
     max_hlc: int = 0
 
     def has(self, op: Op) -> bool:
@@ -60,7 +62,7 @@ class _Job:
         raise NotImplementedError
 
     def done(self, batch: _Batch, result: Any) -> None:
-        """Record a successful run in the batch (after its savepoint is released)."""
+        """Record a successful run in the batch."""
 
 
 class _ApplyJob(_Job):
@@ -80,15 +82,10 @@ class _ApplyJob(_Job):
             ids.add(op.op_id)
             apply_op(conn, op, self.now_ms)
             fresh.append(op)
-        conn.executemany(
-            "INSERT INTO oplog (origin, seq, hlc, kind, key, epoch, body)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(op.origin, op.seq, op.hlc, op.kind, op.key, op.epoch, pack_body(op.body))
-             for op in fresh],
-        )
         return fresh
 
     def done(self, batch: _Batch, result: Any) -> None:
+        batch.logged.extend(result)
         for op in result:
             batch.new_ids.setdefault(op.origin, set()).add(op.seq)
             batch.max_hlc = max(batch.max_hlc, op.hlc)
@@ -109,6 +106,10 @@ class _CallJob(_Job):
 
 
 _STOP = object()
+
+
+class _JobFailed(Exception):
+    """A job failed in an optimistic batch: run the batch again, isolated."""
 
 
 @dataclass(slots=True)
@@ -202,27 +203,46 @@ class Writer:
 
     def _commit(self, jobs: list[_Job]) -> tuple[
             list[tuple[BaseException | None, Any]], dict[str, tuple[int, set[int]]], int]:
-        """One transaction for the whole batch (runs on the writer thread)."""
+        """One transaction for the whole batch (runs on the writer thread).
+
+        Jobs first run back to back with no savepoints; if one of them fails,
+        that transaction is rolled back and the batch runs again with a
+        savepoint around each job, so only the failing job is refused."""
+        try:
+            return self._transaction(jobs, isolate=False)
+        except _JobFailed:
+            return self._transaction(jobs, isolate=True)
+
+    def _transaction(self, jobs: list[_Job], *, isolate: bool) -> tuple[
+            list[tuple[BaseException | None, Any]], dict[str, tuple[int, set[int]]], int]:
         conn = self._conn
         batch = _Batch()
         results: list[tuple[BaseException | None, Any]] = []
         conn.execute("BEGIN IMMEDIATE")
         try:
             for job in jobs:
-                conn.execute("SAVEPOINT job")
+                if isolate:
+                    conn.execute("SAVEPOINT job")
                 try:
                     value = job.run(conn, self.seen, batch)
                 except Exception as exc:
                     if _is_fatal(exc):
                         raise
-                    # A malformed job (bad body, constraint) is undone and fails alone.
+                    if not isolate:
+                        raise _JobFailed from exc
                     conn.execute("ROLLBACK TO job")
                     conn.execute("RELEASE job")
                     results.append((_as_client_error(exc), None))
                     continue
-                conn.execute("RELEASE job")
+                if isolate:
+                    conn.execute("RELEASE job")
                 job.done(batch, value)
                 results.append((None, value))
+            conn.executemany(
+                "INSERT INTO oplog (origin, seq, hlc, kind, key, epoch, body)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(op.origin, op.seq, op.hlc, op.kind, op.key, op.epoch, pack_body(op.body))
+                 for op in batch.logged])
             marks = self._persist_seen(conn, batch)
             if batch.max_hlc > self.max_hlc:
                 conn.execute("INSERT INTO node_meta (name, value) VALUES ('max_hlc', ?)"
@@ -237,16 +257,17 @@ class Writer:
 
     def _persist_seen(self, conn: sqlite3.Connection,
                       batch: _Batch) -> dict[str, tuple[int, set[int]]]:
-        marks: dict[str, tuple[int, set[int]]] = {}
-        for origin, seqs in batch.new_ids.items():
-            mark, held = self.seen.advanced(origin, seqs)
-            marks[origin] = (mark, held)
-            conn.execute("INSERT INTO vv (origin, watermark) VALUES (?, ?)"
+        marks = {origin: self.seen.advanced(origin, seqs)
+                 for origin, seqs in batch.new_ids.items()}
+        conn.executemany("INSERT INTO vv (origin, watermark) VALUES (?, ?)"
                          " ON CONFLICT (origin) DO UPDATE SET watermark = excluded.watermark",
-                         (origin, mark))
-            conn.execute("DELETE FROM vv_held WHERE origin = ? AND seq <= ?", (origin, mark))
-            conn.executemany("INSERT OR IGNORE INTO vv_held (origin, seq) VALUES (?, ?)",
-                             [(origin, s) for s in seqs if s > mark])
+                         [(origin, mark) for origin, (mark, _) in marks.items()])
+        conn.executemany("DELETE FROM vv_held WHERE origin = ? AND seq <= ?",
+                         [(origin, mark) for origin, (mark, held) in marks.items()
+                          if origin in self.seen.held])
+        conn.executemany("INSERT OR IGNORE INTO vv_held (origin, seq) VALUES (?, ?)",
+                         [(origin, s) for origin, seqs in batch.new_ids.items()
+                          for s in seqs if s > marks[origin][0]])
         return marks
 
     # -- shutdown ----------------------------------------------------------------
