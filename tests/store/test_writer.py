@@ -76,6 +76,7 @@ async def test_a_malformed_job_fails_alone(tmp_path: Path) -> None:
         res = await asyncio.gather(store.apply_ops([bad], 0), store.apply_ops([good], 0),
                                    return_exceptions=True)
         assert isinstance(res[0], BadRequest) and res[1] == [good]
+        assert (await store.stats())["writer"]["batches"] == 1  # same batch, still isolated
         assert store.version_vector() == {"p": 1}
         assert await store.ops_missing({}, 10) == [good]
     finally:
