@@ -34,7 +34,7 @@ from cli.state import CliState
 from common import __version__
 from common.errors import AiMemoryError
 
-LAZY_COMMANDS = {"serve": ("cli.serve", "serve")}
+LAZY_COMMANDS = {"serve": ("cli.serve", "serve"), "mcp": ("cli.mcp_cmd", "mcp")}
 
 
 class RootGroup(click.Group):

@@ -465,11 +465,26 @@ class Node:
             return {"err": encode_error(exc)}
 
     def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.core.status(self.now_ms()))
-        out.update(node_id=self.node_id, version=self.settings.version,
-                   members=list(self.settings.cluster.member_ids),
-                   write_quorum=self.settings.cluster.w,
-                   uptime_secs=(self.now_ms() - self.started_at_ms) / 1000)
+        """What ``ai-memory cluster status`` shows for this member: the core's
+        view, plus addresses and the contract's field names."""
+        now = self.now_ms()
+        out: dict[str, Any] = dict(self.core.status(now))
+        urls = {p.node_id: p.url for p in self.settings.cluster.peers}
+        for peer_id, view in out.get("peers", {}).items():
+            view["url"] = urls.get(peer_id)
+            view["reachable"] = bool(view.get("alive"))
+            view["last_contact_ms_ago"] = view.get("last_heard_ms_ago")
+        reachable = int(out.get("reachable", 1))
+        c = self.settings.cluster
+        out.update(
+            node_id=self.node_id,
+            url=f"http://{self.settings.server.host}:{self.settings.server.port}",
+            version=self.settings.version,
+            write_quorum=c.w,
+            quorum_healthy=reachable >= max(c.w, len(c.member_ids) // 2 + 1),
+            oplog_position=sum(out.get("vv", {}).values()),
+            uptime_secs=(now - self.started_at_ms) / 1000,
+        )
         return out
 
 

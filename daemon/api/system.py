@@ -28,7 +28,9 @@ async def metrics(request: web.Request) -> web.Response:
 async def cluster_status(request: web.Request) -> web.Response:
     node = request.app[NODE]
     status = node.status()
-    status["oplog"] = await node.store.stats()
+    stats = await node.store.stats()
+    status["oplog"] = stats
+    status["oplog_ops"] = stats.get("oplog_ops")
     return web.json_response(status)
 
 
