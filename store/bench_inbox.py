@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -22,6 +23,7 @@ import time
 from store import ops as K
 from store.db import Store
 from store.ops import Op
+from store.queries import NOTE_COLS
 
 NOW_MS = 1_000_000_000
 AGENT = "bench/bob"
@@ -79,6 +81,23 @@ async def time_reads(store: Store, reads: int) -> None:
         assert len(rows) == 50
         print(f"  inbox {name:<24} p50 {statistics.median(samples):6.3f} ms"
               f"  p99 {_pct(samples, 0.99):6.3f} ms  max {max(samples):6.3f} ms")
+    # The same query on a plain connection in this thread: SQLite's own cost,
+    # without the hop to the reader thread (which is where tails come from
+    # when the machine is busy).
+    conn = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True)
+    try:
+        sql = (f"SELECT {NOTE_COLS} FROM notes WHERE to_agent = ? AND read = 0"
+               " AND (expires_at_ms IS NULL OR expires_at_ms > ?)"
+               " ORDER BY priority DESC, created_at_ms DESC, id DESC LIMIT 50")
+        samples = []
+        for _ in range(reads):
+            t0 = time.perf_counter()
+            conn.execute(sql, (AGENT, NOW_MS)).fetchall()
+            samples.append((time.perf_counter() - t0) * 1000)
+    finally:
+        conn.close()
+    print(f"  raw SQL (unread, no hop)       p50 {statistics.median(samples):6.3f} ms"
+          f"  p99 {_pct(samples, 0.99):6.3f} ms  max {max(samples):6.3f} ms")
     t0 = time.perf_counter()
     count = await store.inbox_count(AGENT, unread_only=True, now_ms=NOW_MS)
     print(f"  inbox_count(unread) = {count}  in {(time.perf_counter() - t0) * 1000:.2f} ms")
