@@ -15,8 +15,9 @@ used round-robin) and how:
             latency instead of being hidden by the client slowing down
             (coordinated omission). Starts beyond ``max_inflight`` are
             dropped and counted.
-``count``   exactly ``total`` operations with ``concurrency`` workers
-            (used to fill inboxes and to write missed operations).
+``count``   ``total`` operations with ``concurrency`` workers (to fill
+            inboxes, and for sequential latency with one worker); a
+            positive ``duration_s`` stops it early at that deadline.
 
 A job is split evenly across the pool's processes; all of them start at the
 same wall-clock instant (``start_at``) and report :class:`~bench.stats.Sample`
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import multiprocessing
 import multiprocessing.sharedctypes
 import random
@@ -240,15 +242,16 @@ async def _closed(client: _Client, job: LoadJob, rng: random.Random) -> float:
 
 async def _count(client: _Client, job: LoadJob, rng: random.Random) -> float:
     remaining = job.total
+    t0 = time.perf_counter()
+    deadline = t0 + job.duration_s if job.duration_s > 0 else math.inf
 
     async def worker(k: int) -> None:
         nonlocal remaining
         wrng = random.Random(rng.getrandbits(64) + k)
-        while remaining > 0:
+        while remaining > 0 and time.perf_counter() < deadline:
             remaining -= 1
             await _one(client, job, wrng, time.perf_counter(), record=True)
 
-    t0 = time.perf_counter()
     await asyncio.gather(*(worker(k) for k in range(job.concurrency)))
     return time.perf_counter() - t0
 

@@ -4,7 +4,8 @@
 (and the echo ceiling on the notify panel) the open-loop sweep as p50 and
 p99 latency against the throughput actually achieved, so the knee where
 latency climbs is visible. ``inbox_latency_vs_size.png``: inbox read
-p50/p99 at half load against the number of messages in the inbox (log x).
+p50/p99 of one sequential client against the number of messages in the
+inbox (log x).
 """
 
 from __future__ import annotations
@@ -54,20 +55,20 @@ def latency_vs_throughput(results: dict[str, Any], path: Path) -> Path | None:
 
 
 def inbox_latency_vs_size(results: dict[str, Any], path: Path) -> Path | None:
-    rows = [r for r in (results.get("scenario") or {}).get("inbox", []) if r.get("half")]
+    rows = [r for r in (results.get("scenario") or {}).get("inbox", []) if r.get("sequential")]
     if not rows:
         return None
     fig, ax = plt.subplots(figsize=(6, 4.2))
     for i, consistency in enumerate(sorted({r["consistency"] for r in rows})):
         pts = sorted((r for r in rows if r["consistency"] == consistency), key=lambda r: r["size"])
         sizes = [r["size"] for r in pts]
-        ax.plot(sizes, [r["half"]["p99_ms"] for r in pts], "o-", color=f"C{i}", label=f"{consistency} p99")
-        ax.plot(sizes, [r["half"]["p50_ms"] for r in pts], "s--", color=f"C{i}", alpha=0.6,
+        ax.plot(sizes, [r["sequential"]["p99_ms"] for r in pts], "o-", color=f"C{i}", label=f"{consistency} p99")
+        ax.plot(sizes, [r["sequential"]["p50_ms"] for r in pts], "s--", color=f"C{i}", alpha=0.6,
                 label=f"{consistency} p50")
     ax.axhline(10.0, color="grey", linestyle=":", label="target p99 10 ms")
     ax.set_xscale("log")
     ax.set_xlabel("messages in the inbox")
-    ax.set_ylabel("read latency ms (limit 50, half of max rate)")
+    ax.set_ylabel("read latency ms (limit 50, one client)")
     ax.set_title("inbox read latency vs inbox size")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)

@@ -30,7 +30,9 @@ class Profile:
     inbox_sizes: tuple[int, ...]  # ascending; the last one is the "100k" inbox
     inbox_consistencies: tuple[str, ...]  # "default" and/or "local"
     inbox_duration_s: float
-    inbox_concurrency: int  # clients reading inboxes (a latency test more than a throughput one)
+    inbox_concurrency: int  # clients reading inboxes for the maximum read rate
+    inbox_reads: int  # sequential reads by one client, for the latency percentiles
+    inbox_max_s: float  # ...unless this much time has passed
     fill_concurrency: int
     projects: int  # mailboxes the send+pop workload spreads over
     converge_timeout_s: float
@@ -57,6 +59,8 @@ QUICK = Profile(
     inbox_consistencies=("default",),
     inbox_duration_s=2.0,
     inbox_concurrency=16,
+    inbox_reads=200,
+    inbox_max_s=5.0,
     fill_concurrency=128,
     projects=8,
     converge_timeout_s=60.0,
@@ -76,6 +80,8 @@ FULL = Profile(
     inbox_consistencies=("default", "local"),
     inbox_duration_s=5.0,
     inbox_concurrency=16,
+    inbox_reads=1000,
+    inbox_max_s=60.0,
     fill_concurrency=128,
     projects=8,
     converge_timeout_s=300.0,

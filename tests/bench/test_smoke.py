@@ -62,8 +62,8 @@ def _results() -> dict[str, Any]:
     three = "3 nodes W=2"
     sweep = [_point(100.0 * f, 4.0 + 30 * f, f) for f in (0.1, 0.5, 1.0)]
     inbox = [
-        {"size": 1000, "consistency": "default", "max": _point(900, 3.0), "half": _point(450, 3.0)},
-        {"size": 20000, "consistency": "default", "max": _point(800, 8.0), "half": _point(400, 8.0)},
+        {"size": 1000, "consistency": "default", "max": _point(900, 3.0), "sequential": _point(300, 3.0)},
+        {"size": 20000, "consistency": "default", "max": _point(800, 8.0), "sequential": _point(120, 8.0)},
     ]
     return {
         "meta": {"run_id": "t", "profile": "quick", "commit": "abc", "daemon_version": "0", "cores": 2,
