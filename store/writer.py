@@ -45,7 +45,7 @@ class _Batch:
     """What the jobs of one batch have done so far (writer thread only)."""
 
     new_ids: dict[str, set[int]] = field(default_factory=dict)
-    logged: list[Op] = field(default_factory=list)
+    log_rows: list[tuple[str, int, int, str, str, int, bytes]] = field(default_factory=list)
     max_hlc: int = 0
 
     def has(self, op: Op) -> bool:
@@ -66,12 +66,13 @@ class _Job:
 
 
 class _ApplyJob(_Job):
-    __slots__ = ("now_ms", "ops")
+    __slots__ = ("log_rows", "now_ms", "ops")
 
     def __init__(self, future: asyncio.Future[Any], ops: list[Op], now_ms: int) -> None:
         super().__init__(future)
         self.ops = ops
         self.now_ms = now_ms
+        self.log_rows: list[tuple[str, int, int, str, str, int, bytes]] = []
 
     def run(self, conn: sqlite3.Connection, seen: SeenSet, batch: _Batch) -> list[Op]:
         fresh: list[Op] = []
@@ -82,10 +83,12 @@ class _ApplyJob(_Job):
             ids.add(op.op_id)
             apply_op(conn, op, self.now_ms)
             fresh.append(op)
+        self.log_rows = [(op.origin, op.seq, op.hlc, op.kind, op.key, op.epoch,
+                          pack_body(op.body)) for op in fresh]
         return fresh
 
     def done(self, batch: _Batch, result: Any) -> None:
-        batch.logged.extend(result)
+        batch.log_rows.extend(self.log_rows)
         for op in result:
             batch.new_ids.setdefault(op.origin, set()).add(op.seq)
             batch.max_hlc = max(batch.max_hlc, op.hlc)
@@ -240,9 +243,7 @@ class Writer:
                 results.append((None, value))
             conn.executemany(
                 "INSERT INTO oplog (origin, seq, hlc, kind, key, epoch, body)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(op.origin, op.seq, op.hlc, op.kind, op.key, op.epoch, pack_body(op.body))
-                 for op in batch.logged])
+                " VALUES (?, ?, ?, ?, ?, ?, ?)", batch.log_rows)
             marks = self._persist_seen(conn, batch)
             if batch.max_hlc > self.max_hlc:
                 conn.execute("INSERT INTO node_meta (name, value) VALUES ('max_hlc', ?)"

@@ -128,3 +128,18 @@ async def test_state_survives_reopen(tmp_path: Path) -> None:
         assert await store.apply_ops([seen_op("n2", 3)], 0) == []  # held ids survive too
     finally:
         await store.close()
+
+
+async def test_an_unencodable_body_fails_its_job_only(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "n.db", "n1")
+    try:
+        bad = Op("o", 1, 10, K.AGENT_SEEN, K.agent_key("a"),
+                 {"agent_id": "a", "at_ms": 1, "extra": {1, 2}})  # a set: not msgpack
+        good = seen_op("p", 1, agent="b")
+        res = await asyncio.gather(store.apply_ops([bad], 0), store.apply_ops([good], 0),
+                                   return_exceptions=True)
+        assert isinstance(res[0], BadRequest) and res[1] == [good]
+        assert store.version_vector() == {"p": 1}
+        assert (await store.snapshot())["agents"] == {"b": (None, None, None, 1)}
+    finally:
+        await store.close()
