@@ -6,8 +6,9 @@ Three servers form one JetStream cluster on loopback; one file-backed
 work-queue stream with three replicas takes ``mail.<project>`` subjects,
 and each project has its own durable pull consumer with explicit acks
 (a work-queue stream deletes a message once acked, which is the claim).
-One operation publishes to a random project and then fetches one message
-from that project's consumer and acks it synchronously, the closest
+Each client owns one project (clients are spread evenly over them) and its
+own pull subscription; one operation publishes to that project, then
+fetches one message from the project's consumer and acks it synchronously, the closest
 JetStream counterpart of POST /messages + POST /messages/pop; it is timed
 and counted exactly like the HTTP workload, from the same pool of
 load-generator processes.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import random
 import shutil
 import time
 from dataclasses import dataclass, replace
@@ -123,11 +123,13 @@ async def _run_async(job: NatsJob) -> LoadResult:
     samples: dict[str, Sample] = {k: Sample() for k in ("op", "send", "pop")}
     done = 0
     try:
-        subs = {}
-        for i, nc in enumerate(conns):
-            js = nc.jetstream()
-            for p in job.projects:
-                subs[(i, p)] = await js.pull_subscribe(f"mail.{p}", durable=p, stream=STREAM)
+        # One pull subscription per worker: concurrent fetches on a shared
+        # subscription would take each other's messages and time out.
+        subs = []
+        for k in range(job.concurrency):
+            p = job.projects[(job.seed + k) % len(job.projects)]
+            js = conns[k % len(conns)].jetstream()
+            subs.append((p, await js.pull_subscribe(f"mail.{p}", durable=p, stream=STREAM)))
         delay = job.start_at - time.time()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -136,13 +138,11 @@ async def _run_async(job: NatsJob) -> LoadResult:
 
         async def worker(k: int) -> None:
             nonlocal done
-            rng = random.Random(job.seed * 7919 + k)
-            ci = k % len(conns)
-            js = conns[ci].jetstream()
+            p, sub = subs[k]
+            js = conns[k % len(conns)].jetstream()
             body = b"x" * job.payload_bytes
             while (start := time.perf_counter()) < t_end:
                 rec = start >= t_measure
-                p = rng.choice(job.projects)
                 status = 200
                 try:
                     t0 = time.perf_counter()
@@ -150,13 +150,15 @@ async def _run_async(job: NatsJob) -> LoadResult:
                     if rec:
                         samples["send"].record(201, (time.perf_counter() - t0) * 1000.0)
                     t1 = time.perf_counter()
-                    msgs = await subs[(ci, p)].fetch(1, timeout=FETCH_TIMEOUT_S)
+                    msgs = await sub.fetch(1, timeout=FETCH_TIMEOUT_S)
                     await msgs[0].ack_sync()
                     if rec:
                         samples["pop"].record(200, (time.perf_counter() - t1) * 1000.0)
                         samples["op"].count("claimed")
-                except (TimeoutError, nats.errors.Error, IndexError):
+                except (TimeoutError, nats.errors.Error, IndexError) as e:
                     status = 599
+                    if rec:
+                        samples["op"].count(f"error:{type(e).__name__}")
                 if rec:
                     lat = (time.perf_counter() - start) * 1000.0
                     if status == 200:
