@@ -17,7 +17,7 @@ used round-robin) and how:
             dropped and counted.
 ``count``   ``total`` operations with ``concurrency`` workers (to fill
             inboxes, and for sequential latency with one worker); a
-            positive ``duration_s`` stops it early at that deadline.
+            positive ``deadline_s`` stops it early.
 
 A job is split evenly across the pool's processes; all of them start at the
 same wall-clock instant (``start_at``) and report :class:`~bench.stats.Sample`
@@ -60,6 +60,7 @@ class LoadJob:
     max_inflight: int = 2048  # open loop: operations in flight before starts are dropped
     connections: int = 256  # open loop: keep-alive connections (closed loop: one per worker)
     total: int = 0  # count mode
+    deadline_s: float = 0.0  # count mode: stop starting operations after this long (0 = never)
     seed: int = 1
     start_at: float = 0.0  # time.time() at which every process starts
 
@@ -76,21 +77,28 @@ class LoadJob:
             raise ValueError("concurrency must be positive")
 
     def split(self, parts: int) -> list[LoadJob]:
-        """This job as ``parts`` jobs whose sum is the whole."""
-        jobs = []
-        for i in range(parts):
-            jobs.append(
-                replace(
-                    self,
-                    concurrency=_share(self.concurrency, parts, i),
-                    rate=self.rate / parts,
-                    max_inflight=max(self.max_inflight // parts, 1),
-                    connections=max(self.connections // parts, 1),
-                    total=_share(self.total, parts, i),
-                    seed=self.seed * 1000 + i,
-                )
+        """This job as at most ``parts`` jobs whose sum is the whole.
+
+        No part is left without a worker (or, in count mode, without an
+        operation), so a one-client job stays one client in one process.
+        """
+        n = parts
+        if self.mode != "open":
+            n = min(n, self.concurrency)
+        if self.mode == "count":
+            n = min(n, self.total)
+        return [
+            replace(
+                self,
+                concurrency=_share(self.concurrency, n, i) if self.mode != "open" else self.concurrency,
+                rate=self.rate / n,
+                max_inflight=max(self.max_inflight // n, 1),
+                connections=max(self.connections // n, 1),
+                total=_share(self.total, n, i),
+                seed=self.seed * 1000 + i,
             )
-        return [j for j in jobs if j.mode == "open" or (j.concurrency > 0 and (j.mode != "count" or j.total > 0))]
+            for i in range(n)
+        ]
 
 
 def _share(n: int, parts: int, i: int) -> int:
@@ -243,7 +251,7 @@ async def _closed(client: _Client, job: LoadJob, rng: random.Random) -> float:
 async def _count(client: _Client, job: LoadJob, rng: random.Random) -> float:
     remaining = job.total
     t0 = time.perf_counter()
-    deadline = t0 + job.duration_s if job.duration_s > 0 else math.inf
+    deadline = t0 + job.deadline_s if job.deadline_s > 0 else math.inf
 
     async def worker(k: int) -> None:
         nonlocal remaining

@@ -150,6 +150,7 @@ def catchup_inbox_rss(
         d["size"] = size
         fills.append(d)
     out["fill"] = fills
+    stored = {f["size"]: f["ok"] for f in fills}  # what each inbox really holds
 
     ahead = [vv_of(cluster, i) for i in everyone if i != lagger]
     target = {o: max(v.get(o, 0) for v in ahead) for v in ahead for o in v}
@@ -176,14 +177,16 @@ def catchup_inbox_rss(
                 "inbox", inbox_agent=f"bench-inbox-{size}",
                 consistency=None if consistency == "default" else consistency,
             )
-            reads.append(_inbox_reads(pool, progress, profile, cluster, spec, size, consistency))
+            row = _inbox_reads(pool, progress, profile, cluster, spec, size, consistency)
+            row["stored"] = stored[size]
+            reads.append(row)
     out["inbox"] = reads
 
     out["rss_bytes"] = cluster.rss()
     out["db_bytes"] = {
         n.name: sum(p.stat().st_size for p in cluster.workdir.glob(f"{n.name}.db*")) for n in cluster.nodes
     }
-    out["messages_stored"] = sum(profile.inbox_sizes)
+    out["messages_stored"] = sum(stored.values())
     return out
 
 
@@ -203,7 +206,7 @@ def _inbox_reads(
     with progress.step(f"inbox {size:,} ({consistency}) · max") as update:
         best = result_dict(pool.run(job, update))
     seq = LoadJob(spec, cluster.urls, mode="count", concurrency=1, total=profile.inbox_reads,
-                  duration_s=profile.inbox_max_s)
+                  deadline_s=profile.inbox_max_s)
     with progress.step(f"inbox {size:,} ({consistency}) · 1 client", total=profile.inbox_reads) as update:
         one = result_dict(pool.run(seq, update))
     return {"size": size, "consistency": consistency, "max": best, "sequential": one}

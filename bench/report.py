@@ -107,7 +107,9 @@ def markdown(results: dict[str, Any], targets: list[Target]) -> str:
         rows = []
         for r in sc["inbox"]:
             q, m = r["sequential"], r["max"]
-            rows.append([f"{r['size']:,}", r["consistency"], _n(q["requests"]), _ms(q["p50_ms"]),
+            held = r.get("stored", r["size"])
+            label = f"{held:,}" if held == r["size"] else f"{held:,} (of {r['size']:,} sent)"
+            rows.append([label, r["consistency"], _n(q["requests"]), _ms(q["p50_ms"]),
                          _ms(q["p95_ms"]), _ms(q["p99_ms"]), _ms(q["max_ms"]), _n(m["rps"]), _ms(m["p99_ms"]),
                          f"{_errors(q)}, {_errors(m)}"])
         lines += _table(["messages in inbox", "consistency", "reads", "p50 ms", "p95 ms", "p99 ms", "max ms",

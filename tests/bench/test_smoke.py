@@ -129,3 +129,15 @@ def test_echo_ceiling_few_hundred_requests(tmp_path: Path) -> None:
     assert op.rps > 0
     o = summarize(opened.samples["op"], opened.elapsed_s, offered_rps=400.0)
     assert o.ok == 200 and o.dropped == 0
+
+
+def test_jobs_split_across_processes_without_empty_parts() -> None:
+    spec = WorkloadSpec("echo")
+    closed = LoadJob(spec, ("http://127.0.0.1:1",), concurrency=5).split(2)
+    assert [j.concurrency for j in closed] == [3, 2] and len({j.seed for j in closed}) == 2
+    one = LoadJob(spec, ("http://127.0.0.1:1",), mode="count", concurrency=1, total=7).split(2)
+    assert [(j.concurrency, j.total) for j in one] == [(1, 7)]
+    few = LoadJob(spec, ("http://127.0.0.1:1",), mode="count", concurrency=8, total=3).split(4)
+    assert [(j.concurrency, j.total) for j in few] == [(3, 1), (3, 1), (2, 1)]
+    opened = LoadJob(spec, ("http://127.0.0.1:1",), mode="open", rate=100.0).split(4)
+    assert sum(j.rate for j in opened) == 100.0
