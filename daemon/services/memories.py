@@ -16,6 +16,9 @@ re-asserts it (same id, same created_at and expiry, a new quorum write, so
 the retry's 201 carries the full guarantee even when the first attempt got
 a 503). If the record has changed since, the retry writes nothing and
 returns the record as it now is; if it was deleted, the retry is a 409.
+
+``updated_at`` equals ``created_at`` only until the first change, even one
+in the same millisecond: webhooks tell a store from an update by that.
 """
 
 from __future__ import annotations
@@ -98,6 +101,12 @@ def _body_of(row: dict[str, Any]) -> dict[str, Any]:
 
 def _same_request(existing: dict[str, Any], body: dict[str, Any]) -> bool:
     return all(existing.get(f) == body.get(f) for f in _CONTENT_FIELDS)
+
+
+def _later(row: dict[str, Any], now_ms: int) -> int:
+    """``updated_at`` of a change: after the creation, even within its
+    millisecond, so ``created_at == updated_at`` means "never changed"."""
+    return max(now_ms, row["created_at_ms"] + 1)
 
 
 async def _load(node: Node, memory_id: str) -> dict[str, Any]:
@@ -190,7 +199,7 @@ async def update(node: Node, memory_id: str, req: UpdateMemory) -> dict[str, Any
             body["tier"], None, req.expires_at, now)
     elif tier_changed:
         body["expires_at_ms"] = tier_expiry_ms(body["tier"], now)
-    body["updated_at_ms"] = now
+    body["updated_at_ms"] = _later(row, now)
     await node.write([(MEM_PUT, mem_key(memory_id), body)])
     fresh = await node.store.get_memory(memory_id, now_ms=node.now_ms())
     return memory_json(fresh if fresh is not None else {**body, "access_count": row["access_count"]})
@@ -199,7 +208,7 @@ async def update(node: Node, memory_id: str, req: UpdateMemory) -> dict[str, Any
 async def promote(node: Node, memory_id: str) -> dict[str, Any]:
     row = await _load(node, memory_id)
     body = _body_of(row)
-    body.update(tier="long", expires_at_ms=None, updated_at_ms=node.now_ms())
+    body.update(tier="long", expires_at_ms=None, updated_at_ms=_later(row, node.now_ms()))
     await node.write([(MEM_PUT, mem_key(memory_id), body)])
     fresh = await node.store.get_memory(memory_id, now_ms=node.now_ms())
     out = memory_json(fresh if fresh is not None else {**body, "access_count": row["access_count"]})

@@ -334,3 +334,12 @@ async def test_concurrent_creates_are_all_kept(client: Any) -> None:
     results = await asyncio.gather(*(create(client, title=f"c{i}") for i in range(50)))
     assert len({m["id"] for m in results}) == 50
     assert (await (await client.get(BASE, params={"limit": "100"})).json())["count"] == 50
+
+
+async def test_a_change_in_the_creation_millisecond_still_moves_updated_at(clocked: Any) -> None:
+    c = clocked  # the clock stands still: create and update share one millisecond
+    mem = await create(c.client)
+    upd = await (await c.client.put(f"{BASE}/{mem['id']}", json={"title": "x"})).json()
+    assert parse_rfc3339(upd["updated_at"]) == parse_rfc3339(mem["created_at"]) + 1
+    out = await (await c.client.post(f"{BASE}/{mem['id']}/promote")).json()
+    assert parse_rfc3339(out["updated_at"]) > parse_rfc3339(mem["created_at"])
