@@ -106,7 +106,7 @@ def _same_request(existing: dict[str, Any], body: dict[str, Any]) -> bool:
 def _later(row: dict[str, Any], now_ms: int) -> int:
     """``updated_at`` of a change: after the creation, even within its
     millisecond, so ``created_at == updated_at`` means "never changed"."""
-    return max(now_ms, row["created_at_ms"] + 1)
+    return max(now_ms, int(row["created_at_ms"]) + 1)
 
 
 async def _load(node: Node, memory_id: str) -> dict[str, Any]:
