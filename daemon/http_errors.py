@@ -76,7 +76,16 @@ async def read_body(request: web.Request) -> Any:
     if request.content_length is not None and request.content_length > limits.request_body_max_bytes:
         raise PayloadTooLarge(
             f"request body over {limits.request_body_max_bytes} bytes (limits.request_body_max_bytes)")
-    raw = await request.read()
+    # Read incrementally so a chunked body (no Content-Length) is held to the
+    # same limit instead of being buffered whole.
+    buf = bytearray()
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        buf += chunk
+        if len(buf) > limits.request_body_max_bytes:
+            raise PayloadTooLarge(
+                f"request body over {limits.request_body_max_bytes} bytes "
+                "(limits.request_body_max_bytes)")
+    raw = bytes(buf)
     if not raw.strip():
         raise BadRequest("request body is empty; expected JSON")
     try:
@@ -85,6 +94,8 @@ async def read_body(request: web.Request) -> Any:
         raise BadRequest("request body is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise BadRequest(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise BadRequest("JSON nested too deeply") from None
 
 
 async def read_json(request: web.Request, model: type[M]) -> M:
