@@ -20,7 +20,7 @@ from common import limits
 from common.errors import BadRequest, Forbidden, Unauthorized
 from daemon.settings import AuthSettings
 
-_AGENT_RE = re.compile(r"^[A-Za-z0-9_\-:@./]+$")
+_AGENT_RE = re.compile(r"[A-Za-z0-9_\-:@./]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ class Identity:
 
 
 def check_agent_id(value: str, what: str = "agent_id") -> str:
-    if not value or len(value) > limits.agent_id_max_chars or not _AGENT_RE.match(value):
+    if not value or len(value) > limits.agent_id_max_chars or not _AGENT_RE.fullmatch(value):
         raise BadRequest(
             f"{what} must be 1-{limits.agent_id_max_chars} characters of [A-Za-z0-9_-:@./]")
     return value

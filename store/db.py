@@ -225,6 +225,16 @@ class Store:
             " ORDER BY updated_at_ms DESC, id DESC LIMIT :limit OFFSET :offset", params)
         return [Q.memory(r) for r in rows]
 
+    async def memories_since(self, since_ms: int, *, limit: int,
+                             now_ms: int) -> list[dict[str, Any]]:
+        """Live memories updated at or after ``since_ms``, oldest first (the
+        upstream ``/sync/since`` pull)."""
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.MEMORY_COLS} FROM memories WHERE {Q.NOT_EXPIRED}"
+            " AND updated_at_ms >= :since ORDER BY updated_at_ms, id LIMIT :limit",
+            {"now": now_ms, "since": since_ms, "limit": limit})
+        return [Q.memory(r) for r in rows]
+
     # -- inbox ---------------------------------------------------------------------
 
     async def inbox(self, agent_id: str, *, unread_only: bool, limit: int,

@@ -1,0 +1,43 @@
+"""Upstream-shaped /sync/push and /sync/since."""
+
+from __future__ import annotations
+
+MEM = {"id": "m-1", "title": "t", "content": "c", "tier": "long", "namespace": "ns",
+       "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-02T00:00:00Z",
+       "metadata": {"agent_id": "peer-agent"}}
+
+
+async def test_push_then_since_round_trip(client) -> None:  # type: ignore[no-untyped-def]
+    r = await client.post("/api/v1/sync/push", json={"sender_agent_id": "peer", "memories": [MEM]})
+    assert r.status == 200, await r.text()
+    assert (await r.json())["applied"] == 1
+    got = await (await client.get("/api/v1/memories/m-1")).json()
+    assert got["content"] == "c" and got["tier"] == "long"
+    page = await (await client.get("/api/v1/sync/since",
+                                   params={"since": "2026-01-01T00:00:00Z"})).json()
+    assert [m["id"] for m in page["memories"]] == ["m-1"]
+    assert page["next_since"] == "2026-01-02T00:00:00.000Z"
+
+
+async def test_push_is_insert_if_newer_and_deletes_stay(client) -> None:  # type: ignore[no-untyped-def]
+    await client.post("/api/v1/sync/push", json={"sender_agent_id": "peer", "memories": [MEM]})
+    older = {**MEM, "content": "stale", "updated_at": "2026-01-01T12:00:00Z"}
+    r = await client.post("/api/v1/sync/push", json={"sender_agent_id": "peer",
+                                                     "memories": [older]})
+    assert (await r.json())["applied"] == 0
+    assert (await (await client.get("/api/v1/memories/m-1")).json())["content"] == "c"
+    r = await client.post("/api/v1/sync/push", json={"sender_agent_id": "peer",
+                                                     "deletions": ["m-1"]})
+    assert (await r.json())["applied"] == 1
+    newer = {**MEM, "content": "resurrect?", "updated_at": "2027-01-01T00:00:00Z"}
+    await client.post("/api/v1/sync/push", json={"sender_agent_id": "peer", "memories": [newer]})
+    assert (await client.get("/api/v1/memories/m-1")).status == 404
+
+
+async def test_push_bad_input(client) -> None:  # type: ignore[no-untyped-def]
+    for body in ({"memories": [MEM]}, {"sender_agent_id": "p", "memories": [{"id": "x"}]},
+                 {"sender_agent_id": "p", "memories": [{**MEM, "updated_at": "yesterday"}]}):
+        r = await client.post("/api/v1/sync/push", json=body)
+        assert r.status == 400, body
+    page = await (await client.get("/api/v1/sync/since")).json()
+    assert page["count"] == 0
