@@ -215,6 +215,18 @@ class NodeCore:
             return self.claims.on_rejected(msg)
         return []
 
+    def on_foreign_push(self, peer: str, msg: Message, now_ms: int) -> list[Effect]:
+        """A standalone node (started with no peers) accepts replication pushed
+        by a node that lists it as a peer, as upstream harnesses start their
+        clusters. It stores and acks the ops; it takes no part in claims and
+        does not offer anti-entropy to nodes outside its own membership."""
+        if self.membership.n != 1 or peer == self.node_id or not isinstance(msg, Replicate):
+            return []
+        out = self._intake(msg.ops, now_ms)
+        if msg.ack:
+            out.append(Send(peer, Ack(tuple(op.op_id for op in msg.ops))))
+        return out
+
     def _on_sync_offer(self, peer: str, msg: SyncOffer, now_ms: int) -> list[Effect]:
         if msg.fingerprint != self._fingerprint:
             if peer in self._mismatched:

@@ -28,7 +28,9 @@ async def _peer_body(request: web.Request) -> tuple[str, Any]:
     raw = await request.read()
     peer = request.app[VERIFIER].verify(
         request.headers, request.method, request.path, raw, node.now_ms() / 1000)
-    if not peer or peer not in node.settings.cluster.member_ids or peer == node.node_id:
+    standalone = not node.settings.cluster.peers
+    if not peer or peer == node.node_id or (
+            not standalone and peer not in node.settings.cluster.member_ids):
         raise Forbidden(f"{peer!r} is not a member of this cluster")
     try:
         return peer, msgpack.unpackb(raw, raw=False)
@@ -47,7 +49,14 @@ async def msgs(request: web.Request) -> web.Response:
         decoded = [decode_msg(m) for m in body]
     except Exception:
         raise BadRequest("undecodable peer message") from None
-    replies = await request.app[NODE].receive(peer, decoded)
+    node = request.app[NODE]
+    if not node.settings.cluster.peers:
+        replies: list = []
+        for msg in decoded:
+            await node.run(node.core.on_foreign_push(peer, msg, node.now_ms()),
+                           reply_peer=peer, replies=replies)
+    else:
+        replies = await node.receive(peer, decoded)
     return _packed([m.to_wire() for m in replies])
 
 

@@ -135,3 +135,50 @@ def test_node_down_everything_keeps_working(cluster: Cluster) -> None:
     code, body = notify(cluster, "node1", "alice", "bob", "still here")
     assert code == 201
     assert body["id"] in inbox_ids(cluster, "node2", "bob")
+
+
+def test_peerless_nodes_accept_pushes_from_a_node_with_peers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The upstream chaos harness starts node1 with peers and node2/node3
+    with none; node2 and node3 must accept what node1 pushes."""
+    import subprocess
+    import sys
+
+    from tests.cluster.harness import ROOT, free_port, http
+
+    ports = [free_port() for _ in range(3)]
+    procs = []
+    try:
+        for i, port in enumerate(ports):
+            cmd = [sys.executable, "-m", "daemon", "--port", str(port),
+                   "--db", str(tmp_path / f"n{i}.db")]
+            if i == 0:
+                cmd += ["--quorum-writes", "2", "--quorum-peers",
+                        ",".join(f"http://127.0.0.1:{p}" for p in ports[1:])]
+            procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL))
+        for port in ports:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    if http("GET", f"http://127.0.0.1:{port}/api/v1/health", timeout=1)[0] == 200:
+                        break
+                except OSError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+        code, body = http("POST", f"http://127.0.0.1:{ports[0]}/api/v1/notify",
+                          {"target_agent_id": "bob", "title": "t", "payload": "p"},
+                          {"X-Agent-Id": "alice"})
+        assert code == 201, body
+        for port in ports[1:]:
+            deadline = time.monotonic() + 10
+            while True:
+                code, box = http("GET", f"http://127.0.0.1:{port}/api/v1/inbox?agent_id=bob",
+                                 headers={"X-Agent-Id": "bob"})
+                if box.get("count") == 1:
+                    break
+                assert time.monotonic() < deadline, box
+                time.sleep(0.1)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=10)
