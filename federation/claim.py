@@ -30,9 +30,11 @@ Inside a term the owner serves requests without waiting for each other:
 a message with an op in flight is *held* (a pop skips it; a request whose
 answer depends on it is *parked* until that round ends). Claims and cancels
 enter the model only once accepted, so a failed round leaves the message
-pending again. A reply that asserts a terminal state (a pop result, a
-cancel) is given only for a terminal op a majority accepted in the current
-term; an older or unconfirmed one is first re-issued at the current epoch.
+pending again. A round that decides a message also carries the message's
+send op, so every member holding the decision holds the body too. A reply
+that asserts a terminal state (a pop result, a cancel) is given only for a
+terminal op a majority accepted in the current term; an older or
+unconfirmed one is first re-issued at the current epoch.
 
 Pure: time is ``now_ms``, randomness is the seeded ``rng`` (retry jitter),
 output is a list of effects. The host (:class:`federation.core.NodeCore`)
@@ -327,7 +329,8 @@ class Claims:
                 # Decided before this term and maybe only on a minority:
                 # re-issue the same claim at this epoch so it outranks all.
                 op = self._new_op(MSG_CLAIM, slot.key, dict(claim.body), slot.epoch, now_ms)
-                return self._issue(slot, (op,), (op,), now_ms, token=token,
+                return self._issue(slot, (self._send_of(slot, prior), op), (op,), now_ms,
+                                   token=token,
                                    value={"message": model.message(prior), "claim": dict(op.body)},
                                    holds={prior}, request_id=rid, confirms={prior},
                                    terminals=(op,))
@@ -352,7 +355,7 @@ class Claims:
                 return [Reply(token, None)]
         body = {**req.claimer, "id": mid, "request_id": rid, "at_ms": now_ms}
         op = self._new_op(MSG_CLAIM, slot.key, body, slot.epoch, now_ms)
-        return self._issue(slot, (op,), (op,), now_ms, token=token,
+        return self._issue(slot, (self._send_of(slot, mid), op), (op,), now_ms, token=token,
                            value={"message": model.message(mid), "claim": dict(op.body)},
                            holds={mid}, request_id=rid, confirms={mid}, terminals=(op,))
 
@@ -394,8 +397,17 @@ class Claims:
         if not ops:
             return [Reply(token, ids)]
         targets = frozenset(str(op.body["id"]) for op in ops)
-        return self._issue(slot, tuple(ops), tuple(ops), now_ms, token=token, value=ids,
+        sends = tuple(self._send_of(slot, mid) for mid in sorted(targets))
+        return self._issue(slot, sends + tuple(ops), tuple(ops), now_ms, token=token, value=ids,
                            holds=targets, confirms=targets, terminals=tuple(ops))
+
+    @staticmethod
+    def _send_of(slot: _Slot, message_id: str) -> Op:
+        """The send op of a message; it rides along in every round that
+        decides the message, so whoever holds the decision holds the body."""
+        send = slot.model.send_op(message_id)
+        assert send is not None
+        return send
 
     def _issue(self, slot: _Slot, ops: tuple[Op, ...], new: tuple[Op, ...], now_ms: int, *,
                token: Any, value: Any, holds: Iterable[str], request_id: str | None = None,

@@ -50,7 +50,8 @@ class MailboxModel:
         self._sends: dict[str, Op] = {}
         self._terminals: dict[str, Op] = {}
         self._pending: list[_FifoEntry] = []
-        self._by_request: dict[str, str] = {}
+        # request id -> {message id: rank of its winning claim carrying that id}
+        self._by_request: dict[str, dict[str, tuple[int, int, str, int]]] = {}
 
     # -- merging ---------------------------------------------------------
     def apply(self, ops: Iterable[Op]) -> None:
@@ -86,12 +87,18 @@ class MailboxModel:
             self._forget_request(cur)
         self._terminals[mid] = op
         if op.kind == MSG_CLAIM and op.body.get("request_id") is not None:
-            self._by_request[str(op.body["request_id"])] = mid
+            rid = str(op.body["request_id"])
+            self._by_request.setdefault(rid, {})[mid] = _terminal_rank(op)
 
     def _forget_request(self, op: Op) -> None:
         rid = op.body.get("request_id")
-        if op.kind == MSG_CLAIM and rid is not None and self._by_request.get(str(rid)) == op.body["id"]:
-            del self._by_request[str(rid)]
+        if op.kind != MSG_CLAIM or rid is None:
+            return
+        claims = self._by_request.get(str(rid))
+        if claims is not None:
+            claims.pop(str(op.body["id"]), None)
+            if not claims:
+                del self._by_request[str(rid)]
 
     @staticmethod
     def _entry(op: Op) -> _FifoEntry:
@@ -148,9 +155,14 @@ class MailboxModel:
         return out
 
     def claim_by_request(self, request_id: str) -> str | None:
-        """The message whose winning claim carries ``request_id``."""
-        mid = self._by_request.get(request_id)
-        return mid if mid is not None and mid in self._sends else None
+        """The message whose winning claim carries ``request_id``; if several
+        do (a retry after an unacknowledged claim of a deposed owner), the
+        one claimed at the highest rank, which is the acknowledged one."""
+        claims = self._by_request.get(request_id)
+        if not claims:
+            return None
+        known = [(rank, mid) for mid, rank in claims.items() if mid in self._sends]
+        return max(known)[1] if known else None
 
     def message(self, message_id: str) -> dict[str, Any]:
         """The send body plus its FIFO ``order`` ``[hlc, origin]``."""

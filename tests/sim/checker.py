@@ -1,0 +1,195 @@
+"""The invariants of DESIGN.md section 5, checked on a simulated history.
+
+1. No acknowledged write is lost: every op a client saw acknowledged (quorum
+   writes, mail sends) is held, and visible, on every node at the end.
+2. No message is claimed twice: no two acknowledged pops with different
+   identities (request id, else claimer session) got the same message; all
+   acknowledged pops of one request id got the same message; no message is
+   both acknowledged-claimed and acknowledged-cancelled; and on every node
+   the final claimer of an acknowledged claim is the acknowledged one.
+3. Nothing appears that was never written: every note, memory and message
+   on every node was sent by a client, with its body intact; every claim
+   names a session and request id a client used together.
+4. Convergence: checked by the runner (equal snapshots after the heal).
+5. Nothing reverts: sampled during the run on every node's disk -- a
+   claimed or cancelled message never shows pending again, and once a node
+   shows an acknowledged decision it keeps showing it; an acknowledged read
+   mark or delete, once applied on a node, stays visible there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from store.ops import MEM_DEL, NOTE_NEW, NOTE_READ, Op
+from store.records import MESSAGE_FIELDS
+from tests.sim.workload import Attempt
+
+if TYPE_CHECKING:
+    from tests.sim.runner import Sim
+
+Decision = tuple[str, str | None, str | None, int | None]  # state, request, session, at_ms
+
+
+def _identity(req: Any) -> str:
+    if req.request_id is not None:
+        return f"req:{req.request_id}"
+    return f"session:{req.claimer.get('claimer_session')}"
+
+
+class Monitor:
+    """Watches answers as they arrive and samples node state during the run."""
+
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        self.violations: list[str] = []
+        self.popped: dict[str, str] = {}  # message id -> identity of its acked pop
+        self.popped_session: dict[str, str] = {}  # message id -> claimer session
+        self.popped_claim: dict[str, tuple[str, int]] = {}  # message id -> (session, at_ms)
+        self.by_request: dict[str, str] = {}  # request id -> message id
+        self.cancelled: set[str] = set()
+        # (node, message) -> [(sim ms, state shown)], one entry per change
+        self.seen_states: dict[tuple[str, str], list[tuple[int, Decision | None]]] = {}
+        self.popped_at: dict[str, int] = {}  # message id -> when its pop was acked
+        self.acked_reads: list[Op] = []
+        self.acked_dels: list[Op] = []
+
+    def fail(self, text: str) -> None:
+        if len(self.violations) < 20:
+            self.violations.append(f"t={self.sim.now - 1_700_000_000_000}ms {text}")
+
+    def on_answer(self, a: Attempt) -> None:
+        if not a.ok:
+            return
+        h = self.sim.history
+        if a.kind == "write":
+            for op in a.value:
+                if op.kind == NOTE_READ:
+                    self.acked_reads.append(op)
+                elif op.kind == MEM_DEL:
+                    self.acked_dels.append(op)
+        elif a.kind == "send":
+            body = {k: v for k, v in a.value.body.items()}
+            if body != h.send_bodies.get(body["id"]):
+                self.fail(f"send of {body['id']} acked with a different body: {body}")
+        elif a.kind == "pop" and a.value is not None:
+            msg, claim = a.value["message"], a.value["claim"]
+            mid = msg["id"]
+            ident = _identity(a.req)
+            prev = self.popped.get(mid)
+            if prev is not None and prev != ident:
+                self.fail(f"message {mid} popped twice: by {prev} and by {ident}")
+            self.popped[mid] = ident
+            self.popped_session[mid] = str(claim.get("claimer_session"))
+            self.popped_claim[mid] = (str(claim.get("claimer_session")), int(claim["at_ms"]))
+            self.popped_at.setdefault(mid, self.sim.now)
+            if a.req.request_id is not None:
+                other = self.by_request.setdefault(a.req.request_id, mid)
+                if other != mid:
+                    self.fail(f"request {a.req.request_id} got {other} and then {mid}")
+            if claim.get("request_id") != a.req.request_id:
+                self.fail(f"pop {ident} acked with claim for request {claim.get('request_id')}")
+            sent = h.send_bodies.get(mid)
+            if sent is None or {k: msg.get(k) for k in sent} != sent:
+                self.fail(f"pop {ident} returned a body that was never sent: {msg}")
+            if mid in self.cancelled:
+                self.fail(f"message {mid} acked as cancelled and as popped")
+        elif a.kind == "cancel":
+            for mid in a.value:
+                self.cancelled.add(mid)
+                if mid in self.popped:
+                    self.fail(f"message {mid} acked as popped and as cancelled")
+
+    def sample(self) -> None:
+        h = self.sim.history
+        for node_id, node in self.sim.nodes.items():
+            disk = node.disk
+            for mid in h.send_bodies:
+                view = disk.message(mid)
+                state: Decision | None = None if view is None else (
+                    view["state"], view["request_id"], view["claimed_by_session"],
+                    view["claimed_at_ms"])
+                seq = self.seen_states.setdefault((node_id, mid), [])
+                last = seq[-1][1] if seq else None
+                if seq and last == state:
+                    continue
+                if last is not None and last[0] != "pending" and (
+                        state is None or state[0] == "pending"):
+                    self.fail(f"{node_id}: message {mid} reverted from {last} to {state}")
+                seq.append((self.sim.now, state))
+            for op in self.acked_reads:
+                if op.op_id in disk.seen:
+                    for note in disk.notifications(op.body["ids"]):
+                        if not note["read"]:
+                            self.fail(f"{node_id}: read mark {op.op_id} on {note['id']} reverted")
+            for op in self.acked_dels:
+                if op.op_id in disk.seen and disk.get_memory(op.body["id"], now_ms=0) is not None:
+                    self.fail(f"{node_id}: memory {op.body['id']} deleted by {op.op_id} is back")
+
+
+def final_checks(sim: Sim) -> list[str]:
+    mon, h = sim.monitor, sim.history
+    out: list[str] = []
+
+    def fail(text: str) -> None:
+        if len(out) < 20:
+            out.append(text)
+
+    deleted = {op.body["id"] for op in mon.acked_dels}
+    for node_id, node in sim.nodes.items():
+        disk = node.disk
+        # 1. acknowledged writes are held and visible everywhere.
+        for a in h.acked("write"):
+            for op in a.value:
+                if op.op_id not in disk.seen:
+                    fail(f"{node_id}: acked op {op.op_id} ({op.kind}) lost")
+                elif op.kind == NOTE_NEW and not disk.notifications([op.body["id"]]):
+                    fail(f"{node_id}: acked notification {op.body['id']} not visible")
+        for a in h.acked("send"):
+            if disk.message(a.value.body["id"]) is None:
+                fail(f"{node_id}: acked message {a.value.body['id']} lost")
+        # 2. the acknowledged claimer is the final claimer.
+        for mid, ident in mon.popped.items():
+            view = disk.message(mid)
+            if view is None or view["state"] != "claimed":
+                fail(f"{node_id}: acked-popped {mid} ends as {view and view['state']}")
+                continue
+            if view["claimed_by_session"] != mon.popped_session[mid]:
+                fail(f"{node_id}: {mid} acked to {ident} / {mon.popped_session[mid]} "
+                     f"but claimed by {view['claimed_by_session']} ({view['request_id']})")
+        for mid in mon.cancelled:
+            view = disk.message(mid)
+            if view is None or view["state"] != "cancelled":
+                fail(f"{node_id}: acked-cancelled {mid} ends as {view and view['state']}")
+        # 2b. once acknowledged and shown, a decision never changes.
+        for mid, acked in mon.popped_claim.items():
+            seq = mon.seen_states.get((node_id, mid), [])
+            t_ack = mon.popped_at[mid]
+            current = [i for i, (t, _) in enumerate(seq) if t <= t_ack]
+            after = [s for _, s in seq[current[-1] if current else 0:]]
+            shown = [i for i, s in enumerate(after) if s is not None and (s[2], s[3]) == acked]
+            if shown and any(s is None or (s[2], s[3]) != acked for s in after[shown[0]:]):
+                fail(f"{node_id}: acked claim of {mid} changed after it was shown: {seq}")
+        # 3. nothing appears that was never written.
+        snap = disk.snapshot()
+        for mid, row in snap["messages"].items():
+            sent = h.send_bodies.get(mid)
+            if sent is None or any(row.get(k) != sent.get(k) for k in MESSAGE_FIELDS):
+                fail(f"{node_id}: message {mid} was never sent like this: {row}")
+        for nid, row in snap["notes"].items():
+            body = h.note_bodies.get(nid)
+            if body is None or any(row.get(k) != body.get(k) for k in body):
+                fail(f"{node_id}: notification {nid} was never written like this: {row}")
+        for mem_id, row in snap["memories"].items():
+            body = h.mem_bodies.get(mem_id)
+            if body is None or (row["title"], row["content"]) != (body["title"], body["content"]):
+                fail(f"{node_id}: memory {mem_id} was never written like this: {row}")
+            if mem_id in deleted:
+                fail(f"{node_id}: memory {mem_id} is visible after an acknowledged delete")
+        for mid, term in snap["terminals"].items():
+            if term["state"] != "claimed":
+                continue
+            session = term["claimed_by_session"]
+            if session not in h.pop_sessions or h.pop_sessions[session] != term["request_id"]:
+                fail(f"{node_id}: claim of {mid} by {session}/{term['request_id']} never asked")
+    return out

@@ -1,0 +1,49 @@
+"""The knobs of one simulated run, all drawn from the seed.
+
+A seed fixes everything: cluster size, write quorum, clock skews, fault
+rates and the workload mix. Timeouts are scaled down from production
+(hundreds of ms rather than seconds) so one run covers many failovers in a
+few simulated seconds; their ratios match the real defaults.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    seed: int
+    nodes: int
+    write_quorum: int
+    tick_ms: int = 10
+    fault_ms: int = 3_000  # phase 1: faults and client load
+    settle_max_ms: int = 60_000  # phase 2: must converge within this after the heal
+    quorum_timeout_ms: int = 300
+    claim_timeout_ms: int = 300
+    catchup_interval_ms: int = 200
+    down_after_ms: int = 450
+    gc_interval_ms: int = 500
+    skew_max_ms: int = 180_000  # clock skew: up to three minutes either way
+    delay_min_ms: int = 1
+    delay_max_ms: int = 30
+    loss_max: float = 0.25
+    dup_max: float = 0.10
+    fault_every_ms: int = 150  # mean gap between fault events
+    client_every_ms: int = 15  # mean gap between client requests
+    mailboxes: int = 2
+    pending_cap: int = 6
+
+    @classmethod
+    def from_seed(cls, seed: int, nodes: int | None = None) -> SimConfig:
+        rng = random.Random(f"config:{seed}")
+        n = nodes if nodes is not None else rng.choice((3, 3, 3, 5))
+        majority = n // 2 + 1
+        w = rng.choice((majority, majority, n, 1))
+        return cls(seed=seed, nodes=n, write_quorum=w,
+                   delay_max_ms=rng.choice((5, 30, 30, 150)),
+                   loss_max=rng.choice((0.0, 0.05, 0.25)),
+                   dup_max=rng.choice((0.0, 0.1)),
+                   mailboxes=rng.choice((1, 1, 2)),
+                   pending_cap=rng.choice((3, 6, 256)))

@@ -1,0 +1,87 @@
+"""A simulated network: delay, loss, duplication, reordering, partitions.
+
+Messages are events in one priority queue keyed by (delivery time, serial),
+so delivery order is a pure function of the seed. Every directed link has
+its own loss and duplication rate; the delay of each copy is drawn
+uniformly, which reorders messages on the same link. A partition is a set
+of *blocked directed links*, so one-way partitions are just one direction
+blocked; a message is dropped if its link is blocked when it is sent or
+when it would arrive.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(slots=True)
+class Envelope:
+    at_ms: int
+    src: str
+    dst: str
+    payload: Any
+
+
+class Network:
+    def __init__(self, rng: random.Random, nodes: list[str], delay_min_ms: int,
+                 delay_max_ms: int) -> None:
+        self.rng = rng
+        self.nodes = nodes
+        self.delay_min_ms = delay_min_ms
+        self.delay_max_ms = delay_max_ms
+        self.loss: dict[tuple[str, str], float] = {}
+        self.dup: dict[tuple[str, str], float] = {}
+        self.blocked: set[tuple[str, str]] = set()
+        self._queue: list[tuple[int, int, Envelope]] = []
+        self._serial = 0
+        self.sent = 0
+        self.dropped = 0
+
+    def send(self, src: str, dst: str, payload: Any, now_ms: int) -> bool:
+        """Queue ``payload``; False if the link is cut right now."""
+        self.sent += 1
+        link = (src, dst)
+        if link in self.blocked:
+            self.dropped += 1
+            return False
+        if self.rng.random() < self.loss.get(link, 0.0):
+            self.dropped += 1
+            return True
+        copies = 2 if self.rng.random() < self.dup.get(link, 0.0) else 1
+        for _ in range(copies):
+            self._serial += 1
+            delay = self.rng.randint(self.delay_min_ms, self.delay_max_ms)
+            env = Envelope(now_ms + delay, src, dst, payload)
+            heapq.heappush(self._queue, (env.at_ms, self._serial, env))
+        return True
+
+    def due(self, now_ms: int) -> list[Envelope]:
+        out: list[Envelope] = []
+        while self._queue and self._queue[0][0] <= now_ms:
+            env = heapq.heappop(self._queue)[2]
+            if (env.src, env.dst) in self.blocked:
+                self.dropped += 1
+                continue
+            out.append(env)
+        return out
+
+    def in_flight(self) -> int:
+        return len(self._queue)
+
+    def heal(self) -> None:
+        self.blocked.clear()
+        self.loss.clear()
+        self.dup.clear()
+
+    def partition(self, side: set[str], one_way: bool) -> None:
+        """Cut ``side`` from the rest (only side -> rest when one_way)."""
+        for a in side:
+            for b in self.nodes:
+                if b in side:
+                    continue
+                self.blocked.add((a, b))
+                if not one_way:
+                    self.blocked.add((b, a))

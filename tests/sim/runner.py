@@ -1,0 +1,329 @@
+"""One simulated run: faults, then heal, then the invariant checks.
+
+``run_seed(seed)`` builds a 3- or 5-node cluster from the seed, drives it in
+steps of ``tick_ms`` of simulated time and returns a :class:`Result`:
+
+* phase 1 (``fault_ms``): clients send requests while the fault scheduler
+  partitions links (both ways or one way), sets per-link loss and
+  duplication, crashes nodes (restarting them from disk later) and pauses
+  them for longer than every timeout; every node's clock is skewed by up to
+  minutes for the whole run;
+* phase 2: everything heals (partitions, loss, crashed and paused nodes),
+  clients retry every pop and send whose outcome they never learned, and
+  the run continues until every node's replica snapshot is equal; the time
+  this took is the measured convergence bound.
+
+Invariants are checked by :mod:`tests.sim.checker`; step-by-step
+monotonicity (state never reverts) is sampled every ``CHECK_EVERY_MS``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.errors import AiMemoryError
+from federation.messages import Message
+from tests.sim import checker
+from tests.sim.config import SimConfig
+from tests.sim.network import Network
+from tests.sim.node import SimNode
+from tests.sim.workload import Attempt, Workload
+
+EPOCH_MS = 1_700_000_000_000  # simulated wall time starts here
+CHECK_EVERY_MS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class _Forward:
+    token: int
+    req: Any
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    token: int
+    value: Any
+
+
+@dataclass(slots=True)
+class Result:
+    seed: int
+    cfg: SimConfig
+    violations: list[str]
+    converge_ms: int | None
+    converge_ticks: int | None
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def replay(self) -> str:
+        return f"python -m tests.sim --seed {self.seed}" + (
+            f" --nodes {self.cfg.nodes}" if self.cfg.nodes != SimConfig.from_seed(self.seed).nodes
+            else "")
+
+
+class Sim:
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(f"sim:{cfg.seed}")
+        self.ids = [f"n{i}" for i in range(cfg.nodes)]
+        self.now = EPOCH_MS
+        self.net = Network(random.Random(f"net:{cfg.seed}"), self.ids, cfg.delay_min_ms,
+                           cfg.delay_max_ms)
+        self.stats: Counter[str] = Counter()
+        self._timers: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._timer_serial = 0
+        self.workload = Workload(random.Random(f"load:{cfg.seed}"), cfg.mailboxes, cfg.pending_cap)
+        self.history = self.workload.history
+        self.monitor = checker.Monitor(self)
+        self.nodes = {
+            i: SimNode(self, i, self.ids, self.rng.randint(-cfg.skew_max_ms, cfg.skew_max_ms))
+            for i in self.ids
+        }
+        self._tokens = 0
+        self._served_at: dict[int, str] = {}
+
+    # -- plumbing used by nodes ------------------------------------------------------
+    def later(self, at_ms: int, fn: Callable[..., None], *args: Any) -> None:
+        self._timer_serial += 1
+        heapq.heappush(self._timers, (at_ms, self._timer_serial, fn, args))
+
+    def send(self, src: str, dst: str, msg: Message | _Forward | _Answer, now_ms: int) -> None:
+        if not self.net.send(src, dst, msg, now_ms):
+            self.stats["send_refused"] += 1
+            if isinstance(msg, _Forward | _Answer):
+                return
+            # The adapter learns of a cut link only after its request fails.
+            self.later(now_ms + self.rng.randint(5, 200), self._send_failed, src, dst)
+
+    def _send_failed(self, src: str, dst: str, now_ms: int) -> None:
+        node = self.nodes[src]
+        if node.core is not None and not node.paused:
+            node.run(node.core.on_send_failed(dst, node.clock(now_ms)), now_ms)
+
+    def reply(self, node_id: str, token: int, value: Any, now_ms: int) -> None:
+        attempt = self.history.attempts.get(token)
+        if attempt is None:
+            raise AssertionError(f"reply for unknown token {token}")
+        if attempt.entry == node_id:
+            self._answer(attempt, value, now_ms)
+        else:
+            self.send(node_id, attempt.entry, _Answer(token, value), now_ms)
+
+    def _answer(self, attempt: Attempt, value: Any, now_ms: int) -> None:
+        if attempt.done:
+            raise AssertionError(f"token {attempt.token} answered twice")
+        attempt.done = True
+        attempt.answered_ms = now_ms
+        attempt.ok = not isinstance(value, AiMemoryError)
+        attempt.value = value
+        self.stats["acked" if attempt.ok else f"err_{type(value).__name__}"] += 1
+        self.monitor.on_answer(attempt)
+
+    # -- clients -------------------------------------------------------------------------
+    def submit(self, kind: str, payload: Any, now_ms: int) -> Attempt | None:
+        up = [i for i in self.ids if self.nodes[i].up]
+        if not up:
+            return None
+        entry = self.rng.choice(up)
+        self._tokens += 1
+        attempt = Attempt(self._tokens, kind, payload, entry, now_ms)
+        self.history.attempts[attempt.token] = attempt
+        node = self.nodes[entry]
+        if node.paused:
+            self.stats["lost_to_pause"] += 1
+            return attempt  # the client times out; the outcome stays unknown
+        core = node.core
+        assert core is not None
+        local = node.clock(now_ms)
+        if kind == "write":
+            node.run(core.write(attempt.token, payload, local), now_ms)
+            return attempt
+        owner = core.owner_for(payload.mailbox, local)
+        if self.rng.random() < 0.1:
+            owner = entry  # the adapter runs it locally when forwarding fails
+        if owner == entry:
+            node.run(core.mailbox_request(attempt.token, payload, local), now_ms)
+        else:
+            self.stats["forwarded"] += 1
+            self.send(entry, owner, _Forward(attempt.token, payload), now_ms)
+        return attempt
+
+    def _retry(self, attempt: Attempt, now_ms: int) -> None:
+        """Retry an attempt whose outcome the client never learned."""
+        self.stats["retries"] += 1
+        self.submit(attempt.kind, attempt.req, now_ms)
+
+    # -- delivery ----------------------------------------------------------------------------
+    def _deliver(self, env: Any) -> None:
+        node = self.nodes[env.dst]
+        if node.core is None:
+            return
+        if node.paused:  # held in the socket buffer until the process resumes
+            node.inbox.append(env)
+            return
+        local = node.clock(self.now)
+        msg = env.payload
+        if isinstance(msg, _Forward):
+            node.run(node.core.mailbox_request(msg.token, msg.req, local), self.now)
+        elif isinstance(msg, _Answer):
+            attempt = self.history.attempts[msg.token]
+            if not attempt.done:
+                self._answer(attempt, msg.value, self.now)
+        else:
+            node.run(node.core.on_message(env.src, msg, local), self.now)
+
+    def step(self) -> None:
+        self.now += self.cfg.tick_ms
+        while self._timers and self._timers[0][0] <= self.now:
+            _, _, fn, args = heapq.heappop(self._timers)
+            fn(*args, self.now)
+        for env in self.net.due(self.now):
+            self._deliver(env)
+        for node in self.nodes.values():
+            if node.core is not None and not node.paused:
+                node.run(node.core.tick(node.clock(self.now)), self.now)
+
+    # -- faults ------------------------------------------------------------------------------
+    def _fault(self, now_ms: int) -> None:
+        cfg, rng = self.cfg, self.rng
+        r = rng.random()
+        if r < 0.25:
+            size = rng.randint(1, max(1, cfg.nodes // 2))
+            side = set(rng.sample(self.ids, size))
+            one_way = rng.random() < 0.3
+            self.net.partition(side, one_way)
+            self.stats["partitions"] += 1
+        elif r < 0.45:
+            self.net.blocked.clear()
+        elif r < 0.62:
+            victim = rng.choice(self.ids)
+            node = self.nodes[victim]
+            if node.up:
+                node.crash()
+                self.stats["crashes"] += 1
+                self.later(now_ms + rng.randint(50, 1000), self._restart, victim)
+        elif r < 0.77:
+            victim = rng.choice(self.ids)
+            node = self.nodes[victim]
+            if node.up and not node.paused:
+                node.paused = True
+                self.stats["pauses"] += 1
+                self.later(now_ms + rng.randint(cfg.claim_timeout_ms + 100, 1500), self._resume,
+                           victim)
+        else:
+            for a in self.ids:
+                for b in self.ids:
+                    if a != b:
+                        self.net.loss[(a, b)] = rng.random() * cfg.loss_max
+                        self.net.dup[(a, b)] = rng.random() * cfg.dup_max
+        self.later(now_ms + rng.randint(1, 2 * cfg.fault_every_ms), self._fault_if_running)
+
+    def _fault_if_running(self, now_ms: int) -> None:
+        if now_ms < self._heal_at:
+            self._fault(now_ms)
+
+    def _restart(self, node_id: str, now_ms: int) -> None:
+        node = self.nodes[node_id]
+        if not node.up:
+            node.restart()
+            self.stats["restarts"] += 1
+
+    def _resume(self, node_id: str, now_ms: int) -> None:
+        node = self.nodes[node_id]
+        node.paused = False
+        held, node.inbox = node.inbox, []
+        for env in held:
+            self._deliver(env)
+
+    def _client(self, now_ms: int) -> None:
+        if now_ms >= self._heal_at:
+            return
+        h = self.history
+        unknown = [a for a in h.attempts.values()
+                   if a.kind in ("pop", "send") and (not a.done or not a.ok)]
+        if unknown and self.rng.random() < 0.15:
+            self._retry(self.rng.choice(unknown), now_ms)
+        else:
+            kind, payload = self.workload.draw(now_ms)
+            self.submit(kind, payload, now_ms)
+        self.later(now_ms + self.rng.randint(1, 2 * self.cfg.client_every_ms), self._client)
+
+    def heal(self) -> None:
+        self.net.heal()
+        for node in self.nodes.values():
+            if not node.up:
+                node.restart()
+                self.stats["restarts"] += 1
+            if node.paused:
+                self._resume(node.id, self.now)
+
+    def retry_unknown(self) -> None:
+        """Clients retry, once, every pop and send they never heard back about."""
+        for a in list(self.history.attempts.values()):
+            if a.kind in ("pop", "send") and not (a.done and a.ok):
+                self.later(self.now + self.rng.randint(0, 300), self._retry, a)
+
+    def _settle(self, limit_ms: int) -> int | None:
+        """Step until every snapshot is equal; ms taken, or None."""
+        began = self.now
+        while self.now - began <= limit_ms:
+            self.step()
+            if self.now >= self._next_check:
+                self.monitor.sample()
+                self._next_check = self.now + CHECK_EVERY_MS
+            if self._converged():
+                return self.now - began
+        return None
+
+    # -- the run -------------------------------------------------------------------------------
+    def run(self) -> Result:
+        """Phase 1 (faults + load), phase 2 (heal, measure convergence), then
+        phase 3 (clients retry what they never learned; converge again)."""
+        cfg = self.cfg
+        start = self.now
+        self._heal_at = start + cfg.fault_ms
+        self.later(start + self.rng.randint(50, 300), self._fault_if_running)
+        self.later(start + 1, self._client)
+        self._next_check = start + CHECK_EVERY_MS
+        while self.now < self._heal_at:
+            self.step()
+            if self.now >= self._next_check:
+                self.monitor.sample()
+                self._next_check = self.now + CHECK_EVERY_MS
+        self.heal()
+        converge_ms = self._settle(cfg.settle_max_ms)
+        violations: list[str] = []
+        if converge_ms is None:
+            violations.append(f"no convergence within {cfg.settle_max_ms} ms of the heal")
+        else:
+            self.retry_unknown()
+            for _ in range((300 + 2 * cfg.claim_timeout_ms) // cfg.tick_ms):
+                self.step()
+            if self._settle(cfg.settle_max_ms) is None:
+                violations.append("no convergence after the clients' retries")
+        self.monitor.sample()
+        violations = list(self.monitor.violations) + violations
+        if not violations:
+            violations += checker.final_checks(self)
+        ticks = None if converge_ms is None else converge_ms // cfg.tick_ms
+        return Result(cfg.seed, cfg, violations, converge_ms, ticks, dict(self.stats))
+
+    def _converged(self) -> bool:
+        disks = [n.disk for n in self.nodes.values()]
+        first = disks[0].version_vector()
+        if any(d.version_vector() != first for d in disks[1:]):
+            return False
+        snap = disks[0].snapshot()
+        return all(d.snapshot() == snap for d in disks[1:])
+
+
+def run_seed(seed: int, nodes: int | None = None) -> Result:
+    return Sim(SimConfig.from_seed(seed, nodes)).run()

@@ -1,0 +1,142 @@
+"""The client side: requests, retries, and the history they leave.
+
+Clients are outside the cluster. Each request attempt enters at one node
+(chosen at random); writes run there, mailbox requests are forwarded over
+the simulated network to whichever member that node believes owns the
+mailbox, and the answer travels back the same way. The history keeps every
+attempt and, for those answered, the value; only answered attempts count as
+*acknowledged* for the invariants.
+
+Retries reuse identities the way real clients do: a mail send keeps its
+message id, a pop keeps its request id and claimer session. Writes are
+never retried with a new id, so every op body is unique and traceable.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from federation.claim import MailCancel, MailPop, MailSend
+from store.ops import MEM_DEL, MEM_PUT, NOTE_NEW, NOTE_READ, inbox_key, mailbox_key, mem_key
+
+AGENTS = ("alice", "bob", "carol")
+SENDERS = (("w", "p0"), ("w", "p1"), ("w", "p2"))
+
+
+@dataclass(slots=True)
+class Attempt:
+    token: int
+    kind: str  # write | send | pop | cancel
+    req: Any
+    entry: str
+    sent_ms: int
+    done: bool = False
+    ok: bool = False
+    value: Any = None
+    answered_ms: int | None = None
+
+
+@dataclass(slots=True)
+class History:
+    attempts: dict[int, Attempt] = field(default_factory=dict)
+    note_bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mem_bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    send_bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pop_sessions: dict[str, str | None] = field(default_factory=dict)  # session -> request id
+
+    def acked(self, kind: str) -> list[Attempt]:
+        return [a for a in self.attempts.values() if a.kind == kind and a.done and a.ok]
+
+
+class Workload:
+    """Draws client requests from a seeded rng."""
+
+    def __init__(self, rng: random.Random, mailboxes: int, cap: int) -> None:
+        self.rng = rng
+        self.cap = cap
+        self.mailboxes = [("w", f"q{i}") for i in range(mailboxes)]
+        self.history = History()
+        self._n = 0
+        self.retryable: list[Attempt] = []
+
+    def _next(self, prefix: str) -> str:
+        self._n += 1
+        return f"{prefix}{self._n}"
+
+    def draw(self, now_ms: int) -> tuple[str, Any]:
+        """A new request: (kind, payload) where a write's payload is its items."""
+        r = self.rng.random()
+        h = self.history
+        if r < 0.22:
+            return "write", self._notes(now_ms)
+        if r < 0.27 and h.note_bodies:
+            agent = self.rng.choice(AGENTS)
+            mine = [i for i, b in h.note_bodies.items() if b["to"] == agent]
+            if mine:
+                ids = self.rng.sample(mine, min(len(mine), self.rng.randint(1, 3)))
+                return "write", [(NOTE_READ, inbox_key(agent), {"to": agent, "ids": ids})]
+        if r < 0.32:
+            mid = self._next("mem")
+            body = {"id": mid, "title": f"t-{mid}", "content": f"c-{mid}", "tier": "long"}
+            h.mem_bodies[mid] = body
+            return "write", [(MEM_PUT, mem_key(mid), body)]
+        if r < 0.35 and h.mem_bodies:
+            mid = self.rng.choice(sorted(h.mem_bodies))
+            return "write", [(MEM_DEL, mem_key(mid), {"id": mid})]
+        ws, proj = self.rng.choice(self.mailboxes)
+        key = mailbox_key(ws, proj)
+        if r < 0.62:
+            return "send", self._send(key, ws, proj, now_ms)
+        if r < 0.92:
+            return "pop", self._pop(key)
+        return "cancel", self._cancel(key)
+
+    def _notes(self, now_ms: int) -> list[tuple[str, str, dict[str, Any]]]:
+        items = []
+        for _ in range(self.rng.choice((1, 1, 2, 3))):
+            nid = self._next("note")
+            to = self.rng.choice(AGENTS)
+            body = {"id": nid, "from": self.rng.choice(AGENTS), "to": to, "namespace": "ns",
+                    "title": f"title-{nid}", "payload": f"payload-{nid}",
+                    "priority": self.rng.randint(1, 10), "tier": "long",
+                    "created_at_ms": now_ms, "expires_at_ms": None}
+            self.history.note_bodies[nid] = body
+            items.append((NOTE_NEW, inbox_key(to), body))
+        return items
+
+    def _send(self, key: str, ws: str, proj: str, now_ms: int) -> MailSend:
+        mid = self._next("msg")
+        fws, fproj = self.rng.choice(SENDERS)
+        body = {"id": mid, "to_workspace": ws, "to_project": proj,
+                "to_agent": self.rng.choice((None, None, None, "codex")),
+                "from_workspace": fws, "from_project": fproj, "from_agent": "claude-code",
+                "from_owner_user": None, "subject": f"subject {mid}", "body": f"body of {mid}",
+                "nature": "reported", "evidence": None, "created_at_ms": now_ms}
+        self.history.send_bodies[mid] = body
+        return MailSend(key, body, cap=self.cap)
+
+    def _pop(self, key: str) -> MailPop:
+        session = self._next("sess")
+        rid = None if self.rng.random() < 0.15 else self._next("req")
+        self.history.pop_sessions[session] = rid
+        agent = self.rng.choice((None, None, "codex"))
+        message_id = None
+        sends = [m for m, b in self.history.send_bodies.items()
+                 if key == mailbox_key(b["to_workspace"], b["to_project"])]
+        if sends and self.rng.random() < 0.15:
+            message_id = self.rng.choice(sends)
+        return MailPop(key, request_id=rid, message_id=message_id, agent=agent,
+                       claimer={"claimer_session": session, "claimer_agent": agent or "any"})
+
+    def _cancel(self, key: str) -> MailCancel:
+        ws, proj = self.rng.choice(SENDERS)
+        mine = [m for m, b in self.history.send_bodies.items()
+                if (b["from_workspace"], b["from_project"]) == (ws, proj)
+                and key == mailbox_key(b["to_workspace"], b["to_project"])]
+        if mine and self.rng.random() < 0.7:
+            ids: tuple[str, ...] | None = tuple(self.rng.sample(mine, min(2, len(mine))))
+        else:
+            ids = None
+        return MailCancel(key, ids, ws, proj)
