@@ -21,7 +21,7 @@ NODE: web.AppKey[Node] = web.AppKey("node")
 
 
 def build_app(node: Node) -> web.Application:
-    from daemon.api import ROUTE_MODULES, MIDDLEWARES
+    from daemon.api import MIDDLEWARES, ROUTE_MODULES
 
     app = web.Application(
         client_max_size=max(limits.request_body_max_bytes, limits.peer_body_max_bytes),

@@ -29,7 +29,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from common import limits
@@ -397,7 +397,7 @@ class Node:
         payload = {"key": key, "vv": vv}
         timeout = c.quorum_timeout_ms / 1000
         pending = {
-            asyncio.create_task(self.peers.call(p.node_id, "/peer/v1/pull", payload, timeout=timeout)): p.node_id
+            asyncio.create_task(self.peers.call(p.node_id, "/peer/v1/pull", payload, timeout_s=timeout)): p.node_id
             for p in c.peers
         }
         got, reasons = 0, set()
@@ -452,7 +452,7 @@ class Node:
         self.metrics.inc("mailbox_forwards_total", peer=owner)
         raw = await self.peers.call(
             owner, "/peer/v1/mailbox", {"req": encode_request(req), "hops": hops + 1},
-            timeout=limits.claim_timeout_ms / 1000 + limits.peer_request_timeout_secs)
+            timeout_s=limits.claim_timeout_ms / 1000 + limits.peer_request_timeout_secs)
         if "err" in raw:
             raise decode_error(raw["err"])
         return decode_result(raw["ok"])
@@ -487,6 +487,3 @@ class Node:
         )
         return out
 
-
-async def run_until(awaitable: Awaitable[Any], timeout: float) -> Any:
-    return await asyncio.wait_for(awaitable, timeout)

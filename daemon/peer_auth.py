@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import secrets
 from collections import OrderedDict
+from collections.abc import Mapping
 
 from common import limits
 from common.errors import Unauthorized
@@ -43,11 +44,11 @@ class Verifier:
         self.secret = secret
         self._seen: OrderedDict[str, None] = OrderedDict()
 
-    def verify(self, headers: dict[str, str] | object, method: str, path: str, body: bytes,
+    def verify(self, headers: Mapping[str, str], method: str, path: str, body: bytes,
                now_s: float) -> str | None:
         """Return the authenticated peer node id (or the claimed one when no
         secret is set); raise Unauthorized otherwise."""
-        get = headers.get  # type: ignore[attr-defined]
+        get = headers.get
         node = get("X-AIM-Node") or ""
         if self.secret is None:
             return node or None

@@ -42,7 +42,8 @@ class PeerClient:
             await self._session.close()
             self._session = None
 
-    async def call(self, peer: str, path: str, payload: Any, *, timeout: float | None = None) -> Any:
+    async def call(self, peer: str, path: str, payload: Any, *,
+                   timeout_s: float | None = None) -> Any:
         if self._session is None:
             raise PeerUnreachable(peer, "unreachable")
         url = self.urls.get(peer)
@@ -52,7 +53,7 @@ class PeerClient:
         headers = {"Content-Type": "application/msgpack", "X-AIM-Node": self.node_id}
         if self.secret:
             headers.update(sign(self.secret, self.node_id, "POST", path, body, time.time()))
-        t = aiohttp.ClientTimeout(total=timeout or limits.peer_request_timeout_secs)
+        t = aiohttp.ClientTimeout(total=timeout_s or limits.peer_request_timeout_secs)
         try:
             async with self._session.post(url + path, data=body, headers=headers, timeout=t) as resp:
                 raw = await resp.read()

@@ -51,7 +51,7 @@ async def msgs(request: web.Request) -> web.Response:
         raise BadRequest("undecodable peer message") from None
     node = request.app[NODE]
     if not node.settings.cluster.peers:
-        replies: list = []
+        replies: list[Any] = []
         for msg in decoded:
             await node.run(node.core.on_foreign_push(peer, msg, node.now_ms()),
                            reply_peer=peer, replies=replies)

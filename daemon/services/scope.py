@@ -12,6 +12,7 @@ change nothing; list answers it but says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from common.errors import BadRequest, Conflict
 from daemon.settings import MailSettings
@@ -27,7 +28,7 @@ class Scope:
     workspace: str
     project: str
     source: str
-    session: dict | None = None  # the caller's session row, when it belongs to this scope
+    session: dict[str, Any] | None = None  # the caller's session row, when it belongs to this scope
 
     @property
     def inferred(self) -> bool:

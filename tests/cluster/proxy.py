@@ -72,7 +72,7 @@ class ProxyNet:
                         data = await r.read(65536)
                         if not data:
                             break
-                        while link.mode == BLACKHOLE:
+                        while link.mode == BLACKHOLE:  # noqa: ASYNC110 - mode flips from another thread
                             await asyncio.sleep(0.05)
                         if link.mode == REFUSE:
                             break

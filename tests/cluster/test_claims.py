@@ -68,7 +68,7 @@ class History:
         assert set(self.claims) == self.sent, (
             f"unclaimed: {self.sent - set(self.claims)}, unknown: {set(self.claims) - self.sent}")
         for nid in c.ids:
-            code, listing = c.call(nid, "GET", "/api/v1/messages?workspace=default&project=proj-b"
+            _, listing = c.call(nid, "GET", "/api/v1/messages?workspace=default&project=proj-b"
                                    "&consistency=local")
             assert listing["count"] == 0, (nid, listing)
 
