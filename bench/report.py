@@ -56,6 +56,12 @@ def markdown(results: dict[str, Any], targets: list[Target]) -> str:
         f"{meta['profile_settings']['loadgen_procs']} load-generator process(es).",
         "",
     ]
+    if meta.get("loadavg_start") and meta.get("loadavg_end"):
+        lines += [
+            f"Machine load average (1 min) {meta['loadavg_start'][0]:.1f} at the start and "
+            f"{meta['loadavg_end'][0]:.1f} at the end; above the core count, other work competed with the run.",
+            "",
+        ]
     if meta["profile"] != "full":
         lines += [
             f"Quick profile: the largest inbox and the catch-up hold {meta['profile_settings']['inbox_sizes'][-1]:,} "

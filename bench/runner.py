@@ -77,6 +77,8 @@ class Run:
                 "platform": platform.platform(),
                 "commit": _git_commit(),
                 "daemon_version": None,
+                "loadavg_start": list(os.getloadavg()),
+                "loadavg_end": None,
                 "phases": list(only),
             },
             "echo": None,
@@ -138,6 +140,7 @@ class Run:
                     self.results["nats"] = self._phase("nats", lambda: nats_compare.run(
                         pool, self.progress, self.profile, self.workdir))
         finally:
+            self.results["meta"]["loadavg_end"] = list(os.getloadavg())
             self.progress.close()
             self._keep_logs()
             shutil.rmtree(self.workdir, ignore_errors=True)
