@@ -46,7 +46,7 @@ MIGRATIONS: list[str] = [
     CREATE TABLE webhook_outbox (
         seq           INTEGER PRIMARY KEY AUTOINCREMENT,
         sub_id        TEXT NOT NULL,
-        delivery_id   TEXT NOT NULL UNIQUE,
+        delivery_id   TEXT NOT NULL,          -- uuid4, the same on every retry
         event         TEXT NOT NULL,
         body          BLOB NOT NULL,          -- the exact bytes POSTed and signed
         attempts      INTEGER NOT NULL DEFAULT 0,

@@ -47,6 +47,7 @@ from store.ops import Op
 log = logging.getLogger("ai_memory.webhooks")
 
 INTAKE_BATCH_OPS = 5000  # ops folded into one intake transaction
+BURST_ROWS = 64  # rows one subscription delivers back to back before yielding its slot
 ERROR_PAUSE_SECS = 1.0  # after an unexpected error, before the loop tries again
 _ERROR_TEXT_MAX = 500
 
@@ -80,7 +81,9 @@ class Dispatcher:
 
     # -- lifecycle ------------------------------------------------------------------
     async def recount(self) -> None:
-        """Refresh the pending / dead gauges from the database."""
+        """Read the pending / dead counts from the database (at start); from
+        then on they are kept exactly by the deltas of every outbox change,
+        all of which go through this object."""
         self.pending = await self.db.call(outbox.pending_count)
         self.dead = await self.db.call(outbox.dead_count)
 
@@ -152,7 +155,7 @@ class Dispatcher:
     async def _admit(self, ops: list[Op]) -> None:
         try:
             res = await self.db.call(intake.admit, ops, self.registry.all(), self.node_id,
-                                     self.now_ms(), self.settings.outbox_max)
+                                     self.now_ms(), self.settings.outbox_max - self.pending)
         except Exception:
             log.exception("webhooks: could not write %d ops' events to the outbox", len(ops))
             self.metrics.inc("webhook_dropped_total", len(ops), reason="intake_error")
@@ -161,11 +164,10 @@ class Dispatcher:
             self.metrics.inc("webhook_enqueued_total", n, event=event)
         for event, n in res.dropped.items():
             self.metrics.inc("webhook_dropped_total", n, reason="outbox_full", event=event)
+        self.pending += sum(res.enqueued.values())
         if res.dropped:
             log.error("webhooks: outbox full (%d pending, limits.webhook_outbox_max); "
-                      "refused %d deliveries", res.pending, sum(res.dropped.values()))
-        if res.pending is not None:
-            self.pending = res.pending
+                      "refused %d deliveries", self.pending, sum(res.dropped.values()))
         if res.enqueued:
             self._wake.set()
 
@@ -205,19 +207,28 @@ class Dispatcher:
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
     async def _deliver(self, head: outbox.Head) -> None:
+        """Deliver a subscription's rows in order while they succeed and are
+        due (up to ``BURST_ROWS``, then the slot goes back to the loop)."""
         try:
             row = await self.db.call(outbox.fetch, head.seq)
-            sub = self.registry.get(head.sub_id)
-            if row is None:
-                return
-            if sub is None:  # deleted meanwhile; its rows are being removed with it
-                if await self.db.call(outbox.delivered, row.seq):
+            for _ in range(BURST_ROWS):
+                if row is None:
+                    return
+                sub = self.registry.get(row.sub_id)
+                if sub is None:  # deleted meanwhile; its rows are being removed with it
+                    return
+                started = time.perf_counter()
+                reason, error = await self._post(sub, row)
+                self.metrics.observe("webhook_delivery_seconds", time.perf_counter() - started)
+                if reason is not None:
+                    await self._failed(row, reason, error)
+                    return
+                found, row_next = await self.db.call(outbox.delivered_then_next, row.seq,
+                                                     row.sub_id, self.now_ms())
+                if found:
                     self.pending = max(0, self.pending - 1)
-                return
-            started = time.perf_counter()
-            reason, error = await self._post(sub, row)
-            self.metrics.observe("webhook_delivery_seconds", time.perf_counter() - started)
-            await self._settle(row, reason, error)
+                self.metrics.inc("webhook_delivered_total", event=row.event)
+                row = row_next
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -253,12 +264,7 @@ class Dispatcher:
             return None, ""
         return "status", f"HTTP {status}"
 
-    async def _settle(self, row: outbox.Row, reason: str | None, error: str) -> None:
-        if reason is None:
-            if await self.db.call(outbox.delivered, row.seq):
-                self.pending = max(0, self.pending - 1)
-            self.metrics.inc("webhook_delivered_total", event=row.event)
-            return
+    async def _failed(self, row: outbox.Row, reason: str, error: str) -> None:
         attempts = row.attempts + 1
         error = error[:_ERROR_TEXT_MAX]
         self.metrics.inc("webhook_attempt_failures_total", reason=reason)

@@ -6,8 +6,8 @@ the memory's new version, and add a row for every subscription that wants
 the event. Versions are kept even when nobody subscribes, so a
 subscription added later still tells a promote from an update.
 
-The outbox is bounded: rows beyond ``outbox_max`` pending rows are refused
-and reported back as dropped (the caller counts and logs them), never
+The outbox is bounded: rows beyond the ``room`` left under ``outbox_max``
+are refused and reported back as dropped (the caller counts and logs them), never
 silently lost. Runs on the webhook database thread.
 """
 
@@ -36,7 +36,6 @@ class Admitted:
     enqueued: Counter[str] = field(default_factory=Counter)  # rows written, by event
     dropped: Counter[str] = field(default_factory=Counter)  # rows refused (outbox full), by event
     skipped: int = 0  # ops that could not be classified (malformed body)
-    pending: int | None = None  # pending rows after this batch (None: not counted, no rows)
 
 
 def _load_versions(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, MemoryVersion]:
@@ -77,7 +76,9 @@ def _memory_id(op: Op) -> str | None:
 
 
 def admit(conn: sqlite3.Connection, ops: list[Op], subs: list[Subscription], node_id: str,
-          now_ms: int, outbox_max: int) -> Admitted:
+          now_ms: int, room: int) -> Admitted:
+    """Turn ``ops`` into at most ``room`` new outbox rows (the caller keeps
+    the exact pending count, so the bound costs no COUNT over the outbox)."""
     result = Admitted()
     with transaction(conn):
         versions = _load_versions(conn, filter(None, (_memory_id(op) for op in ops)))
@@ -106,12 +107,13 @@ def admit(conn: sqlite3.Connection, ops: list[Op], subs: list[Subscription], nod
         if changed:
             _save_versions(conn, changed)
         if rows:
-            pending = outbox.pending_count(conn)
-            room = max(0, outbox_max - pending)
+            # A subscription deleted after ``subs`` was taken gets no rows.
+            live = {r[0] for r in conn.execute("SELECT id FROM webhook_subscriptions")}
+            rows = [r for r in rows if r.sub_id in live]
+            room = max(0, room)
             accepted, refused = rows[:room], rows[room:]
             if accepted:
                 outbox.insert(conn, accepted, now_ms)
             result.enqueued.update(r.event for r in accepted)
             result.dropped.update(r.event for r in refused)
-            result.pending = pending + len(accepted)
     return result

@@ -77,10 +77,12 @@ def insert(conn: sqlite3.Connection, rows: Iterable[NewRow], now_ms: int) -> int
 
 def heads(conn: sqlite3.Connection) -> list[Head]:
     """The lowest pending row of every subscription that has one."""
+    # One index probe per subscription (webhook_outbox_pending), so the cost
+    # follows the number of subscriptions, not the length of the outbox.
     rows = conn.execute(
-        "SELECT o.seq, o.sub_id, o.attempts, o.next_at_ms FROM webhook_outbox AS o"
-        " JOIN (SELECT sub_id, MIN(seq) AS seq FROM webhook_outbox WHERE dead = 0"
-        "       GROUP BY sub_id) AS h ON o.seq = h.seq"
+        "SELECT o.seq, o.sub_id, o.attempts, o.next_at_ms FROM webhook_subscriptions AS s"
+        " JOIN webhook_outbox AS o ON o.seq = (SELECT seq FROM webhook_outbox"
+        "   WHERE sub_id = s.id AND dead = 0 ORDER BY seq LIMIT 1)"
         " ORDER BY o.next_at_ms, o.seq")
     return [Head(r[0], r[1], r[2], r[3]) for r in rows]
 
@@ -94,6 +96,19 @@ def fetch(conn: sqlite3.Connection, seq: int) -> Row | None:
 
 def delivered(conn: sqlite3.Connection, seq: int) -> bool:
     return conn.execute("DELETE FROM webhook_outbox WHERE seq = ?", (seq,)).rowcount > 0
+
+
+def delivered_then_next(conn: sqlite3.Connection, seq: int, sub_id: str,
+                        now_ms: int) -> tuple[bool, Row | None]:
+    """Delete a delivered row and return the subscription's next row if it
+    is due already: one round trip per delivery while a receiver keeps up."""
+    found = delivered(conn, seq)
+    r = conn.execute(
+        "SELECT seq, sub_id, delivery_id, event, body, attempts, next_at_ms FROM webhook_outbox"
+        " WHERE sub_id = ? AND dead = 0 ORDER BY seq LIMIT 1", (sub_id,)).fetchone()
+    if r is None or r[6] > now_ms:
+        return found, None
+    return found, Row(r[0], r[1], r[2], r[3], bytes(r[4]), r[5])
 
 
 def reschedule(conn: sqlite3.Connection, seq: int, attempts: int, next_at_ms: int,

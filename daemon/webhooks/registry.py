@@ -59,13 +59,17 @@ def _insert(conn: sqlite3.Connection, sub: Subscription, cap: int) -> None:
              sub.created_at_ms, sub.created_by))
 
 
-def _delete(conn: sqlite3.Connection, sub_id: str) -> int | None:
-    """Delete a subscription and its outbox rows; ``None`` if it did not exist."""
+def _delete(conn: sqlite3.Connection, sub_id: str) -> tuple[int, int] | None:
+    """Delete a subscription and its outbox rows; returns (pending, dead)
+    rows deleted, ``None`` if the subscription did not exist."""
     with transaction(conn):
         gone = conn.execute("DELETE FROM webhook_subscriptions WHERE id = ?", (sub_id,)).rowcount
         if not gone:
             return None
-        return conn.execute("DELETE FROM webhook_outbox WHERE sub_id = ?", (sub_id,)).rowcount
+        pending = conn.execute("DELETE FROM webhook_outbox WHERE sub_id = ? AND dead = 0",
+                               (sub_id,)).rowcount
+        dead = conn.execute("DELETE FROM webhook_outbox WHERE sub_id = ?", (sub_id,)).rowcount
+        return pending, dead
 
 
 class Registry:
@@ -90,8 +94,9 @@ class Registry:
         await self._db.call(_insert, sub, self._cap)
         self._subs[sub.id] = sub
 
-    async def remove(self, sub_id: str) -> int | None:
-        """Delete; returns how many outbox rows went with it, ``None`` if unknown."""
+    async def remove(self, sub_id: str) -> tuple[int, int] | None:
+        """Delete; returns the (pending, dead) outbox rows that went with it,
+        ``None`` if unknown."""
         dropped = await self._db.call(_delete, sub_id)
         self._subs.pop(sub_id, None)
         return dropped

@@ -126,8 +126,10 @@ class Webhooks:
         dropped = await registry.remove(sub_id)
         if dropped is None:
             raise NotFound(f"subscription {sub_id} not found")
-        await dispatcher.recount()
-        return {"deleted": True, "id": sub_id, "outbox_rows_dropped": dropped}
+        pending, dead = dropped
+        dispatcher.pending = max(0, dispatcher.pending - pending)
+        dispatcher.dead = max(0, dispatcher.dead - dead)
+        return {"deleted": True, "id": sub_id, "undelivered_dropped": pending}
 
     async def dead_letters(self, limit: int = 100) -> list[dict[str, object]]:
         if self.db is None:

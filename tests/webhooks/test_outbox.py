@@ -30,6 +30,14 @@ def sub(sid: str, events: tuple[str, ...] = (), ns: str | None = None) -> Subscr
     return Subscription(sid, f"http://127.0.0.1:9/{sid}", events, ns, "k", T0)
 
 
+async def registered(db: WebhookDB, *subs: Subscription) -> list[Subscription]:
+    reg = Registry(db, cap=100)
+    await reg.load()
+    for s in subs:
+        await reg.add(s)
+    return reg.all()
+
+
 @pytest.fixture
 async def db(tmp_path: Path):  # type: ignore[no-untyped-def]
     d = await WebhookDB.open(str(tmp_path / "n.db.webhooks.sqlite"))
@@ -42,10 +50,11 @@ async def test_file_is_private(db: WebhookDB) -> None:
 
 
 async def test_admit_fans_out_in_order(db: WebhookDB) -> None:
-    subs = [sub("a"), sub("b", ("memory_store",), "team/b")]
+    subs = await registered(db, sub("a"), sub("b", ("memory_store",), "team/b"))
     ops = [mem_put(i, f"m{i}", "team/b" if i % 2 else "team/a") for i in range(1, 7)]
     res = await db.call(intake.admit, ops, subs, "node1", T0, 100)
-    assert res.enqueued["memory_store"] == 6 + 3 and res.pending == 9
+    assert res.enqueued["memory_store"] == 6 + 3
+    assert await db.call(outbox.pending_count) == 9
     heads = await db.call(outbox.heads)
     assert {h.sub_id for h in heads} == {"a", "b"}
     for h in heads:
@@ -70,20 +79,20 @@ async def test_versions_persist_without_subscribers(db: WebhookDB) -> None:
     promote = Op("n1", 2, (T0 + 5) << 16, K.MEM_PUT, "mem:m1",
                  {"id": "m1", "tier": "long", "namespace": "team/a", "created_at_ms": T0,
                   "updated_at_ms": T0 + 5})
-    res = await db.call(intake.admit, [promote], [sub("a")], "node1", T0, 100)
+    res = await db.call(intake.admit, [promote], await registered(db, sub("a")), "node1", T0, 100)
     assert dict(res.enqueued) == {"memory_promote": 1}
 
 
 async def test_bounded_outbox_refuses_and_reports(db: WebhookDB) -> None:
     ops = [mem_put(i, f"m{i}") for i in range(1, 6)]
-    res = await db.call(intake.admit, ops, [sub("a")], "node1", T0, 3)
+    res = await db.call(intake.admit, ops, await registered(db, sub("a")), "node1", T0, 3)
     assert sum(res.enqueued.values()) == 3 and sum(res.dropped.values()) == 2
     assert await db.call(outbox.pending_count) == 3
 
 
 async def test_retry_then_bury_with_dead_letter_cap(db: WebhookDB) -> None:
     ops = [mem_put(i, f"m{i}") for i in range(1, 4)]
-    await db.call(intake.admit, ops, [sub("a")], "node1", T0, 100)
+    await db.call(intake.admit, ops, await registered(db, sub("a")), "node1", T0, 100)
     (head,) = await db.call(outbox.heads)
     assert await db.call(outbox.reschedule, head.seq, 1, T0 + 5000, "HTTP 500")
     (head2,) = await db.call(outbox.heads)
@@ -116,9 +125,19 @@ async def test_registry_cap_and_cascade(db: WebhookDB) -> None:
     with pytest.raises(LimitExceeded):
         await reg.add(sub("c"))
     await db.call(intake.admit, [mem_put(1, "m1")], reg.all(), "node1", T0, 100)
-    assert await reg.remove("a") == 1
+    assert await reg.remove("a") == (1, 0)
     assert await reg.remove("a") is None
     assert [s.id for s in reg.all()] == ["b"]
+    assert {h.sub_id for h in await db.call(outbox.heads)} == {"b"}
+
+
+async def test_rows_for_a_deleted_subscription_are_not_written(db: WebhookDB) -> None:
+    stale = await registered(db, sub("a"), sub("b"))
+    reg = Registry(db, cap=10)
+    await reg.load()
+    await reg.remove("a")  # deleted after the intake took its snapshot
+    res = await db.call(intake.admit, [mem_put(1, "m1")], stale, "node1", T0, 100)
+    assert sum(res.enqueued.values()) == 1
     assert {h.sub_id for h in await db.call(outbox.heads)} == {"b"}
 
 
