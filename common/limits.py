@@ -54,6 +54,7 @@ agent_seen_tracked_max = 100_000  # agents the last_seen throttle remembers per 
 
 # --- project mail ----------------------------------------------------------
 mailbox_pending_max = 256  # pending messages per recipient mailbox (exact)
+mailbox_history_load_max = 10_000  # decided messages an owner loads at takeover (request-id retries)
 message_subject_max_chars = 200
 message_body_max_chars = 8_000
 message_evidence_max_chars = 2_000

@@ -309,7 +309,9 @@ class Node:
                 self._send(eff.peer, Promise(mailbox=eff.mailbox, epoch=eff.epoch, ops=tuple(ops)),
                            reply_peer, replies)
             elif isinstance(eff, LoadMailbox):
-                ops = await self.store.ops_for_key(eff.mailbox, None)
+                ws, _, proj = eff.mailbox.removeprefix("mbox:").partition("/")
+                ops = await self.store.mailbox_state_ops(
+                    ws, proj, history_max=limits.mailbox_history_load_max)
                 await self.run(self.core.on_mailbox_loaded(eff.mailbox, ops, self.now_ms()),
                                reply_peer=reply_peer, replies=replies)
             elif isinstance(eff, PushMissing):

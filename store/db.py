@@ -25,7 +25,7 @@ from typing import Any
 
 from common import limits
 from store import queries as Q
-from store.ops import Op, unpack_body
+from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op, mailbox_key, unpack_body
 from store.reader import ReadPool
 from store.records import MESSAGE_FIELDS, SESSION_FIELDS
 from store.schema import connect, migrate
@@ -324,6 +324,40 @@ class Store:
             f"SELECT {Q.MESSAGE_COLS} FROM {Q.MESSAGE_FROM} WHERE {where}"
             f" ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}", params)
         return [Q.message(r) for r in rows]
+
+    async def mailbox_state_ops(self, workspace: str, project: str, *,
+                                history_max: int) -> list[Op]:
+        """The mailbox's merged state as ops: every pending message's send,
+        and the send and winning terminal of the ``history_max`` most recently
+        decided ones. An owner builds its model from these at takeover; the op
+        log alone will not do, because it is collected once every member
+        holds it."""
+        cols = (f"m.origin, m.seq, m.hlc, m.send_epoch, {', '.join('m.' + c for c in MESSAGE_FIELDS)},"
+                " t.state AS t_state, t.epoch AS t_epoch, t.hlc AS t_hlc, t.origin AS t_origin,"
+                " t.seq AS t_seq, t.claimed_by_session, t.claimed_by_agent, t.request_id,"
+                " t.claimed_at_ms, t.cancelled_at_ms")
+        base = (f"SELECT {cols} FROM messages m LEFT JOIN msg_terminal t ON t.id = m.id"
+                " WHERE m.to_workspace = :ws AND m.to_project = :proj")
+        params = {"ws": workspace, "proj": project, "n": history_max}
+        rows = await self._reads.fetchall(base + " AND t.state IS NULL", params)
+        rows += await self._reads.fetchall(
+            base + " AND t.state IS NOT NULL ORDER BY t.hlc DESC LIMIT :n", params)
+        key = mailbox_key(workspace, project)
+        out: list[Op] = []
+        for r in rows:
+            body = {name: r[name] for name in MESSAGE_FIELDS}
+            out.append(Op(r["origin"], r["seq"], r["hlc"], MSG_SEND, key, body, r["send_epoch"]))
+            if r["t_state"] == "claimed":
+                out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CLAIM, key, {
+                    "id": body["id"], "claimer_session": r["claimed_by_session"],
+                    "claimer_agent": r["claimed_by_agent"], "request_id": r["request_id"],
+                    "at_ms": r["claimed_at_ms"]}, r["t_epoch"]))
+            elif r["t_state"] == "cancelled":
+                out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CANCEL, key, {
+                    "id": body["id"], "by_workspace": body["from_workspace"],
+                    "by_project": body["from_project"], "at_ms": r["cancelled_at_ms"]},
+                    r["t_epoch"]))
+        return out
 
     async def message(self, msg_id: str) -> dict[str, Any] | None:
         found = await self._messages("m.id = ?", (msg_id,), Q.FIFO, 1)

@@ -200,7 +200,7 @@ async def pop(node: Node, *, workspace: str | None, project: str | None,
     refuse_inferred(scope, "pop from")
     session = scope.session
     harness = agent or (session or {}).get("harness")
-    claimer = {"session_id": (session or {}).get("session_id"), "agent": harness}
+    claimer = {"claimer_session": (session or {}).get("session_id"), "claimer_agent": harness}
     result = await node.mailbox(MailPop(
         mailbox=mailbox_key(scope.workspace, scope.project), request_id=request_id,
         message_id=message_id, agent=harness, claimer=claimer))
