@@ -210,3 +210,35 @@ async def test_policy_rechecked_at_delivery(daemon_factory: Any, receiver: Recei
     await d.start()
     await wait_until(lambda: counter(d, "webhook_attempt_failures_total", reason="refused") >= 2)
     assert receiver.calls == []
+
+
+async def test_project_mail_events(daemon: Daemon, receiver: Receiver) -> None:
+    await subscribe(daemon, receiver.at("/mail"),
+                    events=["message_send", "message_claim", "message_cancel"])
+    for project, harness in (("proj-a", "kimi"), ("proj-b", "claude-code")):
+        r = await daemon.c.post("/api/v1/sessions", json={"workspace": "w", "project": project,
+                                                          "harness": harness})
+        assert r.status == 201, await r.text()
+    mail = {"to_workspace": "w", "to_project": "proj-b", "from_workspace": "w",
+            "from_project": "proj-a", "subject": "SUBJECT-X", "body": "BODY-X"}
+    sent = []
+    for _ in range(2):
+        r = await daemon.c.post("/api/v1/messages", json=mail)
+        assert r.status == 201, await r.text()
+        sent.append((await r.json())["message_id"])
+    r = await daemon.c.post("/api/v1/messages/pop", json={"workspace": "w", "project": "proj-b",
+                                                          "agent": "claude-code"})
+    assert (await r.json())["message"]["id"] == sent[0]
+    r = await daemon.c.post("/api/v1/messages/cancel", json={"workspace": "w", "project": "proj-a",
+                                                             "message_id": sent[1]})
+    assert r.status == 200, await r.text()
+    await wait_until(lambda: len(receiver.ok()) == 4)
+    got = [payload(c) for c in receiver.ok()]
+    assert [g["event"] for g in got] == ["message_send", "message_send", "message_claim",
+                                         "message_cancel"]
+    for call in receiver.ok()[:2]:
+        for leaked in (b"SUBJECT-X", b"BODY-X", sent[0].encode(), sent[1].encode()):
+            assert leaked not in call.body
+    assert got[0]["namespace"] == "w/proj-b" and got[0]["from_project"] == "proj-a"
+    assert got[2]["id"] == sent[0] and got[2]["agent_id"] == "claude-code"
+    assert got[3]["id"] == sent[1] and got[3]["by_project"] == "proj-a"
