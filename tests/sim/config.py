@@ -35,6 +35,13 @@ class SimConfig:
     mailboxes: int = 2
     pending_cap: int = 6
 
+    @property
+    def converge_bound_ms(self) -> int:
+        """The documented bound: all replicas equal within two catch-up
+        intervals plus two worst-case one-way delays of the heal (one offer
+        out, one push back, and an offer that had just been sent stale)."""
+        return 2 * self.catchup_interval_ms + 2 * self.delay_max_ms
+
     @classmethod
     def from_seed(cls, seed: int, nodes: int | None = None) -> SimConfig:
         rng = random.Random(f"config:{seed}")

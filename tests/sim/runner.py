@@ -303,6 +303,9 @@ class Sim:
         violations: list[str] = []
         if converge_ms is None:
             violations.append(f"no convergence within {cfg.settle_max_ms} ms of the heal")
+        elif converge_ms > cfg.converge_bound_ms:
+            violations.append(f"converged {converge_ms} ms after the heal, over the documented "
+                              f"bound of {cfg.converge_bound_ms} ms")
         else:
             self.retry_unknown()
             for _ in range((300 + 2 * cfg.claim_timeout_ms) // cfg.tick_ms):

@@ -36,12 +36,10 @@ def test_invariants_hold_on_many_seeds() -> None:
         results = list(pool.map(_run, range(SEEDS), chunksize=25))
     failed = [r for r in results if not r.ok]
     assert not failed, f"{len(failed)} of {SEEDS} seeds failed:\n{_report(results)}"
-    summary = summarize(results)
-    # The documented bound (docs/federation.md): convergence within three
-    # catch-up intervals of the heal, measured here at 200 ms per interval.
-    assert summary["converge_ms_max"] is not None
-    assert summary["converge_ms_max"] <= 3 * results[0].cfg.catchup_interval_ms
-    totals = summary["totals"]
+    # Each run also failed itself had it converged slower than the documented
+    # bound (SimConfig.converge_bound_ms); here: the faults and the load
+    # really happened, since a run without them proves nothing.
+    totals = summarize(results)["totals"]
     # The faults and the load really happened (a run without them proves nothing).
     for key in ("crashes", "pauses", "partitions", "retries", "forwarded", "gc_ops"):
         assert totals.get(key, 0) > SEEDS // 10, key

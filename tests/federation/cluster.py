@@ -1,0 +1,104 @@
+"""A tiny hand-driven cluster for unit tests of the core.
+
+Unlike ``tests/sim`` nothing here is random: messages wait in one FIFO
+until the test delivers them (optionally dropping some), effects run
+synchronously, and replies land in a dict by token.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from federation.core import NodeCore
+from federation.effects import (
+    Collect,
+    Effect,
+    LoadMailbox,
+    MembershipMismatch,
+    Persist,
+    PersistPromise,
+    PushMissing,
+    Reply,
+    Send,
+    SendPromise,
+)
+from federation.messages import Message, Promise, Replicate
+from store.merge import Replica
+
+Drop = Callable[[str, str, Message], bool]
+
+
+class Cluster:
+    def __init__(self, n: int = 3, w: int = 2, *, timeout_ms: int = 1000) -> None:
+        self.ids = [f"n{i}" for i in range(n)]
+        self.w = w
+        self.timeout_ms = timeout_ms
+        self.disks = {i: Replica() for i in self.ids}
+        self.cores = {i: self._core(i) for i in self.ids}
+        self.queue: list[tuple[str, str, Message]] = []
+        self.replies: dict[Any, Any] = {}
+        self.effects: dict[str, list[Effect]] = {i: [] for i in self.ids}
+        self.now = 1_000_000
+
+    def _core(self, node: str) -> NodeCore:
+        d = self.disks[node]
+        return NodeCore(node, self.ids, self.w, quorum_timeout_ms=self.timeout_ms,
+                        claim_timeout_ms=self.timeout_ms, catchup_interval_ms=500,
+                        vv=d.version_vector(), last_hlc=d.max_hlc(),
+                        own_max_seq=d.max_seq(node), promises=d.promises(),
+                        rng=random.Random(node), gc_interval_ms=0, down_after_ms=3000)
+
+    def restart(self, node: str) -> None:
+        self.cores[node] = self._core(node)
+        self.queue = [m for m in self.queue if node not in (m[0], m[1])]
+
+    def run(self, node: str, effects: list[Effect]) -> None:
+        self.effects[node].extend(effects)
+        d = self.disks[node]
+        for eff in effects:
+            if isinstance(eff, Persist):
+                d.apply(eff.ops, self.now)
+            elif isinstance(eff, PersistPromise):
+                d.set_promised(eff.mailbox, eff.epoch)
+            elif isinstance(eff, Send):
+                self.queue.append((node, eff.peer, eff.msg))
+            elif isinstance(eff, Reply):
+                assert eff.token not in self.replies, f"token {eff.token} answered twice"
+                self.replies[eff.token] = eff.value
+            elif isinstance(eff, SendPromise):
+                ops = tuple(d.ops_for_key(eff.mailbox, dict(eff.vv)))
+                self.queue.append((node, eff.peer, Promise(eff.mailbox, eff.epoch, ops)))
+            elif isinstance(eff, LoadMailbox):
+                self.run(node, self.cores[node].on_mailbox_loaded(
+                    eff.mailbox, d.ops_for_key(eff.mailbox), self.now))
+            elif isinstance(eff, PushMissing):
+                ops = tuple(d.ops_missing(dict(eff.vv), 10_000))
+                self.queue.append((node, eff.peer, Replicate(ops, ack=False)))
+            elif isinstance(eff, Collect | MembershipMismatch):
+                pass
+            else:
+                raise AssertionError(eff)
+
+    def call(self, node: str, method: str, *args: Any) -> None:
+        self.run(node, getattr(self.cores[node], method)(*args, self.now))
+
+    def deliver(self, drop: Drop | None = None, rounds: int = 100) -> int:
+        """Deliver queued messages (and what they cause) until quiet."""
+        n = 0
+        for _ in range(rounds):
+            if not self.queue:
+                break
+            batch, self.queue = self.queue, []
+            for src, dst, msg in batch:
+                if drop is not None and drop(src, dst, msg):
+                    continue
+                n += 1
+                self.run(dst, self.cores[dst].on_message(src, msg, self.now))
+        return n
+
+    def tick(self, ms: int) -> None:
+        self.now += ms
+        for node in self.ids:
+            self.call(node, "tick")
