@@ -1,0 +1,215 @@
+from __future__ import annotations
+
+from typing import Any
+
+from common.errors import Conflict, Forbidden, LimitExceeded, NoMajority, NotFound, Unavailable
+from federation.claim import MailCancel, MailPop, MailSend
+from federation.effects import LoadMailbox, PersistPromise, Send, SendPromise
+from federation.messages import Accept, Accepted, Prepare, PromiseNack, Rejected
+from store.ops import MSG_CLAIM, Op, mailbox_key
+from tests.federation.cluster import Cluster
+
+MB = mailbox_key("w", "inbox")
+
+
+def body(mid: str, sender: str = "p0", to_agent: str | None = None) -> dict[str, Any]:
+    return {"id": mid, "to_workspace": "w", "to_project": "inbox", "to_agent": to_agent,
+            "from_workspace": "w", "from_project": sender, "subject": mid, "body": f"b-{mid}"}
+
+
+def owner_cluster(n: int = 3) -> tuple[Cluster, str]:
+    cl = Cluster(n)
+    owner = cl.cores["n0"].owner_for(MB, cl.now)
+    return cl, owner
+
+
+def ask(cl: Cluster, node: str, token: Any, req: Any, drop: Any = None) -> Any:
+    cl.call(node, "mailbox_request", token, req)
+    cl.deliver(drop=drop)
+    return cl.replies.get(token, "pending")
+
+
+def test_send_pop_retry_and_empty() -> None:
+    cl, o = owner_cluster()
+    op = ask(cl, o, 1, MailSend(MB, body("m1")))
+    assert isinstance(op, Op) and op.epoch == cl.cores[o].claims.owned()[MB]
+    got = ask(cl, o, 2, MailPop(MB, request_id="r1", claimer={"claimer_session": "s1"}))
+    assert got["message"]["id"] == "m1" and got["message"]["body"] == "b-m1"
+    assert got["claim"]["request_id"] == "r1" and got["claim"]["claimer_session"] == "s1"
+    assert ask(cl, o, 3, MailPop(MB, request_id="r1")) == got  # same request, same message
+    assert ask(cl, o, 4, MailPop(MB, request_id="r2")) is None
+    for d in cl.disks.values():  # a majority holds the decision; all converge later
+        if ("m1" in str(d.snapshot()["terminals"])):
+            assert d.message("m1")["claimed_by_session"] == "s1"
+
+
+def test_send_is_idempotent_and_the_cap_is_exact() -> None:
+    cl, o = owner_cluster()
+    first = ask(cl, o, 1, MailSend(MB, body("m1"), cap=2))
+    assert ask(cl, o, 2, MailSend(MB, body("m1"), cap=2)) == first
+    ask(cl, o, 3, MailSend(MB, body("m2"), cap=2))
+    full = ask(cl, o, 4, MailSend(MB, body("m3"), cap=2))
+    assert isinstance(full, LimitExceeded) and full.details["limit"] == "mailbox_pending_max"
+    ask(cl, o, 5, MailPop(MB))
+    assert isinstance(ask(cl, o, 6, MailSend(MB, body("m3"), cap=2)), Op)
+
+
+def test_in_flight_sends_count_against_the_cap() -> None:
+    cl, o = owner_cluster()
+    cl.call(o, "mailbox_request", 0, MailSend(MB, body("m0")))  # becomes owner
+    cl.deliver()
+    cl.call(o, "mailbox_request", 1, MailSend(MB, body("m1"), cap=2))
+    cl.call(o, "mailbox_request", 2, MailSend(MB, body("m2"), cap=2))
+    assert isinstance(cl.replies[2], LimitExceeded)  # m0 accepted + m1 in flight
+    cl.deliver()
+    assert isinstance(cl.replies[1], Op)
+
+
+def test_pop_by_id_errors_and_agent_addressing() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1", to_agent="codex")))
+    ask(cl, o, 2, MailSend(MB, body("m2")))
+    assert isinstance(ask(cl, o, 3, MailPop(MB, message_id="nope")), NotFound)
+    assert isinstance(ask(cl, o, 4, MailPop(MB, message_id="m1", agent="claude")), Forbidden)
+    assert ask(cl, o, 5, MailPop(MB))["message"]["id"] == "m2"  # shared mail only
+    assert ask(cl, o, 6, MailPop(MB, agent="claude")) is None
+    assert ask(cl, o, 7, MailPop(MB, message_id="m1", agent="codex"))["message"]["id"] == "m1"
+    again = ask(cl, o, 8, MailPop(MB, message_id="m1", agent="codex"))
+    assert isinstance(again, Conflict) and again.details["state"] == "claimed"
+
+
+def test_cancel_rules() -> None:
+    cl, o = owner_cluster()
+    for i in range(3):
+        ask(cl, o, f"s{i}", MailSend(MB, body(f"m{i}")))
+    ask(cl, o, "x", MailSend(MB, body("mx", sender="other")))
+    assert isinstance(ask(cl, o, 1, MailCancel(MB, ("mx",), "w", "p0")), Forbidden)
+    assert isinstance(ask(cl, o, 2, MailCancel(MB, ("zz",), "w", "p0")), NotFound)
+    ask(cl, o, 3, MailPop(MB, message_id="m0"))
+    assert isinstance(ask(cl, o, 4, MailCancel(MB, ("m0", "m1"), "w", "p0")), Conflict)
+    assert ask(cl, o, 5, MailCancel(MB, ("m1",), "w", "p0")) == ["m1"]
+    assert ask(cl, o, 6, MailCancel(MB, ("m1",), "w", "p0")) == ["m1"]  # idempotent
+    assert ask(cl, o, 7, MailCancel(MB, None, "w", "p0")) == ["m2"]
+    assert isinstance(ask(cl, o, 8, MailPop(MB, message_id="m2")), Conflict)
+    assert ask(cl, o, 9, MailPop(MB))["message"]["id"] == "mx"
+
+
+def test_becoming_owner_persists_the_promise_before_preparing() -> None:
+    cl, o = owner_cluster()
+    cl.call(o, "mailbox_request", 1, MailPop(MB))
+    eff = cl.effects[o]
+    assert isinstance(eff[0], PersistPromise) and eff[0].mailbox == MB
+    prepares = [e for e in eff if isinstance(e, Send) and isinstance(e.msg, Prepare)]
+    assert len(prepares) == 2 and all(p.msg.epoch == eff[0].epoch for p in prepares)
+    assert any(isinstance(e, LoadMailbox) for e in eff)
+    cl.deliver()
+    assert cl.replies[1] is None
+    assert cl.cores[o].claims.owned() == {MB: eff[0].epoch}
+
+
+def test_a_peer_promises_once_per_epoch_and_rejects_older_accepts() -> None:
+    cl = Cluster()
+    c = cl.cores["n1"]
+    e_n0, e_n2 = 1024 + 0, 1024 + 2
+    out = c.on_message("n2", Prepare(MB, e_n2, {}), cl.now)
+    assert out == [PersistPromise(MB, e_n2), SendPromise("n2", MB, e_n2, {})]
+    assert c.on_message("n0", Prepare(MB, e_n0, {}), cl.now) == [
+        Send("n0", PromiseNack(MB, e_n2))]
+    op = Op("n0", 1, 1, MSG_CLAIM, MB, {"id": "m"}, e_n0)
+    assert c.on_message("n0", Accept(MB, e_n0, (op,)), cl.now) == [
+        Send("n0", Rejected(MB, e_n2))]
+    # An accept from the promised owner is persisted before it is answered.
+    op2 = Op("n2", 1, 1, MSG_CLAIM, MB, {"id": "m"}, e_n2)
+    out = c.on_message("n2", Accept(MB, e_n2, (op2,)), cl.now)
+    assert [type(e).__name__ for e in out] == ["Persist", "Send"]
+    assert out[1] == Send("n2", Accepted(MB, e_n2, (("n2", 1),)))
+    # An epoch that does not belong to its sender is refused.
+    assert isinstance(c.on_message("n0", Prepare(MB, 5 * 1024 + 2, {}), cl.now)[0].msg,
+                      PromiseNack)
+
+
+def test_no_majority_fails_fast_and_candidacy_times_out() -> None:
+    cl, o = owner_cluster()
+    peers = [p for p in cl.ids if p != o]
+    for p in peers:
+        cl.cores[o].on_send_failed(p, cl.now)
+    cl.call(o, "mailbox_request", 1, MailPop(MB))
+    assert isinstance(cl.replies[1], NoMajority) and "1 of 3" in cl.replies[1].message
+    cl2, o2 = owner_cluster()
+    cl2.call(o2, "mailbox_request", 1, MailPop(MB))
+    cl2.deliver(drop=lambda src, dst, msg: True)  # every promise is lost
+    cl2.tick(cl2.timeout_ms)
+    assert isinstance(cl2.replies[1], NoMajority) and cl2.replies[1].retryable
+
+
+def test_a_higher_epoch_deposes_the_owner_and_fails_its_requests() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1")))
+    epoch = cl.cores[o].claims.owned()[MB]
+    other = next(p for p in cl.ids if p != o)
+    # Another member takes over while the owner's accepts are lost.
+    cl.call(o, "mailbox_request", 2, MailPop(MB, request_id="r"))
+    cl.queue.clear()
+    ask(cl, other, 3, MailPop(MB, request_id="r", claimer={"claimer_session": "s3"}),
+        drop=lambda src, dst, msg: o in (src, dst))
+    assert cl.cores[other].claims.owned()[MB] > epoch
+    assert cl.replies[3]["message"]["id"] == "m1"
+    # The old owner learns of it from a Rejected and steps down.
+    cl.run(o, cl.cores[o].on_message(other, Rejected(MB, cl.cores[other].claims.owned()[MB]),
+                                     cl.now))
+    assert isinstance(cl.replies[2], Unavailable) and cl.replies[2].retryable
+    assert MB not in cl.cores[o].claims.owned()
+
+
+def test_a_failed_claim_makes_the_message_available_again() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1")))
+    cl.call(o, "mailbox_request", 2, MailPop(MB, request_id="r2"))
+    cl.call(o, "mailbox_request", 3, MailPop(MB, request_id="r3"))
+    assert cl.replies[3] is None  # m1 is held by r2's claim
+    cl.queue.clear()  # r2's accepts are lost
+    cl.tick(cl.timeout_ms)
+    assert isinstance(cl.replies[2], NoMajority)
+    assert ask(cl, o, 4, MailPop(MB, request_id="r4"))["message"]["id"] == "m1"
+    for d in cl.disks.values():
+        view = d.message("m1")
+        if view is not None and view["state"] == "claimed":
+            assert view["request_id"] in ("r2", "r4")
+    cl.tick(600)
+    cl.deliver()
+    cl.tick(600)
+    cl.deliver()
+    assert all(d.message("m1")["request_id"] == "r4" for d in cl.disks.values())
+
+
+def test_requests_on_a_held_message_wait_for_its_round() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1")))
+    cl.call(o, "mailbox_request", 2, MailPop(MB, request_id="r"))
+    cl.call(o, "mailbox_request", 3, MailPop(MB, request_id="r"))  # retry while in flight
+    cl.call(o, "mailbox_request", 4, MailCancel(MB, ("m1",), "w", "p0"))
+    assert 3 not in cl.replies and 4 not in cl.replies
+    cl.deliver()
+    assert cl.replies[2] == cl.replies[3]
+    assert isinstance(cl.replies[4], Conflict)
+
+
+def test_an_owner_after_restart_reloads_and_keeps_decisions() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1")))
+    ask(cl, o, 2, MailSend(MB, body("m2")))
+    first = ask(cl, o, 3, MailPop(MB, request_id="r1"))
+    old_epoch = cl.cores[o].claims.owned()[MB]
+    cl.restart(o)
+    assert ask(cl, o, 4, MailPop(MB, request_id="r1")) == first
+    assert cl.cores[o].claims.owned()[MB] > old_epoch
+    assert ask(cl, o, 5, MailPop(MB))["message"]["id"] == "m2"
+    assert ask(cl, o, 6, MailPop(MB)) is None
+
+
+def test_a_five_node_cluster_claims_with_two_members_down() -> None:
+    cl, o = owner_cluster(5)
+    down = [p for p in cl.ids if p != o][:2]
+    drop = lambda src, dst, msg: src in down or dst in down  # noqa: E731
+    ask(cl, o, 1, MailSend(MB, body("m1")), drop=drop)
+    assert ask(cl, o, 2, MailPop(MB), drop=drop)["message"]["id"] == "m1"
