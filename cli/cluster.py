@@ -88,6 +88,9 @@ def up(
     command = shlex.split(exe) if exe else [sys.executable, "-m", "cli"]
     children = [ChildSpec(s.node_id, serve_argv(command, s, specs), s.url) for s in specs]
     env = {**os.environ, SECRET_ENV: secret or new_secret(), "PYTHONUNBUFFERED": "1"}
+    if host in ("127.0.0.1", "localhost", "::1"):
+        # A local cluster is for trying things out: let it call hooks on this host.
+        env.setdefault("AI_MEMORY_ALLOW_LOOPBACK_WEBHOOKS", "1")
 
     def summary() -> None:
         click.echo(

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from common import limits
 from common.errors import BadRequest
+from daemon.webhooks.config import WebhookSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,7 @@ class Settings:
     auth: AuthSettings = AuthSettings()
     mail: MailSettings = MailSettings()
     notify: NotifySettings = NotifySettings()
+    webhooks: WebhookSettings = field(default_factory=WebhookSettings)
     log_level: str = "info"
     # Fault-injection knob for tests and drills: this node's clock runs this
     # many ms ahead (negative: behind). Only from AI_MEMORY_DEBUG_CLOCK_OFFSET_MS.
@@ -193,6 +195,14 @@ def load_settings(
             raise BadRequest(f"unknown tier {tier!r} in [notify].tier_ttl_secs")
         ttl[tier] = None if secs in (None, 0, "never") else int(secs)
     keys = dict(c_auth.get("api_keys", {}))
+    c_hooks = dict(conf.get("webhooks", {}))
+    loopback = _env(env, "ALLOW_LOOPBACK_WEBHOOKS")
+    if loopback is not None:
+        c_hooks["allow_loopback_webhooks"] = loopback.lower() in ("1", "true", "yes", "on")
+    try:
+        webhooks = WebhookSettings(**c_hooks)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"bad [webhooks] settings: {exc}") from None
     return Settings(
         server=ServerSettings(host=host, port=port),
         store=StoreSettings(db_path=db_path),
@@ -203,6 +213,7 @@ def load_settings(
             default_project=c_mail.get("default_project"),
         ),
         notify=NotifySettings(tier_ttl_secs=ttl),
+        webhooks=webhooks,
         log_level=str(pick("log_level", "LOG_LEVEL", conf, "log_level", "info")),
         clock_offset_ms=int(_env(env, "DEBUG_CLOCK_OFFSET_MS") or 0),
     )

@@ -41,3 +41,21 @@ async def test_push_bad_input(client) -> None:  # type: ignore[no-untyped-def]
         assert r.status == 400, body
     page = await (await client.get("/api/v1/sync/since")).json()
     assert page["count"] == 0
+
+
+def test_webhook_settings_from_env_and_toml(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from common.errors import BadRequest
+    from daemon.settings import load_settings
+
+    assert load_settings({}, env={}).webhooks.allow_loopback_webhooks is False
+    s = load_settings({}, env={"AI_MEMORY_ALLOW_LOOPBACK_WEBHOOKS": "1"})
+    assert s.webhooks.allow_loopback_webhooks is True
+    conf = tmp_path / "n.toml"
+    conf.write_text("[webhooks]\nallow_private_webhooks = true\nretry_max = 3\n")
+    s = load_settings({}, env={}, config_path=conf)
+    assert s.webhooks.allow_private_webhooks and s.webhooks.retry_max == 3
+    conf.write_text("[webhooks]\nretry_max = 0\n")
+    with pytest.raises(BadRequest):
+        load_settings({}, env={}, config_path=conf)
