@@ -182,3 +182,45 @@ def test_peerless_nodes_accept_pushes_from_a_node_with_peers(tmp_path) -> None: 
         for p in procs:
             p.terminate()
             p.wait(timeout=10)
+
+
+def test_mismatched_membership_is_detected_and_reported(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """node3 believes in a fourth member: the others flag it and stop
+    exchanging data with it; status and metrics say so."""
+    import subprocess
+    import sys
+
+    from tests.cluster.harness import ROOT, free_port, http
+
+    ports = {f"node{i}": free_port() for i in (1, 2, 3)}
+    url = {n: f"http://127.0.0.1:{p}" for n, p in ports.items()}
+    peers = {
+        "node1": [f"node2={url['node2']}", f"node3={url['node3']}"],
+        "node2": [f"node1={url['node1']}", f"node3={url['node3']}"],
+        "node3": [f"node1={url['node1']}", f"node2={url['node2']}", "node4=http://127.0.0.1:9"],
+    }
+    procs = []
+    try:
+        for nid, port in ports.items():
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "daemon", "--port", str(port), "--node-id", nid,
+                 "--db", str(tmp_path / f"{nid}.db"), "--quorum-peers", ",".join(peers[nid]),
+                 "--catchup-interval-secs", "0.3"],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                code, status = http("GET", url["node1"] + "/api/v1/cluster/status", timeout=1)
+                if code == 200 and status["peers"]["node3"]["membership_mismatch"]:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "mismatch never reported"
+            time.sleep(0.1)
+        assert status["peers"]["node2"]["membership_mismatch"] is False
+        _, metrics = http("GET", url["node1"] + "/api/v1/metrics")
+        assert 'ai_memory_membership_mismatch_total{peer="node3"}' in metrics
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=10)
