@@ -93,8 +93,8 @@ class SimNode:
             elif isinstance(eff, Reply):
                 self.sim.reply(self.id, eff.token, eff.value, now_ms)
             elif isinstance(eff, SendPromise):
-                ops = tuple(self.disk.ops_for_key(eff.mailbox, dict(eff.vv)))
-                self.sim.send(self.id, eff.peer, Promise(eff.mailbox, eff.epoch, ops), now_ms)
+                found = tuple(self.disk.ops_for_key(eff.mailbox, dict(eff.vv)))
+                self.sim.send(self.id, eff.peer, Promise(eff.mailbox, eff.epoch, found), now_ms)
             elif isinstance(eff, LoadMailbox):
                 ops = list(self.disk.ops_for_key(eff.mailbox))
                 self.sim.later(now_ms + self.sim.rng.randint(0, 20), self._loaded,

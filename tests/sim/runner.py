@@ -88,7 +88,8 @@ class Sim:
             for i in self.ids
         }
         self._tokens = 0
-        self._served_at: dict[int, str] = {}
+        self._heal_at = self.now + cfg.fault_ms
+        self._next_check = self.now + CHECK_EVERY_MS
 
     # -- plumbing used by nodes ------------------------------------------------------
     def later(self, at_ms: int, fn: Callable[..., None], *args: Any) -> None:
