@@ -556,7 +556,11 @@ class Claims:
         for slot in list(self.slots.values()):
             if slot.role == CANDIDATE:
                 if now_ms >= slot.deadline_ms:
-                    out += self._step_down(slot, self._no_majority(now_ms))
+                    g = self._reachable(now_ms)
+                    out += self._step_down(slot, self._no_majority(
+                        now_ms, f"no majority promised mailbox {slot.key} within "
+                                f"{self.claim_timeout_ms} ms (limits.claim_timeout_ms); "
+                                f"this node reaches {g} of {self.m.n} members"))
                 continue
             for rid in [r for r, rnd in slot.rounds.items() if now_ms >= rnd.deadline_ms]:
                 if rid in slot.rounds:
