@@ -27,7 +27,9 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import os
 import random
+import signal
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
@@ -65,6 +67,10 @@ from store.db import Store
 from store.ops import Op
 
 log = logging.getLogger("ai_memory.node")
+
+
+def _terminate_self() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
 
 TICK_SECS = 0.02
 PEER_LINK_INFLIGHT = 4
@@ -204,6 +210,10 @@ class Node:
         self.applied_listeners: list[Callable[[list[Op]], None]] = []
         self.started_at_ms = 0
         self._stopping = False
+        self._barriers: list[asyncio.Future[None]] = []
+        # What a fatal store failure does: by default, stop the process
+        # (systemd restarts it; it recovers from its database and peers).
+        self.on_fatal: Callable[[], None] = _terminate_self
 
     # -- lifecycle ------------------------------------------------------
     def now_ms(self) -> int:
@@ -283,50 +293,123 @@ class Node:
 
     # -- effects --------------------------------------------------------
     async def run(self, effects: Iterable[Any], *, reply_peer: str | None = None,
-                  replies: list[Any] | None = None) -> None:
-        """Carry out the core's effects, in order."""
-        for eff in effects:
-            if isinstance(eff, Persist):
-                if eff.ops:
-                    new = await self.store.apply_ops(list(eff.ops), self.now_ms())
-                    if new:
-                        self.metrics.inc("ops_applied_total", len(new))
-                        for listener in self.applied_listeners:
-                            listener(new)
-            elif isinstance(eff, Send):
-                self._send(eff.peer, eff.msg, reply_peer, replies)
-            elif isinstance(eff, Reply):
-                fut = self._waiters.pop(eff.token, None)
-                if fut is not None and not fut.done():
-                    if isinstance(eff.value, BaseException):
-                        fut.set_exception(eff.value)
-                    else:
-                        fut.set_result(eff.value)
-            elif isinstance(eff, PersistPromise):
+                  replies: list[Any] | None = None,
+                  _earlier: list[asyncio.Future[None]] | None = None) -> None:
+        """Carry out the core's effects, in order.
+
+        Persist barrier: the core assumes that whatever it emitted earlier is
+        on disk before a later ``SendPromise`` or ``LoadMailbox`` reads the
+        store, even when the earlier effects run in another request's
+        coroutine. So each effect list that persists registers a barrier
+        before its first await, released when its last persist commits, and
+        those two reads wait for the barriers that existed when the list (or
+        the list it was nested in) started. Waits only ever point at older
+        lists, whose persists wait on nothing, so there is no cycle.
+
+        A persist that fails is fatal: the core already counts those ops as
+        held (and has numbered its own), so carrying on would leave a hole
+        no peer could ever fill. The node stops instead (fail-stop).
+        """
+        effects = list(effects)
+        earlier = list(self._barriers) if _earlier is None else _earlier
+        persists = sum(isinstance(e, (Persist, PersistPromise)) for e in effects)
+        barrier: asyncio.Future[None] | None = None
+        if persists:
+            barrier = asyncio.get_running_loop().create_future()
+            self._barriers.append(barrier)
+        try:
+            for eff in effects:
+                if isinstance(eff, (Persist, PersistPromise)):
+                    await self._persist(eff)
+                    persists -= 1
+                    if persists == 0 and barrier is not None:
+                        self._release(barrier)
+                else:
+                    await self._effect(eff, reply_peer, replies, earlier)
+        finally:
+            if barrier is not None:
+                self._release(barrier)
+
+    def _release(self, barrier: asyncio.Future[None]) -> None:
+        if not barrier.done():
+            barrier.set_result(None)
+        if barrier in self._barriers:
+            self._barriers.remove(barrier)
+
+    @staticmethod
+    async def _after(earlier: list[asyncio.Future[None]]) -> None:
+        pending = [b for b in earlier if not b.done()]
+        if pending:
+            await asyncio.gather(*pending)
+
+    async def _persist(self, eff: Any) -> None:
+        try:
+            if isinstance(eff, PersistPromise):
                 await self.store.set_promised(eff.mailbox, eff.epoch)
-            elif isinstance(eff, SendPromise):
-                ops = await self.store.ops_for_key(eff.mailbox, dict(eff.vv))
-                self._send(eff.peer, Promise(mailbox=eff.mailbox, epoch=eff.epoch, ops=tuple(ops)),
-                           reply_peer, replies)
-            elif isinstance(eff, LoadMailbox):
-                ws, _, proj = eff.mailbox.removeprefix("mbox:").partition("/")
-                ops = await self.store.mailbox_state_ops(
+                return
+            if not eff.ops:
+                return
+            new = await self.store.apply_ops(list(eff.ops), self.now_ms())
+        except Exception:
+            log.critical("store write failed; stopping this node to stay consistent",
+                         exc_info=True)
+            self.metrics.inc("fatal_store_failures_total")
+            self.on_fatal()
+            raise Unavailable("node stopping after a store failure") from None
+        if new:
+            self.metrics.inc("ops_applied_total", len(new))
+            for listener in self.applied_listeners:
+                listener(new)
+
+    async def _effect(self, eff: Any, reply_peer: str | None, replies: list[Any] | None,
+                      earlier: list[asyncio.Future[None]]) -> None:
+        if isinstance(eff, Send):
+            self._send(eff.peer, eff.msg, reply_peer, replies)
+        elif isinstance(eff, Reply):
+            fut = self._waiters.pop(eff.token, None)
+            if fut is not None and not fut.done():
+                if isinstance(eff.value, BaseException):
+                    fut.set_exception(eff.value)
+                else:
+                    fut.set_result(eff.value)
+        elif isinstance(eff, SendPromise):
+            await self._after(earlier)
+            ops = await self.store.ops_for_key(eff.mailbox, dict(eff.vv))
+            self._send(eff.peer, Promise(mailbox=eff.mailbox, epoch=eff.epoch, ops=tuple(ops)),
+                       reply_peer, replies)
+        elif isinstance(eff, LoadMailbox):
+            await self._after(earlier)
+            ops = await self._load_mailbox(eff.mailbox)
+            await self.run(self.core.on_mailbox_loaded(eff.mailbox, ops, self.now_ms()),
+                           reply_peer=reply_peer, replies=replies, _earlier=earlier)
+        elif isinstance(eff, PushMissing):
+            if eff.peer not in self._pushing:
+                self._pushing.add(eff.peer)
+                self.spawn(self._push_missing(eff.peer, dict(eff.vv)))
+        elif isinstance(eff, Collect):
+            removed = await self.store.gc(dict(eff.floor_vv))
+            self.metrics.inc("gc_ops_removed_total", removed)
+        elif isinstance(eff, MembershipMismatch):
+            self.metrics.inc("membership_mismatch_total", peer=eff.peer)
+            log.error("membership mismatch with %s: theirs %s, ours %s",
+                      eff.peer, eff.theirs, eff.ours)
+        else:
+            log.error("unknown effect %r", eff)
+
+    async def _load_mailbox(self, mailbox: str) -> list[Op]:
+        """The mailbox's merged state as ops. Every LoadMailbox must be
+        answered, so a failing read is retried; if the store stays broken
+        the node stops (fail-stop) rather than answer with a partial view."""
+        ws, _, proj = mailbox.removeprefix("mbox:").partition("/")
+        for attempt in range(5):
+            try:
+                return await self.store.mailbox_state_ops(
                     ws, proj, history_max=limits.mailbox_history_load_max)
-                await self.run(self.core.on_mailbox_loaded(eff.mailbox, ops, self.now_ms()),
-                               reply_peer=reply_peer, replies=replies)
-            elif isinstance(eff, PushMissing):
-                if eff.peer not in self._pushing:
-                    self._pushing.add(eff.peer)
-                    self.spawn(self._push_missing(eff.peer, dict(eff.vv)))
-            elif isinstance(eff, Collect):
-                removed = await self.store.gc(dict(eff.floor_vv))
-                self.metrics.inc("gc_ops_removed_total", removed)
-            elif isinstance(eff, MembershipMismatch):
-                self.metrics.inc("membership_mismatch_total", peer=eff.peer)
-                log.error("membership mismatch with %s: theirs %s, ours %s",
-                          eff.peer, eff.theirs, eff.ours)
-            else:
-                log.error("unknown effect %r", eff)
+            except Exception:
+                log.exception("loading mailbox %s failed (attempt %d)", mailbox, attempt + 1)
+                await asyncio.sleep(0.05 * 2 ** attempt)
+        self.on_fatal()
+        raise Unavailable("node stopping after a store failure")
 
     def _send(self, peer: str, msg: Any, reply_peer: str | None, replies: list[Any] | None) -> None:
         if replies is not None and peer == reply_peer:
@@ -376,9 +459,18 @@ class Node:
         return token, fut
 
     # -- what services call ---------------------------------------------
-    async def write(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Op]:
+    def _check_backpressure(self) -> None:
+        """Refuse new work before the core numbers any op for it, so the store
+        queue never overflows on a persist the core already counts on."""
         if self._stopping:
             raise Unavailable("node shutting down")
+        if self.store.writer_queue_depth() >= limits.writer_queue_max // 2:
+            self.metrics.inc("overload_refusals_total")
+            raise Unavailable("node overloaded: the store's write queue is half full "
+                              "(limits.writer_queue_max)", retry_after=0.5)
+
+    async def write(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Op]:
+        self._check_backpressure()
         token, fut = self._waiter()
         await self.run(self.core.write(token, items, self.now_ms()))
         try:
@@ -446,6 +538,14 @@ class Node:
         return await self.own_mailbox(req)
 
     async def own_mailbox(self, req: Any) -> Any:
+        self._check_backpressure()
+        if isinstance(req, claim_mod.MailSend):
+            # A send retried with the id of a message decided long ago (beyond
+            # the history an owner loads) must not become a second pending copy.
+            row = await self.store.message(str(req.body.get("id")))
+            if row is not None and row.get("state") != "pending":
+                return Op(origin=row["order"][1], seq=0, hlc=row["order"][0], kind="msg.send",
+                          key=req.mailbox, body={k: row.get(k) for k in req.body}, epoch=0)
         token, fut = self._waiter()
         await self.run(self.core.mailbox_request(token, req, self.now_ms()))
         return await fut

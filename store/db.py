@@ -125,6 +125,9 @@ class Store:
             return []
         return await self._writer.apply(batch, now_ms)
 
+    def writer_queue_depth(self) -> int:
+        return self._writer.queue_depth
+
     def version_vector(self) -> dict[str, int]:
         return self._writer.seen.version_vector()
 

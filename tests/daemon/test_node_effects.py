@@ -1,0 +1,57 @@
+"""The node's effect executor: ordering guarantees the pure core relies on."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from daemon.node import Node
+from federation.effects import Persist, PersistPromise, SendPromise
+from federation.messages import Promise
+from store.ops import MSG_SEND, Op, mailbox_key
+
+KEY = mailbox_key("default", "p")
+
+
+def send_op(seq: int) -> Op:
+    return Op("node9", seq, 100 + seq, MSG_SEND, KEY, {
+        "id": f"m{seq}", "to_workspace": "default", "to_project": "p", "body": "b",
+        "from_workspace": "default", "from_project": "q", "created_at_ms": 1}, 1)
+
+
+async def test_promise_read_waits_for_an_earlier_concurrent_persist(node: Node) -> None:
+    """A peer that accepted ops (persist in flight in one request) and then
+    promises in another must include them in the promise."""
+    real = node.store.apply_ops
+    gate = asyncio.Event()
+
+    async def slow_apply(ops, now_ms):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return await real(ops, now_ms)
+
+    node.store.apply_ops = slow_apply  # type: ignore[method-assign]
+    sent: list = []
+    node._send = lambda peer, msg, rp, rs: sent.append(msg)  # type: ignore[method-assign]
+    accept = asyncio.create_task(node.run([PersistPromise(KEY, 5), Persist((send_op(1),))]))
+    await asyncio.sleep(0)  # the accept's list has registered its barrier
+    promise = asyncio.create_task(node.run([SendPromise("node2", KEY, 5, {})]))
+    await asyncio.sleep(0.05)
+    assert not promise.done(), "the promise read the store before the accepted op was on disk"
+    gate.set()
+    await asyncio.gather(accept, promise)
+    (msg,) = sent
+    assert isinstance(msg, Promise) and [op.seq for op in msg.ops] == [1]
+
+
+async def test_failed_persist_is_fail_stop(node: Node) -> None:
+    stopped = []
+    node.on_fatal = lambda: stopped.append(True)
+
+    async def broken(ops, now_ms):  # type: ignore[no-untyped-def]
+        raise OSError("disk on fire")
+
+    node.store.apply_ops = broken  # type: ignore[method-assign]
+    with pytest.raises(Exception, match="store failure"):
+        await node.run([Persist((send_op(1),))])
+    assert stopped == [True]
