@@ -77,6 +77,7 @@ sync_since_limit_max = 10_000  # GET /sync/since?limit=
 peer_request_timeout_secs = 5.0  # any single peer HTTP call
 peer_body_max_bytes = 64 * 1024 * 1024  # msgpack peer bodies
 forward_hops_max = 2  # a forwarded mailbox request may be re-forwarded this often
+read_hedge_ms = 100  # a read-quorum pull not answered by then: ask the next peer too
 peer_down_after_secs = 3.0  # no contact this long and a peer counts as down
 claim_timeout_ms = 2000  # waiting for a majority to accept a claim or an epoch
 auth_clock_skew_max_secs = 900  # signed peer requests further off than this are refused (tolerates minutes of skew)

@@ -69,6 +69,12 @@ from store.ops import Op
 log = logging.getLogger("ai_memory.node")
 
 
+def _consume(task: asyncio.Task[Any]) -> None:
+    """Retrieve a background task's outcome so it is never reported as lost."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _terminate_self() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -211,6 +217,7 @@ class Node:
         self.started_at_ms = 0
         self._stopping = False
         self._barriers: list[asyncio.Future[None]] = []
+        self._rr = 0  # rotation over peers for read-quorum pulls
         # What a fatal store failure does: by default, stop the process
         # (systemd restarts it; it recovers from its database and peers).
         self.on_fatal: Callable[[], None] = _terminate_self
@@ -482,42 +489,71 @@ class Node:
         return result
 
     async def read_barrier(self, key: str, consistency: str = "quorum") -> None:
+        """Before a read of ``key``: hear from R-1 peers (R = N - W + 1, so
+        R + W > N) and apply whatever they hold for the key that this node
+        lacks. Peers believed alive are asked first, in rotation; if one has
+        not answered within ``limits.read_hedge_ms`` (or fails), the next is
+        asked too. A pull is never cancelled: one that answers after the read
+        finished is still applied, and a cancelled request would cost its
+        pooled connection."""
         c = self.settings.cluster
-        n = len(c.member_ids)
-        need = (n - c.w + 1) - 1  # peers to hear from besides ourselves
+        need = (len(c.member_ids) - c.w + 1) - 1  # peers to hear from besides ourselves
         if consistency == "local" or need <= 0 or not c.peers:
             return
-        vv = dict(self.core.vv)
-        payload = {"key": key, "vv": vv}
+        loop = asyncio.get_running_loop()
+        now = self.now_ms()
+        self._rr = (self._rr + 1) % len(c.peers)
+        rotated = [p.node_id for p in c.peers[self._rr:] + c.peers[:self._rr]]
+        order = sorted(rotated, key=lambda p: not self.core.detector.alive(p, now))
+        payload = {"key": key, "vv": dict(self.core.vv)}
         timeout = c.quorum_timeout_ms / 1000
-        pending = {
-            asyncio.create_task(self.peers.call(p.node_id, "/peer/v1/pull", payload, timeout_s=timeout)): p.node_id
-            for p in c.peers
-        }
-        got, reasons = 0, set()
-        try:
-            while pending and got < need:
-                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    peer = pending.pop(task)
-                    try:
-                        raw = task.result()
-                    except PeerUnreachable as exc:
-                        reasons.add(exc.reason)
-                        await self.run(self.core.on_send_failed(peer, self.now_ms()))
-                        continue
-                    ops = tuple(Op.from_wire(w) for w in raw or [])
-                    if ops:
-                        await self.run(self.core.on_message(peer, Replicate(ops=ops, ack=False),
-                                                            self.now_ms()))
+        deadline = loop.time() + timeout
+        inflight: dict[asyncio.Task[None], str] = {}
+        got, reasons, nxt = 0, set(), 0
+
+        def launch() -> None:
+            nonlocal nxt
+            peer = order[nxt]
+            nxt += 1
+            inflight[asyncio.ensure_future(self._pull(peer, payload, timeout))] = peer
+
+        for _ in range(min(need, len(order))):
+            launch()
+        while got < need and inflight:
+            wait = limits.read_hedge_ms / 1000 if nxt < len(order) else deadline - loop.time()
+            done, _ = await asyncio.wait(inflight, timeout=max(0.0, wait),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                if loop.time() >= deadline:
+                    reasons.add("timeout")
+                    break
+                launch()  # hedge: the slow peer may be paused or cut off
+                continue
+            for task in done:
+                inflight.pop(task)
+                try:
+                    task.result()
                     got += 1
-        finally:
-            for task in pending:
-                task.cancel()
+                except PeerUnreachable as exc:
+                    reasons.add(exc.reason)
+                    if nxt < len(order):
+                        launch()
+        for task in inflight:
+            task.add_done_callback(_consume)
         if got < need:
             self.metrics.inc("read_quorum_failures_total")
             reason = "timeout" if "timeout" in reasons else "unreachable"
             raise QuorumNotMet(got + 1, need + 1, reason)
+
+    async def _pull(self, peer: str, payload: dict[str, Any], timeout_s: float) -> None:
+        try:
+            raw = await self.peers.call(peer, "/peer/v1/pull", payload, timeout_s=timeout_s)
+        except PeerUnreachable:
+            await self.run(self.core.on_send_failed(peer, self.now_ms()))
+            raise
+        ops = tuple(Op.from_wire(w) for w in raw or [])
+        if ops:
+            await self.run(self.core.on_message(peer, Replicate(ops=ops, ack=False), self.now_ms()))
 
     async def mailbox(self, req: Any, hops: int = 0) -> Any:
         """Run a mailbox request at the mailbox's owner."""

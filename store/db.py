@@ -150,10 +150,34 @@ class Store:
         return out
 
     async def ops_for_key(self, key: str, vv: dict[str, int] | None = None) -> list[Op]:
-        rows = await self._reads.fetchall(
-            f"SELECT {Q.OP_COLS} FROM oplog WHERE key = ? ORDER BY origin, seq", (key,))
+        """Ops logged under ``key`` that a holder of ``vv`` lacks.
+
+        One statement of index range probes over (key, origin, seq): for each
+        origin the caller knows, ``seq > floor``; for the gaps between known
+        origins (origins it has never heard of), everything. A caller that is
+        in sync costs a handful of index seeks, not a scan of the key's
+        history."""
         floor = vv or {}
-        return [_op(r) for r in rows if r["seq"] > floor.get(r["origin"], 0)]
+        known = sorted(floor)
+        parts: list[str] = []
+        params: list[Any] = []
+        for origin in known:
+            parts.append("key = ? AND origin = ? AND seq > ?")
+            params += [key, origin, floor[origin]]
+        bounds = [None, *known, None]
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            cond = ["key = ?"]
+            params.append(key)
+            if lo is not None:
+                cond.append("origin > ?")
+                params.append(lo)
+            if hi is not None:
+                cond.append("origin < ?")
+                params.append(hi)
+            parts.append(" AND ".join(cond))
+        sql = " UNION ALL ".join(f"SELECT {Q.OP_COLS} FROM oplog WHERE {p}" for p in parts)
+        rows = await self._reads.fetchall(f"SELECT * FROM ({sql}) ORDER BY origin, seq", params)
+        return [_op(r) for r in rows]
 
     async def gc(self, floor_vv: dict[str, int]) -> int:
         """Delete op-log rows every member holds; return how many. Their ids
