@@ -11,8 +11,8 @@ from tests.cluster.harness import Cluster
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path)
-    c.start()
     try:
+        c.start()
         yield c
     except Exception:
         print(c.logs())

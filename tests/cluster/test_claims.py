@@ -187,8 +187,8 @@ def test_clock_skew_of_minutes(tmp_path) -> None:  # type: ignore[no-untyped-def
     c = Cluster(tmp_path)
     c.procs["node3"].extra_env["AI_MEMORY_DEBUG_CLOCK_OFFSET_MS"] = str(5 * 60 * 1000)
     c.procs["node1"].extra_env["AI_MEMORY_DEBUG_CLOCK_OFFSET_MS"] = str(-3 * 60 * 1000)
-    c.start()
     try:
+        c.start()
         setup_projects(c)
         h = History()
         for nid in c.ids:
