@@ -39,12 +39,16 @@ NOMINAL_BIG_INBOX = 100_000
 
 
 def _git_commit() -> str | None:
+    """HEAD's short hash, marked ``+dirty`` when tracked files differ from it
+    (the servers run the working tree, not the commit)."""
     try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5, check=True)
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return (head + "+dirty" if dirty else head) or None
 
 
 def _count_steps(profile: Profile, only: tuple[str, ...]) -> int:
