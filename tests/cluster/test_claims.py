@@ -65,6 +65,9 @@ class History:
             self.record_pop(rid, code, body)
 
     def check_final(self, c: Cluster) -> None:
+        # Claims made while draining were acknowledged by a majority; let the
+        # last member catch up before reading each node's own state.
+        c.wait_converged(timeout=30)
         assert set(self.claims) == self.sent, (
             f"unclaimed: {self.sent - set(self.claims)}, unknown: {set(self.claims) - self.sent}")
         for nid in c.ids:
