@@ -81,13 +81,19 @@ async def send(node: Node, req: SendRequest, *, session_id: str | None,
     refuse_inferred(sender, "send as")
     if req.nature not in NATURES:
         raise BadRequest(f"nature must be one of {', '.join(NATURES)}")
-    await node.read_barrier(project_key(req.to_workspace, req.to_project))
+    # Projects and their harnesses only ever appear, so a local hit is final;
+    # only a miss needs the read quorum before it may fail closed.
     if not await node.store.project_exists(req.to_workspace, req.to_project):
-        raise NotFound(
-            f"unknown recipient project {req.to_workspace}/{req.to_project}: a project exists once "
-            "an agent has started a session there")
+        await node.read_barrier(project_key(req.to_workspace, req.to_project))
+        if not await node.store.project_exists(req.to_workspace, req.to_project):
+            raise NotFound(
+                f"unknown recipient project {req.to_workspace}/{req.to_project}: a project exists "
+                "once an agent has started a session there")
     if req.to_agent is not None:
         harnesses = await node.store.project_harnesses(req.to_workspace, req.to_project)
+        if req.to_agent not in harnesses:
+            await node.read_barrier(project_key(req.to_workspace, req.to_project))
+            harnesses = await node.store.project_harnesses(req.to_workspace, req.to_project)
         if req.to_agent not in harnesses:
             raise NotFound(
                 f"{req.to_agent!r} has no session in {req.to_workspace}/{req.to_project}; "
