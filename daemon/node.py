@@ -31,6 +31,7 @@ import os
 import random
 import signal
 import time
+import uuid
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
@@ -67,6 +68,13 @@ from store.db import Store
 from store.ops import Op
 
 log = logging.getLogger("ai_memory.node")
+
+
+def _is_retryable_id(value: Any) -> bool:
+    try:
+        return uuid.UUID(str(value)).version != 4
+    except ValueError:
+        return True
 
 
 def _consume(task: asyncio.Task[Any]) -> None:
@@ -454,9 +462,17 @@ class Node:
         """Feed messages from a peer to the core; returns the replies meant
         for that peer (the HTTP response carries them back)."""
         replies: list[Any] = []
-        for msg in coalesce(msgs):
-            await self.run(self.core.on_message(peer, msg, self.now_ms()),
-                           reply_peer=peer, replies=replies)
+        # The core sees the batch in order; the effect lists then run side by
+        # side, so their persists share one group commit instead of queueing
+        # one behind another (each list still runs in its own order, and the
+        # persist barrier keeps promise reads behind earlier persists).
+        now = self.now_ms()
+        lists = [self.core.on_message(peer, msg, now) for msg in coalesce(msgs)]
+        if len(lists) == 1:
+            await self.run(lists[0], reply_peer=peer, replies=replies)
+        else:
+            await asyncio.gather(*(self.run(effects, reply_peer=peer, replies=replies)
+                                   for effects in lists))
         return replies
 
     def _waiter(self) -> tuple[int, asyncio.Future[Any]]:
@@ -575,9 +591,10 @@ class Node:
 
     async def own_mailbox(self, req: Any) -> Any:
         self._check_backpressure()
-        if isinstance(req, claim_mod.MailSend):
+        if isinstance(req, claim_mod.MailSend) and _is_retryable_id(req.body.get("id")):
             # A send retried with the id of a message decided long ago (beyond
             # the history an owner loads) must not become a second pending copy.
+            # Only idempotency-key ids (uuid5) can repeat; fresh ones are uuid4.
             row = await self.store.message(str(req.body.get("id")))
             if row is not None and row.get("state") != "pending":
                 return Op(origin=row["order"][1], seq=0, hlc=row["order"][0], kind="msg.send",
