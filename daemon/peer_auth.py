@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
 from collections import OrderedDict
 from collections.abc import Mapping
 
 from common import limits
 from common.errors import Unauthorized
+from common.randomid import token_hex
 
 
 def _mac(secret: str, node: str, ts: str, nonce: str, method: str, path: str, body: bytes) -> str:
@@ -30,7 +30,7 @@ def _mac(secret: str, node: str, ts: str, nonce: str, method: str, path: str, bo
 
 def sign(secret: str, node: str, method: str, path: str, body: bytes, now_s: float) -> dict[str, str]:
     ts = str(int(now_s))
-    nonce = secrets.token_hex(12)
+    nonce = token_hex(12)
     return {
         "X-AIM-Node": node,
         "X-AIM-Ts": ts,

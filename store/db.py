@@ -16,6 +16,7 @@ Mailbox promises are local to the node: never replicated, only raised.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import sqlite3
 from collections.abc import Iterable
@@ -165,7 +166,7 @@ class Store:
             parts.append("key = ? AND origin = ? AND seq > ?")
             params += [key, origin, floor[origin]]
         bounds = [None, *known, None]
-        for lo, hi in zip(bounds, bounds[1:], strict=False):
+        for lo, hi in itertools.pairwise(bounds):
             cond = ["key = ?"]
             params.append(key)
             if lo is not None:

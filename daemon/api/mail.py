@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated
 
 from aiohttp import web
 from pydantic import Field, StringConstraints
 
 from common import limits
+from common.randomid import uuid4
 from daemon.app import NODE
 from daemon.auth import identify
 from daemon.http_errors import query_model, read_json
@@ -87,7 +87,7 @@ async def start_session(request: web.Request) -> web.Response:
     identity = identify(request, node.settings.auth)
     out = await mail.start_session(
         node, workspace=body.workspace, project=body.project, harness=body.harness,
-        session_id=body.session_id or str(uuid.uuid4()),
+        session_id=body.session_id or uuid4(),
         owner_user=body.owner_user or (identity.agent_id if identity.verified else None))
     return web.json_response(out, status=201)
 

@@ -14,6 +14,7 @@ import uuid
 
 from common import limits
 from common.errors import BadRequest
+from common.randomid import uuid4
 
 RECORD_NAMESPACE = uuid.UUID("6f1c2b7e-9a4d-5c3e-8b21-4d0e7a9f3c55")
 
@@ -26,7 +27,7 @@ _KEY = re.compile(r"^[A-Za-z0-9_\-:@./]+$")
 
 def record_id(kind: str, sender: str | None, idempotency_key: str | None) -> str:
     if idempotency_key is None:
-        return str(uuid.uuid4())
+        return uuid4()
     return str(uuid.uuid5(RECORD_NAMESPACE, f"{kind}:{sender or ''}:{idempotency_key}"))
 
 

@@ -18,13 +18,13 @@ The rules of the project-messaging source document, in one place:
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from common import limits
 from common.errors import BadRequest, Forbidden, NotFound
+from common.randomid import token_hex, uuid4
 from daemon.node import Node
 from daemon.schemas.timefmt import rfc3339 as iso_ms
 from daemon.services import scrub
@@ -126,7 +126,7 @@ async def send(node: Node, req: SendRequest, *, session_id: str | None,
     if idempotency_key:
         msg_id = str(uuid.uuid5(MAIL_NS, f"msg:{sender.name}:{idempotency_key}"))
     else:
-        msg_id = str(uuid.uuid4())
+        msg_id = uuid4()
     op_body = {
         "id": msg_id,
         "to_workspace": req.to_workspace, "to_project": req.to_project, "to_agent": req.to_agent,
@@ -194,7 +194,7 @@ async def list_box(node: Node, *, box: str, workspace: str | None, project: str 
 # -- pop --------------------------------------------------------------------------
 
 def fence(body: str) -> str:
-    tag = secrets.token_hex(6)
+    tag = token_hex(6)
     return (f"<untrusted-input id=\"{tag}\" source=\"cross-project message\">\n{body}\n"
             f"</untrusted-input id=\"{tag}\">")
 

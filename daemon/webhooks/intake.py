@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from common.randomid import uuid4
 from daemon.webhooks import outbox
 from daemon.webhooks.db import transaction
 from daemon.webhooks.events import MEMORY_KINDS, MemoryVersion, classify, matches, next_version
@@ -103,7 +103,7 @@ def admit(conn: sqlite3.Connection, ops: list[Op], subs: list[Subscription], nod
                 continue
             for sub in subs:
                 if matches(event, sub.events, sub.namespace):
-                    rows.append(outbox.NewRow(sub.id, str(uuid.uuid4()), event.name, body))
+                    rows.append(outbox.NewRow(sub.id, uuid4(), event.name, body))
         if changed:
             _save_versions(conn, changed)
         if rows:
