@@ -31,18 +31,9 @@ from typing import Any, Protocol, TypeVar
 from common import __version__, limits
 from common.errors import (
     AiMemoryError,
-    BadRequest,
-    ClientError,
-    Conflict,
-    Forbidden,
-    LimitExceeded,
-    NoMajority,
-    NotFound,
-    PayloadTooLarge,
-    QuorumNotMet,
     ServerError,
-    Unauthorized,
     Unavailable,
+    from_reply,
 )
 
 DEFAULT_URL = "http://127.0.0.1:9077"
@@ -127,63 +118,9 @@ def _reason_text(reason: object) -> str:
     return str(reason) or type(reason).__name__
 
 
-_BY_STATUS: dict[int, type[AiMemoryError]] = {
-    400: BadRequest,
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    413: PayloadTooLarge,
-    429: LimitExceeded,
-    503: Unavailable,
-}
-
-
-def _retry_after(headers: Mapping[str, str]) -> float:
-    try:
-        return max(0.0, float(headers.get("retry-after", "1")))
-    except ValueError:
-        return 1.0
-
-
 def error_from_response(response: Response) -> AiMemoryError:
     """Translate an HTTP error response into the class of :mod:`common.errors` it names."""
-    try:
-        body = response.json()
-    except (ValueError, UnicodeDecodeError):
-        body = None
-    if not isinstance(body, dict):
-        text = response.body.decode("utf-8", "replace").strip()
-        body = {"error": text or f"HTTP {response.status}"}
-    # Keys that would collide with constructor arguments are not details.
-    details = {
-        str(k): v for k, v in body.items() if k not in ("error", "code", "message", "retry_after")
-    }
-    message = str(body.get("error") or f"HTTP {response.status}")
-    code = body.get("code")
-    status = response.status
-    retry_after = _retry_after(response.headers)
-
-    exc: AiMemoryError
-    if status == 503 and (code == "quorum_not_met" or message == "quorum_not_met"):
-        exc = QuorumNotMet(
-            got=int(details.get("got", 0)),
-            needed=int(details.get("needed", 0)),
-            reason=str(details.get("reason", "")),
-            retry_after=retry_after,
-        )
-    elif status == 503 and code == "no_majority":
-        exc = NoMajority(message, retry_after=retry_after, **details)
-    else:
-        cls = _BY_STATUS.get(status) or (ClientError if 400 <= status < 500 else ServerError)
-        if issubclass(cls, Unavailable):
-            exc = cls(message, retry_after=retry_after, **details)
-        else:
-            exc = cls(message, **details)
-        if isinstance(code, str) and code:
-            exc.code = code  # keep the daemon's precise code for display
-    exc.details.setdefault("status", status)
-    return exc
+    return from_reply(response.status, response.body, response.headers.get("retry-after"))
 
 
 class ApiClient:

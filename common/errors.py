@@ -121,3 +121,61 @@ class NoMajority(Unavailable):
     """This node cannot reach a majority, so it may not decide claims."""
 
     code = "no_majority"
+
+
+_BY_STATUS: dict[int, type[AiMemoryError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    429: LimitExceeded,
+    503: Unavailable,
+}
+
+
+def parse_retry_after(value: str | None) -> float:
+    """Seconds from a ``Retry-After`` header (1 when absent or unreadable)."""
+    try:
+        return max(0.0, float(value)) if value is not None else 1.0
+    except ValueError:
+        return 1.0
+
+
+def from_reply(status: int, raw: bytes, retry_after: str | None = None) -> AiMemoryError:
+    """The error a daemon's HTTP error reply names: the inverse of ``status``
+    and ``to_body()``, for the API's own clients (the CLI, the MCP server).
+    The daemon's precise ``code`` is kept, and the HTTP status is added to
+    the details for display."""
+    import json
+
+    try:
+        body: Any = json.loads(raw.decode("utf-8")) if raw else None
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    if not isinstance(body, dict):
+        text = raw.decode("utf-8", "replace").strip()
+        body = {"error": text or f"HTTP {status}"}
+    message = str(body.get("error") or f"HTTP {status}")
+    code = body.get("code")
+    # Keys that would collide with constructor arguments are not details.
+    details = {str(k): v for k, v in body.items()
+               if k not in ("error", "code", "message", "retry_after")}
+    wait = parse_retry_after(retry_after)
+    exc: AiMemoryError
+    if status == 503 and (code == "quorum_not_met" or message == "quorum_not_met"):
+        exc = QuorumNotMet(got=int(details.get("got", 0)), needed=int(details.get("needed", 0)),
+                           reason=str(details.get("reason", "")), retry_after=wait)
+    elif status == 503 and code == "no_majority":
+        exc = NoMajority(message, retry_after=wait, **details)
+    else:
+        cls = _BY_STATUS.get(status) or (ClientError if 400 <= status < 500 else ServerError)
+        if issubclass(cls, Unavailable):
+            exc = cls(message, retry_after=wait, **details)
+        else:
+            exc = cls(message, **details)
+        if isinstance(code, str) and code:
+            exc.code = code
+    exc.details.setdefault("status", status)
+    return exc

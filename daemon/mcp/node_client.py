@@ -32,18 +32,9 @@ import aiohttp
 from common import __version__
 from common.errors import (
     AiMemoryError,
-    BadRequest,
-    ClientError,
-    Conflict,
-    Forbidden,
-    LimitExceeded,
-    NoMajority,
-    NotFound,
-    PayloadTooLarge,
-    QuorumNotMet,
     ServerError,
-    Unauthorized,
     Unavailable,
+    from_reply,
 )
 from daemon.mcp.settings import McpSettings
 
@@ -51,59 +42,9 @@ SESSION_HEADER = "x-memory-actor-session-id"
 
 T = TypeVar("T")
 
-_BY_STATUS: dict[int, type[AiMemoryError]] = {
-    400: BadRequest,
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    413: PayloadTooLarge,
-    429: LimitExceeded,
-    503: Unavailable,
-}
-
-
-def _retry_after(value: str | None) -> float:
-    try:
-        return max(0.0, float(value)) if value is not None else 1.0
-    except ValueError:
-        return 1.0
-
-
 def error_from_reply(status: int, body: bytes, retry_after: str | None = None) -> AiMemoryError:
     """The :mod:`common.errors` instance for one HTTP error reply of a node."""
-    try:
-        decoded: Any = json.loads(body.decode("utf-8")) if body else None
-    except (ValueError, UnicodeDecodeError):
-        decoded = None
-    if not isinstance(decoded, dict):
-        text = body.decode("utf-8", "replace").strip()
-        decoded = {"error": text or f"HTTP {status}"}
-    message = str(decoded.get("error") or f"HTTP {status}")
-    code = decoded.get("code")
-    details = {k: v for k, v in decoded.items() if k not in ("error", "code")}
-    wait = _retry_after(retry_after)
-
-    exc: AiMemoryError
-    if status == 503 and (code == "quorum_not_met" or message == "quorum_not_met"):
-        exc = QuorumNotMet(
-            got=int(details.get("got", 0)),
-            needed=int(details.get("needed", 0)),
-            reason=str(details.get("reason", "")),
-            retry_after=wait,
-        )
-    elif status == 503 and code == "no_majority":
-        exc = NoMajority(message, retry_after=wait, **details)
-    else:
-        cls = _BY_STATUS.get(status) or (ClientError if 400 <= status < 500 else ServerError)
-        if issubclass(cls, Unavailable):
-            exc = cls(message, retry_after=wait, **details)
-        else:
-            exc = cls(message, **details)
-    if isinstance(code, str) and code:
-        exc.code = code  # the node's precise code, not just the class default
-    exc.details.setdefault("status", status)
-    return exc
+    return from_reply(status, body, retry_after)
 
 
 def _unavailable(message: str, code: str) -> Unavailable:
