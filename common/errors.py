@@ -144,10 +144,9 @@ def parse_retry_after(value: str | None) -> float:
 
 
 def from_reply(status: int, raw: bytes, retry_after: str | None = None) -> AiMemoryError:
-    """The error a daemon's HTTP error reply names: the inverse of ``status``
-    and ``to_body()``, for the API's own clients (the CLI, the MCP server).
-    The daemon's precise ``code`` is kept, and the HTTP status is added to
-    the details for display."""
+    """The error a daemon's HTTP error reply names, for the API's own clients
+    (the CLI, the MCP server); the HTTP status is added to the details for
+    display."""
     import json
 
     try:
@@ -157,12 +156,19 @@ def from_reply(status: int, raw: bytes, retry_after: str | None = None) -> AiMem
     if not isinstance(body, dict):
         text = raw.decode("utf-8", "replace").strip()
         body = {"error": text or f"HTTP {status}"}
+    exc = from_body(status, body, parse_retry_after(retry_after))
+    exc.details.setdefault("status", status)
+    return exc
+
+
+def from_body(status: int, body: dict[str, Any], wait: float = 1.0) -> AiMemoryError:
+    """The inverse of ``status`` and ``to_body()``: the same class, message,
+    details and precise ``code``."""
     message = str(body.get("error") or f"HTTP {status}")
     code = body.get("code")
     # Keys that would collide with constructor arguments are not details.
     details = {str(k): v for k, v in body.items()
                if k not in ("error", "code", "message", "retry_after")}
-    wait = parse_retry_after(retry_after)
     exc: AiMemoryError
     if status == 503 and (code == "quorum_not_met" or message == "quorum_not_met"):
         exc = QuorumNotMet(got=int(details.get("got", 0)), needed=int(details.get("needed", 0)),
@@ -177,5 +183,4 @@ def from_reply(status: int, raw: bytes, retry_after: str | None = None) -> AiMem
             exc = cls(message, **details)
         if isinstance(code, str) and code:
             exc.code = code
-    exc.details.setdefault("status", status)
     return exc

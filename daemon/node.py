@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import logging
 import os
@@ -38,14 +37,16 @@ from typing import Any
 from common import limits
 from common.errors import (
     AiMemoryError,
-    BadRequest,
-    Conflict,
-    Forbidden,
-    LimitExceeded,
-    NoMajority,
-    NotFound,
     QuorumNotMet,
     Unavailable,
+)
+from daemon.forwarding import (
+    decode_error,
+    decode_request,
+    decode_result,
+    encode_error,
+    encode_request,
+    encode_result,
 )
 from daemon.metrics import Metrics
 from daemon.peer_client import PeerClient, PeerUnreachable
@@ -86,54 +87,9 @@ def _consume(task: asyncio.Task[Any]) -> None:
 def _terminate_self() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
+
 TICK_SECS = 0.02
 PEER_LINK_INFLIGHT = 4
-
-_ERRORS: dict[str, type[AiMemoryError]] = {
-    cls.code: cls
-    for cls in (BadRequest, Forbidden, NotFound, Conflict, LimitExceeded, Unavailable, NoMajority)
-}
-
-
-def encode_error(exc: AiMemoryError) -> dict[str, Any]:
-    return {"code": exc.code, "message": exc.message, "details": exc.details,
-            "retry_after": getattr(exc, "retry_after", None)}
-
-
-def decode_error(raw: dict[str, Any]) -> AiMemoryError:
-    if raw["code"] == "quorum_not_met":
-        d = raw.get("details", {})
-        return QuorumNotMet(d.get("got", 0), d.get("needed", 0), d.get("reason", "timeout"))
-    cls = _ERRORS.get(raw["code"], Unavailable)
-    details = dict(raw.get("details") or {})
-    if issubclass(cls, Unavailable):
-        return cls(raw["message"], retry_after=raw.get("retry_after") or 1.0, **details)
-    return cls(raw["message"], **details)
-
-
-def encode_result(value: Any) -> Any:
-    if isinstance(value, Op):
-        return {"op": value.to_wire()}
-    return {"value": value}
-
-
-def decode_result(raw: dict[str, Any]) -> Any:
-    if "op" in raw:
-        return Op.from_wire(raw["op"])
-    return raw.get("value")
-
-
-def encode_request(req: Any) -> dict[str, Any]:
-    return {"type": type(req).__name__, "fields": dataclasses.asdict(req)}
-
-
-def decode_request(raw: dict[str, Any]) -> Any:
-    cls = getattr(claim_mod, str(raw.get("type")), None)
-    if cls is None or not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
-        raise BadRequest(f"unknown mailbox request {raw.get('type')!r}")
-    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["fields"].items()}
-    return cls(**fields)
-
 
 class PeerLink:
     """Batches messages to one peer: many core ``Send``s become one request."""

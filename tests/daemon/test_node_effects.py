@@ -55,3 +55,20 @@ async def test_failed_persist_is_fail_stop(node: Node) -> None:
     with pytest.raises(Exception, match="store failure"):
         await node.run([Persist((send_op(1),))])
     assert stopped == [True]
+
+
+def test_forwarded_errors_keep_class_code_and_details() -> None:
+    from common.errors import (
+        LimitExceeded,
+        NoMajority,
+        PayloadTooLarge,
+        QuorumNotMet,
+    )
+    from daemon.forwarding import decode_error, encode_error
+
+    for exc in (LimitExceeded("mailbox full", limit="mailbox_pending_max", cap=256),
+                PayloadTooLarge("too big"), NoMajority("reaches 1 of 3", retry_after=2.0),
+                QuorumNotMet(1, 2, "timeout")):
+        back = decode_error(encode_error(exc))
+        assert type(back) is type(exc)
+        assert back.status == exc.status and back.to_body() == exc.to_body()
