@@ -33,6 +33,8 @@ from store.schema import connect, migrate
 from store.seen import SeenSet
 from store.writer import Writer
 
+_PULLED_PREFIXES = ("inbox:", "mbox:", "proj:")
+
 
 @dataclass(frozen=True, slots=True)
 class CoreState:
@@ -81,6 +83,10 @@ class Store:
         self._writer = writer
         self._reads = reads
         self._closed = False
+        # Highest seq per origin logged under each key that read quorums pull
+        # (inboxes, mailboxes, projects): lets an in-sync pull answer from
+        # memory. Upper bounds are enough, so collection never lowers them.
+        self._heads: dict[str, dict[str, int]] = {}
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], node_id: str, *,
@@ -104,7 +110,14 @@ class Store:
             executor.shutdown(wait=False)
             raise
         writer.start()
-        return cls(path, node_id, executor, conn, writer, reads)
+        store = cls(path, node_id, executor, conn, writer, reads)
+        rows = await reads.fetchall(
+            "SELECT key, origin, max(seq) FROM oplog WHERE key >= 'inbox:' AND key < 'inbox;'"
+            " OR key >= 'mbox:' AND key < 'mbox;' OR key >= 'proj:' AND key < 'proj;'"
+            " GROUP BY key, origin")
+        for key, origin, seq in rows:
+            store._heads.setdefault(key, {})[origin] = seq
+        return store
 
     async def close(self) -> None:
         """Finish every queued write, then close all connections."""
@@ -124,7 +137,14 @@ class Store:
         batch = list(ops)
         if not batch:
             return []
-        return await self._writer.apply(batch, now_ms)
+        new = await self._writer.apply(batch, now_ms)
+        # Before returning, so that no ack for these ops can precede the head.
+        for op in new:
+            if op.key.startswith(_PULLED_PREFIXES):
+                heads = self._heads.setdefault(op.key, {})
+                if op.seq > heads.get(op.origin, 0):
+                    heads[op.origin] = op.seq
+        return new
 
     def writer_queue_depth(self) -> int:
         return self._writer.queue_depth
@@ -159,6 +179,10 @@ class Store:
         in sync costs a handful of index seeks, not a scan of the key's
         history."""
         floor = vv or {}
+        heads = self._heads.get(key)
+        if vv is not None and key.startswith(_PULLED_PREFIXES) and all(
+                seq <= floor.get(origin, 0) for origin, seq in (heads or {}).items()):
+            return []  # the caller holds everything logged under this key
         known = sorted(floor)
         parts: list[str] = []
         params: list[Any] = []

@@ -45,3 +45,32 @@ async def test_state_ops_after_gc_rebuild_the_same_model(tmp_path: Path) -> None
     for mid in ("m0", "m1", "m2", "m3", "m4"):
         assert got.state(mid) == want.state(mid)
         assert got.message(mid)["body"] == f"body {mid}"
+
+
+async def test_pull_heads_answer_in_sync_callers_and_never_hide_ops(tmp_path: Path) -> None:
+    from store.ops import NOTE_NEW, inbox_key
+
+    key = inbox_key("bob")
+
+    def note(origin: str, seq: int) -> Op:
+        return Op(origin, seq, 5000 + seq, NOTE_NEW, key, {
+            "id": f"{origin}-{seq}", "from": "a", "to": "bob", "namespace": "_inbox/bob",
+            "title": "t", "payload": "p", "priority": 5, "tier": "long", "created_at_ms": 1,
+            "expires_at_ms": None})
+
+    store = await Store.open(tmp_path / "n.db", "node1")
+    try:
+        await store.apply_ops([note("node1", s) for s in (1, 2, 3)], now_ms=10)
+        assert await store.ops_for_key(key, {"node1": 3}) == []
+        assert [o.seq for o in await store.ops_for_key(key, {"node1": 1})] == [2, 3]
+        await store.apply_ops([note("node2", 1)], now_ms=10)
+        # A new origin the caller has never heard of is not hidden.
+        assert [o.op_id for o in await store.ops_for_key(key, {"node1": 3})] == [("node2", 1)]
+    finally:
+        await store.close()
+    reopened = await Store.open(tmp_path / "n.db", "node1")
+    try:  # heads are rebuilt from the log at open
+        assert [o.op_id for o in await reopened.ops_for_key(key, {"node1": 3})] == [("node2", 1)]
+        assert await reopened.ops_for_key(key, {"node1": 3, "node2": 1}) == []
+    finally:
+        await reopened.close()
