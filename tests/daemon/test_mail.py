@@ -285,3 +285,23 @@ async def test_malformed_json_and_oversize(projects) -> None:  # type: ignore[no
     r = await projects.post("/api/v1/messages", data=io.BytesIO(big),
                             headers={"Content-Type": "application/json"})
     assert r.status == 413
+
+
+async def test_owner_sheds_load_beyond_its_queue_bound(projects, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """More requests waiting at a mailbox owner than limits.mailbox_requests_max
+    get a fast 503 with Retry-After instead of queueing past their clients'
+    patience; the others are served and nothing is claimed twice."""
+    for i in range(20):
+        await send(projects, body=f"load-{i}")
+    monkeypatch.setattr(limits, "mailbox_requests_max", 3)
+    # A fresh owner slot: the first pops queue while the mailbox loads.
+    from daemon.app import NODE
+
+    projects.server.app[NODE].core.claims.slots.clear()
+    results = await asyncio.gather(*(pop(projects, request_id=f"burst-{i}") for i in range(20)))
+    statuses = [r.status for r in results]
+    assert 503 in statuses and 200 in statuses, statuses
+    shed = [r for r in results if r.status == 503]
+    assert all(r.headers.get("Retry-After") for r in shed)
+    got = [(await r.json())["message"]["id"] for r in results if r.status == 200]
+    assert len(got) == len(set(got))
