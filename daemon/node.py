@@ -474,6 +474,10 @@ class Node:
             return
         loop = asyncio.get_running_loop()
         now = self.now_ms()
+        # The core counts an op in its vector as soon as it emits the persist;
+        # the read below must not run before those persists commit, or a peer
+        # told "I hold it" would send nothing and the local query would miss it.
+        in_flight = list(self._barriers)
         self._rr = (self._rr + 1) % len(c.peers)
         rotated = [p.node_id for p in c.peers[self._rr:] + c.peers[:self._rr]]
         order = sorted(rotated, key=lambda p: not self.core.detector.alive(p, now))
@@ -516,6 +520,7 @@ class Node:
             self.metrics.inc("read_quorum_failures_total")
             reason = "timeout" if "timeout" in reasons else "unreachable"
             raise QuorumNotMet(got + 1, need + 1, reason)
+        await self._after(in_flight)
 
     async def _pull(self, peer: str, payload: dict[str, Any], timeout_s: float) -> None:
         try:

@@ -72,3 +72,44 @@ def test_forwarded_errors_keep_class_code_and_details() -> None:
         back = decode_error(encode_error(exc))
         assert type(back) is type(exc)
         assert back.status == exc.status and back.to_body() == exc.to_body()
+
+
+async def test_quorum_read_waits_for_persists_already_counted_in_the_vector(
+        tmp_path, aiohttp_server) -> None:  # type: ignore[no-untyped-def]
+    """An op the core already counts (its persist still in flight) must be on
+    disk before a quorum read queries the store: the peer, told the reader
+    holds it, sends nothing."""
+    from aiohttp import web
+
+    from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
+
+    async def pull(_: web.Request) -> web.Response:  # a peer that has nothing to add
+        import msgpack
+        return web.Response(body=msgpack.packb([]), content_type="application/msgpack")
+
+    app = web.Application()
+    app.router.add_post("/peer/v1/pull", pull)
+    peer = await aiohttp_server(app)
+    url = f"http://127.0.0.1:{peer.port}"
+    settings = Settings(store=StoreSettings(db_path=str(tmp_path / "r.db")), cluster=ClusterSettings(
+        node_id="node1", peers=(Member("node2", url), Member("node3", url))))
+    node = Node(settings)
+    await node.start()
+    try:
+        real = node.store.apply_ops
+        gate = asyncio.Event()
+
+        async def slow_apply(ops, now_ms):  # type: ignore[no-untyped-def]
+            await gate.wait()
+            return await real(ops, now_ms)
+
+        node.store.apply_ops = slow_apply  # type: ignore[method-assign]
+        persisting = asyncio.create_task(node.run([Persist((send_op(1),))]))
+        await asyncio.sleep(0)
+        reading = asyncio.create_task(node.read_barrier(KEY))
+        await asyncio.sleep(0.1)
+        assert not reading.done(), "the read went ahead of a persist already in flight"
+        gate.set()
+        await asyncio.gather(persisting, reading)
+    finally:
+        await node.stop()
