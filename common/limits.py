@@ -60,6 +60,10 @@ message_body_max_chars = 8_000
 message_evidence_max_chars = 2_000
 message_list_limit_default = 50
 message_list_limit_max = 200
+admission_timeout_ms = 2000  # one deciding admission hook call (setting per hook)
+admission_timeout_max_ms = 10_000
+admission_hooks_max = 16
+admission_reply_max_bytes = 64 * 1024
 truncation_marker = "\n[…truncated by ai-memory]"
 
 # --- store -----------------------------------------------------------------

@@ -40,6 +40,7 @@ from common.errors import (
     QuorumNotMet,
     Unavailable,
 )
+from daemon.admission import Admission
 from daemon.forwarding import (
     decode_error,
     decode_request,
@@ -51,6 +52,7 @@ from daemon.forwarding import (
 from daemon.metrics import Metrics
 from daemon.peer_client import PeerClient, PeerUnreachable
 from daemon.settings import Settings
+from daemon.webhooks.ssrf import AddressPolicy
 from federation import claim as claim_mod
 from federation.core import NodeCore
 from federation.effects import (
@@ -173,6 +175,7 @@ class Node:
         self.peers = PeerClient(
             self.node_id, {p.node_id: p.url for p in settings.cluster.peers}, settings.cluster.secret)
         self.links: dict[str, PeerLink] = {}
+        self.admission: Admission | None = None
         self._tokens = itertools.count(1)
         self._waiters: dict[int, asyncio.Future[Any]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -192,6 +195,13 @@ class Node:
 
     async def start(self) -> None:
         self.started_at_ms = self.now_ms()
+        hooks = self.settings.webhooks
+        self.admission = Admission(
+            self.settings.mail.admission,
+            AddressPolicy(allow_loopback=hooks.allow_loopback_webhooks,
+                          allow_private=hooks.allow_private_webhooks),
+            self.metrics)
+        await self.admission.start()
         self.store = await Store.open(self.settings.store.db_path, self.node_id)
         state = await self.store.load_core_state()
         c = self.settings.cluster
@@ -232,6 +242,8 @@ class Node:
                 fut.set_exception(Unavailable("node shutting down"))
         self._waiters.clear()
         await self.peers.close()
+        if self.admission is not None:
+            await self.admission.close()
         if self.store is not None:
             await self.store.close()
 

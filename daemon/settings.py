@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from common import limits
 from common.errors import BadRequest
+from daemon.admission import AdmissionHook, parse_hooks
 from daemon.webhooks.config import WebhookSettings
 
 
@@ -79,6 +80,7 @@ class AuthSettings:
 class MailSettings:
     default_workspace: str = "default"
     default_project: str | None = None
+    admission: tuple[AdmissionHook, ...] = ()  # deciding hooks, daemon/admission.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +213,7 @@ def load_settings(
         mail=MailSettings(
             default_workspace=str(c_mail.get("default_workspace", "default")),
             default_project=c_mail.get("default_project"),
+            admission=parse_hooks(c_mail.get("admission")),
         ),
         notify=NotifySettings(tier_ttl_secs=ttl),
         webhooks=webhooks,

@@ -135,6 +135,9 @@ async def send(node: Node, req: SendRequest, *, session_id: str | None,
         "subject": subject or None, "body": body, "nature": req.nature, "evidence": evidence,
         "created_at_ms": node.now_ms(),
     }
+    if node.admission is not None:
+        # Deciding hooks see exactly what would be stored, before anything is.
+        await node.admission.check(op_body)
     op = await node.mailbox(MailSend(mailbox=mailbox_key(req.to_workspace, req.to_project),
                                      body=op_body, cap=limits.mailbox_pending_max))
     stored = op.body if hasattr(op, "body") else op_body
