@@ -87,6 +87,7 @@ claim_timeout_ms = 2000  # waiting for a majority to accept a claim or an epoch
 auth_clock_skew_max_secs = 900  # signed peer requests further off than this are refused (tolerates minutes of skew)
 auth_nonce_cache_max = 100_000
 gc_interval_secs = 30.0
+mailbox_owner_idle_secs = 300.0  # an owner drops an idle mailbox's model (re-acquired on demand)
 mailbox_requests_max = 512  # requests waiting at one mailbox owner; beyond it: 503 + Retry-After (sheds load before clients give up)
 
 # --- webhooks --------------------------------------------------------------

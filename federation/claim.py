@@ -160,6 +160,7 @@ class _Slot:
     held_requests: set[str] = field(default_factory=set)
     confirmed: set[str] = field(default_factory=set)
     confirmed_sends: set[str] = field(default_factory=set)
+    last_used_ms: int = 0
 
     def waiting(self) -> int:
         return len(self.queue) + len(self.parked) + len(self.rounds)
@@ -208,6 +209,8 @@ class Claims:
         if not isinstance(key, str) or not key.startswith("mbox:"):
             return [Reply(token, BadRequest(f"not a mailbox key: {key!r}"))]
         slot = self.slots.get(key)
+        if slot is not None:
+            slot.last_used_ms = now_ms
         if slot is not None and slot.waiting() >= limits.mailbox_requests_max:
             return [Reply(token, Unavailable(
                 f"too many requests waiting for mailbox {key} (limits.mailbox_requests_max)",
@@ -228,7 +231,8 @@ class Claims:
         self.promises[key] = epoch
         self._see(key, epoch)
         slot = _Slot(key=key, role=CANDIDATE, epoch=epoch, model=MailboxModel(key),
-                     deadline_ms=now_ms + self.claim_timeout_ms, promised_by={self.m.self_id})
+                     deadline_ms=now_ms + self.claim_timeout_ms, promised_by={self.m.self_id},
+                     last_used_ms=now_ms)
         slot.queue.append((token, req))
         self.slots[key] = slot
         self._loads[key] = self._loads.get(key, 0) + 1
@@ -553,7 +557,15 @@ class Claims:
     # -- time ------------------------------------------------------------------
     def tick(self, now_ms: int) -> list[Effect]:
         out: list[Effect] = []
+        idle_ms = int(limits.mailbox_owner_idle_secs * 1000)
         for slot in list(self.slots.values()):
+            if (slot.role == OWNER and not slot.waiting()
+                    and now_ms - slot.last_used_ms >= idle_ms):
+                # Memory stays bounded by the mailboxes in use. Giving up a
+                # term is always safe: the next request for this mailbox runs
+                # a new candidacy at a higher epoch and reloads the model.
+                del self.slots[slot.key]
+                continue
             if slot.role == CANDIDATE:
                 if now_ms >= slot.deadline_ms:
                     g = self._reachable(now_ms)

@@ -213,3 +213,23 @@ def test_a_five_node_cluster_claims_with_two_members_down() -> None:
     drop = lambda src, dst, msg: src in down or dst in down  # noqa: E731
     ask(cl, o, 1, MailSend(MB, body("m1")), drop=drop)
     assert ask(cl, o, 2, MailPop(MB), drop=drop)["message"]["id"] == "m1"
+
+
+def test_an_idle_owner_drops_its_model_and_takes_the_mailbox_again_on_demand() -> None:
+    from common import limits
+
+    cl, o = owner_cluster()
+    assert isinstance(ask(cl, o, 1, MailSend(MB, body("m1"))), Op)
+    first_epoch = cl.cores[o].claims.owned()[MB]
+    idle_ms = int(limits.mailbox_owner_idle_secs * 1000)
+    for _ in range(idle_ms // 1000 - 1):  # time passes; sync offers keep peers alive
+        cl.tick(1000)
+        cl.deliver()
+    assert MB in cl.cores[o].claims.owned()  # not idle long enough yet
+    cl.tick(1000)
+    cl.deliver()
+    assert MB not in cl.cores[o].claims.owned()
+    got = ask(cl, o, 2, MailPop(MB, request_id="r1"))
+    cl.deliver()
+    assert got["message"]["id"] == "m1"  # the state came back with the new term
+    assert cl.cores[o].claims.owned()[MB] > first_epoch
