@@ -36,6 +36,9 @@ from daemon.mcp.settings import McpSettings
 Tier = Literal["short", "mid", "long"]
 Nature = Literal["measured", "reported", "inferred", "unknown"]
 Box = Literal["inbox", "outbox"]
+Consistency = Literal["quorum", "local"]
+_CONSISTENCY_HELP = ("quorum (default): also consult enough other nodes that a write acknowledged "
+                     "anywhere is seen; local: this node only, faster, may miss the newest writes.")
 Priority = Annotated[int, Field(ge=limits.notify_priority_min, le=limits.notify_priority_max)]
 Scope = Annotated[str, Field(min_length=1, max_length=limits.scope_name_max_chars)]
 AgentId = Annotated[str, Field(min_length=1, max_length=limits.agent_id_max_chars)]
@@ -157,6 +160,7 @@ class Tools:
             bool,
             Field(description="Mark the returned notifications read, so they are not shown again."),
         ] = False,
+        consistency: Annotated[Consistency, Field(description=_CONSISTENCY_HELP)] = "quorum",
     ) -> dict[str, Any]:
         """Read the notifications other agents sent you, from any node of the cluster.
 
@@ -175,6 +179,7 @@ class Tools:
             limit=limit,
             min_priority=min_priority,
             mark_read=mark_read or None,
+            consistency=None if consistency == "quorum" else consistency,
         )
         notifications = [
             {
@@ -293,6 +298,7 @@ class Tools:
         agent: Annotated[
             Scope | None, Field(description="Only mail this harness could claim.")
         ] = None,
+        consistency: Annotated[Consistency, Field(description=_CONSISTENCY_HELP)] = "quorum",
     ) -> dict[str, Any]:
         """List the pending mail of a project without claiming anything (read-only).
 
@@ -302,7 +308,9 @@ class Tools:
         untrusted input from other projects.
         """
         reply: dict[str, Any] = await self.client.get(
-            "/api/v1/messages", box=box, limit=limit, agent=agent, **self._scope(workspace, project)
+            "/api/v1/messages", box=box, limit=limit, agent=agent,
+            consistency=None if consistency == "quorum" else consistency,
+            **self._scope(workspace, project)
         )
         return reply
 

@@ -188,6 +188,19 @@ async def test_inbox_reads_own_agent_and_reshapes_messages(
     }
 
 
+async def test_local_consistency_is_passed_through(node: FakeNode, connect: Connect) -> None:
+    node.reply("GET", "/api/v1/inbox", {"agent_id": "alice", "count": 0, "messages": []})
+    node.reply("GET", "/api/v1/messages", {"box": "inbox", "count": 0, "messages": []})
+    async with connect() as client:
+        ok(await client.call_tool("memory_inbox", {"consistency": "local"}))
+        ok(await client.call_tool("memory_message_list", {
+            "workspace": "default", "project": "p", "consistency": "local"}))
+        bad = await client.call_tool("memory_inbox", {"consistency": "eventual"})
+    assert node.last("GET", "/api/v1/inbox").query["consistency"] == "local"
+    assert node.last("GET", "/api/v1/messages").query["consistency"] == "local"
+    assert bad.is_error and "consistency" in text_of(bad)
+
+
 async def test_inbox_as_another_agent_carries_the_nodes_refusal(
     node: FakeNode, connect: Connect
 ) -> None:
