@@ -19,10 +19,12 @@ from aiohttp import web
 from pydantic import AfterValidator, Field, StringConstraints
 
 from common import limits
+from common.errors import BadRequest
 from daemon.app import NODE
 from daemon.auth import acting_agent, identify
 from daemon.http_errors import read_json
 from daemon.schemas.ids import check_idempotency_key, check_record_id
+from daemon.schemas.timefmt import rfc3339
 from daemon.validation import AgentId, Namespace, Strict, text
 from daemon.webhooks.events import EVENTS
 from daemon.webhooks.service import Webhooks
@@ -70,6 +72,21 @@ async def unsubscribe(request: web.Request) -> web.Response:
     return web.json_response(await request.app[WEBHOOKS].unsubscribe(sub_id))
 
 
+async def dead_letters(request: web.Request) -> web.Response:
+    """Deliveries that exhausted their retries (kept up to
+    limits.webhook_dead_letter_max, oldest first), for an operator to inspect."""
+    identify(request, request.app[NODE].settings.auth)
+    try:
+        limit = int(request.query.get("limit", "100"))
+    except ValueError:
+        raise BadRequest("limit must be a whole number") from None
+    if not 1 <= limit <= limits.webhook_dead_letter_max:
+        raise BadRequest(f"limit must be 1..{limits.webhook_dead_letter_max}")
+    rows = [{**row, "created_at": rfc3339(int(row.pop("created_at_ms")))}  # type: ignore[call-overload]
+            for row in await request.app[WEBHOOKS].dead_letters(limit)]
+    return web.json_response({"dead_letters": rows, "count": len(rows)})
+
+
 def add_routes(app: web.Application) -> None:
     node = app[NODE]
     hooks = Webhooks(node)
@@ -88,4 +105,5 @@ def add_routes(app: web.Application) -> None:
     app.on_cleanup.append(stop)
     app.router.add_post("/api/v1/subscriptions", subscribe)
     app.router.add_get("/api/v1/subscriptions", list_subscriptions)
+    app.router.add_get("/api/v1/subscriptions/dead-letters", dead_letters)
     app.router.add_delete("/api/v1/subscriptions/{sub_id}", unsubscribe)

@@ -118,6 +118,13 @@ async def test_gives_up_and_moves_on(daemon_factory: Any, receiver: Receiver) ->
     dead = await hooks.dead_letters()
     assert len(dead) == 1 and dead[0]["attempts"] == 2 and dead[0]["last_error"] == "HTTP 502"
     assert "ai_memory_webhook_outbox_dead 1" in d.n.metrics.render()
+    resp = await d.c.get("/api/v1/subscriptions/dead-letters")
+    listed = await resp.json()
+    assert resp.status == 200 and listed["count"] == 1
+    row = listed["dead_letters"][0]
+    assert row["event"] == "memory_store" and row["last_error"] == "HTTP 502"
+    assert row["created_at"].endswith("Z")
+    assert (await d.c.get("/api/v1/subscriptions/dead-letters?limit=0")).status == 400
 
 
 async def test_outbox_survives_restart(daemon_factory: Any, receiver: Receiver) -> None:
