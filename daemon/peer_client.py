@@ -8,7 +8,6 @@ failure detector. Bodies are msgpack both ways.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -61,8 +60,6 @@ class PeerClient:
                     raise PeerUnreachable(peer, f"rejected ({resp.status})")
         except TimeoutError:
             raise PeerUnreachable(peer, "timeout") from None
-        except (aiohttp.ClientError, OSError, asyncio.CancelledError) as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                raise
+        except (aiohttp.ClientError, OSError):
             raise PeerUnreachable(peer, "unreachable") from None
         return msgpack.unpackb(raw, raw=False) if raw else None

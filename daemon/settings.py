@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -222,4 +222,4 @@ def load_settings(
     )
 
 
-__all__ = ["Member", "Settings", "load_settings", "parse_peers", "replace"]
+__all__ = ["Member", "Settings", "load_settings", "parse_peers"]

@@ -140,7 +140,7 @@ async def send(node: Node, req: SendRequest, *, session_id: str | None,
         await node.admission.check(op_body)
     op = await node.mailbox(MailSend(mailbox=mailbox_key(req.to_workspace, req.to_project),
                                      body=op_body, cap=limits.mailbox_pending_max))
-    stored = op.body if hasattr(op, "body") else op_body
+    stored = op.body
     return {
         "message_id": stored["id"],
         "to_workspace": req.to_workspace, "to_project": req.to_project, "to_agent": req.to_agent,

@@ -1,18 +1,14 @@
 """Per-node webhook settings.
 
-The node's :class:`daemon.settings.Settings` may carry a ``webhooks``
-section; :func:`webhook_settings` reads it when present and falls back to
-the defaults here otherwise, so this package works before (and after) the
-settings module grows the section. Production defaults refuse loopback and
-private targets; tests and local hooks on 127.0.0.1 switch
+The node's :class:`daemon.settings.Settings` carries this as its
+``webhooks`` section (``[webhooks]`` in the TOML). Production defaults refuse
+loopback and private targets; tests and local hooks on 127.0.0.1 switch
 ``allow_loopback_webhooks`` on.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from common import limits
 
@@ -37,24 +33,6 @@ class WebhookSettings:
             raise ValueError("webhook retry_max, concurrency and outbox_max must be at least 1")
         if self.dead_letter_max < 0:
             raise ValueError("webhook dead_letter_max must not be negative")
-
-
-def webhook_settings(node_settings: Any) -> WebhookSettings:
-    """The ``webhooks`` section of the node settings, or the defaults.
-
-    A section of another class (say, one the settings module defines) is
-    read field by field, so the two need only agree on names."""
-    section = getattr(node_settings, "webhooks", None)
-    if section is None:
-        return WebhookSettings()
-    if isinstance(section, WebhookSettings):
-        return section
-    known = {f.name for f in dataclasses.fields(WebhookSettings)}
-    if isinstance(section, dict):
-        values = {k: v for k, v in section.items() if k in known}
-    else:
-        values = {k: getattr(section, k) for k in known if hasattr(section, k)}
-    return WebhookSettings(**values)
 
 
 def side_db_path(node_db_path: str, settings: WebhookSettings) -> str:

@@ -23,7 +23,7 @@ from common import limits
 from common.errors import Conflict, NotFound, Unavailable
 from daemon.schemas.ids import record_id
 from daemon.webhooks import outbox
-from daemon.webhooks.config import WebhookSettings, side_db_path, webhook_settings
+from daemon.webhooks.config import WebhookSettings, side_db_path
 from daemon.webhooks.db import WebhookDB
 from daemon.webhooks.dispatcher import Dispatcher
 from daemon.webhooks.registry import Registry, Subscription
@@ -36,7 +36,7 @@ class Webhooks:
     def __init__(self, node: Any, *, settings: WebhookSettings | None = None,
                  resolve: Resolve = system_resolve, rng: random.Random | None = None) -> None:
         self.node = node
-        self.settings = settings or webhook_settings(node.settings)
+        self.settings = settings or node.settings.webhooks
         self.path = side_db_path(str(node.settings.store.db_path), self.settings)
         self._resolve = resolve
         self._rng = rng

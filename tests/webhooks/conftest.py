@@ -27,22 +27,15 @@ FAST = WebhookSettings(allow_loopback_webhooks=True, backoff_base_secs=0.05,
                        backoff_max_secs=0.2, timeout_secs=2.0)
 
 
-@dataclass(frozen=True, slots=True)
-class HookedSettings(Settings):
-    """What ``daemon/settings.py`` is asked to grow: a ``webhooks`` section."""
-
-    webhooks: WebhookSettings = FAST
-
-
-def hooked_settings(db: Path, hooks: WebhookSettings = FAST, **cluster: Any) -> HookedSettings:
-    return HookedSettings(store=StoreSettings(db_path=str(db)),
+def hooked_settings(db: Path, hooks: WebhookSettings = FAST, **cluster: Any) -> Settings:
+    return Settings(store=StoreSettings(db_path=str(db)),
                           cluster=ClusterSettings(node_id="node1", **cluster), webhooks=hooks)
 
 
 class Daemon:
     """A real node plus its app behind a test client; restartable."""
 
-    def __init__(self, settings: HookedSettings) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.node: Node | None = None
         self.client: TestClient[web.Request, web.Application] | None = None
