@@ -19,8 +19,9 @@ from aiohttp import web
 from common import limits
 from common.errors import BadRequest, Forbidden, Unauthorized
 from daemon.settings import AuthSettings
+from daemon.validation import AGENT_ID_RE
 
-_AGENT_RE = re.compile(r"[A-Za-z0-9_\-:@./]+")
+_AGENT_RE = re.compile(AGENT_ID_RE.strip("^$"))
 
 
 @dataclass(frozen=True, slots=True)

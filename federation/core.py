@@ -190,10 +190,7 @@ class NodeCore:
             return []
         self.detector.heard(peer, now_ms)
         if isinstance(msg, Replicate):
-            out = self._intake(msg.ops, now_ms)
-            if msg.ack:
-                out.append(Send(peer, Ack(tuple(op.op_id for op in msg.ops))))
-            return out
+            return self._on_replicate(peer, msg, now_ms)
         if isinstance(msg, Ack):
             return self._complete(self.quorum.ack(peer, msg.op_ids))
         if isinstance(msg, Prepare):
@@ -222,6 +219,9 @@ class NodeCore:
         does not offer anti-entropy to nodes outside its own membership."""
         if self.membership.n != 1 or peer == self.node_id or not isinstance(msg, Replicate):
             return []
+        return self._on_replicate(peer, msg, now_ms)
+
+    def _on_replicate(self, peer: str, msg: Replicate, now_ms: int) -> list[Effect]:
         out = self._intake(msg.ops, now_ms)
         if msg.ack:
             out.append(Send(peer, Ack(tuple(op.op_id for op in msg.ops))))

@@ -111,10 +111,10 @@ class Store:
             raise
         writer.start()
         store = cls(path, node_id, executor, conn, writer, reads)
+        ranges = " OR ".join("key >= ? AND key < ?" for _ in _PULLED_PREFIXES)
+        bounds = [b for p in _PULLED_PREFIXES for b in (p, p[:-1] + chr(ord(p[-1]) + 1))]
         rows = await reads.fetchall(
-            "SELECT key, origin, max(seq) FROM oplog WHERE key >= 'inbox:' AND key < 'inbox;'"
-            " OR key >= 'mbox:' AND key < 'mbox;' OR key >= 'proj:' AND key < 'proj;'"
-            " GROUP BY key, origin")
+            f"SELECT key, origin, max(seq) FROM oplog WHERE {ranges} GROUP BY key, origin", bounds)
         for key, origin, seq in rows:
             store._heads.setdefault(key, {})[origin] = seq
         return store
@@ -161,9 +161,12 @@ class Store:
     async def ops_missing(self, vv: dict[str, int], limit: int) -> list[Op]:
         """Logged ops ``vv`` does not cover, ordered by (origin, seq), at most ``limit``."""
         out: list[Op] = []
-        for origin in sorted(self._writer.seen.origins()):
+        seen = self._writer.seen
+        for origin in sorted(seen.origins()):
             if len(out) >= limit:
                 break
+            if seen.max_seq(origin) <= vv.get(origin, 0):
+                continue  # the peer already holds all we have of this origin
             rows = await self._reads.fetchall(
                 f"SELECT {Q.OP_COLS} FROM oplog WHERE origin = ? AND seq > ? ORDER BY seq LIMIT ?",
                 (origin, vv.get(origin, 0), limit - len(out)))
@@ -426,10 +429,14 @@ class Store:
             params.append(agent)
         return await self._messages(where, params, Q.FIFO, limit)
 
-    async def mailbox_pending_count(self, workspace: str, project: str) -> int:
+    async def mailbox_pending_count(self, workspace: str, project: str,
+                                    agent: str | None = None) -> int:
+        """Pending messages; with ``agent``, only those it may claim."""
+        for_agent = " AND (to_agent IS NULL OR to_agent = ?)" if agent is not None else ""
         row = await self._reads.fetchone(
             "SELECT count(*) FROM messages WHERE to_workspace = ? AND to_project = ?"
-            " AND state = 'pending'", (workspace, project))
+            f" AND state = 'pending'{for_agent}",
+            (workspace, project) if agent is None else (workspace, project, agent))
         return int(row[0]) if row else 0
 
     async def mailbox_messages(self, workspace: str, project: str, *, limit: int,

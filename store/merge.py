@@ -376,10 +376,12 @@ class Replica:
                     and (agent is None or r["to_agent"] is None or r["to_agent"] == agent))
         return [self._view(m) for m in self._fifo(pred)[:limit]]
 
-    def mailbox_pending_count(self, workspace: str, project: str) -> int:
+    def mailbox_pending_count(self, workspace: str, project: str,
+                              agent: str | None = None) -> int:
         return sum(1 for m in self._messages.values()
                    if m.row["to_workspace"] == workspace and m.row["to_project"] == project
-                   and self._state(m.row["id"]) == PENDING)
+                   and self._state(m.row["id"]) == PENDING
+                   and (agent is None or m.row["to_agent"] in (None, agent)))
 
     def mailbox_messages(self, workspace: str, project: str, *, limit: int,
                          offset: int = 0) -> list[dict[str, Any]]:

@@ -129,15 +129,3 @@ def unpack_body(raw: bytes) -> dict[str, Any]:
     if not isinstance(out, dict):
         raise ValueError("op body is not a map")
     return out
-
-
-def pack_ops(ops: list[Op]) -> bytes:
-    packed: bytes = msgpack.packb([op.to_wire() for op in ops], use_bin_type=True)
-    return packed
-
-
-def unpack_ops(raw: bytes) -> list[Op]:
-    items = msgpack.unpackb(raw, raw=False)
-    if not isinstance(items, list):
-        raise ValueError("ops payload is not a list")
-    return [Op.from_wire(item) for item in items]

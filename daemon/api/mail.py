@@ -12,6 +12,7 @@ from common.randomid import uuid4
 from daemon.app import NODE
 from daemon.auth import identify
 from daemon.http_errors import query_model, read_json
+from daemon.schemas.ids import check_idempotency_key
 from daemon.schemas.timefmt import rfc3339
 from daemon.services import mail
 from daemon.validation import AgentId, Lenient, RequestId, ScopeName, Strict, text
@@ -108,7 +109,7 @@ async def send(request: web.Request) -> web.Response:
     out = await mail.send(
         node, mail.SendRequest(**body.model_dump()), session_id=_session(request),
         owner_user=identity.agent_id if identity.verified else None,
-        idempotency_key=request.headers.get("Idempotency-Key"))
+        idempotency_key=check_idempotency_key(request.headers.get("Idempotency-Key")))
     return web.json_response(out, status=201)
 
 

@@ -19,13 +19,12 @@ from aiohttp import web
 from pydantic import AfterValidator, Field, StringConstraints
 
 from common import limits
-from common.errors import BadRequest
 from daemon.app import NODE
 from daemon.auth import acting_agent, identify
-from daemon.http_errors import read_json
+from daemon.http_errors import query_model, read_json
 from daemon.schemas.ids import check_idempotency_key, check_record_id
 from daemon.schemas.timefmt import rfc3339
-from daemon.validation import AgentId, Namespace, Strict, text
+from daemon.validation import AgentId, Lenient, Namespace, Strict, text
 from daemon.webhooks.events import EVENTS
 from daemon.webhooks.service import Webhooks
 
@@ -72,18 +71,18 @@ async def unsubscribe(request: web.Request) -> web.Response:
     return web.json_response(await request.app[WEBHOOKS].unsubscribe(sub_id))
 
 
+class DeadLettersQuery(Lenient):
+    limit: Annotated[int, Field(ge=1, le=limits.webhook_dead_letter_max)] = 100
+
+
 async def dead_letters(request: web.Request) -> web.Response:
     """Deliveries that exhausted their retries (kept up to
     limits.webhook_dead_letter_max, oldest first), for an operator to inspect."""
     identify(request, request.app[NODE].settings.auth)
-    try:
-        limit = int(request.query.get("limit", "100"))
-    except ValueError:
-        raise BadRequest("limit must be a whole number") from None
-    if not 1 <= limit <= limits.webhook_dead_letter_max:
-        raise BadRequest(f"limit must be 1..{limits.webhook_dead_letter_max}")
-    rows = [{**row, "created_at": rfc3339(int(row.pop("created_at_ms")))}  # type: ignore[call-overload]
-            for row in await request.app[WEBHOOKS].dead_letters(limit)]
+    q = query_model(request, DeadLettersQuery)
+    rows = [{**{k: v for k, v in row.items() if k != "created_at_ms"},
+             "created_at": rfc3339(int(str(row["created_at_ms"])))}
+            for row in await request.app[WEBHOOKS].dead_letters(q.limit)]
     return web.json_response({"dead_letters": rows, "count": len(rows)})
 
 

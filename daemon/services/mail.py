@@ -265,8 +265,7 @@ async def cancel(node: Node, *, workspace: str | None, project: str | None,
 # -- notices ------------------------------------------------------------------------
 
 async def pending_count(node: Node, scope: Scope, harness: str | None) -> int:
-    return len(await node.store.mailbox_pending(
-        scope.workspace, scope.project, limit=limits.mailbox_pending_max, agent=harness))
+    return await node.store.mailbox_pending_count(scope.workspace, scope.project, harness)
 
 
 async def handoff_notice(node: Node, *, workspace: str | None, project: str | None,

@@ -180,9 +180,6 @@ class Dispatcher:
                 log.exception("webhooks: pruning expired memory versions failed")
 
     # -- delivery -------------------------------------------------------------------
-    def wake(self) -> None:
-        self._wake.set()
-
     async def _delivery_loop(self) -> None:
         while True:
             self._wake.clear()

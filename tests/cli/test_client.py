@@ -70,7 +70,7 @@ def test_error_statuses_map_to_the_error_tree(
     assert caught.value.details["status"] == status
     if isinstance(body, dict):
         assert caught.value.message == body["error"]
-        assert caught.value.code == body.get("code", caught.value.code)
+        assert caught.value.code == body.get("code", cls.code)
     else:
         assert caught.value.message == body
 
