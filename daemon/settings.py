@@ -53,6 +53,12 @@ class ClusterSettings:
     quorum_timeout_ms: int = limits.quorum_timeout_ms_default
     catchup_interval_secs: float = limits.catchup_interval_secs_default
     secret: str | None = None  # shared secret that signs peer requests
+    # Derived once (it is read on every peer request), not a setting.
+    _members: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        members = tuple(sorted({self.node_id, *(p.node_id for p in self.peers)}))
+        object.__setattr__(self, "_members", members)
 
     @property
     def enabled(self) -> bool:
@@ -60,7 +66,7 @@ class ClusterSettings:
 
     @property
     def member_ids(self) -> tuple[str, ...]:
-        return tuple(sorted({self.node_id, *(p.node_id for p in self.peers)}))
+        return self._members
 
     @property
     def w(self) -> int:
