@@ -20,7 +20,7 @@ from common import limits
 from common.errors import BadRequest
 from daemon.app import NODE
 from daemon.http_errors import query_model, read_json
-from daemon.schemas.memories import memory_json
+from daemon.schemas.memories import Confidence, Metadata, Source, Tags, Title, memory_json
 from daemon.schemas.timefmt import parse_rfc3339, rfc3339
 from daemon.validation import AgentId, Lenient, Namespace, Priority, Strict, Tier, text
 from store.ops import MEM_DEL, MEM_PUT, mem_key
@@ -29,17 +29,18 @@ RecordId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0
 
 
 class PushedMemory(Strict):
+    """The upstream ``Memory`` shape, held to the same field rules as a create."""
+
     id: RecordId
-    title: text(limits.memory_title_max_chars, min_chars=1)  # type: ignore[valid-type]
+    title: Title  # type: ignore[valid-type]
     content: text(limits.memory_content_max_chars)  # type: ignore[valid-type]
     tier: Tier = "mid"
     namespace: Namespace = "global"
-    tags: list[Annotated[str, Field(max_length=limits.tag_max_chars)]] = Field(
-        default_factory=list, max_length=limits.tags_max)
+    tags: Tags = Field(default_factory=list)
     priority: Priority = 5
-    confidence: Annotated[float, Field(ge=0, le=1)] = 1.0
-    source: Annotated[str, Field(max_length=64)] = "sync"
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    confidence: Confidence = 1.0
+    source: Source = "sync"  # type: ignore[valid-type]
+    metadata: Metadata = Field(default_factory=dict)
     created_at: str
     updated_at: str
     expires_at: str | None = None

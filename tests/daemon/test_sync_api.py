@@ -36,7 +36,9 @@ async def test_push_is_insert_if_newer_and_deletes_stay(client) -> None:  # type
 
 async def test_push_bad_input(client) -> None:  # type: ignore[no-untyped-def]
     for body in ({"memories": [MEM]}, {"sender_agent_id": "p", "memories": [{"id": "x"}]},
-                 {"sender_agent_id": "p", "memories": [{**MEM, "updated_at": "yesterday"}]}):
+                 {"sender_agent_id": "p", "memories": [{**MEM, "updated_at": "yesterday"}]},
+                 {"sender_agent_id": "p", "memories": [{**MEM, "tags": ["a,b"]}]},
+                 {"sender_agent_id": "p", "memories": [{**MEM, "title": "t\x00"}]}):
         r = await client.post("/api/v1/sync/push", json=body)
         assert r.status == 400, body
     page = await (await client.get("/api/v1/sync/since")).json()
