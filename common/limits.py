@@ -55,6 +55,9 @@ agent_seen_tracked_max = 100_000  # agents the last_seen throttle remembers per 
 # --- project mail ----------------------------------------------------------
 mailbox_pending_max = 256  # pending messages per recipient mailbox (exact)
 mailbox_history_load_max = 10_000  # decided messages an owner loads at takeover (request-id retries)
+mailbox_empty_decisions_max = 10_000  # "nothing pending" pop decisions an owner keeps (and loads) per mailbox
+pop_empty_keep_secs = 3600.0  # a node keeps a "nothing pending" pop decision this long, then purges it
+mailbox_request_ttl_secs = 1200.0  # a forwarded mailbox request older than this (sender's clock) is refused
 message_subject_max_chars = 200
 message_body_max_chars = 8_000
 message_evidence_max_chars = 2_000
@@ -114,3 +117,12 @@ cluster_status_timeout_secs = 3.0  # `cluster status`: per-member status request
 # --- MCP server (`ai-memory mcp`) -------------------------------------------
 mcp_http_timeout_secs = 30.0  # one forwarded HTTP request to the node, connect + response
 mcp_retry_wait_max_secs = 5.0  # longest Retry-After honoured before the one retry of a pop / create
+
+
+# --- how limits relate ----------------------------------------------------
+# A late copy of a forwarded pop must meet its decision: the owner refuses
+# copies older than the TTL (which allows for the clock skew peers tolerate),
+# and the decision outlives that on every node, whose clocks may differ from
+# the sender's and the decider's by that skew again.
+assert mailbox_request_ttl_secs > auth_clock_skew_max_secs
+assert pop_empty_keep_secs > mailbox_request_ttl_secs + 2 * auth_clock_skew_max_secs

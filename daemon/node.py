@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -270,7 +271,9 @@ class Node:
         while True:
             await asyncio.sleep(limits.expired_purge_interval_secs)
             try:
-                await self.store.purge_expired(self.now_ms())
+                now = self.now_ms()
+                await self.store.purge_expired(
+                    now, empty_before_ms=now - int(limits.pop_empty_keep_secs * 1000))
             except Exception:
                 log.exception("purge of expired notifications failed")
 
@@ -545,7 +548,14 @@ class Node:
             await self.run(self.core.on_message(peer, Replicate(ops=ops, ack=False), self.now_ms()))
 
     async def mailbox(self, req: Any, hops: int = 0) -> Any:
-        """Run a mailbox request at the mailbox's owner."""
+        """Run a mailbox request at the mailbox's owner. The entry node stamps
+        it with its clock; an owner refuses copies older than
+        ``limits.mailbox_request_ttl_secs``. A forward that times out is
+        tried at the next member with the same request (and request id): the
+        owner decides each pop's request id once, "nothing pending"
+        included, so a copy that arrives late meets the same answer."""
+        if req.sent_at_ms is None:
+            req = dataclasses.replace(req, sent_at_ms=self.now_ms())
         key = req.mailbox
         tried: set[str] = set()
         order = self.core.membership.rendezvous(key)
@@ -581,8 +591,11 @@ class Node:
         raw = await self.peers.call(
             owner, "/peer/v1/mailbox", {"req": encode_request(req), "hops": hops + 1},
             timeout_s=limits.claim_timeout_ms / 1000 + limits.peer_request_timeout_secs)
-        if "err" in raw:
+        if isinstance(raw, dict) and "err" in raw:
             raise decode_error(raw["err"])
+        if not isinstance(raw, dict) or not isinstance(raw.get("ok"), dict):
+            raise Unavailable("the mailbox owner's answer was unreadable; retry with the same "
+                              "request id", retry_after=0.5)
         return decode_result(raw["ok"])
 
     async def handle_forwarded(self, raw: dict[str, Any]) -> dict[str, Any]:

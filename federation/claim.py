@@ -36,6 +36,13 @@ that asserts a terminal state (a pop result, a cancel) is given only for a
 terminal op a majority accepted in the current term; an older or
 unconfirmed one is first re-issued at the current epoch.
 
+A pop's request id is decided once, cluster-wide: "nothing pending" is a
+decision too (a ``msg.empty`` op, accepted by a majority before the reply),
+so a retried or late copy of the request meets the same answer at any
+later owner instead of claiming whatever was sent in between. A request
+older than ``limits.mailbox_request_ttl_secs`` by its sender's clock is
+refused, so no copy outlives the decisions kept to answer it.
+
 Pure: time is ``now_ms``, randomness is the seeded ``rng`` (retry jitter),
 output is a list of effects. The host (:class:`federation.core.NodeCore`)
 allocates op ids and routes messages here.
@@ -79,7 +86,15 @@ from federation.messages import (
     PromiseNack,
     Rejected,
 )
-from store.ops import MAILBOX_KINDS, MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op, mailbox_key
+from store.ops import (
+    MAILBOX_KINDS,
+    MSG_CANCEL,
+    MSG_CLAIM,
+    MSG_EMPTY,
+    MSG_SEND,
+    Op,
+    mailbox_key,
+)
 
 OpId = tuple[str, int]
 
@@ -95,19 +110,22 @@ class MailSend:
     mailbox: str
     body: dict[str, Any]
     cap: int = limits.mailbox_pending_max
+    sent_at_ms: int | None = None  # the entry node's clock when the client asked
 
 
 @dataclass(frozen=True, slots=True)
 class MailPop:
     """Claim the oldest pending message ``agent`` may take, or ``message_id``.
     ``claimer`` holds ``claimer_session`` / ``claimer_agent`` for the claim
-    record. Retrying with the same ``request_id`` returns the same message."""
+    record. Retrying with the same ``request_id`` returns the same message,
+    or the same "nothing pending"."""
 
     mailbox: str
     request_id: str | None = None
     message_id: str | None = None
     agent: str | None = None
     claimer: dict[str, Any] = field(default_factory=dict)
+    sent_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +137,7 @@ class MailCancel:
     message_ids: tuple[str, ...] | None
     by_workspace: str
     by_project: str
+    sent_at_ms: int | None = None
 
 
 MailRequest = MailSend | MailPop | MailCancel
@@ -140,6 +159,7 @@ class _Round:
     confirms: frozenset[str]  # messages whose terminal decision this round confirms
     confirms_sends: frozenset[str]
     terminals: tuple[Op, ...]  # ops to merge into the model on success
+    confirms_empty: str | None = None  # a request id decided "nothing pending"
 
 
 @dataclass(slots=True)
@@ -160,6 +180,7 @@ class _Slot:
     held_requests: set[str] = field(default_factory=set)
     confirmed: set[str] = field(default_factory=set)
     confirmed_sends: set[str] = field(default_factory=set)
+    confirmed_empty: set[str] = field(default_factory=set)  # request ids
     last_used_ms: int = 0
 
     def waiting(self) -> int:
@@ -208,6 +229,11 @@ class Claims:
         key = req.mailbox
         if not isinstance(key, str) or not key.startswith("mbox:"):
             return [Reply(token, BadRequest(f"not a mailbox key: {key!r}"))]
+        sent = req.sent_at_ms
+        if sent is not None and now_ms - sent > limits.mailbox_request_ttl_secs * 1000:
+            return [Reply(token, Unavailable(
+                f"mailbox request sent {(now_ms - sent) // 1000} s ago by its entry node's clock, "
+                "older than limits.mailbox_request_ttl_secs; not served", retry_after=1.0))]
         slot = self.slots.get(key)
         if slot is not None:
             slot.last_used_ms = now_ms
@@ -321,7 +347,14 @@ class Claims:
         if rid is not None:
             if rid in slot.held_requests:
                 return self._park(slot, token, req)
-            prior = model.claim_by_request(rid)
+            decided = model.decision(rid)
+            if decided is not None and decided[0] is None:
+                if rid in slot.confirmed_empty:
+                    return [Reply(token, None)]
+                # Decided "nothing pending" before this term, maybe only on a
+                # minority: re-issue that decision at this epoch, then answer it.
+                return self._decide_empty(slot, token, req, now_ms)
+            prior = None if decided is None else decided[0]
             if prior is not None:
                 if prior in slot.held:
                     return self._park(slot, token, req)
@@ -356,12 +389,26 @@ class Claims:
         else:
             mid = model.first_pending(req.agent, slot.held)
             if mid is None:
-                return [Reply(token, None)]
+                if rid is None:
+                    return [Reply(token, None)]
+                return self._decide_empty(slot, token, req, now_ms)
         body = {**req.claimer, "id": mid, "request_id": rid, "at_ms": now_ms}
         op = self._new_op(MSG_CLAIM, slot.key, body, slot.epoch, now_ms)
         return self._issue(slot, (self._send_of(slot, mid), op), (op,), now_ms, token=token,
                            value={"message": model.message(mid), "claim": dict(op.body)},
                            holds={mid}, request_id=rid, confirms={mid}, terminals=(op,))
+
+    def _decide_empty(self, slot: _Slot, token: Any, req: MailPop, now_ms: int) -> list[Effect]:
+        """Record, on a majority, that pop ``req.request_id`` found nothing;
+        answer None once they hold it."""
+        assert req.request_id is not None
+        body = {"request_id": req.request_id,
+                "claimer_session": req.claimer.get("claimer_session"),
+                "claimer_agent": req.claimer.get("claimer_agent"), "at_ms": now_ms}
+        op = self._new_op(MSG_EMPTY, slot.key, body, slot.epoch, now_ms)
+        return self._issue(slot, (op,), (op,), now_ms, token=token, value=None, holds=(),
+                           request_id=req.request_id, terminals=(op,),
+                           confirms_empty=req.request_id)
 
     def _cancel(self, slot: _Slot, token: Any, req: MailCancel, now_ms: int) -> list[Effect]:
         model = slot.model
@@ -416,14 +463,15 @@ class Claims:
     def _issue(self, slot: _Slot, ops: tuple[Op, ...], new: tuple[Op, ...], now_ms: int, *,
                token: Any, value: Any, holds: Iterable[str], request_id: str | None = None,
                confirms: Iterable[str] = (), confirms_sends: Iterable[str] = (),
-               terminals: tuple[Op, ...] = ()) -> list[Effect]:
+               terminals: tuple[Op, ...] = (), confirms_empty: str | None = None,
+               ) -> list[Effect]:
         """Start an accept round for ``ops`` (``new`` are this node's fresh
         ops, persisted first)."""
         rnd = _Round(ops=ops, accepted={self.m.self_id},
                      deadline_ms=now_ms + self.claim_timeout_ms, token=token, value=value,
                      holds=frozenset(holds), request_id=request_id,
                      confirms=frozenset(confirms), confirms_sends=frozenset(confirms_sends),
-                     terminals=terminals)
+                     terminals=terminals, confirms_empty=confirms_empty)
         rid = tuple(op.op_id for op in ops)
         slot.rounds[rid] = rnd
         for mid in rnd.holds:
@@ -451,6 +499,10 @@ class Claims:
             slot.model.apply(rnd.terminals)
             slot.confirmed.update(rnd.confirms)
             slot.confirmed_sends.update(rnd.confirms_sends)
+            if rnd.confirms_empty is not None:
+                if len(slot.confirmed_empty) >= limits.mailbox_empty_decisions_max:
+                    slot.confirmed_empty.clear()  # bounded: a retry re-issues its decision
+                slot.confirmed_empty.add(rnd.confirms_empty)
             out: list[Effect] = [Reply(rnd.token, rnd.value)]
         else:
             out = [Reply(rnd.token, error)]

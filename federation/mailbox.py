@@ -11,7 +11,14 @@ promises, received later) with the same rules as :mod:`store.merge`:
 * ``msg.claim`` / ``msg.cancel`` are terminal: the op of greatest
   ``(epoch, hlc, origin, seq)`` decides the message, and a terminal op may
   arrive before its send;
-* a message is pending while its send is known and no terminal op is.
+* a message is pending while its send is known and no terminal op is;
+* ``msg.empty`` records that pop ``request_id`` found nothing: per request
+  id the greatest ``(epoch, hlc, origin, seq)`` is kept. A request id's
+  *decision* is the greatest-ranked of its empty op and the winning claims
+  that carry it, so every owner that holds the same ops answers a retried
+  (or late) copy of the request the same way. At most
+  ``limits.mailbox_empty_decisions_max`` are kept per model (the oldest go
+  first, by ``at_ms``).
 
 Merging is idempotent and order-free, so the model may be fed the same op
 twice or out of order. The pending set is a sorted list (bisect), so the
@@ -25,7 +32,8 @@ import bisect
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op
+from common import limits
+from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_SEND, Op
 
 PENDING = "pending"
 CLAIMED = "claimed"
@@ -43,10 +51,14 @@ def _terminal_rank(op: Op) -> tuple[int, int, str, int]:
 
 
 class MailboxModel:
-    __slots__ = ("_by_request", "_pending", "_sends", "_terminals", "key")
+    __slots__ = ("_by_request", "_empties", "_empty_max", "_pending", "_sends", "_terminals",
+                 "key")
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, empty_max: int = limits.mailbox_empty_decisions_max) -> None:
         self.key = key
+        self._empty_max = empty_max
+        # request id -> its greatest-ranked msg.empty op
+        self._empties: dict[str, Op] = {}
         self._sends: dict[str, Op] = {}
         self._terminals: dict[str, Op] = {}
         self._pending: list[_FifoEntry] = []
@@ -62,6 +74,19 @@ class MailboxModel:
                 self._apply_send(op)
             elif op.kind in (MSG_CLAIM, MSG_CANCEL):
                 self._apply_terminal(op)
+            elif op.kind == MSG_EMPTY:
+                self._apply_empty(op)
+
+    def _apply_empty(self, op: Op) -> None:
+        rid = str(op.body["request_id"])
+        cur = self._empties.get(rid)
+        if cur is not None and _terminal_rank(cur) >= _terminal_rank(op):
+            return
+        self._empties[rid] = op
+        if len(self._empties) > self._empty_max:
+            oldest = min(self._empties, key=lambda r: (int(self._empties[r].body.get("at_ms") or 0),
+                                                        _terminal_rank(self._empties[r])))
+            del self._empties[oldest]
 
     def _apply_send(self, op: Op) -> None:
         mid = str(op.body["id"])
@@ -153,6 +178,22 @@ class MailboxModel:
             if body.get("from_workspace") == workspace and body.get("from_project") == project:
                 out.append(entry[3])
         return out
+
+    def decision(self, request_id: str) -> tuple[str | None, Op] | None:
+        """How pop ``request_id`` was decided, as far as this model knows:
+        ``(message id, claim op)`` or ``(None, empty op)``, whichever ranks
+        higher; None if it was not decided."""
+        mid = self.claim_by_request(request_id)
+        claim = None if mid is None else self._terminals[mid]
+        empty = self._empties.get(request_id)
+        if empty is not None and (claim is None or _terminal_rank(empty) > _terminal_rank(claim)):
+            return None, empty
+        if mid is not None and claim is not None:
+            return mid, claim
+        return None
+
+    def empty_count(self) -> int:
+        return len(self._empties)
 
     def claim_by_request(self, request_id: str) -> str | None:
         """The message whose winning claim carries ``request_id``; if several

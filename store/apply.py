@@ -21,6 +21,7 @@ from typing import Any
 from store import ops as K
 from store.ops import Op
 from store.records import (
+    empty_row,
     is_expired,
     memory_row,
     message_row,
@@ -121,6 +122,18 @@ _TERM_UPSERT = (
 )
 
 
+_EMPTY_COLS = ("mailbox", "request_id", "epoch", "hlc", "origin", "seq", "claimer_session",
+               "claimer_agent", "at_ms")
+_EMPTY_UPSERT = (
+    f"INSERT INTO pop_empty ({', '.join(_EMPTY_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in _EMPTY_COLS)}) "
+    "ON CONFLICT (mailbox, request_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _EMPTY_COLS[2:])
+    + " WHERE (excluded.epoch, excluded.hlc, excluded.origin, excluded.seq)"
+    " > (pop_empty.epoch, pop_empty.hlc, pop_empty.origin, pop_empty.seq)"
+)
+
+
 def _stamp(op: Op) -> dict[str, Any]:
     return {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
 
@@ -186,6 +199,10 @@ def _msg_terminal(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
               " WHERE id = ?1", (msg_id,))
 
 
+def _msg_empty(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    c.execute(_EMPTY_UPSERT, {**empty_row(op), **_stamp(op)})
+
+
 _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MEM_PUT: _mem_put,
     K.MEM_DEL: _mem_del,
@@ -197,6 +214,7 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MSG_SEND: _msg_send,
     K.MSG_CLAIM: _msg_terminal,
     K.MSG_CANCEL: _msg_terminal,
+    K.MSG_EMPTY: _msg_empty,
 }
 
 

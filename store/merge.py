@@ -39,13 +39,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from common import limits
 from store import ops as K
 from store.ops import Op
 from store.records import (
     CLAIMED,
+    EMPTY_FIELDS,
     PENDING,
     Rank,
     TerminalRank,
+    empty_row,
     is_expired,
     lww_rank,
     memory_row,
@@ -108,6 +111,8 @@ class Replica:
         self._harnesses: dict[tuple[str, str, str], list[int]] = {}
         self._messages: dict[str, _Message] = {}
         self._terminals: dict[str, _Terminal] = {}
+        # (mailbox key, request id) -> the winning msg.empty op
+        self._empties: dict[tuple[str, str], Op] = {}
         self._promises: dict[str, int] = {}
 
     # -- applying ops --------------------------------------------------------
@@ -157,6 +162,11 @@ class Replica:
             cur = self._terminals.get(msg_id)
             if cur is None or terminal_rank(op) > cur.rank:
                 self._terminals[msg_id] = _Terminal(terminal_rank(op), terminal_row(op))
+        elif kind == K.MSG_EMPTY:
+            slot = (op.key, str(op.body["request_id"]))
+            cur_empty = self._empties.get(slot)
+            if cur_empty is None or terminal_rank(op) > terminal_rank(cur_empty):
+                self._empties[slot] = op
         else:
             raise ValueError(f"unknown op kind {kind!r}")
 
@@ -201,12 +211,18 @@ class Replica:
 
     # -- local maintenance ---------------------------------------------------
 
-    def purge_expired(self, now_ms: int) -> int:
-        """Drop expired notifications (and their read marks); return how many."""
+    def purge_expired(self, now_ms: int, empty_before_ms: int | None = None) -> int:
+        """Drop expired notifications (and their read marks); return how many.
+        With ``empty_before_ms``, also the "nothing pending" pop decisions
+        taken before it (not counted)."""
         gone = [n.row for n in self._notes.values() if is_expired(n.row["expires_at_ms"], now_ms)]
         for row in gone:
             del self._notes[row["id"]]
             self._reads.discard((row["to"], row["id"]))
+        if empty_before_ms is not None:
+            for slot in [k for k, op in self._empties.items()
+                         if empty_row(op)["at_ms"] < empty_before_ms]:
+                del self._empties[slot]
         return len(gone)
 
     def gc(self, floor_vv: dict[str, int]) -> int:
@@ -410,6 +426,62 @@ class Replica:
         found = self._fifo(pred)
         return self._view(found[0]) if found else None
 
+    def mailbox_state_ops(self, workspace: str, project: str, *, history_max: int,
+                          empty_max: int = limits.mailbox_empty_decisions_max) -> list[Op]:
+        """The mailbox's merged state as ops, as :meth:`store.db.Store.mailbox_state_ops`
+        synthesises them: every pending message's send, the send and winning
+        terminal of the ``history_max`` most recently decided ones, and the
+        ``empty_max`` latest "nothing pending" decisions. Owners rebuild from
+        this, never from the op log, which is collected."""
+        key = K.mailbox_key(workspace, project)
+        mine = [m for m in self._messages.values()
+                if m.row["to_workspace"] == workspace and m.row["to_project"] == project]
+        decided = sorted((m for m in mine if m.row["id"] in self._terminals),
+                         key=lambda m: self._terminals[m.row["id"]].rank[1:], reverse=True)
+        out: list[Op] = []
+        for m in [m for m in mine if m.row["id"] not in self._terminals] + decided[:history_max]:
+            row = m.row
+            out.append(Op(m.rank[1], m.rank[2], m.rank[0], K.MSG_SEND, key, dict(row), m.epoch))
+            term = self._terminals.get(row["id"])
+            if term is None:
+                continue
+            epoch, hlc, origin, seq = term.rank
+            t = term.row
+            if t["state"] == CLAIMED:
+                body = {"id": row["id"], "claimer_session": t["claimed_by_session"],
+                        "claimer_agent": t["claimed_by_agent"], "request_id": t["request_id"],
+                        "at_ms": t["claimed_at_ms"]}
+                out.append(Op(origin, seq, hlc, K.MSG_CLAIM, key, body, epoch))
+            else:
+                body = {"id": row["id"], "by_workspace": row["from_workspace"],
+                        "by_project": row["from_project"], "at_ms": t["cancelled_at_ms"]}
+                out.append(Op(origin, seq, hlc, K.MSG_CANCEL, key, body, epoch))
+        empties = sorted((op for (k, _), op in self._empties.items() if k == key),
+                         key=lambda op: (empty_row(op)["at_ms"], op.hlc, op.origin, op.seq),
+                         reverse=True)
+        out += [Op(op.origin, op.seq, op.hlc, K.MSG_EMPTY, key,
+                   {name: empty_row(op)[name] for name in EMPTY_FIELDS}, op.epoch)
+                for op in empties[:empty_max]]
+        return out
+
+    def pop_decision(self, mailbox: str, request_id: str) -> tuple[str, str | None] | None:
+        """How this replica records pop ``request_id`` of ``mailbox``:
+        ``("claimed", message id)`` or ``("empty", None)``, whichever op ranks
+        higher (the rule :class:`federation.mailbox.MailboxModel` decides by);
+        None if neither is known."""
+        best: tuple[TerminalRank, tuple[str, str | None]] | None = None
+        for mid, term in self._terminals.items():
+            msg = self._messages.get(mid)
+            if (term.row["state"] == CLAIMED and term.row["request_id"] == request_id
+                    and msg is not None
+                    and K.mailbox_key(msg.row["to_workspace"], msg.row["to_project"]) == mailbox
+                    and (best is None or term.rank > best[0])):
+                best = (term.rank, ("claimed", mid))
+        empty = self._empties.get((mailbox, request_id))
+        if empty is not None and (best is None or terminal_rank(empty) > best[0]):
+            best = (terminal_rank(empty), ("empty", None))
+        return None if best is None else best[1]
+
     # -- comparison ----------------------------------------------------------------
 
     def snapshot(self, now_ms: int | None = None) -> dict[str, Any]:
@@ -437,7 +509,14 @@ class Replica:
             "messages": {k: {**v.row, "order": v.order, "epoch": v.epoch}
                          for k, v in self._messages.items()},
             "terminals": {k: v.row for k, v in self._terminals.items()},
+            "empties": {k: _empty_snapshot(op) for k, op in self._empties.items()},
         }
+
+
+def _empty_snapshot(op: Op) -> dict[str, Any]:
+    row = empty_row(op)
+    return {**{k: row[k] for k in EMPTY_FIELDS}, "epoch": op.epoch,
+            "rank": (op.hlc, op.origin, op.seq)}
 
 
 def _keep_lowest(table: dict[str, _Ranked], key: str, rank: Rank, row: dict[str, Any]) -> None:

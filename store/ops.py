@@ -30,11 +30,17 @@ msg.send        id, to_workspace, to_project, to_agent, from_workspace,
                 order (FIFO) is (hlc, origin) of this op.
 msg.claim       id, claimer_session, claimer_agent, request_id, at_ms.
 msg.cancel      id, by_workspace, by_project, at_ms.
+msg.empty       request_id, claimer_session, claimer_agent, at_ms. The
+                owner's decision that pop ``request_id`` found nothing to
+                claim. Per (mailbox, request id) the greatest
+                ``(epoch, hlc, origin, seq)`` is kept; local rows older
+                than ``limits.pop_empty_keep_secs`` are purged.
 ==============  ===========================================================
 
 A message's state: pending until any terminal op (claim or cancel) is
 known; then the terminal op with the greatest ``(epoch, hlc, origin)``
-decides it. Only an owner holding ``epoch`` issues mailbox ops, and a claim
+decides it. A pop's request id is decided once too: by the greatest-ranked
+of the claims that carry it and the ``msg.empty`` ops that name it. Only an owner holding ``epoch`` issues mailbox ops, and a claim
 is acknowledged only once a majority accepted it at that epoch, so an
 acknowledged terminal op is never outranked (docs/federation.md).
 
@@ -59,12 +65,13 @@ SESSION_START: Final = "session.start"
 MSG_SEND: Final = "msg.send"
 MSG_CLAIM: Final = "msg.claim"
 MSG_CANCEL: Final = "msg.cancel"
+MSG_EMPTY: Final = "msg.empty"
 
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
-     MSG_SEND, MSG_CLAIM, MSG_CANCEL}
+     MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_EMPTY}
 )
-MAILBOX_KINDS: Final = frozenset({MSG_SEND, MSG_CLAIM, MSG_CANCEL})
+MAILBOX_KINDS: Final = frozenset({MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_EMPTY})
 TERMINAL_KINDS: Final = frozenset({MSG_CLAIM, MSG_CANCEL})
 
 

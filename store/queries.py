@@ -31,7 +31,7 @@ OP_COLS = "origin, seq, hlc, kind, key, epoch, body"
 FIFO = "m.hlc, m.origin, m.seq"
 NOT_EXPIRED = "(expires_at_ms IS NULL OR expires_at_ms > :now)"
 
-STAT_TABLES = ("oplog", "memories", "mem_tombstones", "notes", "note_reads", "agents",
+STAT_TABLES = ("oplog", "memories", "mem_tombstones", "notes", "note_reads", "agents", "pop_empty",
                "sessions", "project_harnesses", "messages", "msg_terminal", "promises")
 
 

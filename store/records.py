@@ -143,6 +143,17 @@ def terminal_row(op: Op) -> dict[str, Any]:
     }
 
 
+EMPTY_FIELDS: Final = ("request_id", "claimer_session", "claimer_agent", "at_ms")
+
+
+def empty_row(op: Op) -> dict[str, Any]:
+    """What a ``msg.empty`` op records: pop ``request_id`` found nothing."""
+    b = op.body
+    return {"mailbox": op.key, "request_id": str(b["request_id"]),
+            "claimer_session": b.get("claimer_session"), "claimer_agent": b.get("claimer_agent"),
+            "at_ms": int(b.get("at_ms", physical_ms(op.hlc))), "epoch": op.epoch}
+
+
 def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
                  terminal: dict[str, Any] | None) -> dict[str, Any]:
     """A message as readers see it: body fields, state, the claim record of

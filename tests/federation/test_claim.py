@@ -166,8 +166,8 @@ def test_a_failed_claim_makes_the_message_available_again() -> None:
     cl, o = owner_cluster()
     ask(cl, o, 1, MailSend(MB, body("m1")))
     cl.call(o, "mailbox_request", 2, MailPop(MB, request_id="r2"))
-    cl.call(o, "mailbox_request", 3, MailPop(MB, request_id="r3"))
-    assert cl.replies[3] is None  # m1 is held by r2's claim
+    cl.call(o, "mailbox_request", 3, MailPop(MB))
+    assert cl.replies[3] is None  # m1 is held by r2's claim (no request id: nothing to record)
     cl.queue.clear()  # r2's accepts are lost
     cl.tick(cl.timeout_ms)
     assert isinstance(cl.replies[2], NoMajority)
@@ -234,3 +234,62 @@ def test_an_idle_owner_drops_its_model_and_takes_the_mailbox_again_on_demand() -
     cl.deliver()
     assert got["message"]["id"] == "m1"  # the state came back with the new term
     assert cl.cores[o].claims.owned()[MB] > first_epoch
+
+
+# -- a pop's request id is decided once, "nothing pending" included ----------
+
+
+def test_nothing_pending_is_a_decision_a_majority_holds_before_the_reply() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 0, MailSend(MB, body("m0")))
+    ask(cl, o, 1, MailPop(MB, request_id="r0"))
+    cl.call(o, "mailbox_request", 2, MailPop(MB, request_id="r1"))
+    assert 2 not in cl.replies  # no answer before a majority holds the decision
+    cl.deliver()
+    assert cl.replies[2] is None
+    holders = [d for d in cl.disks.values() if d.snapshot()["empties"].get((MB, "r1"))]
+    assert len(holders) >= 2
+
+
+def test_an_empty_request_id_stays_empty_after_a_send() -> None:
+    cl, o = owner_cluster()
+    assert ask(cl, o, 1, MailPop(MB, request_id="r1")) is None
+    ask(cl, o, 2, MailSend(MB, body("m1")))
+    # A retried (or late) copy of r1 gets its decision, not the new message.
+    assert ask(cl, o, 3, MailPop(MB, request_id="r1")) is None
+    assert ask(cl, o, 4, MailPop(MB, request_id="r2"))["message"]["id"] == "m1"
+
+
+def test_a_late_copy_at_a_new_owner_meets_the_empty_decision() -> None:
+    cl, o = owner_cluster()
+    assert ask(cl, o, 1, MailPop(MB, request_id="r1")) is None
+    # The owner is cut off; another member takes the mailbox over, a message
+    # arrives, and then a copy of r1 that was held in the network reaches it.
+    other = next(p for p in cl.ids if p != o)
+    cut = lambda src, dst, msg: o in (src, dst)  # noqa: E731
+    assert isinstance(ask(cl, other, 2, MailSend(MB, body("m1")), drop=cut), Op)
+    assert cl.cores[other].claims.owned()[MB] > 0
+    assert ask(cl, other, 3, MailPop(MB, request_id="r1"), drop=cut) is None
+    got = ask(cl, other, 4, MailPop(MB, request_id="r2"), drop=cut)
+    assert got["message"]["id"] == "m1"
+
+
+def test_an_unconfirmed_empty_decision_is_reissued_at_the_new_epoch() -> None:
+    cl, o = owner_cluster()
+    assert ask(cl, o, 1, MailPop(MB, request_id="r1")) is None
+    cl.restart(o)  # a new term: the decision is loaded, not confirmed
+    cl.call(o, "mailbox_request", 2, MailPop(MB, request_id="r1"))
+    cl.deliver()
+    assert cl.replies[2] is None
+    epochs = {op.epoch for d in cl.disks.values() for op in d.ops_for_key(MB)
+              if op.kind == "msg.empty"}
+    assert len(epochs) == 2  # the first term's decision and its re-issue
+
+
+def test_a_request_older_than_the_ttl_is_refused() -> None:
+    from common import limits
+    cl, o = owner_cluster()
+    old = cl.now - int(limits.mailbox_request_ttl_secs * 1000) - 1
+    got = ask(cl, o, 1, MailPop(MB, request_id="r1", sent_at_ms=old))
+    assert isinstance(got, Unavailable) and "mailbox_request_ttl_secs" in str(got)
+    assert ask(cl, o, 2, MailPop(MB, request_id="r1", sent_at_ms=cl.now)) is None

@@ -7,6 +7,9 @@
    acknowledged pops of one request id got the same message; no message is
    both acknowledged-claimed and acknowledged-cancelled; and on every node
    the final claimer of an acknowledged claim is the acknowledged one.
+   A pop's request id is decided once: every answer it got is the same
+   (a message, or "nothing pending"), and at the end every node records
+   that same decision for it.
 3. Nothing appears that was never written: every note, memory and message
    on every node was sent by a client, with its body intact; every claim
    names a session and request id a client used together.
@@ -47,6 +50,8 @@ class Monitor:
         self.popped_session: dict[str, str] = {}  # message id -> claimer session
         self.popped_claim: dict[str, tuple[str, int]] = {}  # message id -> (session, at_ms)
         self.by_request: dict[str, str] = {}  # request id -> message id
+        # (mailbox, request id) -> every answer a pop with that id got (None: nothing pending)
+        self.answers: dict[tuple[str, str], set[str | None]] = {}
         self.cancelled: set[str] = set()
         # (node, message) -> [(sim ms, state shown)], one entry per change
         self.seen_states: dict[tuple[str, str], list[tuple[int, Decision | None]]] = {}
@@ -72,7 +77,14 @@ class Monitor:
             body = {k: v for k, v in a.value.body.items()}
             if body != h.send_bodies.get(body["id"]):
                 self.fail(f"send of {body['id']} acked with a different body: {body}")
-        elif a.kind == "pop" and a.value is not None:
+        elif a.kind == "pop" and a.req.request_id is not None:
+            got = None if a.value is None else a.value["message"]["id"]
+            seen = self.answers.setdefault((a.req.mailbox, a.req.request_id), set())
+            seen.add(got)
+            if len(seen) > 1:
+                self.fail(f"request {a.req.request_id} answered differently: "
+                          f"{sorted(seen, key=str)}")
+        if a.kind == "pop" and a.value is not None:
             msg, claim = a.value["message"], a.value["claim"]
             mid = msg["id"]
             ident = _identity(a.req)
@@ -161,6 +173,14 @@ def final_checks(sim: Sim) -> list[str]:
             view = disk.message(mid)
             if view is None or view["state"] != "cancelled":
                 fail(f"{node_id}: acked-cancelled {mid} ends as {view and view['state']}")
+        # 2a. every answered request id ends decided the way it was answered.
+        for (mailbox, rid), seen in mon.answers.items():
+            if len(seen) != 1:
+                continue
+            want = next(iter(seen))
+            decided = disk.pop_decision(mailbox, rid)
+            if decided != (("empty", None) if want is None else ("claimed", want)):
+                fail(f"{node_id}: request {rid} answered {want} but recorded as {decided}")
         # 2b. once acknowledged and shown, a decision never changes.
         for mid, acked in mon.popped_claim.items():
             seq = mon.seen_states.get((node_id, mid), [])

@@ -129,8 +129,18 @@ def _msg_terminal(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
     return K.MSG_CANCEL, K.mailbox_key(ws, proj), body
 
 
+@st.composite
+def _msg_empty(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    ws, proj = draw(st.sampled_from(SCOPES))
+    body = {"request_id": draw(st.sampled_from(("r1", "r2", "r3"))),
+            "claimer_session": draw(st.sampled_from((None, *SESSIONS))),
+            "claimer_agent": draw(st.sampled_from((None, *HARNESSES))), "at_ms": draw(small_int)}
+    return K.MSG_EMPTY, K.mailbox_key(ws, proj), body
+
+
 op_content = st.one_of(_mem_put(), _mem_del(), _note_new(), _note_read(), _agent_reg(),
-                       _agent_seen(), _session_start(), _msg_send(), _msg_terminal())
+                       _agent_seen(), _session_start(), _msg_send(), _msg_terminal(),
+                       _msg_empty())
 
 
 @st.composite
