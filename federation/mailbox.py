@@ -11,7 +11,9 @@ promises, received later) with the same rules as :mod:`store.merge`:
 * ``msg.claim`` / ``msg.cancel`` are terminal: the op of greatest
   ``(epoch, hlc, origin, seq)`` decides the message, and a terminal op may
   arrive before its send;
-* a message is pending while its send is known and no terminal op is;
+* a message is pending while its send is known and no terminal op is, or
+  its winning terminal op is a claim *void* by its own request id's
+  "nothing pending" decision of higher rank (below);
 * ``msg.empty`` records that pop ``request_id`` found nothing: per request
   id the greatest ``(epoch, hlc, origin, seq)`` is kept. A request id's
   *decision* is the greatest-ranked of its empty op and the winning claims
@@ -87,6 +89,10 @@ class MailboxModel:
             oldest = min(self._empties, key=lambda r: (int(self._empties[r].body.get("at_ms") or 0),
                                                         _terminal_rank(self._empties[r])))
             del self._empties[oldest]
+            for mid in list(self._by_request.get(oldest, ())):
+                self._relist(mid)
+        for mid in list(self._by_request.get(rid, ())):
+            self._relist(mid)
 
     def _apply_send(self, op: Op) -> None:
         mid = str(op.body["id"])
@@ -96,24 +102,46 @@ class MailboxModel:
         if cur is not None:
             self._unlist(cur)
         self._sends[mid] = op
-        if mid not in self._terminals:
-            bisect.insort(self._pending, self._entry(op))
+        self._relist(mid)
 
     def _apply_terminal(self, op: Op) -> None:
         mid = str(op.body["id"])
         cur = self._terminals.get(mid)
         if cur is not None and _terminal_rank(cur) >= _terminal_rank(op):
             return
-        if cur is None:
-            send = self._sends.get(mid)
-            if send is not None:
-                self._unlist(send)
-        else:
+        if cur is not None:
             self._forget_request(cur)
         self._terminals[mid] = op
         if op.kind == MSG_CLAIM and op.body.get("request_id") is not None:
             rid = str(op.body["request_id"])
             self._by_request.setdefault(rid, {})[mid] = _terminal_rank(op)
+        self._relist(mid)
+
+    def _void(self, term: Op) -> bool:
+        """A claim outranked by its own request id's "nothing pending"
+        decision: an unacknowledged claim of a deposed owner whose request
+        was answered empty by a later one (an acknowledged claim is never
+        outranked so). Nobody holds that message, so it is pending again."""
+        rid = term.body.get("request_id") if term.kind == MSG_CLAIM else None
+        empty = None if rid is None else self._empties.get(str(rid))
+        return empty is not None and _terminal_rank(empty) > _terminal_rank(term)
+
+    def _live(self, mid: str) -> bool:
+        term = self._terminals.get(mid)
+        return mid in self._sends and (term is None or self._void(term))
+
+    def _relist(self, mid: str) -> None:
+        """Put ``mid`` in the FIFO or take it out, as its state says."""
+        send = self._sends.get(mid)
+        if send is None:
+            return
+        entry = self._entry(send)
+        i = bisect.bisect_left(self._pending, entry)
+        present = i < len(self._pending) and self._pending[i] == entry
+        if self._live(mid) and not present:
+            self._pending.insert(i, entry)
+        elif present and not self._live(mid):
+            del self._pending[i]
 
     def _forget_request(self, op: Op) -> None:
         rid = op.body.get("request_id")
@@ -147,7 +175,7 @@ class MailboxModel:
         if message_id not in self._sends:
             return None
         term = self._terminals.get(message_id)
-        if term is None:
+        if term is None or self._void(term):
             return PENDING
         return CLAIMED if term.kind == MSG_CLAIM else CANCELLED
 
