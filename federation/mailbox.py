@@ -35,11 +35,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from common import limits
-from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_SEND, Op
-
-PENDING = "pending"
-CLAIMED = "claimed"
-CANCELLED = "cancelled"
+from common.lifecycle import CANCELLED, CLAIMED, EDITABLE_FIELDS, EDITING, PENDING
+from store.ops import HOLD_KINDS, MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_HOLD, MSG_SEND, Op
 
 _FifoEntry = tuple[int, str, int, str]  # (hlc, origin, seq, message id)
 
@@ -53,8 +50,8 @@ def _terminal_rank(op: Op) -> tuple[int, int, str, int]:
 
 
 class MailboxModel:
-    __slots__ = ("_by_request", "_empties", "_empty_max", "_pending", "_sends", "_terminals",
-                 "key")
+    __slots__ = ("_by_request", "_editing", "_empties", "_empty_max", "_holds", "_pending",
+                 "_revisions", "_sends", "_terminals", "key")
 
     def __init__(self, key: str, empty_max: int = limits.mailbox_empty_decisions_max) -> None:
         self.key = key
@@ -63,6 +60,9 @@ class MailboxModel:
         self._empties: dict[str, Op] = {}
         self._sends: dict[str, Op] = {}
         self._terminals: dict[str, Op] = {}
+        self._holds: dict[str, Op] = {}  # message id -> winning msg.hold / msg.release
+        self._revisions: dict[str, Op] = {}  # message id -> winning release with content
+        self._editing: set[str] = set()
         self._pending: list[_FifoEntry] = []
         # request id -> {message id: rank of its winning claim carrying that id}
         self._by_request: dict[str, dict[str, tuple[int, int, str, int]]] = {}
@@ -78,6 +78,19 @@ class MailboxModel:
                 self._apply_terminal(op)
             elif op.kind == MSG_EMPTY:
                 self._apply_empty(op)
+            elif op.kind in HOLD_KINDS:
+                self._apply_hold(op)
+
+    def _apply_hold(self, op: Op) -> None:
+        mid = str(op.body["id"])
+        cur = self._holds.get(mid)
+        if cur is None or _terminal_rank(op) > _terminal_rank(cur):
+            self._holds[mid] = op
+        if isinstance(op.body.get("content"), dict):
+            rev = self._revisions.get(mid)
+            if rev is None or _terminal_rank(op) > _terminal_rank(rev):
+                self._revisions[mid] = op
+        self._relist(mid)
 
     def _apply_empty(self, op: Op) -> None:
         rid = str(op.body["request_id"])
@@ -126,22 +139,28 @@ class MailboxModel:
         empty = None if rid is None else self._empties.get(str(rid))
         return empty is not None and _terminal_rank(empty) > _terminal_rank(term)
 
-    def _live(self, mid: str) -> bool:
+    def _decided(self, mid: str) -> bool:
         term = self._terminals.get(mid)
-        return mid in self._sends and (term is None or self._void(term))
+        return term is not None and not self._void(term)
 
     def _relist(self, mid: str) -> None:
-        """Put ``mid`` in the FIFO or take it out, as its state says."""
+        """Put ``mid`` in the FIFO (pending) or the editing set, or take it
+        out of both, as its state says."""
         send = self._sends.get(mid)
         if send is None:
             return
+        state = self.state(mid)
         entry = self._entry(send)
         i = bisect.bisect_left(self._pending, entry)
         present = i < len(self._pending) and self._pending[i] == entry
-        if self._live(mid) and not present:
+        if state == PENDING and not present:
             self._pending.insert(i, entry)
-        elif present and not self._live(mid):
+        elif present and state != PENDING:
             del self._pending[i]
+        if state == EDITING:
+            self._editing.add(mid)
+        else:
+            self._editing.discard(mid)
 
     def _forget_request(self, op: Op) -> None:
         rid = op.body.get("request_id")
@@ -171,13 +190,28 @@ class MailboxModel:
         return self._terminals.get(message_id)
 
     def state(self, message_id: str) -> str | None:
-        """pending / claimed / cancelled; None if the send is unknown."""
+        """A :mod:`common.lifecycle` state; None if the send is unknown."""
         if message_id not in self._sends:
             return None
-        term = self._terminals.get(message_id)
-        if term is None or self._void(term):
-            return PENDING
-        return CLAIMED if term.kind == MSG_CLAIM else CANCELLED
+        if self._decided(message_id):
+            return CLAIMED if self._terminals[message_id].kind == MSG_CLAIM else CANCELLED
+        hold = self._holds.get(message_id)
+        return EDITING if hold is not None and hold.kind == MSG_HOLD else PENDING
+
+    def hold_op(self, message_id: str) -> Op | None:
+        """The winning hold or release op of a message, if any."""
+        return self._holds.get(message_id)
+
+    def revision_op(self, message_id: str) -> Op | None:
+        """The release whose saved content a reader sees, if any."""
+        return self._revisions.get(message_id)
+
+    def queued_count(self) -> int:
+        """Messages that occupy the mailbox: pending and editing (the cap)."""
+        return len(self._pending) + len(self._editing)
+
+    def editing_ids(self) -> list[str]:
+        return sorted(self._editing)
 
     def pending_count(self) -> int:
         return len(self._pending)
@@ -234,9 +268,15 @@ class MailboxModel:
         return max(known)[1] if known else None
 
     def message(self, message_id: str) -> dict[str, Any]:
-        """The send body plus its FIFO ``order`` ``[hlc, origin]``."""
+        """The send body (with a saved edit's subject and body) plus its FIFO
+        ``order`` ``[hlc, origin]``."""
         send = self._sends[message_id]
-        return {**send.body, "order": [send.hlc, send.origin]}
+        out = {**send.body, "order": [send.hlc, send.origin]}
+        rev = self._revisions.get(message_id)
+        if rev is not None:
+            content = rev.body["content"]
+            out.update({k: content.get(k) for k in EDITABLE_FIELDS})
+        return out
 
     def __len__(self) -> int:
         return len(self._sends)

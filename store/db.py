@@ -28,7 +28,7 @@ from common import limits
 from store import queries as Q
 from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_SEND, Op, mailbox_key, unpack_body
 from store.reader import ReadPool
-from store.records import EMPTY_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS
+from store.records import EMPTY_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS, edit_ops
 from store.schema import connect, migrate
 from store.seen import SeenSet
 from store.writer import Writer
@@ -398,6 +398,12 @@ class Store:
                 " t.claimed_at_ms, t.cancelled_at_ms")
         base = (f"SELECT {cols} FROM messages m LEFT JOIN msg_terminal t ON t.id = m.id"
                 " WHERE m.to_workspace = :ws AND m.to_project = :proj")
+        holds = {r["id"]: r for r in await self._reads.fetchall(
+            "SELECT h.* FROM msg_hold h JOIN messages m ON m.id = h.id"
+            " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project))}
+        revisions = {r["id"]: r for r in await self._reads.fetchall(
+            "SELECT v.* FROM msg_revision v JOIN messages m ON m.id = v.id"
+            " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project))}
         params = {"ws": workspace, "proj": project, "n": history_max}
         rows = await self._reads.fetchall(base + " AND t.state IS NULL", params)
         rows += await self._reads.fetchall(
@@ -418,6 +424,7 @@ class Store:
                     "id": body["id"], "by_workspace": body["from_workspace"],
                     "by_project": body["from_project"], "at_ms": r["cancelled_at_ms"]},
                     r["t_epoch"]))
+            out += edit_ops(key, body["id"], holds.get(body["id"]), revisions.get(body["id"]))
         out += [Op(r["origin"], r["seq"], r["hlc"], MSG_EMPTY, key,
                    {name: r[name] for name in EMPTY_FIELDS}, r["epoch"])
                 for r in await self._reads.fetchall(
@@ -530,6 +537,10 @@ class Store:
                 " FROM project_harnesses ORDER BY workspace, project, harness")],
             "messages": messages,
             "terminals": terminals,
+            "holds": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
+                      for r in await fetch("SELECT * FROM msg_hold")},
+            "revisions": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
+                          for r in await fetch("SELECT * FROM msg_revision")},
             "empties": {(r["mailbox"], r["request_id"]): {
                 **{k: r[k] for k in EMPTY_FIELDS}, "epoch": r["epoch"],
                 "rank": (r["hlc"], r["origin"], r["seq"])}

@@ -39,16 +39,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from common import limits
+from common import lifecycle, limits
+from common.lifecycle import CLAIMED, PENDING
 from store import ops as K
 from store.ops import Op
 from store.records import (
-    CLAIMED,
     EMPTY_FIELDS,
-    PENDING,
     Rank,
     TerminalRank,
+    edit_ops,
     empty_row,
+    hold_row,
     is_expired,
     lww_rank,
     memory_row,
@@ -56,6 +57,7 @@ from store.records import (
     message_view,
     note_row,
     physical_ms,
+    revision_row,
     terminal_rank,
     terminal_row,
 )
@@ -111,6 +113,9 @@ class Replica:
         self._harnesses: dict[tuple[str, str, str], list[int]] = {}
         self._messages: dict[str, _Message] = {}
         self._terminals: dict[str, _Terminal] = {}
+        # message id -> winning msg.hold/msg.release row; -> winning saved content
+        self._holds: dict[str, dict[str, Any]] = {}
+        self._revisions: dict[str, dict[str, Any]] = {}
         # (mailbox key, request id) -> the winning msg.empty op
         self._empties: dict[tuple[str, str], Op] = {}
         self._promises: dict[str, int] = {}
@@ -162,6 +167,13 @@ class Replica:
             cur = self._terminals.get(msg_id)
             if cur is None or terminal_rank(op) > cur.rank:
                 self._terminals[msg_id] = _Terminal(terminal_rank(op), terminal_row(op))
+        elif kind in K.HOLD_KINDS:
+            msg_id = str(op.body["id"])
+            stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+            _keep_highest(self._holds, msg_id, {**hold_row(op), **stamp})
+            revision = revision_row(op)
+            if revision is not None:
+                _keep_highest(self._revisions, msg_id, {**revision, **stamp})
         elif kind == K.MSG_EMPTY:
             slot = (op.key, str(op.body["request_id"]))
             cur_empty = self._empties.get(slot)
@@ -369,12 +381,17 @@ class Replica:
     # -- mailbox -------------------------------------------------------------------
 
     def _view(self, msg: _Message) -> dict[str, Any]:
-        term = self._terminals.get(msg.row["id"])
-        return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row)
+        mid = msg.row["id"]
+        term = self._terminals.get(mid)
+        return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row,
+                            self._holds.get(mid), self._revisions.get(mid))
 
     def _state(self, msg_id: str) -> str:
         term = self._terminals.get(msg_id)
-        return PENDING if term is None else str(term.row["state"])
+        if term is not None:
+            return str(term.row["state"])
+        hold = self._holds.get(msg_id)
+        return lifecycle.merged_state(None, None if hold is None else hold["kind"])
 
     def message(self, msg_id: str) -> dict[str, Any] | None:
         msg = self._messages.get(msg_id)
@@ -456,6 +473,9 @@ class Replica:
                 body = {"id": row["id"], "by_workspace": row["from_workspace"],
                         "by_project": row["from_project"], "at_ms": t["cancelled_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CANCEL, key, body, epoch))
+        for m in [m for m in mine if m.row["id"] not in self._terminals] + decided[:history_max]:
+            mid = m.row["id"]
+            out += edit_ops(key, mid, self._holds.get(mid), self._revisions.get(mid))
         empties = sorted((op for (k, _), op in self._empties.items() if k == key),
                          key=lambda op: (empty_row(op)["at_ms"], op.hlc, op.origin, op.seq),
                          reverse=True)
@@ -509,6 +529,8 @@ class Replica:
             "messages": {k: {**v.row, "order": v.order, "epoch": v.epoch}
                          for k, v in self._messages.items()},
             "terminals": {k: v.row for k, v in self._terminals.items()},
+            "holds": {k: dict(v) for k, v in self._holds.items()},
+            "revisions": {k: dict(v) for k, v in self._revisions.items()},
             "empties": {k: _empty_snapshot(op) for k, op in self._empties.items()},
         }
 
@@ -517,6 +539,16 @@ def _empty_snapshot(op: Op) -> dict[str, Any]:
     row = empty_row(op)
     return {**{k: row[k] for k in EMPTY_FIELDS}, "epoch": op.epoch,
             "rank": (op.hlc, op.origin, op.seq)}
+
+
+def _keep_highest(table: dict[str, dict[str, Any]], key: str, row: dict[str, Any]) -> None:
+    """Keep the row of greatest (epoch, hlc, origin, seq)."""
+    cur = table.get(key)
+
+    def rank(r: dict[str, Any]) -> tuple[int, int, str, int]:
+        return (r["epoch"], r["hlc"], r["origin"], r["seq"])
+    if cur is None or rank(row) > rank(cur):
+        table[key] = row
 
 
 def _keep_lowest(table: dict[str, _Ranked], key: str, rank: Rank, row: dict[str, Any]) -> None:

@@ -30,6 +30,13 @@ msg.send        id, to_workspace, to_project, to_agent, from_workspace,
                 order (FIFO) is (hlc, origin) of this op.
 msg.claim       id, claimer_session, claimer_agent, request_id, at_ms.
 msg.cancel      id, by_workspace, by_project, at_ms.
+msg.hold        id, holder_session, holder_agent, holder_user, at_ms. Takes a
+                pending message out of the queue for an edit (``editing``).
+msg.release     id, at_ms, content (None: discard; else the saved subject
+                and body). Puts an edited message back at its place.
+                Holds and releases: the greatest (epoch, hlc, origin, seq)
+                decides, and any terminal op outranks them all
+                (:mod:`common.lifecycle` is the table of states).
 msg.empty       request_id, claimer_session, claimer_agent, at_ms. The
                 owner's decision that pop ``request_id`` found nothing to
                 claim. Per (mailbox, request id) the greatest
@@ -55,6 +62,8 @@ from typing import Any, Final
 
 import msgpack
 
+from common import lifecycle
+
 MEM_PUT: Final = "mem.put"
 MEM_DEL: Final = "mem.del"
 NOTE_NEW: Final = "note.new"
@@ -62,17 +71,21 @@ NOTE_READ: Final = "note.read"
 AGENT_REG: Final = "agent.reg"
 AGENT_SEEN: Final = "agent.seen"
 SESSION_START: Final = "session.start"
-MSG_SEND: Final = "msg.send"
-MSG_CLAIM: Final = "msg.claim"
-MSG_CANCEL: Final = "msg.cancel"
+MSG_SEND: Final = lifecycle.MSG_SEND
+MSG_CLAIM: Final = lifecycle.MSG_CLAIM
+MSG_CANCEL: Final = lifecycle.MSG_CANCEL
+MSG_HOLD: Final = lifecycle.MSG_HOLD
+MSG_RELEASE: Final = lifecycle.MSG_RELEASE
 MSG_EMPTY: Final = "msg.empty"
 
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
-     MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_EMPTY}
+     MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY}
 )
-MAILBOX_KINDS: Final = frozenset({MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_EMPTY})
-TERMINAL_KINDS: Final = frozenset({MSG_CLAIM, MSG_CANCEL})
+MAILBOX_KINDS: Final = frozenset(
+    {MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY})
+TERMINAL_KINDS: Final = lifecycle.TERMINAL_KINDS
+HOLD_KINDS: Final = lifecycle.HOLD_KINDS
 
 
 def mem_key(memory_id: str) -> str:

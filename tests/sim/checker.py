@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from common.lifecycle import EDITABLE_FIELDS, TERMINAL
 from store.ops import MEM_DEL, NOTE_NEW, NOTE_READ, Op
 from store.records import MESSAGE_FIELDS
 from tests.sim.workload import Attempt
@@ -53,6 +54,10 @@ class Monitor:
         # (mailbox, request id) -> every answer a pop with that id got (None: nothing pending)
         self.answers: dict[tuple[str, str], set[str | None]] = {}
         self.cancelled: set[str] = set()
+        # message id -> acknowledged holds [(rank, session, asked at)] and fresh claims
+        # [(rank, answered at)]
+        self.holds: dict[str, list[tuple[list[Any], str, int]]] = {}
+        self.claims: dict[str, list[tuple[list[Any], int]]] = {}
         # (node, message) -> [(sim ms, state shown)], one entry per change
         self.seen_states: dict[tuple[str, str], list[tuple[int, Decision | None]]] = {}
         self.popped_at: dict[str, int] = {}  # message id -> when its pop was acked
@@ -101,11 +106,21 @@ class Monitor:
                     self.fail(f"request {a.req.request_id} got {other} and then {mid}")
             if claim.get("request_id") != a.req.request_id:
                 self.fail(f"pop {ident} acked with claim for request {claim.get('request_id')}")
-            sent = h.send_bodies.get(mid)
-            if sent is None or {k: msg.get(k) for k in sent} != sent:
+            if not _was_written(h, mid, msg):
                 self.fail(f"pop {ident} returned a body that was never sent: {msg}")
+            if a.value.get("fresh"):
+                self.claims.setdefault(mid, []).append((a.value["rank"], self.sim.now))
             if mid in self.cancelled:
                 self.fail(f"message {mid} acked as cancelled and as popped")
+        elif a.kind == "hold":
+            mid = a.req.message_id
+            if not _was_written(h, mid, a.value["message"]):
+                self.fail(f"hold of {mid} returned a body that was never written")
+            session = str(a.value["hold"].get("holder_session"))
+            self.holds.setdefault(mid, []).append((a.value["rank"], session, a.sent_ms))
+        elif a.kind == "release":
+            if not _was_written(h, a.req.message_id, a.value["message"]):
+                self.fail(f"release of {a.req.message_id} returned a body never written")
         elif a.kind == "cancel":
             for mid in a.value:
                 self.cancelled.add(mid)
@@ -125,8 +140,8 @@ class Monitor:
                 last = seq[-1][1] if seq else None
                 if seq and last == state:
                     continue
-                if last is not None and last[0] != "pending" and (
-                        state is None or state[0] == "pending"):
+                if last is not None and last[0] in TERMINAL and (
+                        state is None or state[0] not in TERMINAL):
                     self.fail(f"{node_id}: message {mid} reverted from {last} to {state}")
                 seq.append((self.sim.now, state))
             for op in self.acked_reads:
@@ -139,6 +154,42 @@ class Monitor:
                     self.fail(f"{node_id}: memory {op.body['id']} deleted by {op.op_id} is back")
 
 
+def _was_written(h: Any, mid: str, msg: dict[str, Any]) -> bool:
+    """Is ``msg`` message ``mid`` as sent, or with a subject and body that an
+    editor asked to save?"""
+    sent = h.send_bodies.get(mid)
+    if sent is None:
+        return False
+    fixed = [k for k in sent if k not in EDITABLE_FIELDS]
+    if any(msg.get(k) != sent[k] for k in fixed):
+        return False
+    shown = {k: msg.get(k) for k in EDITABLE_FIELDS}
+    return any(shown == {k: c.get(k) for k in EDITABLE_FIELDS}
+               for c in [sent, *h.edits.get(mid, [])])
+
+
+def _hold_and_pop_checks(sim: Sim, fail: Any) -> None:
+    """A hold and a pop of one message never both win: in the owners' order
+    of decisions (ranks), no hold follows an acknowledged claim, and a fresh
+    claim follows an acknowledged hold only if someone asked to release it
+    in between."""
+    mon, h = sim.monitor, sim.history
+    asked: dict[str, list[int]] = {}  # message id -> when a release attempt was sent
+    for a in h.attempts.values():
+        if a.kind == "release":
+            asked.setdefault(a.req.message_id, []).append(a.sent_ms)
+    for mid, holds in mon.holds.items():
+        claims = mon.claims.get(mid, [])
+        for h_rank, session, asked_ms in holds:
+            for c_rank, answered_ms in claims:
+                if h_rank > c_rank:
+                    fail(f"{mid}: hold {h_rank} by {session} granted after claim {c_rank}")
+                elif not any(asked_ms <= t <= answered_ms
+                             for t in asked.get(mid, [])):
+                    fail(f"{mid}: claimed at {c_rank} while held at {h_rank} by {session}, "
+                         "with no release asked in between")
+
+
 def final_checks(sim: Sim) -> list[str]:
     mon, h = sim.monitor, sim.history
     out: list[str] = []
@@ -147,6 +198,7 @@ def final_checks(sim: Sim) -> list[str]:
         if len(out) < 20:
             out.append(text)
 
+    _hold_and_pop_checks(sim, fail)
     deleted = {op.body["id"] for op in mon.acked_dels}
     for node_id, node in sim.nodes.items():
         disk = node.disk
@@ -196,6 +248,10 @@ def final_checks(sim: Sim) -> list[str]:
             sent = h.send_bodies.get(mid)
             if sent is None or any(row.get(k) != sent.get(k) for k in MESSAGE_FIELDS):
                 fail(f"{node_id}: message {mid} was never sent like this: {row}")
+        for mid, rev in snap["revisions"].items():
+            saved = {"subject": rev["subject"], "body": rev["body"]}
+            if saved not in h.edits.get(mid, []):
+                fail(f"{node_id}: message {mid} holds an edit nobody asked for: {saved}")
         for nid, row in snap["notes"].items():
             body = h.note_bodies.get(nid)
             if body is None or any(row.get(k) != body.get(k) for k in body):
