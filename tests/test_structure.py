@@ -83,3 +83,10 @@ def test_no_function_is_longer_than_the_limit() -> None:
             offenders += [f"{rel}: {f}" for f in long_functions(path.read_text())
                           if f"{rel}:{f.split(' ')[0]}" not in PENDING_SPLIT]
     assert offenders == [], "split these functions:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("path", _modules("daemon"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_daemon_imports_nothing_from_cli(path: Path) -> None:
+    names = [name for _, name in _imported(ast.parse(path.read_text()))]
+    assert not [n for n in names if n.split(".")[0] == "cli"], (
+        f"{path.relative_to(ROOT)} imports cli: the daemon must not depend on its client")

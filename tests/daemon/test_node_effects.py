@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from daemon.node import Node
+from daemon.wiring import build_node
 from federation.effects import Persist, PersistPromise, SendPromise
 from federation.messages import Promise
 from store.ops import MSG_SEND, Op, mailbox_key
@@ -32,7 +33,7 @@ async def test_promise_read_waits_for_an_earlier_concurrent_persist(node: Node) 
 
     node.store.apply_ops = slow_apply  # type: ignore[method-assign]
     sent: list = []
-    node._send = lambda peer, msg, rp, rs: sent.append(msg)  # type: ignore[method-assign]
+    node.runner._send = lambda peer, msg, rp, rs: sent.append(msg)  # type: ignore[method-assign]
     accept = asyncio.create_task(node.run([PersistPromise(KEY, 5), Persist((send_op(1),))]))
     await asyncio.sleep(0)  # the accept's list has registered its barrier
     promise = asyncio.create_task(node.run([SendPromise("node2", KEY, 5, {})]))
@@ -46,7 +47,7 @@ async def test_promise_read_waits_for_an_earlier_concurrent_persist(node: Node) 
 
 async def test_failed_persist_is_fail_stop(node: Node) -> None:
     stopped = []
-    node.on_fatal = lambda: stopped.append(True)
+    node.runner.on_fatal = lambda: stopped.append(True)
 
     async def broken(ops, now_ms):  # type: ignore[no-untyped-def]
         raise OSError("disk on fire")
@@ -93,7 +94,7 @@ async def test_quorum_read_waits_for_persists_already_counted_in_the_vector(
     url = f"http://127.0.0.1:{peer.port}"
     settings = Settings(store=StoreSettings(db_path=str(tmp_path / "r.db")), cluster=ClusterSettings(
         node_id="node1", peers=(Member("node2", url), Member("node3", url))))
-    node = Node(settings)
+    node = await build_node(settings)
     await node.start()
     try:
         real = node.store.apply_ops
