@@ -11,8 +11,8 @@ import pytest
 
 from daemon.app import build_app
 from daemon.node import Node
-from daemon.wiring import build_node
 from daemon.settings import ClusterSettings, Settings, StoreSettings
+from daemon.wiring import build_node
 
 
 def make_settings(db: Path, **cluster: object) -> Settings:

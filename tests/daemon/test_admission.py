@@ -12,11 +12,10 @@ from aiohttp import web
 from common.errors import BadRequest
 from daemon.admission import AdmissionHook, parse_hooks
 from daemon.app import build_app
-from daemon.node import Node
-from daemon.wiring import build_node
 from daemon.settings import ClusterSettings, MailSettings, Settings, StoreSettings
 from daemon.webhooks.config import WebhookSettings
 from daemon.webhooks.signing import SIGNATURE_V2, TIMESTAMP, verify_timestamped
+from daemon.wiring import build_node
 
 SECRET = "hook-secret"
 A = {"workspace": "default", "project": "proj-a"}

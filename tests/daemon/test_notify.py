@@ -11,11 +11,10 @@ from ai_memory.models import InboxMessage
 
 from common import limits
 from daemon.app import build_app
-from daemon.node import Node
-from daemon.wiring import build_node
 from daemon.schemas.ids import record_id
 from daemon.schemas.timefmt import parse_rfc3339, rfc3339
 from daemon.settings import Member
+from daemon.wiring import build_node
 from tests.daemon._fixtures_handlers import clocked_fixture, free_port, headers, snapshot  # noqa: F401
 from tests.daemon.conftest import make_settings
 

@@ -10,10 +10,9 @@ import msgpack
 import pytest
 
 from daemon.app import build_app
-from daemon.node import Node
-from daemon.wiring import build_node
 from daemon.peer_auth import sign
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
+from daemon.wiring import build_node
 from federation.messages import SyncOffer
 
 SECRET = "s3cret-for-tests"

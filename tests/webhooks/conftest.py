@@ -18,10 +18,10 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from daemon.app import build_app
 from daemon.node import Node
-from daemon.wiring import build_node
 from daemon.settings import ClusterSettings, Settings, StoreSettings
 from daemon.webhooks.config import WebhookSettings
 from daemon.webhooks.service import Webhooks
+from daemon.wiring import build_node
 
 FAST = WebhookSettings(allow_loopback_webhooks=True, backoff_base_secs=0.05,
                        backoff_max_secs=0.2, timeout_secs=2.0)
