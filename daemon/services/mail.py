@@ -73,6 +73,14 @@ async def scope_for(node: Node, workspace: str | None, project: str | None,
     return await resolve(node.store, node.settings.mail, workspace, project, session_id)
 
 
+async def list_projects(node: Node) -> dict[str, Any]:
+    rows = [{"workspace": r["workspace"], "project": r["project"], "harnesses": r["harnesses"],
+             "first_seen_at": iso_ms(r.get("first_at_ms")),
+             "last_active_at": iso_ms(r.get("last_active_at_ms"))}
+            for r in await node.store.list_projects()]
+    return {"projects": rows, "count": len(rows)}
+
+
 # -- send -----------------------------------------------------------------------
 
 async def send(node: Node, req: SendRequest, *, session_id: str | None,
