@@ -17,7 +17,6 @@ This is a diagnosis tool for the daemon's owners: it changes nothing.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench.cpu import cpu_seconds
 from bench.loadgen import LoadJob, LoadPool
 from bench.phases import result_dict, setup_projects
 from bench.procs import Cluster, running
@@ -34,13 +34,6 @@ from bench.workloads import WORKLOADS, WorkloadSpec
 
 OWN_CODE = re.compile(r"\((?:[^()]*/)?(?:daemon|store|federation|common|cli)/[^()]*\)")
 FRAME = re.compile(r"^(?P<fn>.*) \((?P<loc>[^()]*)\)$")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process has used so far, from /proc."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def parse_collapsed(text: str) -> tuple[Counter[str], Counter[str], int]:

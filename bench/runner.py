@@ -109,7 +109,7 @@ class Run:
     def _echo(self, pool: LoadPool) -> None:
         with running(echo_server(self.workdir)) as srv:
             res = phases.measure_workload(pool, self.progress, self.profile, "echo server", (srv.url,),
-                                          WorkloadSpec("echo"))
+                                          WorkloadSpec("echo"), cpu_pids=((srv.name, srv.pid),))
         res["workload"] = "notify body"
         self.results["echo"] = res
 
@@ -123,7 +123,7 @@ class Run:
             for name in self.profile.workloads:
                 res = self._phase(f"{cluster.label}: {name}", functools.partial(
                     phases.measure_workload, pool, self.progress, self.profile, cluster.label, cluster.urls,
-                    self._workload_spec(name)))
+                    self._workload_spec(name), cpu_pids=cluster.pids()))
                 self.results["workloads"].append(res or {"cluster": cluster.label, "workload": name,
                                                          "error": self.results["errors"][-1]["error"]})
             self.results["cluster_rss_after_workloads"][cluster.label] = cluster.rss()
