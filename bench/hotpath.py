@@ -1,15 +1,21 @@
-"""Where a node spends its time under one workload (py-spy, sampled).
+"""Where the cluster spends its CPU under one workload (py-spy, sampled).
 
 ``python -m bench.hotpath --workload sendpop`` starts a cluster like the
 harness does, drives one workload closed-loop from the load-generator
 process for ``--seconds``, and meanwhile samples every node with
-``py-spy record --format raw --gil`` (collapsed stacks of the thread
-holding the GIL, so an idle event loop is not counted; needs py-spy
-installed and ptrace allowed), and reads each node's CPU use from /proc. It then prints, per node, the functions with the most
-inclusive and self samples, with the project's own frames kept apart from
-library ones, and leaves the raw stacks in ``--out`` for a flame graph
-(``flamegraph.pl nodeX.txt > nodeX.svg`` or speedscope). For ``inbox`` it
-first fills the inbox to ``--inbox-size`` without sampling.
+``py-spy record --format raw --function`` (needs py-spy, which the bench
+extra installs, and ptrace allowed). By default it samples every thread
+that is on a CPU (``--threads cpu``: the event loop and the SQLite writer
+thread alike, idle threads skipped); ``--threads gil`` keeps only the
+thread holding the GIL. The load job reads every node's CPU from /proc
+over its measured window (:mod:`bench.cpu`), which turns sample shares
+into milliseconds: it prints the cluster's CPU per operation, then, summed
+over the nodes, the functions with the most inclusive and self cost in
+**CPU ms per operation** (project frames kept apart from library ones),
+then each node's own top frames, and leaves the raw collapsed stacks in
+``--out`` for a flame graph (``flamegraph.pl nodeX.txt > nodeX.svg`` or
+speedscope). For ``inbox`` it first fills the inbox to ``--inbox-size``
+without sampling.
 
 This is a diagnosis tool for the daemon's owners: it changes nothing.
 """
@@ -22,11 +28,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
-from bench.cpu import cpu_seconds
 from bench.loadgen import LoadJob, LoadPool
 from bench.phases import result_dict, setup_projects
 from bench.procs import Cluster, running
@@ -82,25 +86,66 @@ def summarize_profile(text: str, top: int = 15) -> str:
     return "\n".join(lines)
 
 
+def cluster_costs(
+    profiles: dict[str, str], cpu_s: dict[str, float], ops: int
+) -> tuple[Counter[str], Counter[str]]:
+    """Inclusive and self cost per frame in CPU ms per operation, over all nodes.
+
+    A node's samples are scaled by the CPU that node really used over the
+    window (from /proc), so a frame's figure is its share of that node's CPU
+    times the node's CPU per operation, and the nodes' figures add up.
+    """
+    inc_ms: Counter[str] = Counter()
+    own_ms: Counter[str] = Counter()
+    for name, text in profiles.items():
+        inclusive, own, total = parse_collapsed(text)
+        if total == 0 or ops <= 0 or name not in cpu_s:
+            continue
+        per_sample = cpu_s[name] * 1000.0 / ops / total
+        for f, n in inclusive.items():
+            inc_ms[f] += n * per_sample
+        for f, n in own.items():
+            own_ms[f] += n * per_sample
+    return inc_ms, own_ms
+
+
+def format_costs(inc_ms: Counter[str], own_ms: Counter[str], per_op_ms: float, top: int = 25) -> str:
+    def row(f: str, ms: float) -> str:
+        return f"    {ms:7.3f} ms  {100 * ms / per_op_ms:5.1f}%  {_short(f)}"
+
+    lines = ["  inclusive, project code (CPU ms per op, share of the cluster's CPU per op):"]
+    lines += [row(f, ms) for f, ms in inc_ms.most_common() if OWN_CODE.search(f)][:top]
+    lines.append("  inclusive, library code:")
+    lines += [row(f, ms) for f, ms in inc_ms.most_common() if not OWN_CODE.search(f)][:top]
+    lines.append("  self (where the CPU is), any code:")
+    lines += [row(f, ms) for f, ms in own_ms.most_common(top)]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", choices=[w for w in WORKLOADS if w != "echo"], default="sendpop")
     ap.add_argument("--nodes", type=int, choices=(1, 3), default=3)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--inbox-size", type=int, default=20_000)
     ap.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
+    ap.add_argument("--threads", choices=("cpu", "gil"), default="cpu",
+                    help="sample every thread on a CPU (default) or only the one holding the GIL")
+    ap.add_argument("--top", type=int, default=25, help="frames per list")
     ap.add_argument("--out", type=Path, default=None, help="where the raw stacks go (default: a temp dir)")
     args = ap.parse_args(argv)
 
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(pyspy).exists():
-        print("py-spy is not installed (pip install py-spy)", file=sys.stderr)
+        print("py-spy is not installed (.venv/bin/pip install -e '.[bench]')", file=sys.stderr)
         return 2
     out = args.out or Path(tempfile.mkdtemp(prefix="ai-memory-hotpath-"))
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="ai-memory-hotpath-data-"))
     projects = tuple(f"bench-p{i}" for i in range(8))
+    claims = args.workload == "sendpop"
     try:
         with LoadPool(1) as pool, running(Cluster(work, args.nodes, 2 if args.nodes > 1 else 1)) as cluster:
             if args.workload == "inbox":
@@ -112,35 +157,45 @@ def main(argv: list[str] | None = None) -> int:
                 spec = WorkloadSpec(args.workload, projects=projects if args.workload in ("sendpop", "mix") else ())
             if args.workload in ("sendpop", "mix"):
                 setup_projects(cluster.urls, spec)
+            flags = ["--gil"] if args.threads == "gil" else []
             samplers = [
                 subprocess.Popen([pyspy, "record", "--pid", str(n.pid), "--duration", str(int(args.seconds) + 1),
-                                  "--rate", str(args.rate), "--format", "raw", "--nonblocking", "--gil",
-                                  "--output", str(out / f"{n.name}.txt")],
+                                  "--rate", str(args.rate), "--format", "raw", "--nonblocking", "--function",
+                                  *flags, "--output", str(out / f"{n.name}.txt")],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                 for n in cluster.nodes
             ]
             job = LoadJob(spec, cluster.urls, mode="closed", concurrency=args.concurrency,
-                          duration_s=args.seconds, warmup_s=0.0)
-            before = {n.name: cpu_seconds(n.pid) for n in cluster.nodes}
-            t0 = time.monotonic()
-            res = result_dict(pool.run(job, start_delay_s=0.0), claims=args.workload == "sendpop")
-            wall = time.monotonic() - t0
-            cpu = {n.name: (cpu_seconds(n.pid) - before[n.name]) / wall for n in cluster.nodes}
+                          duration_s=args.seconds, warmup_s=0.0, cpu_pids=cluster.pids())
+            r = pool.run(job, start_delay_s=0.0)
+            res = result_dict(r, claims=claims)
             for s in samplers:
                 _, err = s.communicate(timeout=args.seconds + 30)
                 if s.returncode != 0:
                     print(f"py-spy failed: {err.decode(errors='replace')[-500:]}", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    unit = "claims/s" if args.workload == "sendpop" else "ops/s"
+    unit = "claims/s" if claims else "ops/s"
     tp = res["ops_per_s"] if res.get("ops_per_s") is not None else res["rps"]
     print(f"{args.workload} on {args.nodes} node(s): {tp:,.0f} {unit}, p50 {res['p50_ms']:.1f} ms, "
           f"p99 {res['p99_ms']:.1f} ms, errors {res['http_errors'] + res['transport_errors']}, "
           f"503 {res['unavailable']}")
-    print("CPU per node (1.0 = one core): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items())))
-    for f in sorted(out.glob("node*.txt")):
-        print(f"\n{f.stem} ({f}), samples taken while holding the GIL:")
-        print(summarize_profile(f.read_text()))
+    cpu = res.get("cpu")
+    if not cpu or cpu.get("ms_per_op") is None:
+        print("no CPU reading for the window (a node exited?)", file=sys.stderr)
+        return 1
+    print(f"cluster CPU per {'claim' if claims else 'op'}: {cpu['ms_per_op']:.3f} ms "
+          f"({cpu['server_cores']:.2f} cores busy over {cpu['window_s']:.1f} s); cores per node: "
+          + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu["process_cores"].items()))
+          + f"; load generator {cpu['client_ms_per_op']:.3f} ms per op")
+    profiles = {f.stem: f.read_text() for f in sorted(out.glob("node*.txt"))}
+    cpu_s = {k: v * cpu["window_s"] for k, v in cpu["process_cores"].items()}
+    inc_ms, own_ms = cluster_costs(profiles, cpu_s, cpu["ops"])
+    print(f"\nwhole cluster, {args.threads} threads sampled (raw stacks in {out}):")
+    print(format_costs(inc_ms, own_ms, cpu["ms_per_op"], args.top))
+    for name, text in profiles.items():
+        print(f"\n{name} ({out / (name + '.txt')}):")
+        print(summarize_profile(text, args.top))
     return 0
 
 
