@@ -27,12 +27,33 @@ from typing import Any
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_ticks(pid: int | str) -> int:
-    """User plus system CPU ticks a process has used so far (all threads)."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+def _stat_times(path: str) -> tuple[int, int]:
+    with open(path, encoding="ascii") as f:
         # the command name (field 2) may hold spaces and parentheses
         fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return int(fields[11]), int(fields[12])  # utime, stime (fields 14 and 15)
+
+
+def cpu_times(pid: int | str) -> tuple[int, int]:
+    """User and system CPU ticks a process has used so far (all threads)."""
+    return _stat_times(f"/proc/{pid}/stat")
+
+
+def cpu_ticks(pid: int | str) -> int:
+    """User plus system CPU ticks a process has used so far (all threads)."""
+    return sum(cpu_times(pid))
+
+
+def thread_times(pid: int) -> dict[int, tuple[int, int]]:
+    """User and system ticks of each live thread of a process, by thread id
+    (the thread whose id is the pid is the main thread: the event loop)."""
+    out: dict[int, tuple[int, int]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out[int(tid)] = _stat_times(f"/proc/{pid}/task/{tid}/stat")
+        except OSError:  # the thread ended between listing and reading
+            continue
+    return out
 
 
 def cpu_seconds(pid: int | str) -> float:
@@ -45,8 +66,8 @@ class CpuWindow:
 
     t0: float  # time.time() when the window opened
     t1: float
-    start: dict[str, int]  # process name -> ticks at t0
-    end: dict[str, int]
+    start: dict[str, tuple[int, int]]  # process name -> (user, system) ticks at t0
+    end: dict[str, tuple[int, int]]
     client_ticks: int  # the load generator's own ticks over the window (summed over processes)
     client_procs: int = 1
 
@@ -55,7 +76,11 @@ class CpuWindow:
         return self.t1 - self.t0
 
     def server_seconds(self) -> dict[str, float]:
-        return {k: (self.end[k] - self.start[k]) / CLK_TCK for k in sorted(self.start)}
+        return {k: (sum(self.end[k]) - sum(self.start[k])) / CLK_TCK for k in sorted(self.start)}
+
+    def system_seconds(self) -> float:
+        """Kernel time of all watched processes (syscalls, loopback TCP, fsync)."""
+        return sum(self.end[k][1] - self.start[k][1] for k in self.start) / CLK_TCK
 
 
 @dataclass
@@ -68,13 +93,13 @@ class CpuProbe:
 
     pids: tuple[tuple[str, int], ...]
     _t0: float | None = None
-    _start: dict[str, int] = field(default_factory=dict)
+    _start: dict[str, tuple[int, int]] = field(default_factory=dict)
     _self0: int = 0
     _failed: bool = False
 
-    def _read(self) -> dict[str, int] | None:
+    def _read(self) -> dict[str, tuple[int, int]] | None:
         try:
-            return {name: cpu_ticks(pid) for name, pid in self.pids}
+            return {name: cpu_times(pid) for name, pid in self.pids}
         except (OSError, ValueError, IndexError):
             return None
 
@@ -127,6 +152,7 @@ def cpu_summary(w: CpuWindow | None, ops: int) -> dict[str, Any] | None:
         "window_s": w.wall_s,
         "server_cpu_s": total,
         "server_cores": total / w.wall_s,
+        "server_system_share": (w.system_seconds() / total) if total > 0 else None,
         "process_cores": {k: v / w.wall_s for k, v in per.items()},
         "ops": ops,
         "ms_per_op": (total * 1000.0 / ops) if ops > 0 else None,

@@ -12,7 +12,11 @@ over its measured window (:mod:`bench.cpu`), which turns sample shares
 into milliseconds: it prints the cluster's CPU per operation, then, summed
 over the nodes, the functions with the most inclusive and self cost in
 **CPU ms per operation** (project frames kept apart from library ones),
-then each node's own top frames, and leaves the raw collapsed stacks in
+then each node's own top frames. Because samples of a busy machine also
+land on threads that wait for a core, the split of that CPU between the
+event-loop (main) thread and the other threads (SQLite writer, aiosqlite,
+executor) is read exactly from ``/proc/<pid>/task/*/stat`` and printed
+first, in user and system time per operation. It leaves the raw collapsed stacks in
 ``--out`` for a flame graph (``flamegraph.pl nodeX.txt > nodeX.svg`` or
 speedscope). For ``inbox`` it first fills the inbox to ``--inbox-size``
 without sampling.
@@ -31,6 +35,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from bench.cpu import CLK_TCK, thread_times
 from bench.loadgen import LoadJob, LoadPool
 from bench.phases import result_dict, setup_projects
 from bench.procs import Cluster, running
@@ -122,6 +127,29 @@ def format_costs(inc_ms: Counter[str], own_ms: Counter[str], per_op_ms: float, t
     return "\n".join(lines)
 
 
+def thread_split(
+    before: dict[str, dict[int, tuple[int, int]]], after: dict[str, dict[int, tuple[int, int]]],
+    mains: dict[str, int], ops: int,
+) -> str:
+    """CPU ms per op of the event-loop thread and of all other threads, in
+    user and system time, summed over the nodes (threads that ended during
+    the window are missed; threads that started count from zero)."""
+    acc = {"event loop (main thread)": [0, 0], "other threads": [0, 0]}
+    for node, threads in after.items():
+        for tid, (u, s) in threads.items():
+            u0, s0 = before.get(node, {}).get(tid, (0, 0))
+            k = "event loop (main thread)" if tid == mains[node] else "other threads"
+            acc[k][0] += u - u0
+            acc[k][1] += s - s0
+    if ops <= 0:
+        return "  (no operations)"
+    lines = ["CPU per op by thread, all nodes (from /proc/<pid>/task/*/stat):"]
+    for k, (u, s) in acc.items():
+        lines.append(f"  {k:<25} {(u + s) * 1000 / CLK_TCK / ops:6.3f} ms  "
+                     f"(user {u * 1000 / CLK_TCK / ops:.3f}, system {s * 1000 / CLK_TCK / ops:.3f})")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -158,16 +186,20 @@ def main(argv: list[str] | None = None) -> int:
             if args.workload in ("sendpop", "mix"):
                 setup_projects(cluster.urls, spec)
             flags = ["--gil"] if args.threads == "gil" else []
+            flags.append("--nonblocking")
             samplers = [
                 subprocess.Popen([pyspy, "record", "--pid", str(n.pid), "--duration", str(int(args.seconds) + 1),
-                                  "--rate", str(args.rate), "--format", "raw", "--nonblocking", "--function",
+                                  "--rate", str(args.rate), "--format", "raw", "--function",
                                   *flags, "--output", str(out / f"{n.name}.txt")],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                 for n in cluster.nodes
             ]
             job = LoadJob(spec, cluster.urls, mode="closed", concurrency=args.concurrency,
                           duration_s=args.seconds, warmup_s=0.0, cpu_pids=cluster.pids())
+            t_before = {n.name: thread_times(n.pid) for n in cluster.nodes}
             r = pool.run(job, start_delay_s=0.0)
+            t_after = {n.name: thread_times(n.pid) for n in cluster.nodes}
+            mains = {n.name: n.pid for n in cluster.nodes}
             res = result_dict(r, claims=claims)
             for s in samplers:
                 _, err = s.communicate(timeout=args.seconds + 30)
@@ -188,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({cpu['server_cores']:.2f} cores busy over {cpu['window_s']:.1f} s); cores per node: "
           + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu["process_cores"].items()))
           + f"; load generator {cpu['client_ms_per_op']:.3f} ms per op")
+    print(thread_split(t_before, t_after, mains, cpu["ops"]))
     profiles = {f.stem: f.read_text() for f in sorted(out.glob("node*.txt"))}
     cpu_s = {k: v * cpu["window_s"] for k, v in cpu["process_cores"].items()}
     inc_ms, own_ms = cluster_costs(profiles, cpu_s, cpu["ops"])

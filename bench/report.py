@@ -71,13 +71,14 @@ def _cpu_rows(results: dict[str, Any]) -> list[list[str]]:
     for system, what, m, half in entries:
         cpu = (m or {}).get("cpu")
         if not cpu:
-            rows.append([system, what, "not measured", "", "", "", "", ""])
+            rows.append([system, what, "not measured", "", "", "", "", "", ""])
             continue
         ms = cpu.get("ms_per_op")
         ratio = f"x{ms / echo_ms:.1f}" if ms is not None and echo_ms else "-"
         procs = ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu["process_cores"].items()))
-        rows.append([system, what, _ms3(ms), ratio, _ms3(_cpu(half)), f"{cpu['server_cores']:.2f}", procs,
-                     _ms3(cpu.get("client_ms_per_op"))])
+        share = cpu.get("server_system_share")
+        rows.append([system, what, _ms3(ms), ratio, _ms3(_cpu(half)), "-" if share is None else f"{share:.0%}",
+                     f"{cpu['server_cores']:.2f}", procs, _ms3(cpu.get("client_ms_per_op"))])
     return rows
 
 
@@ -144,11 +145,13 @@ def markdown(results: dict[str, Any], targets: list[Target]) -> str:
         lines += ["**CPU per acknowledged operation**: user + system CPU of every server process (all nodes; "
                   "the three `nats-server`s for NATS) over the measured window, read from `/proc/<pid>/stat`, "
                   "divided by the successful operations (claims for send+pop) of that window. Cores busy is "
-                  "that CPU over the window's wall time. Every process here shares the machine's cores with "
+                  "that CPU over the window's wall time; kernel share is the part spent in system time (syscalls, "
+                  "loopback TCP, fsync). Every process here shares the machine's cores with "
                   "the load generator (and with whatever else runs), which makes throughput noisy; CPU per "
                   "operation moves much less with contention, so compare these figures across runs.", ""]
         lines += _table(["system", "workload", "CPU ms/op at max", "vs echo CPU/request", "CPU ms/op at 50% load",
-                         "server cores busy", "cores per process", "load generator CPU ms/op"], cpu_rows)
+                         "kernel share", "server cores busy", "cores per process", "load generator CPU ms/op"],
+                        cpu_rows)
 
     sweeps = [w for w in ([results.get("echo")] if results.get("echo") else []) + results.get("workloads", [])
               if w and w.get("sweep")]

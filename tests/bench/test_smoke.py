@@ -60,7 +60,7 @@ def _point(rps: float, p99: float, fraction: float | None = None, ops: float | N
     d.update(rps=rps, p50_ms=p99 / 2, p99_ms=p99, ops_per_s=ops, offered_rps=rps, fraction=fraction, kinds={})
     if cpu_ms is not None:
         n = int(ops if ops is not None else rps)
-        w = CpuWindow(0.0, 1.0, {"node1": 0}, {"node1": round(cpu_ms * n * CLK_TCK / 1000)}, 0)
+        w = CpuWindow(0.0, 1.0, {"node1": (0, 0)}, {"node1": (round(cpu_ms * n * CLK_TCK / 1000), 0)}, 0)
         d["cpu"] = cpu_summary(w, n)
     return d
 
@@ -184,8 +184,8 @@ def test_cpu_is_read_from_proc_and_merged() -> None:
     while cpu_ticks("self") < deadline:
         pass
     assert cpu_ticks(os.getpid()) >= before + 3
-    a = CpuWindow(10.0, 12.0, {"n1": 100, "n2": 50}, {"n1": 180, "n2": 90}, 30)
-    b = CpuWindow(10.1, 12.5, {"n1": 101, "n2": 51}, {"n1": 200, "n2": 100}, 20)
+    a = CpuWindow(10.0, 12.0, {"n1": (90, 10), "n2": (50, 0)}, {"n1": (160, 20), "n2": (80, 10)}, 30)
+    b = CpuWindow(10.1, 12.5, {"n1": (91, 10), "n2": (51, 0)}, {"n1": (170, 30), "n2": (90, 10)}, 20)
     m = merge_windows([a, b])
     assert m is not None and (m.t0, m.t1, m.start, m.end, m.client_ticks) == (
         10.0, 12.5, a.start, b.end, 50)
@@ -195,6 +195,7 @@ def test_cpu_is_read_from_proc_and_merged() -> None:
     assert s["server_cpu_s"] == pytest.approx(150 / CLK_TCK)
     assert s["ms_per_op"] == pytest.approx(1500 / CLK_TCK)
     assert s["process_cores"]["n1"] == pytest.approx(100 / CLK_TCK / 2.5)
+    assert s["server_system_share"] == pytest.approx(30 / 150)
 
 
 def test_echo_cpu_per_request_is_measured(tmp_path: Path) -> None:
