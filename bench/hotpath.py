@@ -16,7 +16,10 @@ then each node's own top frames. Because samples of a busy machine also
 land on threads that wait for a core, the split of that CPU between the
 event-loop (main) thread and the other threads (SQLite writer, aiosqlite,
 executor) is read exactly from ``/proc/<pid>/task/*/stat`` and printed
-first, in user and system time per operation. It leaves the raw collapsed stacks in
+first, in user and system time per operation, followed by the work each
+operation causes across the cluster, counted by the daemons themselves
+(HTTP requests per route, peer batches, SQLite commits, forwards), which
+contention cannot distort. It leaves the raw collapsed stacks in
 ``--out`` for a flame graph (``flamegraph.pl nodeX.txt > nodeX.svg`` or
 speedscope). For ``inbox`` it first fills the inbox to ``--inbox-size``
 without sampling.
@@ -38,7 +41,7 @@ from pathlib import Path
 from bench.cpu import CLK_TCK, thread_times
 from bench.loadgen import LoadJob, LoadPool
 from bench.phases import result_dict, setup_projects
-from bench.procs import Cluster, running
+from bench.procs import Cluster, http_json, running
 from bench.workloads import WORKLOADS, WorkloadSpec
 
 OWN_CODE = re.compile(r"\((?:[^()]*/)?(?:daemon|store|federation|common|cli)/[^()]*\)")
@@ -150,6 +153,55 @@ def thread_split(
     return "\n".join(lines)
 
 
+METRIC_LINE = re.compile(r"^ai_memory_(?P<name>[a-z_]+?)(?:_count)?(?P<labels>\{[^}]*\})? (?P<v>[0-9.e+-]+)$")
+
+
+def work_counters(url: str) -> Counter[str]:
+    """What a node has done so far, as counters: HTTP requests per route
+    (the latency histogram's counts), the daemon's own counters, and the
+    writer's commits (batches) and jobs from /api/v1/cluster/status."""
+    import urllib.request
+
+    out: Counter[str] = Counter()
+    with urllib.request.urlopen(url + "/api/v1/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        if "_bucket{" in line or "_sum{" in line:
+            continue
+        m = METRIC_LINE.match(line)
+        if not m:
+            continue
+        labels = m["labels"] or ""
+        if m["name"] == "http_request_seconds":
+            route = re.search(r'route="([^"]*)"', labels)
+            method = re.search(r'method="([^"]*)"', labels)
+            key = f"HTTP {method[1] if method else '?'} {route[1] if route else '?'}"
+        else:
+            key = m["name"] + re.sub(r'peer="[^"]*",?', "", labels).replace("{}", "")
+        out[key] += float(m["v"])
+    writer = http_json(url + "/api/v1/cluster/status").get("oplog", {}).get("writer", {})
+    out["SQLite commits (writer batches)"] += writer.get("batches", 0)
+    out["writer jobs"] += writer.get("jobs", 0)
+    return out
+
+
+def format_anatomy(before: dict[str, Counter[str]], after: dict[str, Counter[str]], ops: int) -> str:
+    """Per acknowledged op, summed over the nodes: what the cluster did."""
+    total: Counter[str] = Counter()
+    for node, c in after.items():
+        for k, v in c.items():
+            total[k] += v - before[node].get(k, 0)
+    skip = ("HTTP GET /api/v1/metrics", "HTTP GET /api/v1/cluster/status", "HTTP GET /api/v1/health")
+    rows = [(k, v) for k, v in sorted(total.items()) if v > 0 and k not in skip]
+    if ops <= 0 or not rows:
+        return "  (nothing counted)"
+    lines = ["work per op, all nodes (from /api/v1/metrics and /api/v1/cluster/status):"]
+    lines += [f"  {v / ops:8.3f}  {k}" for k, v in rows]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -161,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     ap.add_argument("--threads", choices=("cpu", "gil"), default="cpu",
                     help="sample every thread on a CPU (default) or only the one holding the GIL")
+    ap.add_argument("--open-rate", type=float, default=0.0,
+                    help="offer this many ops/s open-loop instead of the closed loop (CPU per op at equal "
+                         "rates, e.g. 1 node against 3, without the amortization a higher rate buys)")
     ap.add_argument("--top", type=int, default=25, help="frames per list")
     ap.add_argument("--out", type=Path, default=None, help="where the raw stacks go (default: a temp dir)")
     args = ap.parse_args(argv)
@@ -196,9 +251,14 @@ def main(argv: list[str] | None = None) -> int:
             ]
             job = LoadJob(spec, cluster.urls, mode="closed", concurrency=args.concurrency,
                           duration_s=args.seconds, warmup_s=0.0, cpu_pids=cluster.pids())
+            if args.open_rate > 0:
+                job = LoadJob(spec, cluster.urls, mode="open", rate=args.open_rate, duration_s=args.seconds,
+                              warmup_s=0.0, max_inflight=max(args.concurrency * 16, 256), cpu_pids=cluster.pids())
+            w_before = {n.name: work_counters(n.url) for n in cluster.nodes}
             t_before = {n.name: thread_times(n.pid) for n in cluster.nodes}
             r = pool.run(job, start_delay_s=0.0)
             t_after = {n.name: thread_times(n.pid) for n in cluster.nodes}
+            w_after = {n.name: work_counters(n.url) for n in cluster.nodes}
             mains = {n.name: n.pid for n in cluster.nodes}
             res = result_dict(r, claims=claims)
             for s in samplers:
@@ -221,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu["process_cores"].items()))
           + f"; load generator {cpu['client_ms_per_op']:.3f} ms per op")
     print(thread_split(t_before, t_after, mains, cpu["ops"]))
+    print(format_anatomy(w_before, w_after, cpu["ops"]))
     profiles = {f.stem: f.read_text() for f in sorted(out.glob("node*.txt"))}
     cpu_s = {k: v * cpu["window_s"] for k, v in cpu["process_cores"].items()}
     inc_ms, own_ms = cluster_costs(profiles, cpu_s, cpu["ops"])
