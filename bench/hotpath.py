@@ -4,10 +4,13 @@
 harness does, drives one workload closed-loop from the load-generator
 process for ``--seconds``, and meanwhile samples every node with
 ``py-spy record --format raw --function`` (needs py-spy, which the bench
-extra installs, and ptrace allowed). By default it samples every thread
-that is on a CPU (``--threads cpu``: the event loop and the SQLite writer
-thread alike, idle threads skipped); ``--threads gil`` keeps only the
-thread holding the GIL. The load job reads every node's CPU from /proc
+extra installs, and ptrace allowed). By default it samples the thread
+holding the GIL (``--threads gil``), which is the event loop's Python work
+and the store threads' Python work; ``--threads cpu`` samples every thread
+py-spy thinks is running, which on a busy machine also counts threads
+that are blocked in C (a queue wait, epoll). Samples only ever share out
+CPU that /proc measured: per node, the main thread's samples share out the
+main thread's CPU and the other threads' samples theirs. The load job reads every node's CPU from /proc
 over its measured window (:mod:`bench.cpu`), which turns sample shares
 into milliseconds: it prints the cluster's CPU per operation, then, summed
 over the nodes, the functions with the most inclusive and self cost in
@@ -117,6 +120,87 @@ def cluster_costs(
     return inc_ms, own_ms
 
 
+# Where a sampled stack belongs, first match wins. The peer endpoints run
+# inside aiohttp's request handler too, so they are matched before the
+# public API; aiohttp's own parsing and response writing (outside any
+# handler) is one bucket for every route.
+CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("store threads (SQLite writer, aiosqlite readers, executor)",
+     ("Thread._bootstrap (threading.py", "_connection_worker_thread (aiosqlite")),
+    ("store on the event loop (writer task batching, executor hand-offs, reads)",
+     ("Writer._run (", "(store/", "_chain_future")),
+    ("peer client (sending batches/forwards to peers, reading their answers)",
+     ("PeerLink.", "PeerClient.", "(aiohttp/client", "(aiohttp/connector.py", "Node._forward (")),
+    ("peer endpoints /peer/v1/* (decode, core, apply, reply)", ("(daemon/api/peer.py",)),
+    ("public API handlers (daemon/api: middlewares, validation, core)", ("(daemon/api/",)),
+    ("aiohttp server machinery (parse, route, write responses to sockets)", ("(aiohttp/",)),
+    ("background (ticks, anti-entropy pushes, purges)", ("Node._ticker (", "Node._purger (", "Node._push_missing (")),
+)
+
+
+def categorize(stack: list[str]) -> str:
+    for name, needles in CATEGORIES:
+        if any(n in f for f in stack for n in needles):
+            return name
+    if stack and stack[-1].startswith("Runner.run ("):
+        return "event loop itself (uvloop callbacks, no Python frame)"
+    return "other"
+
+
+def _is_main_thread(stack: list[str]) -> bool:
+    return not any(f.startswith("Thread._bootstrap (") for f in stack)
+
+
+def category_costs(profiles: dict[str, str], cpu_s: dict[str, tuple[float, float]], ops: int) -> Counter[str]:
+    """CPU ms per op by category, over all nodes.
+
+    ``cpu_s`` is each node's (main thread, other threads) CPU seconds over
+    the window, from /proc: the main thread's samples share out the main
+    thread's CPU and the other threads' samples theirs, so a thread that
+    waits for a core while holding the GIL distorts shares only within its
+    own thread. Other-thread CPU that no sample saw (SQLite's C code runs
+    without the GIL) is its own row.
+    """
+    out: Counter[str] = Counter()
+    for name, text in profiles.items():
+        counts: dict[bool, Counter[str]] = {True: Counter(), False: Counter()}
+        for line in text.splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack or not count.isdigit():
+                continue
+            frames = [f for f in stack.split(";") if f and not f.startswith(("process ", "thread "))]
+            if frames:
+                counts[_is_main_thread(frames)][categorize(frames)] += int(count)
+        if ops <= 0 or name not in cpu_s:
+            continue
+        for main, seconds in ((True, cpu_s[name][0]), (False, cpu_s[name][1])):
+            total = sum(counts[main].values())
+            if total == 0:
+                if seconds > 0:
+                    out["threads without a sample (C code outside the GIL: SQLite, fsync)"] += (
+                        seconds * 1000.0 / ops)
+                continue
+            for k, n in counts[main].items():
+                out[k] += n * seconds * 1000.0 / ops / total
+    return out
+
+
+def node_thread_cpu(before: dict[str, dict[int, tuple[int, int]]], after: dict[str, dict[int, tuple[int, int]]],
+                    mains: dict[str, int]) -> dict[str, tuple[float, float]]:
+    """Each node's (main thread, other threads) CPU seconds between two readings."""
+    out: dict[str, tuple[float, float]] = {}
+    for node, threads in after.items():
+        main = other = 0
+        for tid, (u, s) in threads.items():
+            u0, s0 = before.get(node, {}).get(tid, (0, 0))
+            if tid == mains[node]:
+                main += u + s - u0 - s0
+            else:
+                other += u + s - u0 - s0
+        out[node] = (main / CLK_TCK, other / CLK_TCK)
+    return out
+
+
 def format_costs(inc_ms: Counter[str], own_ms: Counter[str], per_op_ms: float, top: int = 25) -> str:
     def row(f: str, ms: float) -> str:
         return f"    {ms:7.3f} ms  {100 * ms / per_op_ms:5.1f}%  {_short(f)}"
@@ -211,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--inbox-size", type=int, default=20_000)
     ap.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
-    ap.add_argument("--threads", choices=("cpu", "gil"), default="cpu",
-                    help="sample every thread on a CPU (default) or only the one holding the GIL")
+    ap.add_argument("--threads", choices=("cpu", "gil"), default="gil",
+                    help="sample the thread holding the GIL (default) or every thread py-spy thinks is running")
     ap.add_argument("--open-rate", type=float, default=0.0,
                     help="offer this many ops/s open-loop instead of the closed loop (CPU per op at equal "
                          "rates, e.g. 1 node against 3, without the amortization a higher rate buys)")
@@ -285,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     profiles = {f.stem: f.read_text() for f in sorted(out.glob("node*.txt"))}
     cpu_s = {k: v * cpu["window_s"] for k, v in cpu["process_cores"].items()}
     inc_ms, own_ms = cluster_costs(profiles, cpu_s, cpu["ops"])
+    print(f"\nby category, whole cluster, {args.threads} threads sampled:")
+    by_thread = node_thread_cpu(t_before, t_after, mains)
+    for k, ms in category_costs(profiles, by_thread, cpu["ops"]).most_common():
+        print(f"    {ms:7.3f} ms  {100 * ms / cpu['ms_per_op']:5.1f}%  {k}")
     print(f"\nwhole cluster, {args.threads} threads sampled (raw stacks in {out}):")
     print(format_costs(inc_ms, own_ms, cpu["ms_per_op"], args.top))
     for name, text in profiles.items():
