@@ -97,27 +97,43 @@ def summarize_profile(text: str, top: int = 15) -> str:
     return "\n".join(lines)
 
 
+def _split_by_thread(text: str) -> dict[bool, str]:
+    """Collapsed stacks of the main thread (True) and of the others (False)."""
+    parts: dict[bool, list[str]] = {True: [], False: []}
+    for line in text.splitlines():
+        stack = line.rpartition(" ")[0]
+        parts[_is_main_thread(stack.split(";"))].append(line)
+    return {k: "\n".join(v) for k, v in parts.items()}
+
+
 def cluster_costs(
-    profiles: dict[str, str], cpu_s: dict[str, float], ops: int
+    profiles: dict[str, str], cpu_s: dict[str, tuple[float, float]], ops: int
 ) -> tuple[Counter[str], Counter[str]]:
     """Inclusive and self cost per frame in CPU ms per operation, over all nodes.
 
-    A node's samples are scaled by the CPU that node really used over the
-    window (from /proc), so a frame's figure is its share of that node's CPU
-    times the node's CPU per operation, and the nodes' figures add up.
+    Per node, the main thread's samples share out the main thread's CPU over
+    the window and the other threads' samples theirs (``cpu_s``: (main,
+    other) seconds from /proc), so the nodes' figures add up.
     """
     inc_ms: Counter[str] = Counter()
     own_ms: Counter[str] = Counter()
     for name, text in profiles.items():
-        inclusive, own, total = parse_collapsed(text)
-        if total == 0 or ops <= 0 or name not in cpu_s:
+        if ops <= 0 or name not in cpu_s:
             continue
-        per_sample = cpu_s[name] * 1000.0 / ops / total
-        for f, n in inclusive.items():
-            inc_ms[f] += n * per_sample
-        for f, n in own.items():
-            own_ms[f] += n * per_sample
+        for main, part in _split_by_thread(text).items():
+            inclusive, own, total = parse_collapsed(part)
+            if total == 0:
+                continue
+            per_sample = cpu_s[name][0 if main else 1] * 1000.0 / ops / total
+            for f, n in inclusive.items():
+                inc_ms[f] += n * per_sample
+            for f, n in own.items():
+                own_ms[f] += n * per_sample
     return inc_ms, own_ms
+
+
+def _is_main_thread(stack: list[str]) -> bool:
+    return not any(f.startswith("Thread._bootstrap (") for f in stack)
 
 
 # Where a sampled stack belongs, first match wins. The peer endpoints run
@@ -145,10 +161,6 @@ def categorize(stack: list[str]) -> str:
     if stack and stack[-1].startswith("Runner.run ("):
         return "event loop itself (uvloop callbacks, no Python frame)"
     return "other"
-
-
-def _is_main_thread(stack: list[str]) -> bool:
-    return not any(f.startswith("Thread._bootstrap (") for f in stack)
 
 
 def category_costs(profiles: dict[str, str], cpu_s: dict[str, tuple[float, float]], ops: int) -> Counter[str]:
@@ -367,10 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     print(thread_split(t_before, t_after, mains, cpu["ops"]))
     print(format_anatomy(w_before, w_after, cpu["ops"]))
     profiles = {f.stem: f.read_text() for f in sorted(out.glob("node*.txt"))}
-    cpu_s = {k: v * cpu["window_s"] for k, v in cpu["process_cores"].items()}
-    inc_ms, own_ms = cluster_costs(profiles, cpu_s, cpu["ops"])
-    print(f"\nby category, whole cluster, {args.threads} threads sampled:")
     by_thread = node_thread_cpu(t_before, t_after, mains)
+    inc_ms, own_ms = cluster_costs(profiles, by_thread, cpu["ops"])
+    print(f"\nby category, whole cluster, {args.threads} threads sampled:")
     for k, ms in category_costs(profiles, by_thread, cpu["ops"]).most_common():
         print(f"    {ms:7.3f} ms  {100 * ms / cpu['ms_per_op']:5.1f}%  {k}")
     print(f"\nwhole cluster, {args.threads} threads sampled (raw stacks in {out}):")

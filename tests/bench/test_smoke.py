@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +211,33 @@ def test_echo_cpu_per_request_is_measured(tmp_path: Path) -> None:
     # and far less than the whole window on every core.
     assert 0 < s["server_cpu_s"] <= s["window_s"] * (os.cpu_count() or 1)
     assert s["ms_per_op"] is not None and s["ms_per_op"] > 0
+
+
+def test_hotpath_shares_each_threads_cpu_by_its_samples() -> None:
+    from bench.hotpath import categorize, category_costs, cluster_costs, format_anatomy
+
+    loop = "<module> (ai-memory:1);run (uvloop/__init__.py:38);Runner.run (asyncio/runners.py:86)"
+    handler = f"{loop};RequestHandler._handle_request (aiohttp/web_protocol.py:567);notify (daemon/api/notify.py:27)"
+    respond = f"{loop};StreamWriter._writelines (aiohttp/http_writer.py:106)"
+    peer = f"{loop};PeerLink._deliver (daemon/node.py:135);PeerClient.call (daemon/peer_client.py:44)"
+    writer = "Thread._bootstrap (threading.py:988);Writer._transaction (store/writer.py:219)"
+    text = f"{handler} 30\n{respond} 50\n{peer} 20\n{writer} 5\n"
+    assert categorize(handler.split(";")).startswith("public API handlers")
+    assert categorize(respond.split(";")).startswith("aiohttp server machinery")
+    assert categorize(peer.split(";")).startswith("peer client")
+    assert categorize(writer.split(";")).startswith("store threads")
+    # node1: 0.2 s on the main thread, 0.1 s on the others, over 100 ops
+    cats = category_costs({"node1": text}, {"node1": (0.2, 0.1)}, 100)
+    assert cats["public API handlers (daemon/api: middlewares, validation, core)"] == pytest.approx(0.6)
+    assert cats["aiohttp server machinery (parse, route, write responses to sockets)"] == pytest.approx(1.0)
+    assert cats["store threads (SQLite writer, aiosqlite readers, executor)"] == pytest.approx(1.0)
+    assert sum(cats.values()) == pytest.approx(3.0)  # = (0.2 + 0.1) s * 1000 / 100 ops
+    inc, own = cluster_costs({"node1": text, "node2": text}, {"node1": (0.2, 0.1), "node2": (0.2, 0.1)}, 100)
+    assert inc["notify (daemon/api/notify.py:27)"] == pytest.approx(1.2)
+    assert sum(own.values()) == pytest.approx(6.0)
+    before = {"n1": Counter({"HTTP POST /api/v1/notify": 10.0, "peer_batches_total": 2.0})}
+    after = {"n1": Counter({"HTTP POST /api/v1/notify": 110.0, "peer_batches_total": 42.0,
+                            "HTTP GET /api/v1/metrics": 5.0})}
+    text = format_anatomy(before, after, 100)
+    assert "1.000  HTTP POST /api/v1/notify" in text and "0.400  peer_batches_total" in text
+    assert "GET /api/v1/metrics" not in text  # the scrapes themselves are not work of the workload
