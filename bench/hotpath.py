@@ -264,16 +264,19 @@ def work_counters(url: str) -> Counter[str]:
     for line in text.splitlines():
         if line.startswith("#"):
             continue
-        if "_bucket{" in line or "_sum{" in line:
+        if "_bucket{" in line:
             continue
-        m = METRIC_LINE.match(line)
-        if not m:
+        is_sum = line.startswith("ai_memory_http_request_seconds_sum{")
+        m = METRIC_LINE.match(line.replace("_seconds_sum{", "_seconds{", 1) if is_sum else line)
+        if not m or ("_sum{" in line and not is_sum):
             continue
         labels = m["labels"] or ""
         if m["name"] == "http_request_seconds":
             route = re.search(r'route="([^"]*)"', labels)
             method = re.search(r'method="([^"]*)"', labels)
             key = f"HTTP {method[1] if method else '?'} {route[1] if route else '?'}"
+            if is_sum:
+                key = "seconds " + key
         else:
             key = m["name"] + re.sub(r'peer="[^"]*",?', "", labels).replace("{}", "")
         out[key] += float(m["v"])
@@ -290,11 +293,16 @@ def format_anatomy(before: dict[str, Counter[str]], after: dict[str, Counter[str
         for k, v in c.items():
             total[k] += v - before[node].get(k, 0)
     skip = ("HTTP GET /api/v1/metrics", "HTTP GET /api/v1/cluster/status", "HTTP GET /api/v1/health")
-    rows = [(k, v) for k, v in sorted(total.items()) if v > 0 and k not in skip]
+    rows = [(k, v) for k, v in sorted(total.items())
+            if v > 0 and k not in skip and not k.startswith("seconds ")]
     if ops <= 0 or not rows:
         return "  (nothing counted)"
     lines = ["work per op, all nodes (from /api/v1/metrics and /api/v1/cluster/status):"]
     lines += [f"  {v / ops:8.3f}  {k}" for k, v in rows]
+    timed = [(k, total["seconds " + k] / v) for k, v in rows if k.startswith("HTTP ") and total["seconds " + k] > 0]
+    if timed:
+        lines.append("mean wall time inside the node per request (timing middleware), ms:")
+        lines += [f"  {1000 * s:8.2f}  {k}" for k, s in timed]
     return "\n".join(lines)
 
 

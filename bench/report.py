@@ -71,14 +71,18 @@ def _cpu_rows(results: dict[str, Any]) -> list[list[str]]:
     for system, what, m, half in entries:
         cpu = (m or {}).get("cpu")
         if not cpu:
-            rows.append([system, what, "not measured", "", "", "", "", "", ""])
+            rows.append([system, what, "not measured", "", "", "", "", "", "", ""])
             continue
         ms = cpu.get("ms_per_op")
         ratio = f"x{ms / echo_ms:.1f}" if ms is not None and echo_ms else "-"
         procs = ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu["process_cores"].items()))
         share = cpu.get("server_system_share")
+        client = cpu.get("client_ms_per_op")
+        cores = (results.get("meta") or {}).get("cores")
+        ceiling = (f"{_n(cores * 1000.0 / (ms + client))}/s" if cores and ms is not None and client is not None
+                   and ms + client > 0 else "-")
         rows.append([system, what, _ms3(ms), ratio, _ms3(_cpu(half)), "-" if share is None else f"{share:.0%}",
-                     f"{cpu['server_cores']:.2f}", procs, _ms3(cpu.get("client_ms_per_op"))])
+                     f"{cpu['server_cores']:.2f}", procs, _ms3(client), ceiling])
     return rows
 
 
@@ -148,10 +152,14 @@ def markdown(results: dict[str, Any], targets: list[Target]) -> str:
                   "that CPU over the window's wall time; kernel share is the part spent in system time (syscalls, "
                   "loopback TCP, fsync). Every process here shares the machine's cores with "
                   "the load generator (and with whatever else runs), which makes throughput noisy; CPU per "
-                  "operation moves much less with contention, so compare these figures across runs.", ""]
+                  "operation moves much less with contention, so compare these figures across runs. The "
+                  "CPU-bound ceiling is the rate at which servers and load generator together would use "
+                  "every core of this machine at these costs (cores / (server + load generator CPU per op)): "
+                  "where the measured maximum is far below it, something other than CPU (other work on the "
+                  "machine, waiting) held the run back.", ""]
         lines += _table(["system", "workload", "CPU ms/op at max", "vs echo CPU/request", "CPU ms/op at 50% load",
-                         "kernel share", "server cores busy", "cores per process", "load generator CPU ms/op"],
-                        cpu_rows)
+                         "kernel share", "server cores busy", "cores per process", "load generator CPU ms/op",
+                         "CPU-bound ceiling"], cpu_rows)
 
     sweeps = [w for w in ([results.get("echo")] if results.get("echo") else []) + results.get("workloads", [])
               if w and w.get("sweep")]

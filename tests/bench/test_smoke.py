@@ -235,9 +235,11 @@ def test_hotpath_shares_each_threads_cpu_by_its_samples() -> None:
     inc, own = cluster_costs({"node1": text, "node2": text}, {"node1": (0.2, 0.1), "node2": (0.2, 0.1)}, 100)
     assert inc["notify (daemon/api/notify.py:27)"] == pytest.approx(1.2)
     assert sum(own.values()) == pytest.approx(6.0)
-    before = {"n1": Counter({"HTTP POST /api/v1/notify": 10.0, "peer_batches_total": 2.0})}
+    before = {"n1": Counter({"HTTP POST /api/v1/notify": 10.0, "peer_batches_total": 2.0,
+                             "seconds HTTP POST /api/v1/notify": 1.0})}
     after = {"n1": Counter({"HTTP POST /api/v1/notify": 110.0, "peer_batches_total": 42.0,
-                            "HTTP GET /api/v1/metrics": 5.0})}
+                            "HTTP GET /api/v1/metrics": 5.0, "seconds HTTP POST /api/v1/notify": 3.0})}
     text = format_anatomy(before, after, 100)
     assert "1.000  HTTP POST /api/v1/notify" in text and "0.400  peer_batches_total" in text
+    assert "20.00  HTTP POST /api/v1/notify" in text  # 2 s inside the node over 100 requests
     assert "GET /api/v1/metrics" not in text  # the scrapes themselves are not work of the workload
