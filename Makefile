@@ -29,7 +29,7 @@ check: $(STAMP)
 # it is installed here; otherwise the command to run is printed and the run
 # goes on (the harness then reports the NATS figure as skipped, and why).
 bench-deps:
-	@if command -v nats-server >/dev/null 2>&1; then :; \
+	@if command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing nats-server from Debian (apt-get install -y nats-server)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server \
