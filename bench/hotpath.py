@@ -38,7 +38,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from bench.cpu import CLK_TCK, thread_times
@@ -49,6 +49,18 @@ from bench.workloads import WORKLOADS, WorkloadSpec
 
 OWN_CODE = re.compile(r"\((?:[^()]*/)?(?:daemon|store|federation|common|cli)/[^()]*\)")
 FRAME = re.compile(r"^(?P<fn>.*) \((?P<loc>[^()]*)\)$")
+
+
+Tally = dict[str, float]  # frame, category or counter name -> amount
+
+
+def _tally() -> Tally:
+    return defaultdict(float)
+
+
+def most_common(t: Tally, n: int | None = None) -> list[tuple[str, float]]:
+    """``t``'s items, largest first (Counter.most_common for float tallies)."""
+    return sorted(t.items(), key=lambda kv: -kv[1])[:n]
 
 
 def parse_collapsed(text: str) -> tuple[Counter[str], Counter[str], int]:
@@ -108,15 +120,15 @@ def _split_by_thread(text: str) -> dict[bool, str]:
 
 def cluster_costs(
     profiles: dict[str, str], cpu_s: dict[str, tuple[float, float]], ops: int
-) -> tuple[Counter[str], Counter[str]]:
+) -> tuple[Tally, Tally]:
     """Inclusive and self cost per frame in CPU ms per operation, over all nodes.
 
     Per node, the main thread's samples share out the main thread's CPU over
     the window and the other threads' samples theirs (``cpu_s``: (main,
     other) seconds from /proc), so the nodes' figures add up.
     """
-    inc_ms: Counter[str] = Counter()
-    own_ms: Counter[str] = Counter()
+    inc_ms = _tally()
+    own_ms = _tally()
     for name, text in profiles.items():
         if ops <= 0 or name not in cpu_s:
             continue
@@ -163,7 +175,7 @@ def categorize(stack: list[str]) -> str:
     return "other"
 
 
-def category_costs(profiles: dict[str, str], cpu_s: dict[str, tuple[float, float]], ops: int) -> Counter[str]:
+def category_costs(profiles: dict[str, str], cpu_s: dict[str, tuple[float, float]], ops: int) -> Tally:
     """CPU ms per op by category, over all nodes.
 
     ``cpu_s`` is each node's (main thread, other threads) CPU seconds over
@@ -173,7 +185,7 @@ def category_costs(profiles: dict[str, str], cpu_s: dict[str, tuple[float, float
     own thread. Other-thread CPU that no sample saw (SQLite's C code runs
     without the GIL) is its own row.
     """
-    out: Counter[str] = Counter()
+    out = _tally()
     for name, text in profiles.items():
         counts: dict[bool, Counter[str]] = {True: Counter(), False: Counter()}
         for line in text.splitlines():
@@ -213,16 +225,16 @@ def node_thread_cpu(before: dict[str, dict[int, tuple[int, int]]], after: dict[s
     return out
 
 
-def format_costs(inc_ms: Counter[str], own_ms: Counter[str], per_op_ms: float, top: int = 25) -> str:
+def format_costs(inc_ms: Tally, own_ms: Tally, per_op_ms: float, top: int = 25) -> str:
     def row(f: str, ms: float) -> str:
         return f"    {ms:7.3f} ms  {100 * ms / per_op_ms:5.1f}%  {_short(f)}"
 
     lines = ["  inclusive, project code (CPU ms per op, share of the cluster's CPU per op):"]
-    lines += [row(f, ms) for f, ms in inc_ms.most_common() if OWN_CODE.search(f)][:top]
+    lines += [row(f, ms) for f, ms in most_common(inc_ms) if OWN_CODE.search(f)][:top]
     lines.append("  inclusive, library code:")
-    lines += [row(f, ms) for f, ms in inc_ms.most_common() if not OWN_CODE.search(f)][:top]
+    lines += [row(f, ms) for f, ms in most_common(inc_ms) if not OWN_CODE.search(f)][:top]
     lines.append("  self (where the CPU is), any code:")
-    lines += [row(f, ms) for f, ms in own_ms.most_common(top)]
+    lines += [row(f, ms) for f, ms in most_common(own_ms, top)]
     return "\n".join(lines)
 
 
@@ -252,13 +264,13 @@ def thread_split(
 METRIC_LINE = re.compile(r"^ai_memory_(?P<name>[a-z_]+?)(?:_count)?(?P<labels>\{[^}]*\})? (?P<v>[0-9.e+-]+)$")
 
 
-def work_counters(url: str) -> Counter[str]:
+def work_counters(url: str) -> Tally:
     """What a node has done so far, as counters: HTTP requests per route
     (the latency histogram's counts), the daemon's own counters, and the
     writer's commits (batches) and jobs from /api/v1/cluster/status."""
     import urllib.request
 
-    out: Counter[str] = Counter()
+    out = _tally()
     with urllib.request.urlopen(url + "/api/v1/metrics", timeout=10) as resp:
         text = resp.read().decode()
     for line in text.splitlines():
@@ -286,9 +298,9 @@ def work_counters(url: str) -> Counter[str]:
     return out
 
 
-def format_anatomy(before: dict[str, Counter[str]], after: dict[str, Counter[str]], ops: int) -> str:
+def format_anatomy(before: dict[str, Tally], after: dict[str, Tally], ops: int) -> str:
     """Per acknowledged op, summed over the nodes: what the cluster did."""
-    total: Counter[str] = Counter()
+    total = _tally()
     for node, c in after.items():
         for k, v in c.items():
             total[k] += v - before[node].get(k, 0)
@@ -390,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     by_thread = node_thread_cpu(t_before, t_after, mains)
     inc_ms, own_ms = cluster_costs(profiles, by_thread, cpu["ops"])
     print(f"\nby category, whole cluster, {args.threads} threads sampled:")
-    for k, ms in category_costs(profiles, by_thread, cpu["ops"]).most_common():
+    for k, ms in most_common(category_costs(profiles, by_thread, cpu["ops"])):
         print(f"    {ms:7.3f} ms  {100 * ms / cpu['ms_per_op']:5.1f}%  {k}")
     print(f"\nwhole cluster, {args.threads} threads sampled (raw stacks in {out}):")
     print(format_costs(inc_ms, own_ms, cpu["ms_per_op"], args.top))
