@@ -2,7 +2,8 @@
 
 Order: the echo ceiling; a 1-node cluster (every workload); a 3-node W=2
 cluster (every workload, then the catch-up / inbox / RSS scenario on the
-same cluster); optionally NATS JetStream. Each phase runs inside
+same cluster); then NATS JetStream (every profile; skipped, with the
+reason, where it is not installed). Each phase runs inside
 :func:`_phase`, which records a failure in ``results["errors"]`` and moves
 on, so a half-built daemon still yields a report that says what failed. All
 servers run in a temp dir that is removed at the end (their logs are
