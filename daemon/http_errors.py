@@ -3,10 +3,23 @@ responses.
 
 Every :class:`common.errors.AiMemoryError` becomes its ``status`` with
 ``to_body()`` as JSON (plus ``Retry-After`` for 503s). Malformed JSON, wrong
-types and oversized bodies are caught where the body is read
-(:func:`read_json`) and become 400/413 before any service runs, so bad input
-never writes anything. Anything else is a bug: logged with its traceback and
-answered 500 without internals.
+types, integer literals past Python's digit limit and oversized bodies are
+caught where the body is read (:func:`read_json`) and become 400/413 before
+any service runs, so bad input never writes anything. A client that hangs
+up mid-body is logged at debug level. Anything else is a bug: logged with
+its traceback and answered 500 without internals.
+
+:func:`request_guard` runs before every handler and refuses, with a 400
+that also closes the connection:
+
+* a header value that is not UTF-8 or carries a control character
+  (:func:`daemon.schemas.headers.hostile_header`);
+* a body declared (``Content-Length`` > 0 or any ``Transfer-Encoding``) on a
+  method that carries none (``BODYLESS_METHODS``): the bytes after the
+  headers are never read as a second, pipelined request.
+
+:data:`SERVER_HEADER` replaces aiohttp's ``Server`` header, which names the
+aiohttp and Python versions.
 """
 
 from __future__ import annotations
@@ -18,12 +31,22 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pydantic
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp import web_response as _web_response
 
 from common import limits
 from common.errors import AiMemoryError, BadRequest, PayloadTooLarge, Unavailable
+from daemon.schemas.headers import hostile_header
 
 log = logging.getLogger("ai_memory.http")
+
+SERVER_HEADER = "ai-memory"
+# Methods whose requests carry no body anywhere in this API.
+BODYLESS_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
+# aiohttp's own responses (a request line it cannot parse) take this default;
+# the app's responses set the header in on_response_prepare as well.
+if hasattr(_web_response, "SERVER_SOFTWARE"):
+    _web_response.SERVER_SOFTWARE = SERVER_HEADER
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -50,9 +73,37 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status >= 400 and exc.content_type != "application/json":
             return web.json_response({"error": exc.reason, "code": "http_error"}, status=exc.status)
         raise
+    except ConnectionResetError:
+        # The client hung up while its body was being read: nothing to answer.
+        log.debug("client disconnected during %s %s", request.method, request.path)
+        return error_response(BadRequest("client disconnected", code="client_disconnected"))
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return web.json_response({"error": "internal error", "code": "internal_error"}, status=500)
+
+
+async def set_server_header(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers[hdrs.SERVER] = SERVER_HEADER
+
+
+@web.middleware
+async def request_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse hostile framing and header values before any handler runs."""
+    bad = hostile_header(request.headers)
+    if bad is not None:
+        return _closing(BadRequest(f"header {bad!r} is not UTF-8 text without control characters",
+                                   code="bad_header", header=bad))
+    if request.method in BODYLESS_METHODS and (
+            hdrs.TRANSFER_ENCODING in request.headers or (request.content_length or 0) > 0):
+        return _closing(BadRequest(f"a {request.method} request carries no body",
+                                   code="unexpected_body"))
+    return await handler(request)
+
+
+def _closing(exc: AiMemoryError) -> web.Response:
+    resp = error_response(exc)
+    resp.force_close()
+    return resp
 
 
 def format_validation_error(exc: pydantic.ValidationError) -> str:
@@ -94,6 +145,9 @@ async def read_body(request: web.Request) -> Any:
         raise BadRequest("request body is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise BadRequest(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError:
+        # An integer literal past sys.get_int_max_str_digits() (4,300 digits).
+        raise BadRequest("JSON number too long") from None
     except RecursionError:
         raise BadRequest("JSON nested too deeply") from None
 

@@ -67,7 +67,7 @@ async def test_embedded_metadata_unspecified_multicast_never(url: str) -> None:
 
 @pytest.mark.parametrize("url", ["http://[::1]/", "http://[::]/"])
 def test_v6_loopback_and_unspecified_are_not_read_as_ipv4(url: str) -> None:
-    with pytest.raises(BadRequest, match="loopback|unspecified"):
+    with pytest.raises(BadRequest, match=r"loopback|unspecified"):
         check_literal(url, STRICT)
 
 
