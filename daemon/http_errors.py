@@ -91,18 +91,34 @@ async def request_guard(request: web.Request, handler: Handler) -> web.StreamRes
     """Refuse hostile framing and header values before any handler runs."""
     bad = hostile_header(request.headers)
     if bad is not None:
-        return _closing(BadRequest(f"header {bad!r} is not UTF-8 text without control characters",
+        return closing_error_response(BadRequest(f"header {bad!r} is not UTF-8 text without control characters",
                                    code="bad_header", header=bad))
     if request.method in BODYLESS_METHODS and (
             hdrs.TRANSFER_ENCODING in request.headers or (request.content_length or 0) > 0):
-        return _closing(BadRequest(f"a {request.method} request carries no body",
+        return closing_error_response(BadRequest(f"a {request.method} request carries no body",
                                    code="unexpected_body"))
     return await handler(request)
 
 
-def _closing(exc: AiMemoryError) -> web.Response:
+def closing_error_response(exc: AiMemoryError) -> web.Response:
+    """The error response, and the connection closed after it (a body the
+    client declared is read and discarded first, within aiohttp's lingering
+    time, so the bytes after it are never parsed as another request)."""
     resp = error_response(exc)
     resp.force_close()
+    return resp
+
+
+async def refuse_unread(request: web.Request, exc: AiMemoryError,
+                        headers: dict[str, str] | None = None) -> web.StreamResponse:
+    """Answer ``exc`` and drop the connection without reading the declared
+    body at all: the response is written, then the transport is closed, so
+    a refused client costs its headers and the socket buffers, never its body."""
+    resp = closing_error_response(exc)
+    resp.headers.update(headers or {})
+    await resp.prepare(request)
+    await resp.write_eof()
+    request.protocol.force_close()
     return resp
 
 

@@ -5,7 +5,10 @@ offers) and answers with the messages the core addresses back to the
 caller; ``pull`` answers an R-quorum read with the ops for one key the
 caller lacks; ``mailbox`` runs a forwarded mailbox request here. All three
 refuse unauthenticated callers when a cluster secret is set, and refuse
-nodes that are not members.
+nodes that are not members. The signature is checked from the headers
+before the body is read (:mod:`daemon.peer_auth`); a refused request is
+answered at once and its connection closed, so an unsigned 60 MiB body is
+never buffered.
 """
 
 from __future__ import annotations
@@ -15,27 +18,55 @@ from typing import Any
 import msgpack
 from aiohttp import web
 
-from common.errors import BadRequest, Forbidden
+from common.errors import AiMemoryError, BadRequest, Forbidden
 from daemon.app import NODE
-from daemon.peer_auth import Verifier
+from daemon.http_errors import refuse_unread
+from daemon.peer_auth import BOOT_HEADER, BootMismatch, Verifier
 from federation.messages import decode_msg
 
 VERIFIER: web.AppKey[Verifier] = web.AppKey("peer_verifier")
 
 
+class _Refused(Exception):
+    def __init__(self, exc: AiMemoryError, headers: dict[str, str]) -> None:
+        self.exc = exc
+        self.headers = headers
+
+
+def _refuse(exc: AiMemoryError, boot: str) -> _Refused:
+    # A boot mismatch tells the sender the boot id to re-sign for.
+    return _Refused(exc, {BOOT_HEADER: boot} if isinstance(exc, BootMismatch) else {})
+
+
 async def _peer_body(request: web.Request) -> tuple[str, Any]:
     node = request.app[NODE]
+    verifier = request.app[VERIFIER]
+    try:
+        checked = verifier.verify_headers(request.headers, request.method, request.path,
+                                          request.content_length, node.now_ms() / 1000)
+        peer = checked.node
+        standalone = not node.settings.cluster.peers
+        if not peer or peer == node.node_id or (
+                not standalone and peer not in node.settings.cluster.member_ids):
+            raise Forbidden(f"{peer!r} is not a member of this cluster")
+    except AiMemoryError as exc:
+        raise _refuse(exc, verifier.boot) from None
     raw = await request.read()
-    peer = request.app[VERIFIER].verify(
-        request.headers, request.method, request.path, raw, node.now_ms() / 1000)
-    standalone = not node.settings.cluster.peers
-    if not peer or peer == node.node_id or (
-            not standalone and peer not in node.settings.cluster.member_ids):
-        raise Forbidden(f"{peer!r} is not a member of this cluster")
+    verifier.check_body(checked, raw)
     try:
         return peer, msgpack.unpackb(raw, raw=False)
     except Exception:
         raise BadRequest("peer body is not valid msgpack") from None
+
+
+def _peer(handler: Any) -> Any:
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)  # type: ignore[no-any-return]
+        except _Refused as refused:
+            return await refuse_unread(request, refused.exc, refused.headers)
+    wrapped.__name__ = wrapped.__qualname__ = handler.__name__
+    return wrapped
 
 
 def _packed(payload: Any) -> web.Response:
@@ -73,7 +104,8 @@ async def mailbox(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    app[VERIFIER] = Verifier(app[NODE].settings.cluster.secret)
-    app.router.add_post("/peer/v1/msgs", msgs)
-    app.router.add_post("/peer/v1/pull", pull)
-    app.router.add_post("/peer/v1/mailbox", mailbox)
+    node = app[NODE]
+    app[VERIFIER] = Verifier(node.settings.cluster.secret, node.node_id)
+    app.router.add_post("/peer/v1/msgs", _peer(msgs))
+    app.router.add_post("/peer/v1/pull", _peer(pull))
+    app.router.add_post("/peer/v1/mailbox", _peer(mailbox))
