@@ -19,7 +19,10 @@ that also closes the connection:
   headers are never read as a second, pipelined request.
 
 :data:`SERVER_HEADER` replaces aiohttp's ``Server`` header, which names the
-aiohttp and Python versions.
+aiohttp and Python versions. :class:`BoundaryRunner` (what ``serve`` runs)
+answers requests aiohttp's own parser refuses (a bad request line, a
+control character in a header) with the same JSON error shape, logged at
+debug level instead of as an error with a traceback.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from typing import Any, TypeVar
 import pydantic
 from aiohttp import hdrs, web
 from aiohttp import web_response as _web_response
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
 from common import limits
 from common.errors import AiMemoryError, BadRequest, PayloadTooLarge, Unavailable
@@ -178,3 +183,37 @@ async def read_json(request: web.Request, model: type[M]) -> M:
 def query_model(request: web.Request, model: type[M]) -> M:
     """Validate query parameters with a pydantic model (repeated keys: last wins)."""
     return validate(model, dict(request.query))
+
+
+class _BoundaryHandler(RequestHandler):
+    def handle_error(self, request: BaseRequest, status: int = 500,
+                     exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # as aiohttp: too late for another response
+            raise ConnectionError("response already started; cannot send an error")
+        if status >= 500:
+            self.log_exception("error handling request from %s", request.remote, exc_info=exc)
+            body = {"error": "internal error", "code": "internal_error"}
+        else:
+            text = str(getattr(exc, "message", "") or message or "").strip()
+            reason = text.splitlines()[0].rstrip(":") if text else "malformed request"
+            log.debug("refused unparsable request from %s: %s", request.remote, text)
+            body = {"error": f"malformed HTTP request: {reason}", "code": "bad_http_request"}
+        resp = web.json_response(body, status=status)
+        resp.force_close()
+        return resp
+
+
+class _BoundaryServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _BoundaryHandler(self, loop=self._loop, **self._kwargs)
+
+
+class BoundaryRunner(web.AppRunner):
+    """``web.AppRunner`` whose connections answer parser-level refusals in
+    JSON (see the module docstring)."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _BoundaryServer
+        return server

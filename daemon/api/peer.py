@@ -20,6 +20,7 @@ from aiohttp import web
 
 from common.errors import AiMemoryError, BadRequest, Forbidden
 from daemon.app import NODE
+from daemon.forwarding import decode_request
 from daemon.http_errors import refuse_unread
 from daemon.peer_auth import BOOT_HEADER, BootMismatch, Verifier
 from federation.messages import decode_msg
@@ -93,13 +94,23 @@ async def msgs(request: web.Request) -> web.Response:
 
 async def pull(request: web.Request) -> web.Response:
     _, body = await _peer_body(request)
+    vv = body.get("vv") or {} if isinstance(body, dict) else None
+    if not (isinstance(body, dict) and isinstance(body.get("key"), str) and isinstance(vv, dict)
+            and all(isinstance(k, str) and type(v) is int for k, v in vv.items())):
+        raise BadRequest("peer pull body must be {key: str, vv: {origin: int}}")
     node = request.app[NODE]
-    ops = await node.store.ops_for_key(str(body["key"]), dict(body.get("vv") or {}))
+    ops = await node.store.ops_for_key(body["key"], dict(vv))
     return _packed([op.to_wire() for op in ops])
 
 
 async def mailbox(request: web.Request) -> web.Response:
     _, body = await _peer_body(request)
+    try:
+        if not isinstance(body, dict) or type(body.get("hops", 1)) is not int:
+            raise TypeError
+        decode_request(body["req"])  # the node decodes it again; a bad one fails here, as a 400
+    except Exception:
+        raise BadRequest("undecodable forwarded mailbox request") from None
     return _packed(await request.app[NODE].handle_forwarded(body))
 
 

@@ -256,3 +256,32 @@ async def test_server_header_names_no_versions(client) -> None:  # type: ignore[
     out = await raw(client, b"GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n")
     assert out.startswith(b"HTTP/1.") and b" 400 " in out.split(b"\r\n")[0]
     assert b"aiohttp" not in out.lower() and b"python" not in out.lower()
+
+
+# -- requests aiohttp's own parser refuses (the production runner) ----------------------------
+
+
+@pytest.mark.parametrize("data", [
+    b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nX-Agent-Id: a\x01b\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",
+    b"G\x00T / HTTP/1.1\r\n\r\n",
+    b"GET /api/v1/health HTTP/9.9\r\n\r\n",
+    b"POST /api/v1/notify HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+    b"POST /api/v1/notify HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+])
+def test_unparsable_requests_get_json_and_a_quiet_log(tmp_path: Path, data: bytes) -> None:
+    with daemon_process(tmp_path) as proc:
+        with socket.create_connection(("127.0.0.1", proc.port)) as s:
+            s.settimeout(5)
+            s.sendall(data)
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+        [(status, headers, body)] = responses(out)
+        assert 400 <= status < 500, out
+        err = assert_error(status, body, status)
+        assert err["code"] == "bad_http_request"
+        assert headers["server"] == "ai-memory"  # and the server closed: we read to EOF
+        time.sleep(0.2)
+        log = proc.log_text()
+        assert "Traceback" not in log and " ERROR " not in log, log[-2000:]
