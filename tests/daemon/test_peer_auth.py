@@ -136,3 +136,25 @@ async def test_peer_client_learns_the_boot_id_and_retries_once(secured) -> None:
             await bad.close()
     finally:
         await pc.close()
+
+
+def test_an_evicted_nonce_cannot_be_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from common import limits
+    from daemon.peer_auth import Verifier
+
+    monkeypatch.setattr(limits, "auth_nonce_cache_max", 3)
+    v = Verifier(SECRET, "node1", boot="b")
+    now = time.time()
+    sent = [sign(SECRET, "node2", "node1", "POST", PATH, body(), now + i / 1000, "b")
+            for i in range(5)]
+    for h in sent:
+        v.verify_headers(h, "POST", PATH, len(body()), now)
+    # the first two fell out of the cache; their timestamps are below node2's floor now
+    for h in sent:
+        with pytest.raises(Exception, match="replayed"):
+            v.verify_headers(h, "POST", PATH, len(body()), now)
+    # a fresh request from node2 and requests from other senders still pass
+    v.verify_headers(sign(SECRET, "node2", "node1", "POST", PATH, body(), now + 1, "b"),
+                     "POST", PATH, len(body()), now)
+    v.verify_headers(sign(SECRET, "node3", "node1", "POST", PATH, body(), now - 60, "b"),
+                     "POST", PATH, len(body()), now)
