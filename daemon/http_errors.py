@@ -96,12 +96,13 @@ async def request_guard(request: web.Request, handler: Handler) -> web.StreamRes
     """Refuse hostile framing and header values before any handler runs."""
     bad = hostile_header(request.headers)
     if bad is not None:
-        return closing_error_response(BadRequest(f"header {bad!r} is not UTF-8 text without control characters",
-                                   code="bad_header", header=bad))
+        return closing_error_response(BadRequest(
+            f"header {bad!r} is not UTF-8 text without control characters",
+            code="bad_header", header=bad))
     if request.method in BODYLESS_METHODS and (
             hdrs.TRANSFER_ENCODING in request.headers or (request.content_length or 0) > 0):
-        return closing_error_response(BadRequest(f"a {request.method} request carries no body",
-                                   code="unexpected_body"))
+        return closing_error_response(BadRequest(
+            f"a {request.method} request carries no body", code="unexpected_body"))
     return await handler(request)
 
 
