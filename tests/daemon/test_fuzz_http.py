@@ -316,3 +316,10 @@ def test_every_endpoint_survives_hostile_requests(proc: Proc, req: tuple[str, st
                 f"{raw[:300]!r} for {where}")
         after = snapshot(proc.data)
         assert unchanged(before, after), f"{status} wrote {before} -> {after} for {where}"
+
+
+def test_the_fuzzed_daemon_logged_no_error(proc: Proc) -> None:
+    """Runs after the fuzz (same module-scoped process): nothing it sent was
+    logged as an error or with a traceback."""
+    log = proc.log_text()
+    assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
