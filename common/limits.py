@@ -109,6 +109,11 @@ cli_http_timeout_secs = 30.0  # one CLI HTTP request, connect + response
 cli_retry_wait_max_secs = 5.0  # longest Retry-After the CLI honours before its one retry
 cluster_up_ready_timeout_secs = 30.0  # `cluster up`: wait this long for every node's /health
 cluster_up_stop_grace_secs = 15.0  # `cluster up`: after SIGTERM, wait this long before SIGKILL
+cluster_up_restart_backoff_first_secs = 0.5  # `cluster up`: wait before restarting a node that exited
+cluster_up_restart_backoff_max_secs = 8.0  # `cluster up`: the restart wait doubles per exit up to this
+cluster_up_restart_reset_secs = 30.0  # `cluster up`: a node up this long starts its backoff over
+cluster_control_request_max_bytes = 4096  # `cluster up` control socket: one request line
+cluster_control_timeout_secs = 30.0  # `cluster stop|start|kill`: wait this long for the supervisor's answer
 cluster_status_timeout_secs = 3.0  # `cluster status`: per-member status request
 
 # --- MCP server (`ai-memory mcp`) -------------------------------------------
