@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -28,10 +29,11 @@ def serve(**flags: object) -> None:
     """Run an ai-memory daemon (one cluster member) until SIGTERM."""
     from daemon.server import run
     from daemon.settings import load_settings
+    from daemon.systemd import Notifier
 
     try:
         settings = load_settings(flags)
     except (AiMemoryError, OSError, ValueError) as exc:
         click.echo(f"ai-memory serve: {exc}", err=True)
         sys.exit(2)
-    run(settings)
+    run(settings, Notifier.from_env(os.environ))

@@ -2,7 +2,9 @@
 
 Order: stop accepting connections, let in-flight requests finish within
 ``server.shutdown_grace_secs``, stop the node (background tasks, peer links,
-store). uvloop is used when installed.
+store). uvloop is used when installed. Under systemd (``Type=notify``) the
+:class:`daemon.systemd.Notifier` reports READY=1 once the site listens,
+STOPPING=1 when shutdown begins, and pings the watchdog in between.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from aiohttp import web
 from daemon.app import build_app
 from daemon.node import Node
 from daemon.settings import Settings
+from daemon.systemd import Notifier
 
 log = logging.getLogger("ai_memory.server")
 
 
-async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
+async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
+                notifier: Notifier | None = None) -> None:
+    notifier = notifier or Notifier(None)
     node = Node(settings)
     await node.start()
     app = build_app(node)
@@ -45,15 +50,17 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
             loop.add_signal_handler(sig, stop.set)
     if ready is not None:
         ready.set()
+    notifier.ready(f"serving on {settings.server.host}:{settings.server.port} as {node.node_id}")
     try:
         await stop.wait()
     finally:
         log.info("shutting down")
+        await notifier.stopping()
         await runner.cleanup()
         await node.stop()
 
 
-def run(settings: Settings) -> None:
+def run(settings: Settings, notifier: Notifier | None = None) -> None:
     logging.basicConfig(
         level=getattr(logging, settings.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -61,6 +68,6 @@ def run(settings: Settings) -> None:
     try:
         import uvloop
 
-        uvloop.run(serve(settings))
+        uvloop.run(serve(settings, notifier=notifier))
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(serve(settings))
+        asyncio.run(serve(settings, notifier=notifier))
