@@ -104,6 +104,10 @@ webhook_url_max_chars = 2048
 webhook_secret_max_chars = 256
 webhook_versions_prune_secs = 600.0  # how often expired rows leave the webhook memory-version table
 
+# --- Backup ----------------------------------------------------------------
+backup_chunk_bytes = 1 << 20  # POST /api/v1/admin/backup streams the copy in pieces this big
+backup_http_timeout_secs = 600.0  # `ai-memory backup`: the whole request, copy + download
+
 # --- CLI -------------------------------------------------------------------
 cli_http_timeout_secs = 30.0  # one CLI HTTP request, connect + response
 cli_retry_wait_max_secs = 5.0  # longest Retry-After the CLI honours before its one retry

@@ -233,6 +233,15 @@ class Store:
 
     # -- promises (local) -------------------------------------------------------------
 
+    async def incarnation(self) -> str:
+        """This database's incarnation id: created with the database, replaced
+        by a restore (see :mod:`store.backup`)."""
+        row = await self._reads.fetchone(
+            "SELECT value FROM store_meta WHERE name = 'incarnation'")
+        if row is None:  # pragma: no cover - migration 3 always writes it
+            raise RuntimeError("database without an incarnation id")
+        return str(row[0])
+
     async def set_promised(self, mailbox: str, epoch: int) -> None:
         """Durably record that this node promised ``epoch`` for ``mailbox``
         (a lower epoch than the one stored changes nothing)."""

@@ -31,6 +31,7 @@ async def cluster_status(request: web.Request) -> web.Response:
     stats = await node.store.stats()
     status["oplog"] = stats
     status["oplog_ops"] = stats.get("oplog_ops")
+    status["incarnation"] = await node.store.incarnation()
     return web.json_response(status)
 
 
