@@ -25,6 +25,8 @@ from common.errors import AiMemoryError
 @click.option("--config", "config", default=None, type=click.Path(exists=True, dir_okay=False),
               help="TOML config file.")
 @click.option("--log-level", default=None, help="debug, info, warning, error.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default=None,
+              help="text (default) or json: one object per line (env AI_MEMORY_LOG_FORMAT).")
 def serve(**flags: object) -> None:
     """Run an ai-memory daemon (one cluster member) until SIGTERM."""
     from daemon.server import run

@@ -22,10 +22,11 @@ NODE: web.AppKey[Node] = web.AppKey("node")
 
 def build_app(node: Node) -> web.Application:
     from daemon.api import MIDDLEWARES, ROUTE_MODULES
+    from daemon.logs import request_id_middleware
 
     app = web.Application(
         client_max_size=max(limits.request_body_max_bytes, limits.peer_body_max_bytes),
-        middlewares=[error_middleware, *MIDDLEWARES],
+        middlewares=[request_id_middleware, error_middleware, *MIDDLEWARES],
     )
     app[NODE] = node
     for module in ROUTE_MODULES:

@@ -17,6 +17,7 @@ import signal
 from aiohttp import web
 
 from daemon.app import build_app
+from daemon.logs import configure as configure_logs
 from daemon.node import Node
 from daemon.settings import Settings
 from daemon.systemd import Notifier
@@ -61,10 +62,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
 
 
 def run(settings: Settings, notifier: Notifier | None = None) -> None:
-    logging.basicConfig(
-        level=getattr(logging, settings.log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logs(settings.log_level, settings.log_format, settings.cluster.node_id)
     try:
         import uvloop
 

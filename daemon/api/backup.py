@@ -29,6 +29,8 @@ from common.errors import Conflict, Forbidden
 from common.randomid import token_hex
 from daemon.api.peer import VERIFIER
 from daemon.app import NODE
+from daemon.logs import HEADER as REQUEST_ID_HEADER
+from daemon.logs import request_id
 from store.backup import online_backup
 
 BACKUP_PATH = "/api/v1/admin/backup"
@@ -66,6 +68,7 @@ async def backup(request: web.Request) -> web.StreamResponse:
                 "Content-Type": "application/vnd.sqlite3",
                 "Content-Length": str(info.bytes),
                 "X-AIM-Backup": json.dumps(info.to_json(), separators=(",", ":")),
+                REQUEST_ID_HEADER: request_id.get() or "",
             })
             await resp.prepare(request)
             fh = await asyncio.to_thread(open, tmp, "rb")
