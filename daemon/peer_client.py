@@ -21,6 +21,9 @@ from common import limits
 from daemon.logs import HEADER as REQUEST_ID_HEADER
 from daemon.logs import request_id
 from daemon.peer_auth import sign
+from federation.messages import PROTOCOL_VERSION
+
+PROTOCOL_HEADER = "X-AIM-Protocol"  # the sender's peer protocol version (federation.messages)
 
 log = logging.getLogger("ai_memory.peer")
 
@@ -56,7 +59,8 @@ class PeerClient:
         if url is None:
             raise PeerUnreachable(peer, "unreachable")
         body = msgpack.packb(payload, use_bin_type=True)
-        headers = {"Content-Type": "application/msgpack", "X-AIM-Node": self.node_id}
+        headers = {"Content-Type": "application/msgpack", "X-AIM-Node": self.node_id,
+                   PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
         rid = request_id.get()
         if rid is not None:
             headers[REQUEST_ID_HEADER] = rid

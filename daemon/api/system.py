@@ -6,7 +6,9 @@ import time
 
 from aiohttp import web
 
+from daemon.api.peer import PEER_PROTOCOLS
 from daemon.app import NODE
+from federation.messages import PROTOCOL_VERSION
 
 
 async def health(request: web.Request) -> web.Response:
@@ -32,6 +34,9 @@ async def cluster_status(request: web.Request) -> web.Response:
     status["oplog"] = stats
     status["oplog_ops"] = stats.get("oplog_ops")
     status["incarnation"] = await node.store.incarnation()
+    status["protocol"] = PROTOCOL_VERSION
+    protocols: dict[str, int] = request.app[PEER_PROTOCOLS]
+    status["peer_protocols"] = dict(protocols)
     return web.json_response(status)
 
 

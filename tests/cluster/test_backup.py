@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from pathlib import Path
 
@@ -26,50 +25,9 @@ from cli.backup import fetch_backup
 from cli.main import cli
 from store.backup import describe
 from tests.cluster.harness import Cluster, http
+from tests.cluster.load import Load
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(180)]
-
-
-class Load:
-    """Writers sending distinct notifies through the given nodes; acks are recorded."""
-
-    def __init__(self, c: Cluster, nodes: list[str], per_thread: int = 2) -> None:
-        self.c = c
-        self.acked: list[tuple[float, str, str]] = []  # (ack time, coordinator, title)
-        self.failed = 0
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._n = 0
-        self.threads = [threading.Thread(target=self._run, args=(nid,), daemon=True)
-                        for nid in nodes for _ in range(per_thread)]
-        for t in self.threads:
-            t.start()
-
-    def _title(self, nid: str) -> str:
-        with self._lock:
-            self._n += 1
-            return f"{nid}-{self._n}"
-
-    def _run(self, nid: str) -> None:
-        while not self._stop.is_set():
-            title = self._title(nid)
-            try:
-                code, _ = self.c.call(nid, "POST", "/api/v1/notify",
-                                      {"target_agent_id": "bob", "title": title,
-                                       "payload": f"body of {title}"},
-                                      headers={"X-Agent-Id": "alice"}, timeout=5)
-            except OSError:
-                code = 0
-            with self._lock:
-                if code in (200, 201):
-                    self.acked.append((time.monotonic(), nid, title))
-                else:
-                    self.failed += 1
-
-    def stop(self) -> None:
-        self._stop.set()
-        for t in self.threads:
-            t.join(20)
 
 
 def notes(db: Path) -> dict[str, str]:
