@@ -235,7 +235,7 @@ class Store:
         result: int = await self._writer.call(run)
         return result
 
-    # -- promises (local) -------------------------------------------------------------
+    # -- incarnation ------------------------------------------------------------------
 
     async def incarnation(self) -> str:
         """This database's incarnation id: created with the database, replaced
@@ -245,6 +245,8 @@ class Store:
         if row is None:  # pragma: no cover - migration 3 always writes it
             raise RuntimeError("database without an incarnation id")
         return str(row[0])
+
+    # -- promises (local) -------------------------------------------------------------
 
     async def set_promised(self, mailbox: str, epoch: int) -> None:
         """Durably record that this node promised ``epoch`` for ``mailbox``
