@@ -1,7 +1,8 @@
 """``ai-memory cluster up|status|init``: run, inspect and configure a cluster.
 
-``up`` starts real ``ai-memory serve`` processes in the foreground (see
-:mod:`cli.supervisor`); ``status`` asks every member for its view (see
+``up`` starts real ``ai-memory serve`` processes in the foreground and keeps
+them running (see :mod:`cli.supervisor`); ``stop|start|kill NODE`` act on one
+node of it (see :mod:`cli.cluster_control`); ``status`` asks every member for its view (see
 :mod:`cli.cluster_status`); ``init`` writes one config file per node (see
 :mod:`cli.node_config`). ``up`` and ``init`` share :func:`cli.layout.plan_cluster`,
 so node ``node{i}`` always listens on ``base_port + i - 1``.
@@ -102,12 +103,56 @@ def up(
         click.echo(
             f"cluster of {nodes} ready, write quorum {majority(nodes)}. Try:\n"
             f"  ai-memory --url {specs[0].url} cluster status\n"
-            "Ctrl-C stops every node."
+            f"  ai-memory cluster kill|stop|start NODE --data {data_dir}\n"
+            "A node that exits is restarted. Ctrl-C stops every node."
         )
 
-    supervisor = Supervisor(specs=children, env=env, out=click.echo)
+    supervisor = Supervisor(specs=children, env=env, out=click.echo, data_dir=data_dir.resolve())
     code = asyncio.run(supervisor.run(on_ready=summary))
     raise SystemExit(code)
+
+
+_DATA_OPTION = click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".data"),
+    show_default=True,
+    help="Data directory of the running `cluster up`.",
+)
+
+
+def _control(cmd: str, node: str, data_dir: Path) -> None:
+    from cli.cluster_control import request
+
+    reply = request(data_dir, cmd, node)
+    click.echo(f"{reply['node']}: {reply['state']}"
+               + (f" (pid {reply['pid']})" if reply.get("pid") else "")
+               + (f" ({reply['note']})" if reply.get("note") else ""))
+
+
+@cluster.command("stop")
+@click.argument("node")
+@_DATA_OPTION
+def stop_node(node: str, data_dir: Path) -> None:
+    """Stop one node of a running `cluster up` (SIGTERM); it stays down until `start`."""
+    _control("stop", node, data_dir)
+
+
+@cluster.command("kill")
+@click.argument("node")
+@_DATA_OPTION
+def kill_node(node: str, data_dir: Path) -> None:
+    """SIGKILL one node of a running `cluster up`, to try failover; it stays down until `start`."""
+    _control("kill", node, data_dir)
+
+
+@cluster.command("start")
+@click.argument("node")
+@_DATA_OPTION
+def start_node(node: str, data_dir: Path) -> None:
+    """Start again a node that `cluster stop` or `cluster kill` took down."""
+    _control("start", node, data_dir)
 
 
 @cluster.command("status")

@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from cli.agents import agents
+from cli.backup import backup, restore
 from cli.client import DEFAULT_URL
 from cli.cluster import cluster
 from cli.health import health
@@ -95,7 +96,8 @@ def cli(ctx: click.Context, url: str, agent_id: str | None, api_key: str | None)
     ctx.obj = CliState(url=url, agent_id=agent_id or None, api_key=api_key or None)
 
 
-for _command in (notify, inbox, agents, session, message, memories, health, cluster):
+for _command in (notify, inbox, agents, session, message, memories, health, cluster, backup,
+                 restore):
     cli.add_command(_command)
 
 

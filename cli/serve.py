@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -24,14 +25,17 @@ from common.errors import AiMemoryError
 @click.option("--config", "config", default=None, type=click.Path(exists=True, dir_okay=False),
               help="TOML config file.")
 @click.option("--log-level", default=None, help="debug, info, warning, error.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default=None,
+              help="text (default) or json: one object per line (env AI_MEMORY_LOG_FORMAT).")
 def serve(**flags: object) -> None:
     """Run an ai-memory daemon (one cluster member) until SIGTERM."""
     from daemon.server import run
     from daemon.settings import load_settings
+    from daemon.systemd import Notifier
 
     try:
         settings = load_settings(flags)
     except (AiMemoryError, OSError, ValueError) as exc:
         click.echo(f"ai-memory serve: {exc}", err=True)
         sys.exit(2)
-    run(settings)
+    run(settings, Notifier.from_env(os.environ))

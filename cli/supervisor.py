@@ -9,14 +9,22 @@ Flow:
    orphans behind.
 2. Poll each child's ``/api/v1/health`` until it answers with its own node
    id (a different id means another daemon already holds that port), within
-   ``limits.cluster_up_ready_timeout_secs``.
-3. Print a summary and wait for SIGINT/SIGTERM or for a child to exit.
+   ``limits.cluster_up_ready_timeout_secs``. A child that exits here fails
+   the whole command: that is a configuration problem, not a crash.
+3. Print a summary, open the control channel (:mod:`cli.cluster_control`)
+   and keep every node running until SIGINT/SIGTERM. A node that exits on
+   its own is reported and restarted after a capped backoff (0.5 s, doubling
+   up to ``limits.cluster_up_restart_backoff_max_secs``; a node that stayed up
+   ``limits.cluster_up_restart_reset_secs`` starts over), while the others keep
+   serving. ``cluster stop NODE`` (SIGTERM, then SIGKILL after the grace) and
+   ``cluster kill NODE`` (SIGKILL) take one node down and keep it down until
+   ``cluster start NODE``.
 4. Ordered shutdown: SIGTERM to every child still running, wait up to
    ``limits.cluster_up_stop_grace_secs``, SIGKILL what is left, drain the
    output pumps. A second Ctrl-C skips the wait.
 
 The exit status is 0 after a requested stop and 1 when a child failed to
-start or died on its own.
+start.
 """
 
 from __future__ import annotations
@@ -24,13 +32,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from cli import cluster_control
 from cli.client import ApiClient
 from common import limits
 from common.errors import AiMemoryError
@@ -52,7 +63,11 @@ class Child:
     spec: ChildSpec
     proc: asyncio.subprocess.Process
     pump: asyncio.Task[None]
-    expected_exit: bool = False
+    started_at: float = 0.0
+    held: bool = False  # taken down by `cluster stop|kill`: not restarted until `cluster start`
+    failures: int = 0  # exits in a row, for the backoff
+    restarts: int = 0
+    resume: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass(slots=True)
@@ -62,9 +77,14 @@ class Supervisor:
     out: Callable[[str], None]
     ready_timeout: float = limits.cluster_up_ready_timeout_secs
     stop_grace: float = limits.cluster_up_stop_grace_secs
+    data_dir: Path | None = None  # where the control channel lives; None: no control channel
+    backoff_first: float = limits.cluster_up_restart_backoff_first_secs
+    backoff_max: float = limits.cluster_up_restart_backoff_max_secs
+    backoff_reset: float = limits.cluster_up_restart_reset_secs
     children: list[Child] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _hurry: asyncio.Event = field(default_factory=asyncio.Event)
+    _control: asyncio.AbstractServer | None = None
 
     async def run(self, on_ready: Callable[[], None] | None = None) -> int:
         loop = asyncio.get_running_loop()
@@ -80,10 +100,12 @@ class Supervisor:
                 ready = False
             if not ready:
                 return 1
+            await self._open_control()
             if on_ready is not None:
                 on_ready()
             return await self._watch()
         finally:
+            await self._close_control()
             await self._shutdown()
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
@@ -94,7 +116,10 @@ class Supervisor:
             self._hurry.set()
         self._stop.set()
 
-    async def _start(self, spec: ChildSpec) -> None:
+    def child(self, node_id: str) -> Child | None:
+        return next((c for c in self.children if c.spec.node_id == node_id), None)
+
+    async def _spawn(self, spec: ChildSpec) -> tuple[asyncio.subprocess.Process, asyncio.Task[None]]:
         proc = await asyncio.create_subprocess_exec(
             *spec.argv,
             stdin=asyncio.subprocess.DEVNULL,
@@ -104,9 +129,17 @@ class Supervisor:
             start_new_session=True,
             preexec_fn=_die_with_parent(os.getpid()) if sys.platform.startswith("linux") else None,
         )
-        pump = asyncio.create_task(self._pump(spec.node_id, proc))
-        self.children.append(Child(spec, proc, pump))
+        return proc, asyncio.create_task(self._pump(spec.node_id, proc))
+
+    async def _start(self, spec: ChildSpec) -> None:
+        proc, pump = await self._spawn(spec)
+        self.children.append(Child(spec, proc, pump, started_at=_now()))
         self.out(f"[cluster] started {spec.node_id} (pid {proc.pid}) for {spec.url}")
+
+    async def _restart(self, child: Child) -> None:
+        child.proc, child.pump = await self._spawn(child.spec)
+        child.started_at = _now()
+        self._save_state()
 
     async def _pump(self, node_id: str, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
@@ -148,50 +181,189 @@ class Supervisor:
                 await asyncio.wait_for(self._stop.wait(), HEALTH_POLL_SECS)
         return True
 
-    async def _watch(self) -> int:
-        stop = asyncio.create_task(self._stop.wait())
-        exits = {asyncio.create_task(c.proc.wait()): c for c in self.children}
-        try:
-            done, _ = await asyncio.wait({stop, *exits}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (stop, *exits):
-                task.cancel()
-        if stop in done:
-            return 0
-        for task in done:
-            child = exits[task]
-            self.out(
-                f"[cluster] {child.spec.node_id} exited unexpectedly with status "
-                f"{child.proc.returncode}; stopping the others"
-            )
-        return 1
+    # -- keeping nodes up --------------------------------------------------------
 
-    async def _shutdown(self) -> None:
-        running = [c for c in self.children if c.proc.returncode is None]
-        for child in running:
-            child.expected_exit = True
+    async def _watch(self) -> int:
+        keepers = [asyncio.create_task(self._keep(c)) for c in self.children]
+        self._save_state()
+        try:
+            await self._stop.wait()
+        finally:
+            for task in keepers:
+                task.cancel()
+            await asyncio.gather(*keepers, return_exceptions=True)
+        return 0
+
+    async def _keep(self, child: Child) -> None:
+        """Restart ``child`` whenever it exits unasked, until the supervisor stops."""
+        name = child.spec.node_id
+        while not self._stop.is_set():
+            status = await child.proc.wait()
+            await asyncio.gather(child.pump, return_exceptions=True)
+            if self._stop.is_set():
+                return
+            if child.proc.returncode is None:
+                continue  # `cluster start` already replaced it
+            self._save_state()
+            if child.held:
+                child.resume.clear()
+                if child.proc.returncode is not None:
+                    await child.resume.wait()  # `cluster start` spawned it again
+                continue
+            if _now() - child.started_at >= self.backoff_reset:
+                child.failures = 0
+            child.failures += 1
+            delay = cluster_control.restart_delay(child.failures, self.backoff_first,
+                                                  self.backoff_max)
+            self.out(f"[cluster] {name} exited unexpectedly with status {status}; "
+                     f"restarting in {delay:g}s (exit {child.failures} in a row)")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+            if self._stop.is_set() or child.held or child.proc.returncode is None:
+                continue  # stopping, taken down meanwhile, or already started by hand
+            try:
+                await self._restart(child)
+            except OSError as exc:
+                self.out(f"[cluster] cannot restart {name}: {exc}")
+                continue
+            child.restarts += 1
+            self._save_state()
+            self.out(f"[cluster] restarted {name} (pid {child.proc.pid}, "
+                     f"restart {child.restarts})")
+
+    # -- control channel ---------------------------------------------------------
+
+    async def _open_control(self) -> None:
+        if self.data_dir is None:
+            return
+        path = cluster_control.socket_path(self.data_dir)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # left by a supervisor that was killed
+        self._control = await asyncio.start_unix_server(
+            self._serve_control, path=str(path),
+            limit=limits.cluster_control_request_max_bytes)
+        os.chmod(path, 0o600)
+
+    async def _close_control(self) -> None:
+        if self._control is not None:
+            self._control.close()
+            with contextlib.suppress(Exception):
+                await self._control.wait_closed()
+            self._control = None
+            with contextlib.suppress(FileNotFoundError):
+                cluster_control.socket_path(self.data_dir or Path(".")).unlink()
+        if self.data_dir is not None:
+            with contextlib.suppress(FileNotFoundError):
+                cluster_control.state_path(self.data_dir).unlink()
+
+    async def _serve_control(self, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                line = await reader.readline()
+                req = json.loads(line)
+                if not isinstance(req, dict):
+                    raise ValueError("not an object")
+                reply = await self._command(str(req.get("cmd")), str(req.get("node")))
+            except (ValueError, asyncio.LimitOverrunError) as exc:
+                reply = {"error": f"bad control request: {exc}"}
+            writer.write(json.dumps(reply).encode() + b"\n")
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def _command(self, cmd: str, node: str) -> dict[str, Any]:
+        child = self.child(node)
+        if child is None:
+            return {"error": f"no node {node!r} in this cluster"}
+        if self._stop.is_set():
+            return {"error": "the cluster is stopping"}
+        running = child.proc.returncode is None
+        if cmd in ("stop", "kill"):
+            child.held = True
+            if running:
+                self.out(f"[cluster] {cmd} {node} requested")
+                if cmd == "kill":
+                    with contextlib.suppress(ProcessLookupError):
+                        child.proc.kill()
+                    await child.proc.wait()
+                else:
+                    await self._terminate([child])
+            self._save_state()
+            self.out(f"[cluster] {node} is down (status {child.proc.returncode}); "
+                     f"`ai-memory cluster start {node}` brings it back")
+            return {"node": node, "state": "stopped", "status": child.proc.returncode}
+        if cmd == "start":
+            if running:
+                return {"node": node, "state": "running", "pid": child.proc.pid,
+                        "note": "already running"}
+            child.held = False
+            child.failures = 0
+            await self._restart(child)
+            child.resume.set()
+            self.out(f"[cluster] started {node} (pid {child.proc.pid}) on request")
+            return {"node": node, "state": "running", "pid": child.proc.pid}
+        return {"error": f"unknown command {cmd!r} (stop, start or kill)"}
+
+    def _save_state(self) -> None:
+        if self.data_dir is None:
+            return
+        nodes = {}
+        for c in self.children:
+            up = c.proc.returncode is None
+            nodes[c.spec.node_id] = {
+                "url": c.spec.url,
+                "pid": c.proc.pid if up else None,
+                "state": "running" if up else ("stopped" if c.held else "restarting"),
+                "restarts": c.restarts,
+                "last_status": None if up else c.proc.returncode,
+            }
+        with contextlib.suppress(OSError):
+            cluster_control.write_state(self.data_dir, {
+                "supervisor_pid": os.getpid(),
+                "control": str(cluster_control.socket_path(self.data_dir)),
+                "nodes": nodes,
+            })
+
+    # -- shutdown ----------------------------------------------------------------
+
+    async def _terminate(self, children: list[Child]) -> None:
+        """SIGTERM, wait the grace (or a second Ctrl-C), SIGKILL what is left."""
+        for child in children:
             with contextlib.suppress(ProcessLookupError):
                 child.proc.send_signal(signal.SIGTERM)
-        if running:
-            self.out(f"[cluster] stopping {', '.join(c.spec.node_id for c in running)}")
         hurry = asyncio.create_task(self._hurry.wait())
-        if running:
-            all_down = asyncio.gather(*(c.proc.wait() for c in running))
+        if children:
+            all_down = asyncio.gather(*(c.proc.wait() for c in children))
             watched: list[asyncio.Future[Any]] = [all_down, hurry]
             await asyncio.wait(
                 watched, timeout=self.stop_grace, return_when=asyncio.FIRST_COMPLETED
             )
         hurry.cancel()
-        for child in running:
+        for child in children:
             if child.proc.returncode is None:
                 self.out(f"[cluster] {child.spec.node_id} did not stop in time; killing it")
                 with contextlib.suppress(ProcessLookupError):
                     child.proc.kill()
+        for child in children:
+            await child.proc.wait()
+
+    async def _shutdown(self) -> None:
+        running = [c for c in self.children if c.proc.returncode is None]
+        if running:
+            self.out(f"[cluster] stopping {', '.join(c.spec.node_id for c in running)}")
+        await self._terminate(running)
         for child in self.children:
             await child.proc.wait()
         await asyncio.gather(*(c.pump for c in self.children), return_exceptions=True)
         for child in running:
             self.out(f"[cluster] {child.spec.node_id} stopped (status {child.proc.returncode})")
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()
 
 
 async def _health_node_id(url: str) -> str | None:

@@ -21,6 +21,7 @@ bulk_create_max = 1000  # memories per POST /memories/bulk
 agent_id_max_chars = 128  # agent ids: 1..128 of [A-Za-z0-9_\-:@./]
 scope_name_max_chars = 128  # workspace / project / harness names
 request_id_max_chars = 128  # pop request ids, Idempotency-Key values
+op_kind_max_chars = 64  # an op kind name (a newer version's kinds are kept, not applied)
 namespace_max_chars = 512
 tag_max_chars = 128
 tags_max = 64
@@ -124,11 +125,20 @@ webhook_error_pause_secs = 1.0  # after an unexpected dispatcher error, before i
 webhook_error_text_max_chars = 500  # last-error text kept per outbox row
 admission_connections_max = 32  # pooled HTTP connections to admission hooks
 
+# --- Backup ----------------------------------------------------------------
+backup_chunk_bytes = 1 << 20  # POST /api/v1/admin/backup streams the copy in pieces this big
+backup_http_timeout_secs = 600.0  # `ai-memory backup`: the whole request, copy + download
+
 # --- CLI -------------------------------------------------------------------
 cli_http_timeout_secs = 30.0  # one CLI HTTP request, connect + response
 cli_retry_wait_max_secs = 5.0  # longest Retry-After the CLI honours before its one retry
 cluster_up_ready_timeout_secs = 30.0  # `cluster up`: wait this long for every node's /health
 cluster_up_stop_grace_secs = 15.0  # `cluster up`: after SIGTERM, wait this long before SIGKILL
+cluster_up_restart_backoff_first_secs = 0.5  # `cluster up`: wait before restarting a node that exited
+cluster_up_restart_backoff_max_secs = 8.0  # `cluster up`: the restart wait doubles per exit up to this
+cluster_up_restart_reset_secs = 30.0  # `cluster up`: a node up this long starts its backoff over
+cluster_control_request_max_bytes = 4096  # `cluster up` control socket: one request line
+cluster_control_timeout_secs = 30.0  # `cluster stop|start|kill`: wait this long for the supervisor's answer
 cluster_status_timeout_secs = 3.0  # `cluster status`: per-member status request
 
 # --- MCP server (`ai-memory mcp`) -------------------------------------------

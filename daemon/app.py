@@ -17,6 +17,7 @@ from common import limits
 from daemon.api import MIDDLEWARES, ROUTE_MODULES
 from daemon.appkeys import NODE
 from daemon.http_errors import error_middleware, request_guard, set_server_header
+from daemon.logs import request_id_middleware
 from daemon.node import Node
 
 __all__ = ["NODE", "build_app"]
@@ -25,7 +26,7 @@ __all__ = ["NODE", "build_app"]
 def build_app(node: Node) -> web.Application:
     app = web.Application(
         client_max_size=max(limits.request_body_max_bytes, limits.peer_body_max_bytes),
-        middlewares=[error_middleware, request_guard, *MIDDLEWARES],
+        middlewares=[request_id_middleware, error_middleware, request_guard, *MIDDLEWARES],
     )
     app[NODE] = node
     app.on_response_prepare.append(set_server_header)

@@ -53,7 +53,7 @@ from federation.effects import (
     SendPromise,
 )
 from federation.messages import Promise
-from store.ops import Op
+from store.ops import Op, known_kind
 
 log = logging.getLogger("ai_memory.node")
 
@@ -197,6 +197,9 @@ class EffectRunner:
             raise Unavailable("node stopping after a store failure") from None
         if new:
             self.metrics.inc("ops_applied_total", len(new))
+            unknown = sum(1 for op in new if not known_kind(op.kind))
+            if unknown:  # kept and forwarded, applied by a later version (store/deferred.py)
+                self.metrics.inc("ops_unknown_kind_total", unknown)
             for listener in self.applied_listeners:
                 listener(new)
 

@@ -1,4 +1,4 @@
-"""Outbound peer HTTP: one pooled aiohttp session, signed msgpack requests.
+"""HTTP client for peer endpoints: one pooled session for all peers.
 
 Every call has a timeout (``limits.peer_request_timeout_secs`` unless the
 caller passes a shorter one); a transport failure, a timeout or a non-2xx
@@ -8,11 +8,16 @@ failure detector. Bodies are msgpack both ways.
 Requests are signed for the receiving member and for the boot id it last
 told us (:mod:`daemon.peer_auth`). A receiver that restarted answers 401
 with its new boot id in ``X-AIM-Boot``; the client remembers it and sends
-the request again, once, signed afresh.
+the request again, once, signed afresh. A call made while serving a request
+carries its ``X-Request-Id`` (see :mod:`daemon.logs`) and every call carries
+the sender's ``X-AIM-Protocol``; each call is logged at debug level with
+peer, path, status and duration.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +25,14 @@ import aiohttp
 import msgpack
 
 from common import limits
+from daemon.logs import HEADER as REQUEST_ID_HEADER
+from daemon.logs import request_id
 from daemon.peer_auth import BOOT_HEADER, sign
+from federation.messages import PROTOCOL_VERSION
+
+PROTOCOL_HEADER = "X-AIM-Protocol"  # the sender's peer protocol version (federation.messages)
+
+log = logging.getLogger("ai_memory.peer")
 
 
 class PeerUnreachable(Exception):
@@ -59,8 +71,13 @@ class PeerClient:
             raise PeerUnreachable(peer, "unreachable")
         body = msgpack.packb(payload, use_bin_type=True)
         t = aiohttp.ClientTimeout(total=timeout_s or limits.peer_request_timeout_secs)
+        started = time.monotonic()
         for attempt in (1, 2):
-            headers = {"Content-Type": "application/msgpack", "X-AIM-Node": self.node_id}
+            headers = {"Content-Type": "application/msgpack", "X-AIM-Node": self.node_id,
+                       PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
+            rid = request_id.get()
+            if rid is not None:
+                headers[REQUEST_ID_HEADER] = rid
             boot = self._boots.get(peer, "")
             if self.secret:
                 headers.update(sign(self.secret, self.node_id, peer, "POST", path, body,
@@ -72,13 +89,25 @@ class PeerClient:
                     new_boot = resp.headers.get(BOOT_HEADER)
                     status = resp.status
             except TimeoutError:
+                self._log_failure(peer, path, "timeout", started)
                 raise PeerUnreachable(peer, "timeout") from None
             except (aiohttp.ClientError, OSError):
+                self._log_failure(peer, path, "unreachable", started)
                 raise PeerUnreachable(peer, "unreachable") from None
             if status == 401 and new_boot and new_boot != boot and attempt == 1:
                 self._boots[peer] = new_boot
                 continue
             if status >= 400:
+                self._log_failure(peer, path, f"rejected ({status})", started)
                 raise PeerUnreachable(peer, f"rejected ({status})")
             break
+        log.debug("peer call", extra={"fields": {
+            "peer": peer, "path": path, "status": status, "bytes_out": len(body),
+            "ms": round((time.monotonic() - started) * 1000, 1)}})
         return msgpack.unpackb(raw, raw=False) if raw else None
+
+    @staticmethod
+    def _log_failure(peer: str, path: str, reason: str, started: float) -> None:
+        log.debug("peer call failed", extra={"fields": {
+            "peer": peer, "path": path, "reason": reason,
+            "ms": round((time.monotonic() - started) * 1000, 1)}})

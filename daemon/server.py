@@ -2,7 +2,9 @@
 
 Order: stop accepting connections, let in-flight requests finish within
 ``server.shutdown_grace_secs``, stop the node (background tasks, peer links,
-store). uvloop is used when installed.
+store). Under systemd (``Type=notify``) the node says READY=1 once it
+serves and STOPPING=1 when it begins to shut down (:mod:`daemon.systemd`).
+uvloop is used when installed.
 """
 
 from __future__ import annotations
@@ -16,18 +18,22 @@ from aiohttp import web
 
 from daemon.app import build_app
 from daemon.http_errors import BoundaryRunner
+from daemon.logs import configure as configure_logs
 from daemon.settings import Settings
+from daemon.systemd import Notifier
 from daemon.wiring import build_node
 
 log = logging.getLogger("ai_memory.server")
 
 
-async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
+async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
+                notifier: Notifier | None = None) -> None:
+    notifier = notifier or Notifier(None)
     node = await build_node(settings)
     await node.start()
     app = build_app(node)
     runner = BoundaryRunner(app, access_log=None,
-                           shutdown_timeout=settings.server.shutdown_grace_secs)
+                            shutdown_timeout=settings.server.shutdown_grace_secs)
     await runner.setup()
     site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_address=True)
     try:
@@ -46,22 +52,21 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
             loop.add_signal_handler(sig, stop.set)
     if ready is not None:
         ready.set()
+    notifier.ready(f"serving on {settings.server.host}:{settings.server.port} as {node.node_id}")
     try:
         await stop.wait()
     finally:
         log.info("shutting down")
+        await notifier.stopping()
         await runner.cleanup()
         await node.stop()
 
 
-def run(settings: Settings) -> None:
-    logging.basicConfig(
-        level=getattr(logging, settings.log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def run(settings: Settings, notifier: Notifier | None = None) -> None:
+    configure_logs(settings.log_level, settings.log_format, settings.cluster.node_id)
     try:
         import uvloop
 
-        uvloop.run(serve(settings))
+        uvloop.run(serve(settings, notifier=notifier))
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(serve(settings))
+        asyncio.run(serve(settings, notifier=notifier))

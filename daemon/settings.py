@@ -106,6 +106,7 @@ class Settings:
     notify: NotifySettings = NotifySettings()
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)
     log_level: str = "info"
+    log_format: str = "text"  # "text" or "json" (one object per line), see daemon/logs.py
     # Fault-injection knob for tests and drills: this node's clock runs this
     # many ms ahead (negative: behind). Only from AI_MEMORY_DEBUG_CLOCK_OFFSET_MS.
     clock_offset_ms: int = 0
@@ -242,8 +243,15 @@ def load_settings(
         notify=NotifySettings(tier_ttl_secs=ttl),
         webhooks=webhooks,
         log_level=str(pick("log_level", "LOG_LEVEL", conf, "log_level", "info")),
+        log_format=_log_format(str(pick("log_format", "LOG_FORMAT", conf, "log_format", "text"))),
         clock_offset_ms=int(_env(env, "DEBUG_CLOCK_OFFSET_MS") or 0),
     )
+
+
+def _log_format(value: str) -> str:
+    if value not in ("text", "json"):
+        raise BadRequest(f"log format must be text or json, not {value!r}")
+    return value
 
 
 __all__ = ["Member", "Settings", "load_settings", "parse_peers"]

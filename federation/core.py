@@ -63,7 +63,7 @@ from federation.messages import (
 )
 from federation.quorum import Completion, QuorumTracker
 from federation.versions import VersionVector, vv_floor, vv_lag
-from store.ops import KINDS, MAILBOX_KINDS, Op
+from store.ops import MAILBOX_KINDS, Op, known_kind
 
 
 class NodeCore:
@@ -128,7 +128,7 @@ class NodeCore:
               now_ms: int) -> list[Effect]:
         self.detector.observe_time(now_ms)
         for kind, _key, _body in items:
-            if kind not in KINDS or kind in MAILBOX_KINDS:
+            if not known_kind(kind) or kind in MAILBOX_KINDS:
                 return [Reply(token, BadRequest(
                     f"op kind {kind!r} cannot be written directly"
                     + (" (mailbox ops go through the owner)" if kind in MAILBOX_KINDS else "")))]

@@ -17,6 +17,15 @@ The vocabulary, by protocol:
 
 A malformed message raises :class:`ValueError`; the adapter turns that into
 a 400 for the sending peer.
+
+Versions: every peer request says which protocol its sender speaks
+(:data:`PROTOCOL_VERSION`; the HTTP adapter sends it as ``X-AIM-Protocol``,
+absent means 1). 1 is the protocol before versions were sent; 2 adds the
+header and the forward-compatibility rules: an op of an unknown kind is kept
+and forwarded, not refused (:mod:`store.ops`), and a message whose tag this
+version does not know is skipped and counted (:func:`is_known_tag`) rather
+than failing the batch it came in. A receiver refuses senders older than
+:data:`PROTOCOL_MIN`.
 """
 
 from __future__ import annotations
@@ -28,6 +37,9 @@ from typing import Any
 from store.ops import Op
 
 OpId = tuple[str, int]
+
+PROTOCOL_VERSION = 2
+PROTOCOL_MIN = 1
 
 
 def _ops_to_wire(ops: tuple[Op, ...]) -> list[Any]:
@@ -242,6 +254,11 @@ _DECODERS: dict[str, Callable[[list[Any]], Message]] = {
     cls.TAG: cls.from_wire
     for cls in (Replicate, Ack, SyncOffer, Prepare, Promise, PromiseNack, Accept, Accepted, Rejected)
 }
+
+
+def is_known_tag(raw: Any) -> bool:
+    """True if ``raw`` looks like a message of a tag this version decodes."""
+    return isinstance(raw, list | tuple) and bool(raw) and raw[0] in _DECODERS
 
 
 def decode_msg(raw: Any) -> Message:

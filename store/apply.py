@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from common.lifecycle import EDITING, PENDING
+from store import deferred
 from store import ops as K
 from store.ops import Op
 from store.records import (
@@ -259,10 +260,19 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
 }
 
 
+def register(kind: str, fn: Callable[[sqlite3.Connection, Op, int], None]) -> None:
+    """Add the apply rule of a kind this build did not ship with (a newer
+    build, or a test standing in for one); see :func:`store.ops.register_kind`."""
+    K.register_kind(kind)
+    _APPLY[kind] = fn
+
+
 def apply_op(conn: sqlite3.Connection, op: Op, now_ms: int) -> None:
-    """Merge ``op`` into the state tables (the caller holds the transaction)."""
-    try:
-        fn = _APPLY[op.kind]
-    except KeyError:
-        raise ValueError(f"unknown op kind {op.kind!r}") from None
+    """Merge ``op`` into the state tables (the caller holds the transaction).
+    An op of a kind this build does not know is kept aside, unapplied
+    (:mod:`store.deferred`)."""
+    fn = _APPLY.get(op.kind)
+    if fn is None:
+        deferred.defer(conn, op)
+        return
     fn(conn, op, now_ms)

@@ -19,13 +19,16 @@ import asyncio
 import itertools
 import os
 import sqlite3
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from common import limits
+from store import deferred
 from store import queries as Q
+from store.apply import apply_op
 from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_SEND, Op, mailbox_key, unpack_body
 from store.reader import ReadPool
 from store.records import EMPTY_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS, edit_ops
@@ -50,6 +53,7 @@ def _open_writer(path: str) -> tuple[sqlite3.Connection, SeenSet, int]:
     conn = connect(path)
     try:
         migrate(conn)
+        deferred.replay(conn, apply_op, int(time.time() * 1000))
         marks = dict(conn.execute("SELECT origin, watermark FROM vv").fetchall())
         held: dict[str, set[int]] = {}
         for origin, seq in conn.execute("SELECT origin, seq FROM vv_held"):
@@ -234,6 +238,17 @@ class Store:
             return max(cur.rowcount, 0)
         result: int = await self._writer.call(run)
         return result
+
+    # -- incarnation ------------------------------------------------------------------
+
+    async def incarnation(self) -> str:
+        """This database's incarnation id: created with the database, replaced
+        by a restore (see :mod:`store.backup`)."""
+        row = await self._reads.fetchone(
+            "SELECT value FROM store_meta WHERE name = 'incarnation'")
+        if row is None:  # pragma: no cover - migration 0005 always writes it
+            raise RuntimeError("database without an incarnation id")
+        return str(row[0])
 
     # -- promises (local) -------------------------------------------------------------
 

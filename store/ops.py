@@ -53,16 +53,26 @@ acknowledged terminal op is never outranked (docs/federation.md).
 
 ``key`` groups ops for targeted pulls: ``mem:<id>``, ``inbox:<agent>``,
 ``agent:<id>``, ``proj:<ws>/<project>``, ``mbox:<ws>/<project>``.
+
+Kinds from a newer version: :meth:`Op.from_wire` accepts any well-formed
+kind name (``limits.op_kind_max_chars``, lower-case dotted), so a batch from
+a newer peer never fails because one op is of a kind this version lacks.
+Such an op is logged and replicated like any other but not applied: the
+store keeps it aside (:mod:`store.deferred`) and applies it once a later
+version that knows the kind opens the database. :func:`known_kind` says
+which kinds this build applies; :func:`register_kind` adds one (a newer
+build, or a test standing in for one).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgpack
 
-from common import lifecycle
+from common import lifecycle, limits
 
 MEM_PUT: Final = "mem.put"
 MEM_DEL: Final = "mem.del"
@@ -82,6 +92,28 @@ KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
      MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY}
 )
+_KIND_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
+_registered: set[str] = set(KINDS)
+
+
+def known_kind(kind: str) -> bool:
+    """True if this build applies ops of ``kind``."""
+    return kind in _registered
+
+
+def register_kind(kind: str) -> None:
+    """Teach this process a kind (the apply rule goes to store.apply.register)."""
+    if not valid_kind_name(kind):
+        raise ValueError(f"bad op kind name {kind!r}")
+    _registered.add(kind)
+
+
+def valid_kind_name(kind: object) -> bool:
+    return (isinstance(kind, str) and len(kind) <= limits.op_kind_max_chars
+            and _KIND_NAME.fullmatch(kind) is not None)
+
+
+
 MAILBOX_KINDS: Final = frozenset(
     {MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY})
 TERMINAL_KINDS: Final = lifecycle.TERMINAL_KINDS
@@ -133,8 +165,8 @@ class Op:
     @classmethod
     def from_wire(cls, raw: list[Any]) -> Op:
         origin, seq, hlc, kind, key, epoch, body = raw
-        if kind not in KINDS:
-            raise ValueError(f"unknown op kind {kind!r}")
+        if not valid_kind_name(kind):  # unknown but well-formed kinds are kept (see above)
+            raise ValueError(f"malformed op kind {kind!r}")
         return cls(origin=origin, seq=int(seq), hlc=int(hlc), kind=kind, key=key,
                    body=dict(body), epoch=int(epoch))
 

@@ -18,7 +18,11 @@ durable (WAL, ``synchronous=NORMAL``: it survives kill -9 of the process).
 The in-memory :class:`store.seen.SeenSet` is updated on the event loop
 after the commit and before any future resolves, so version vectors never
 advertise an op that is not on disk. While a batch runs, the writer thread
-only reads the seen-set and the event loop does not change it.
+only reads the seen-set and the event loop does not change it. The other
+side of that order: a read connection can see a commit a moment before
+``version_vector`` counts it (the vector is a lower bound of what readers
+see), so a caller that needs both waits for the acknowledgement, not for
+the row to appear.
 
 A full queue raises :class:`common.errors.Unavailable` at submit time
 (``limits.writer_queue_max``); nothing is dropped silently.

@@ -8,7 +8,10 @@ refuse unauthenticated callers when a cluster secret is set, and refuse
 nodes that are not members. The signature is checked from the headers
 before the body is read (:mod:`daemon.peer_auth`); a refused request is
 answered at once and its connection closed, so an unsigned 60 MiB body is
-never buffered.
+never buffered. Each request's ``X-AIM-Protocol`` (see
+:mod:`federation.messages`) is recorded per peer; senders older than
+``PROTOCOL_MIN`` are refused, and messages of tags this version does not
+know are skipped and counted, not allowed to fail the batch.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from daemon.appkeys import NODE
 from daemon.forwarding import decode_request
 from daemon.http_errors import refuse_unread
 from daemon.peer_auth import BOOT_HEADER, BootMismatch
+from daemon.peer_client import PROTOCOL_HEADER
 from daemon.services import peer as service
-from federation.messages import decode_msg
+from federation.messages import PROTOCOL_MIN, PROTOCOL_VERSION, decode_msg, is_known_tag
 
 
 class _Refused(Exception):
@@ -36,6 +40,18 @@ class _Refused(Exception):
 def _refuse(exc: AiMemoryError, boot: str) -> _Refused:
     # A boot mismatch tells the sender the boot id to re-sign for.
     return _Refused(exc, {BOOT_HEADER: boot} if isinstance(exc, BootMismatch) else {})
+
+
+def _protocol(request: web.Request) -> int:
+    raw = request.headers.get(PROTOCOL_HEADER)
+    try:
+        version = int(raw) if raw is not None else 1
+    except ValueError:
+        raise BadRequest(f"bad {PROTOCOL_HEADER} header {str(raw)[:20]!r}") from None
+    if version < PROTOCOL_MIN:
+        raise BadRequest(f"peer protocol {version} is older than the oldest this node "
+                         f"speaks ({PROTOCOL_MIN}); upgrade that node first")
+    return version
 
 
 async def _peer_body(request: web.Request) -> tuple[str, Any]:
@@ -53,6 +69,7 @@ async def _peer_body(request: web.Request) -> tuple[str, Any]:
         raise _refuse(exc, verifier.boot) from None
     raw = await request.read()
     verifier.check_body(checked, raw)
+    node.peer_protocols[peer] = _protocol(request)
     try:
         return peer, msgpack.unpackb(raw, raw=False)
     except Exception:
@@ -71,16 +88,23 @@ def _peer(handler: Any) -> Any:
 
 def _packed(payload: Any) -> web.Response:
     return web.Response(body=msgpack.packb(payload, use_bin_type=True),
-                        content_type="application/msgpack")
+                        content_type="application/msgpack",
+                        headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
 
 
 async def msgs(request: web.Request) -> web.Response:
     peer, body = await _peer_body(request)
+    node = request.app[NODE]
+    if not isinstance(body, list):
+        raise BadRequest("peer messages come as a list")
+    known = [m for m in body if is_known_tag(m)]
+    if len(known) < len(body):  # a newer peer's message kinds: skip them, keep the rest
+        node.metrics.inc("peer_messages_unknown_total", len(body) - len(known), peer=peer)
     try:
-        decoded = [decode_msg(m) for m in body]
+        decoded = [decode_msg(m) for m in known]
     except Exception:
         raise BadRequest("undecodable peer message") from None
-    replies = await service.receive(request.app[NODE], peer, decoded)
+    replies = await service.receive(node, peer, decoded)
     return _packed([m.to_wire() for m in replies])
 
 

@@ -2,8 +2,10 @@
 
 Covers the supervisor's contract: each node gets its own flags, output lines
 carry the node id, the summary appears once every node is healthy, Ctrl-C is
-forwarded and the nodes stop in order, and a node that dies or never starts
-makes the whole command exit non-zero after stopping the rest.
+forwarded and the nodes stop in order, a node that dies is restarted with a
+capped backoff while the others keep running, ``cluster stop|start|kill``
+act on one node, and a node that never starts makes the whole command exit
+non-zero after stopping the rest.
 """
 
 from __future__ import annotations
@@ -134,13 +136,76 @@ def test_up_passes_a_given_secret(tmp_path: Path) -> None:
     assert up.finish() == 0
 
 
-def test_a_node_dying_stops_the_others_and_fails(tmp_path: Path) -> None:
-    up = UpProcess(tmp_path, 3, mode="die:node3")
-    assert up.finish() == 1
+def test_a_node_dying_is_restarted_with_backoff_and_the_others_keep_running(
+    tmp_path: Path,
+) -> None:
+    up = UpProcess(tmp_path, 3, mode="die:node3")  # node3 exits 0.5 s after every start
+    up.read_until("Ctrl-C stops every node.")
+    up.read_until("node3 exited unexpectedly with status 3; restarting in 0.5s (exit 1 in a row)")
+    first_exit = time.monotonic()
+    up.read_until("restarted node3 (pid")
+    up.read_until("node3 exited unexpectedly with status 3; restarting in 1s (exit 2 in a row)")
+    second_exit = time.monotonic()
+    up.read_until("restarted node3 (pid")
+    assert time.monotonic() - second_exit >= 0.9  # the backoff was waited, and it doubled
+    assert second_exit - first_exit >= 0.9  # 0.5 s backoff + 0.5 s of life
+    state = json.loads((up.data / "cluster.json").read_text())
+    assert state["nodes"]["node1"]["state"] == "running"
+    assert state["nodes"]["node3"]["restarts"] >= 1
+    assert "[node1] stopped cleanly" not in up.output()  # nobody else was touched
+    up.proc.send_signal(signal.SIGINT)
+    assert up.finish() == 0, up.output()
     out = up.output()
-    assert "[node3] fatal: disk full" in out
-    assert "node3 exited unexpectedly with status 3" in out
     assert "[node1] stopped cleanly" in out and "[node2] stopped cleanly" in out
+    assert not (up.data / "cluster.json").exists()
+
+
+def test_restart_backoff_doubles_up_to_its_cap() -> None:
+    from cli.cluster_control import restart_delay
+
+    assert [restart_delay(n, 0.5, 8.0) for n in range(1, 8)] == [0.5, 1, 2, 4, 8, 8, 8]
+    assert restart_delay(0) == 0.0
+
+
+def test_stop_start_and_kill_act_on_one_node(tmp_path: Path) -> None:
+    up = UpProcess(tmp_path, 2)
+    up.read_until("Ctrl-C stops every node.")
+
+    def control(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "cli", "cluster", *args, "--data",
+                               str(up.data)], capture_output=True, text=True, timeout=30,
+                              check=False)
+
+    try:
+        stopped = control("stop", "node2")
+        assert stopped.returncode == 0 and "node2: stopped" in stopped.stdout, stopped
+        state = json.loads((up.data / "cluster.json").read_text())
+        assert state["nodes"]["node2"] == {**state["nodes"]["node2"], "state": "stopped",
+                                           "pid": None, "last_status": 0}
+        assert state["nodes"]["node1"]["state"] == "running"
+        time.sleep(1.0)  # a stopped node is not restarted
+        assert json.loads((up.data / "cluster.json").read_text())["nodes"]["node2"][
+            "state"] == "stopped"
+        started = control("start", "node2")
+        assert started.returncode == 0 and "node2: running (pid" in started.stdout, started
+        again = control("start", "node2")
+        assert "already running" in again.stdout
+        killed = control("kill", "node2")
+        assert killed.returncode == 0 and "node2: stopped" in killed.stdout, killed
+        state = json.loads((up.data / "cluster.json").read_text())
+        assert state["nodes"]["node2"]["last_status"] == -9
+        unknown = control("stop", "node9")
+        assert unknown.returncode != 0 and "no node 'node9'" in unknown.stderr
+        assert control("start", "node2").returncode == 0
+    finally:
+        up.proc.send_signal(signal.SIGINT)
+        code = up.finish()
+    assert code == 0, up.output()
+    out = up.output()
+    assert "[cluster] stop node2 requested" in out and "[cluster] kill node2 requested" in out
+    assert "exited unexpectedly" not in out  # asked-for exits are not crashes
+    missing = control("stop", "node1")
+    assert missing.returncode != 0 and "no running `cluster up`" in missing.stderr
 
 
 def test_a_node_that_cannot_start_fails_the_command(tmp_path: Path) -> None:

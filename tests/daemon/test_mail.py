@@ -295,7 +295,7 @@ async def test_owner_sheds_load_beyond_its_queue_bound(projects, monkeypatch) ->
         await send(projects, body=f"load-{i}")
     monkeypatch.setattr(limits, "mailbox_requests_max", 3)
     # A fresh owner slot: the first pops queue while the mailbox loads.
-    from daemon.app import NODE
+    from daemon.appkeys import NODE
 
     projects.server.app[NODE].core.claims.slots.clear()
     results = await asyncio.gather(*(pop(projects, request_id=f"burst-{i}") for i in range(20)))

@@ -158,3 +158,32 @@ def test_an_evicted_nonce_cannot_be_replayed(monkeypatch: pytest.MonkeyPatch) ->
                      "POST", PATH, len(body()), now)
     v.verify_headers(sign(SECRET, "node3", "node1", "POST", PATH, body(), now - 60, "b"),
                      "POST", PATH, len(body()), now)
+
+
+async def test_unknown_message_tags_are_skipped_and_old_protocols_refused(  # type: ignore[no-untyped-def]
+        secured) -> None:
+    from federation.messages import Replicate
+    from store.ops import NOTE_NEW, Op, inbox_key
+
+    op = Op(origin="node2", seq=1, hlc=5, kind=NOTE_NEW, key=inbox_key("bob"),
+            body={"id": "n-1", "from": "alice", "to": "bob", "namespace": None, "title": "t",
+                  "payload": "p", "priority": 5, "tier": "mid", "created_at_ms": 1,
+                  "expires_at_ms": None})
+    raw = msgpack.packb([["from.the.future", 1, 2], Replicate((op,), ack=True).to_wire()],
+                        use_bin_type=True)
+    headers = {"Content-Type": "application/msgpack", "X-AIM-Protocol": "3",
+               **sign(SECRET, "node2", "node1", "POST", "/peer/v1/msgs", raw, time.time(),
+                        await boot_of(secured))}
+    r = await secured.post("/peer/v1/msgs", data=raw, headers=headers)
+    assert r.status == 200 and r.headers["X-AIM-Protocol"] == "2"
+    replies = msgpack.unpackb(await r.read(), raw=False)
+    assert replies and replies[0][0] == "ack"  # the known message in the batch was served
+    metrics = await (await secured.get("/api/v1/metrics")).text()
+    assert 'ai_memory_peer_messages_unknown_total{peer="node2"} 1' in metrics
+    status = await (await secured.get("/api/v1/cluster/status")).json()
+    assert status["peer_protocols"] == {"node2": 3} and status["protocol"] == 2
+    old = {"Content-Type": "application/msgpack", "X-AIM-Protocol": "0",
+           **sign(SECRET, "node2", "node1", "POST", "/peer/v1/msgs", body(), time.time(),
+                  await boot_of(secured))}
+    r = await secured.post("/peer/v1/msgs", data=body(), headers=old)
+    assert r.status == 400 and "older than the oldest" in (await r.json())["error"]

@@ -43,9 +43,18 @@ def test_round_trip_through_msgpack(msg: object) -> None:
 @pytest.mark.parametrize("raw", [
     None, [], ["nope"], ["ack"], ["ack", [["a"]]], ["ack", [["a", "1"]]],
     ["rep", [], "yes"], ["sync", [], "f"], ["prep", "m", "1", {}],
-    ["acc", "m", 1, [["a", 1, 1, "bogus.kind", "k", 0, {}]]],
+    ["acc", "m", 1, [["a", 1, 1, "Bogus Kind!", "k", 0, {}]]],
+    ["acc", "m", 1, [["a", 1, 1, "nodot", "k", 0, {}]]],
+    ["acc", "m", 1, [["a", 1, 1, "x." + "y" * 70, "k", 0, {}]]],
     ["accd", "m", True, []],
 ])
 def test_malformed_messages_raise_value_error(raw: object) -> None:
     with pytest.raises(ValueError):
         decode_msg(raw)
+
+
+def test_an_op_of_a_kind_from_a_newer_version_decodes_and_is_kept() -> None:
+    raw = ["rep", [["a", 1, 5, "link.put", "link:1", 0, {"id": "1"}]], True]
+    msg = decode_msg(raw)
+    assert msg.ops[0].kind == "link.put" and msg.ops[0].body == {"id": "1"}  # type: ignore[union-attr]
+    assert msg.to_wire() == raw

@@ -1,0 +1,122 @@
+"""``ai-memory backup`` and ``ai-memory restore``.
+
+``backup --url NODE --out FILE`` asks the node for a consistent online copy
+of its database (``POST /api/v1/admin/backup``, signed with the cluster
+secret when one is given) and writes it to FILE, plus ``FILE.json``: the
+node id, incarnation and version vector the copy holds, its schema version,
+op count, size and the time the node took. The file is written beside FILE
+first and renamed, so FILE is either complete or absent.
+
+``restore FILE --db PATH`` writes the backup as the database of a stopped
+node under a NEW incarnation id (see :mod:`store.backup`); the node then
+catches up from its peers when it starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cli.output import note, print_json
+from cli.state import CliState, pass_state
+from common import limits
+from common.errors import from_reply
+
+SECRET_ENV = "AI_MEMORY_CLUSTER_SECRET"
+OPERATOR_ID = "ai-memory-operator"
+
+
+def fetch_backup(url: str, out: Path, secret: str | None,
+                 timeout: float = limits.backup_http_timeout_secs) -> dict[str, Any]:
+    from cli.client import CannotConnect
+    from daemon.peer_auth import BOOT_HEADER, sign
+
+    path = "/api/v1/admin/backup"
+    started = time.monotonic()
+    tmp = out.with_name(out.name + ".part")
+    to, boot = (_node_id(url, timeout) if secret else ""), ""
+    for attempt in (1, 2):
+        headers = {"Content-Type": "application/octet-stream"}
+        if secret:
+            # Signed like a peer request: for this node and the boot id it
+            # announces (learned from its first 401, as peers learn it).
+            headers.update(sign(secret, OPERATOR_ID, to, "POST", path, b"", time.time(), boot))
+        req = urllib.request.Request(url.rstrip("/") + path, data=b"", method="POST",
+                                     headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                meta = json.loads(resp.headers["X-AIM-Backup"])
+                with open(tmp, "wb") as fh:
+                    while chunk := resp.read(limits.backup_chunk_bytes):
+                        fh.write(chunk)
+            break
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            announced = exc.headers.get(BOOT_HEADER)
+            if exc.code == 401 and announced and announced != boot and attempt == 1:
+                boot = announced
+                continue
+            raise from_reply(exc.code, raw, exc.headers.get("Retry-After")) from None
+        except urllib.error.URLError as exc:
+            raise CannotConnect(f"cannot connect to {url}: {exc.reason}") from None
+    if tmp.stat().st_size != meta["bytes"]:
+        tmp.unlink()
+        raise CannotConnect(f"backup truncated: got {tmp.stat().st_size} of {meta['bytes']} bytes")
+    os.replace(tmp, out)
+    meta["file"] = str(out)
+    meta["total_seconds"] = round(time.monotonic() - started, 3)
+    Path(f"{out}.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta  # type: ignore[no-any-return]
+
+
+def _node_id(url: str, timeout: float) -> str:
+    """The node id a node reports on /health (what a signature is made for)."""
+    from cli.client import CannotConnect
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/api/v1/health", timeout=timeout) as resp:
+            return str(json.loads(resp.read())["node_id"])
+    except (urllib.error.URLError, KeyError, ValueError) as exc:
+        raise CannotConnect(f"cannot read the node id of {url}: {exc}") from None
+
+
+@click.command("backup")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the database copy (and OUT.json beside it).")
+@click.option("--secret", envvar=SECRET_ENV, show_envvar=True,
+              help="The cluster secret, when the node has one: signs the request.")
+@click.option("--json", "as_json", is_flag=True, help="Print the backup's description as JSON.")
+@pass_state
+def backup(state: CliState, out: Path, secret: str | None, as_json: bool) -> None:
+    """Take a consistent online backup of the node at --url."""
+    meta = fetch_backup(state.url, out, secret)
+    if as_json:
+        print_json(meta)
+        return
+    ops = sum(meta["version_vector"].values())
+    click.echo(f"{out}: {meta['bytes']} bytes from {meta['node_id']} (incarnation "
+               f"{meta['incarnation']}), {ops} ops in its version vector, "
+               f"{meta['seconds']:.2f}s on the node")
+    note(f"description in {out}.json")
+
+
+@click.command("restore")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The database path of the (stopped) node to restore.")
+@click.option("--force", is_flag=True, help="Replace an existing database at --db.")
+def restore(file: Path, db: Path, force: bool) -> None:
+    """Write a backup as a node's database, under a new incarnation."""
+    from store.backup import restore as do_restore
+
+    result = do_restore(file, db, force=force)
+    click.echo(f"{result['db']}: restored {result['oplog_ops']} ops as incarnation "
+               f"{result['incarnation']} (was {result['restored_from']})")
+    note("start the node: it catches up from its peers before long")

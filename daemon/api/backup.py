@@ -1,0 +1,99 @@
+"""``POST /api/v1/admin/backup``: a consistent copy of this node's database.
+
+The node copies its SQLite file with the online backup API into a temporary
+file beside the database (on a worker thread; the writer is not blocked),
+checks it, and streams it back as ``application/vnd.sqlite3``. The header
+``X-AIM-Backup`` carries, as JSON, what the copy holds: node id,
+incarnation, version vector, schema version, op count, size and the time the
+copy took (see :mod:`store.backup`). The temporary file is removed once sent.
+
+A backup holds everything the node holds, so it is an operator's request:
+when the cluster has a secret the request must be signed with it exactly
+like a peer request (``ai-memory backup`` does so with
+``AI_MEMORY_CLUSTER_SECRET``); without a secret it is accepted from loopback
+only. One backup runs at a time per node (409 otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import os
+
+from aiohttp import web
+
+from common import limits
+from common.errors import Conflict, Forbidden
+from common.randomid import token_hex
+from daemon.appkeys import NODE
+from daemon.http_errors import error_response
+from daemon.logs import HEADER as REQUEST_ID_HEADER
+from daemon.logs import request_id
+from daemon.peer_auth import BOOT_HEADER, BootMismatch
+from store.backup import online_backup
+
+BACKUP_PATH = "/api/v1/admin/backup"
+BUSY: web.AppKey[asyncio.Lock] = web.AppKey("backup_lock")
+
+
+def _authorize(request: web.Request, body: bytes) -> None:
+    node = request.app[NODE]
+    if node.settings.cluster.secret:
+        checked = node.verifier.verify_headers(request.headers, request.method, request.path,
+                                               request.content_length, node.now_ms() / 1000)
+        node.verifier.check_body(checked, body)
+        return
+    try:
+        loopback = ipaddress.ip_address(request.remote or "").is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise Forbidden("backups without a cluster secret are allowed from loopback only")
+
+
+async def backup(request: web.Request) -> web.StreamResponse:
+    body = await request.read()
+    try:
+        _authorize(request, body)
+    except BootMismatch as exc:  # tell the operator's client the boot id to sign for
+        refused = error_response(exc)
+        refused.headers[BOOT_HEADER] = request.app[NODE].verifier.boot
+        return refused
+    node = request.app[NODE]
+    lock = request.app[BUSY]
+    if lock.locked():
+        raise Conflict("a backup of this node is already running")
+    async with lock:
+        tmp = f"{node.settings.store.db_path}.backup-{token_hex(6)}.tmp"
+        try:
+            info = await asyncio.to_thread(online_backup, node.settings.store.db_path, tmp,
+                                           node.node_id)
+            node.metrics.inc("backups_total")
+            resp = web.StreamResponse(headers={
+                "Content-Type": "application/vnd.sqlite3",
+                "Content-Length": str(info.bytes),
+                "X-AIM-Backup": json.dumps(info.to_json(), separators=(",", ":")),
+                REQUEST_ID_HEADER: request_id.get() or "",
+            })
+            await resp.prepare(request)
+            fh = await asyncio.to_thread(open, tmp, "rb")
+            try:
+                while chunk := await asyncio.to_thread(fh.read, limits.backup_chunk_bytes):
+                    await resp.write(chunk)
+            finally:
+                fh.close()
+            await resp.write_eof()
+            return resp
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            for suffix in ("-journal", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{tmp}{suffix}")
+
+
+def add_routes(app: web.Application) -> None:
+    app[BUSY] = asyncio.Lock()
+    app.router.add_post(BACKUP_PATH, backup)

@@ -1,0 +1,74 @@
+"""Incarnation ids, online backup and restore on real SQLite files."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from common.errors import BadRequest, Conflict
+from store.backup import describe, online_backup, restore
+from store.db import Store
+from store.ops import AGENT_SEEN, Op, agent_key
+
+
+async def test_every_database_gets_its_own_incarnation_and_keeps_it(tmp_path: Path) -> None:
+    a = await Store.open(tmp_path / "a.db", "n1")
+    b = await Store.open(tmp_path / "b.db", "n1")
+    try:
+        inc_a, inc_b = await a.incarnation(), await b.incarnation()
+    finally:
+        await a.close()
+        await b.close()
+    assert len(inc_a) == 32 and inc_a != inc_b
+    again = await Store.open(tmp_path / "a.db", "n1")
+    try:
+        assert await again.incarnation() == inc_a  # reopening is not a new incarnation
+    finally:
+        await again.close()
+
+
+async def test_backup_then_restore_is_a_new_incarnation_with_the_same_contents(
+        tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "live.db", "n1")
+    try:
+        ops = [Op(origin="n1", seq=i, hlc=1000 + i, kind=AGENT_SEEN, key=agent_key(f"a{i}"),
+                  body={"agent_id": f"a{i}", "at_ms": 1000 + i}) for i in range(1, 51)]
+        assert len(await store.apply_ops(ops, now_ms=2000)) == 50
+        original = await store.incarnation()
+        info = online_backup(store.path, str(tmp_path / "copy.db"), "n1")
+        assert info.incarnation == original and info.version_vector == store.version_vector()
+    finally:
+        await store.close()
+    with pytest.raises(Conflict):
+        restore(tmp_path / "copy.db", tmp_path / "live.db")
+    result = restore(tmp_path / "copy.db", tmp_path / "restored.db")
+    assert result["restored_from"] == original and result["incarnation"] != original
+    back = await Store.open(tmp_path / "restored.db", "n1")
+    try:
+        assert await back.incarnation() == result["incarnation"]
+        assert back.version_vector() == info.version_vector
+    finally:
+        await back.close()
+
+
+def test_restore_refuses_what_is_not_a_sound_ai_memory_backup(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(BadRequest):
+        restore(junk, tmp_path / "x.db")
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(BadRequest):
+        restore(other, tmp_path / "x.db")
+    assert not (tmp_path / "x.db").exists()
+    conn = sqlite3.connect(other)
+    try:
+        with pytest.raises(BadRequest):
+            describe(conn)
+    finally:
+        conn.close()
