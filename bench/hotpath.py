@@ -39,7 +39,9 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.cpu import CLK_TCK, thread_times
 from bench.loadgen import LoadJob, LoadPool
@@ -49,6 +51,7 @@ from bench.workloads import WORKLOADS, WorkloadSpec
 
 OWN_CODE = re.compile(r"\((?:[^()]*/)?(?:daemon|store|federation|common|cli)/[^()]*\)")
 FRAME = re.compile(r"^(?P<fn>.*) \((?P<loc>[^()]*)\)$")
+_PROJECTS = tuple(f"bench-p{i}" for i in range(8))  # sendpop/mix claim across these
 
 
 Tally = dict[str, float]  # frame, category or counter name -> amount
@@ -318,7 +321,7 @@ def format_anatomy(before: dict[str, Tally], after: dict[str, Tally], ops: int) 
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", choices=[w for w in WORKLOADS if w != "echo"], default="sendpop")
@@ -334,42 +337,69 @@ def main(argv: list[str] | None = None) -> int:
                          "rates, e.g. 1 node against 3, without the amortization a higher rate buys)")
     ap.add_argument("--top", type=int, default=25, help="frames per list")
     ap.add_argument("--out", type=Path, default=None, help="where the raw stacks go (default: a temp dir)")
-    args = ap.parse_args(argv)
+    return ap
 
-    pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(pyspy).exists():
-        print("py-spy is not installed (.venv/bin/pip install -e '.[bench]')", file=sys.stderr)
-        return 2
-    out = args.out or Path(tempfile.mkdtemp(prefix="ai-memory-hotpath-"))
-    out.mkdir(parents=True, exist_ok=True)
+
+@dataclass
+class _Window:
+    """One measured window: the load result and the nodes' counters at both ends."""
+
+    res: dict[str, Any]
+    t_before: dict[str, dict[int, tuple[int, int]]]  # node -> thread id -> (user, system) ticks
+    t_after: dict[str, dict[int, tuple[int, int]]]
+    w_before: dict[str, Tally]  # node -> work counters
+    w_after: dict[str, Tally]
+    mains: dict[str, int]  # node -> pid, which is also its main thread's id
+
+
+def _prepare(args: argparse.Namespace, pool: LoadPool, cluster: Cluster) -> WorkloadSpec:
+    """The workload to measure, after filling the inbox or opening the projects it needs."""
+    if args.workload == "inbox":
+        agent = f"bench-inbox-{args.inbox_size}"
+        pool.run(LoadJob(WorkloadSpec("notify", notify_target=agent), cluster.urls, mode="count",
+                         total=args.inbox_size, concurrency=128))
+        spec = WorkloadSpec("inbox", inbox_agent=agent)
+    else:
+        spec = WorkloadSpec(args.workload, projects=_PROJECTS if args.workload in ("sendpop", "mix") else ())
+    if args.workload in ("sendpop", "mix"):
+        setup_projects(cluster.urls, spec)
+    return spec
+
+
+def _start_samplers(
+    args: argparse.Namespace, pyspy: str, cluster: Cluster, out: Path
+) -> list[subprocess.Popen[bytes]]:
+    """One py-spy per node, recording for the load window and a second more."""
+    flags = ["--gil"] if args.threads == "gil" else []
+    flags.append("--nonblocking")
+    return [
+        subprocess.Popen([pyspy, "record", "--pid", str(n.pid), "--duration", str(int(args.seconds) + 1),
+                          "--rate", str(args.rate), "--format", "raw", "--function",
+                          *flags, "--output", str(out / f"{n.name}.txt")],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for n in cluster.nodes
+    ]
+
+
+def _load_job(args: argparse.Namespace, spec: WorkloadSpec, cluster: Cluster) -> LoadJob:
+    """Closed loop at ``--concurrency``, or open loop at ``--open-rate`` when given."""
+    job = LoadJob(spec, cluster.urls, mode="closed", concurrency=args.concurrency,
+                  duration_s=args.seconds, warmup_s=0.0, cpu_pids=cluster.pids())
+    if args.open_rate > 0:
+        job = LoadJob(spec, cluster.urls, mode="open", rate=args.open_rate, duration_s=args.seconds,
+                      warmup_s=0.0, max_inflight=max(args.concurrency * 16, 256), cpu_pids=cluster.pids())
+    return job
+
+
+def _measure(args: argparse.Namespace, pyspy: str, out: Path) -> _Window:
+    """Start a cluster, drive the workload while py-spy samples every node, and read the counters around it."""
     work = Path(tempfile.mkdtemp(prefix="ai-memory-hotpath-data-"))
-    projects = tuple(f"bench-p{i}" for i in range(8))
     claims = args.workload == "sendpop"
     try:
         with LoadPool(1) as pool, running(Cluster(work, args.nodes, 2 if args.nodes > 1 else 1)) as cluster:
-            if args.workload == "inbox":
-                agent = f"bench-inbox-{args.inbox_size}"
-                pool.run(LoadJob(WorkloadSpec("notify", notify_target=agent), cluster.urls, mode="count",
-                                 total=args.inbox_size, concurrency=128))
-                spec = WorkloadSpec("inbox", inbox_agent=agent)
-            else:
-                spec = WorkloadSpec(args.workload, projects=projects if args.workload in ("sendpop", "mix") else ())
-            if args.workload in ("sendpop", "mix"):
-                setup_projects(cluster.urls, spec)
-            flags = ["--gil"] if args.threads == "gil" else []
-            flags.append("--nonblocking")
-            samplers = [
-                subprocess.Popen([pyspy, "record", "--pid", str(n.pid), "--duration", str(int(args.seconds) + 1),
-                                  "--rate", str(args.rate), "--format", "raw", "--function",
-                                  *flags, "--output", str(out / f"{n.name}.txt")],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                for n in cluster.nodes
-            ]
-            job = LoadJob(spec, cluster.urls, mode="closed", concurrency=args.concurrency,
-                          duration_s=args.seconds, warmup_s=0.0, cpu_pids=cluster.pids())
-            if args.open_rate > 0:
-                job = LoadJob(spec, cluster.urls, mode="open", rate=args.open_rate, duration_s=args.seconds,
-                              warmup_s=0.0, max_inflight=max(args.concurrency * 16, 256), cpu_pids=cluster.pids())
+            spec = _prepare(args, pool, cluster)
+            samplers = _start_samplers(args, pyspy, cluster, out)
+            job = _load_job(args, spec, cluster)
             w_before = {n.name: work_counters(n.url) for n in cluster.nodes}
             t_before = {n.name: thread_times(n.pid) for n in cluster.nodes}
             r = pool.run(job, start_delay_s=0.0)
@@ -383,23 +413,32 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"py-spy failed: {err.decode(errors='replace')[-500:]}", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return _Window(res, t_before, t_after, w_before, w_after, mains)
+
+
+def _print_load(args: argparse.Namespace, res: dict[str, Any]) -> dict[str, Any] | None:
+    """The load result and the cluster's CPU per op; the CPU reading, or None without one."""
+    claims = args.workload == "sendpop"
     unit = "claims/s" if claims else "ops/s"
     tp = res["ops_per_s"] if res.get("ops_per_s") is not None else res["rps"]
     print(f"{args.workload} on {args.nodes} node(s): {tp:,.0f} {unit}, p50 {res['p50_ms']:.1f} ms, "
           f"p99 {res['p99_ms']:.1f} ms, errors {res['http_errors'] + res['transport_errors']}, "
           f"503 {res['unavailable']}")
-    cpu = res.get("cpu")
+    cpu: dict[str, Any] | None = res.get("cpu")
     if not cpu or cpu.get("ms_per_op") is None:
         print("no CPU reading for the window (a node exited?)", file=sys.stderr)
-        return 1
+        return None
     print(f"cluster CPU per {'claim' if claims else 'op'}: {cpu['ms_per_op']:.3f} ms "
           f"({cpu['server_cores']:.2f} cores busy over {cpu['window_s']:.1f} s); cores per node: "
           + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu["process_cores"].items()))
           + f"; load generator {cpu['client_ms_per_op']:.3f} ms per op")
-    print(thread_split(t_before, t_after, mains, cpu["ops"]))
-    print(format_anatomy(w_before, w_after, cpu["ops"]))
+    return cpu
+
+
+def _print_profiles(args: argparse.Namespace, win: _Window, cpu: dict[str, Any], out: Path) -> None:
+    """The sampled stacks in CPU ms per op: by category, whole cluster, then node by node."""
     profiles = {f.stem: f.read_text() for f in sorted(out.glob("node*.txt"))}
-    by_thread = node_thread_cpu(t_before, t_after, mains)
+    by_thread = node_thread_cpu(win.t_before, win.t_after, win.mains)
     inc_ms, own_ms = cluster_costs(profiles, by_thread, cpu["ops"])
     print(f"\nby category, whole cluster, {args.threads} threads sampled:")
     for k, ms in most_common(category_costs(profiles, by_thread, cpu["ops"])):
@@ -409,6 +448,23 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in profiles.items():
         print(f"\n{name} ({out / (name + '.txt')}):")
         print(summarize_profile(text, args.top))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(pyspy).exists():
+        print("py-spy is not installed (.venv/bin/pip install -e '.[bench]')", file=sys.stderr)
+        return 2
+    out = args.out or Path(tempfile.mkdtemp(prefix="ai-memory-hotpath-"))
+    out.mkdir(parents=True, exist_ok=True)
+    win = _measure(args, pyspy, out)
+    cpu = _print_load(args, win.res)
+    if cpu is None:
+        return 1
+    print(thread_split(win.t_before, win.t_after, win.mains, cpu["ops"]))
+    print(format_anatomy(win.w_before, win.w_after, cpu["ops"]))
+    _print_profiles(args, win, cpu, out)
     return 0
 
 

@@ -95,8 +95,8 @@ def _errors(d: dict[str, Any]) -> str:
     return f"{d['http_errors'] + d['transport_errors']:,} / {d['unavailable']:,}"
 
 
-def markdown(results: dict[str, Any], targets: list[Target]) -> str:
-    meta = results["meta"]
+def _header(meta: dict[str, Any]) -> list[str]:
+    """Which run, on what, and how far to trust its figures."""
     lines = [
         f"Run `{meta['run_id']}` · profile **{meta['profile']}** · commit `{meta.get('commit') or '?'}` · "
         f"daemon {meta.get('daemon_version') or '?'} · {meta['cores']} cores · "
@@ -123,10 +123,14 @@ def markdown(results: dict[str, Any], targets: list[Target]) -> str:
             "messages, not 100k; run `--profile full` for the stated sizes.",
             "",
         ]
+    return lines
+
+
+def _max_section(results: dict[str, Any]) -> list[str]:
+    """Closed-loop maximum of the echo server and of every workload."""
     echo = (results.get("echo") or {}).get("max")
     echo_rps = echo["rps"] if echo else None
-
-    lines += ["**Maximum throughput** (closed loop). Errors are non-503 failures / 503s.", ""]
+    lines = ["**Maximum throughput** (closed loop). Errors are non-503 failures / 503s.", ""]
     rows = []
     if echo:
         rows.append(["echo server", "notify body", f"{_n(echo['rps'])} req/s", "100%", _ms(echo["p50_ms"]),
@@ -141,90 +145,137 @@ def markdown(results: dict[str, Any], targets: list[Target]) -> str:
         ratio = f"{m['rps'] / echo_rps:.0%}" if echo_rps else "-"
         rows.append([w["cluster"], w["workload"], f"{_n(tp)} {unit}", ratio, _ms(m["p50_ms"]), _ms(m["p95_ms"]),
                      _ms(m["p99_ms"]), _ms(m["max_ms"]), _errors(m)])
-    lines += _table(["cluster", "workload", "throughput", "vs echo", "p50 ms", "p95 ms", "p99 ms", "max ms",
-                     "errors / 503"], rows)
+    return lines + _table(["cluster", "workload", "throughput", "vs echo", "p50 ms", "p95 ms", "p99 ms", "max ms",
+                           "errors / 503"], rows)
 
+
+def _cpu_section(results: dict[str, Any]) -> list[str]:
+    """The servers' CPU per acknowledged operation, with how it was read."""
     cpu_rows = _cpu_rows(results)
-    if cpu_rows:
-        lines += ["**CPU per acknowledged operation**: user + system CPU of every server process (all nodes; "
-                  "the three `nats-server`s for NATS) over the measured window, read from `/proc/<pid>/stat`, "
-                  "divided by the successful operations (claims for send+pop) of that window. Cores busy is "
-                  "that CPU over the window's wall time; kernel share is the part spent in system time (syscalls, "
-                  "loopback TCP, fsync). Every process here shares the machine's cores with "
-                  "the load generator (and with whatever else runs), which makes throughput noisy; CPU per "
-                  "operation moves much less with contention, so compare these figures across runs. The "
-                  "CPU-bound ceiling is the rate at which servers and load generator together would use "
-                  "every core of this machine at these costs (cores / (server + load generator CPU per op)): "
-                  "where the measured maximum is far below it, something other than CPU (other work on the "
-                  "machine, waiting) held the run back.", ""]
-        lines += _table(["system", "workload", "CPU ms/op at max", "vs echo CPU/request", "CPU ms/op at 50% load",
-                         "kernel share", "server cores busy", "cores per process", "load generator CPU ms/op",
-                         "CPU-bound ceiling"], cpu_rows)
+    if not cpu_rows:
+        return []
+    lines = ["**CPU per acknowledged operation**: user + system CPU of every server process (all nodes; "
+             "the three `nats-server`s for NATS) over the measured window, read from `/proc/<pid>/stat`, "
+             "divided by the successful operations (claims for send+pop) of that window. Cores busy is "
+             "that CPU over the window's wall time; kernel share is the part spent in system time (syscalls, "
+             "loopback TCP, fsync). Every process here shares the machine's cores with "
+             "the load generator (and with whatever else runs), which makes throughput noisy; CPU per "
+             "operation moves much less with contention, so compare these figures across runs. The "
+             "CPU-bound ceiling is the rate at which servers and load generator together would use "
+             "every core of this machine at these costs (cores / (server + load generator CPU per op)): "
+             "where the measured maximum is far below it, something other than CPU (other work on the "
+             "machine, waiting) held the run back.", ""]
+    return lines + _table(["system", "workload", "CPU ms/op at max", "vs echo CPU/request", "CPU ms/op at 50% load",
+                           "kernel share", "server cores busy", "cores per process", "load generator CPU ms/op",
+                           "CPU-bound ceiling"], cpu_rows)
 
+
+def _sweep_section(results: dict[str, Any]) -> list[str]:
+    """Open-loop latency at each offered fraction of the maximum, one row per sweep."""
     sweeps = [w for w in ([results.get("echo")] if results.get("echo") else []) + results.get("workloads", [])
               if w and w.get("sweep")]
-    if sweeps:
-        fracs = sorted({p["fraction"] for w in sweeps for p in w["sweep"]})
-        lines += ["**Latency under offered load** (open loop at fractions of the maximum): "
-                  "p50 / p99 ms, achieved ops/s.", ""]
-        rows = []
-        for w in sweeps:
-            by = {p["fraction"]: p for p in w["sweep"]}
-            cells = [w.get("cluster", "echo server"), w.get("workload", "notify body")]
-            for f in fracs:
-                p = by.get(f)
-                cells.append("-" if p is None else f"{_ms(p['p50_ms'])} / {_ms(p['p99_ms'])} · {_n(p['rps'])}")
-            rows.append(cells)
-        lines += _table(["cluster", "workload", *(f"{f:.0%}" for f in fracs)], rows)
+    if not sweeps:
+        return []
+    fracs = sorted({p["fraction"] for w in sweeps for p in w["sweep"]})
+    lines = ["**Latency under offered load** (open loop at fractions of the maximum): "
+             "p50 / p99 ms, achieved ops/s.", ""]
+    rows = []
+    for w in sweeps:
+        by = {p["fraction"]: p for p in w["sweep"]}
+        cells = [w.get("cluster", "echo server"), w.get("workload", "notify body")]
+        for f in fracs:
+            p = by.get(f)
+            cells.append("-" if p is None else f"{_ms(p['p50_ms'])} / {_ms(p['p99_ms'])} · {_n(p['rps'])}")
+        rows.append(cells)
+    return lines + _table(["cluster", "workload", *(f"{f:.0%}" for f in fracs)], rows)
 
+
+def _inbox_section(sc: dict[str, Any], conc: Any) -> list[str]:
+    """Inbox reads per inbox size: one sequential client, then ``conc`` clients at the maximum."""
+    lines = [f"**Inbox read**, limit 50, {sc['cluster']}: latency of one client reading sequentially, "
+             f"and the maximum rate with {conc} clients.", ""]
+    rows = []
+    for r in sc["inbox"]:
+        q, m = r["sequential"], r["max"]
+        held = r.get("stored", r["size"])
+        label = f"{held:,}" if held == r["size"] else f"{held:,} (of {r['size']:,} sent)"
+        rows.append([label, r["consistency"], _n(q["requests"]), _ms(q["p50_ms"]),
+                     _ms(q["p95_ms"]), _ms(q["p99_ms"]), _ms(q["max_ms"]), _n(m["rps"]), _ms(m["p99_ms"]),
+                     f"{_errors(q)}, {_errors(m)}"])
+    return lines + _table(["messages in inbox", "consistency", "reads", "p50 ms", "p95 ms", "p99 ms", "max ms",
+                           f"max reads/s ({conc} clients)", "p99 ms at max", "errors / 503"], rows)
+
+
+def _catchup_section(sc: dict[str, Any]) -> list[str]:
+    """How long a restarted node took to become healthy and then to converge."""
+    c = sc["catchup"]
+    fills = sc.get("fill", [])
+    fill_rate = (sum(f["ok"] for f in fills) / sum(f["elapsed_s"] for f in fills)) if fills else None
+    lines = ["**Catch-up** of a restarted node (stopped while the others took the inbox fills).", ""]
+    return lines + _table(
+        ["missed ops", "fill rate with node down", "restart → healthy s", "healthy → same vv s", "total s"],
+        [[_n(c["missed_ops"]), f"{_n(fill_rate)} notify/s", _ms(c["restart_to_healthy_s"]),
+          _ms(c["healthy_to_converged_s"]) if c["healthy_to_converged_s"] is not None else "timeout",
+          _ms(c["restart_to_converged_s"]) if c["restart_to_converged_s"] is not None else "timeout"]],
+    )
+
+
+def _memory_section(sc: dict[str, Any]) -> list[str]:
+    """Each node's RSS and SQLite file size with the inboxes stored."""
+    lines = [f"**Memory** with {sc['messages_stored']:,} inbox messages stored (plus the workloads' records).", ""]
+    return lines + _table(["node", "RSS MB", "SQLite files MB"],
+                          [[k, _mb(v), _mb(sc.get("db_bytes", {}).get(k))] for k, v in sorted(sc["rss_bytes"].items())])
+
+
+def _scenario_sections(results: dict[str, Any]) -> list[str]:
+    """The inbox, catch-up and memory tables, each where the scenario measured it."""
     sc = results.get("scenario")
+    lines: list[str] = []
     if sc and sc.get("inbox"):
-        conc = results["meta"]["profile_settings"].get("inbox_concurrency", "?")
-        lines += [f"**Inbox read**, limit 50, {sc['cluster']}: latency of one client reading sequentially, "
-                  f"and the maximum rate with {conc} clients.", ""]
-        rows = []
-        for r in sc["inbox"]:
-            q, m = r["sequential"], r["max"]
-            held = r.get("stored", r["size"])
-            label = f"{held:,}" if held == r["size"] else f"{held:,} (of {r['size']:,} sent)"
-            rows.append([label, r["consistency"], _n(q["requests"]), _ms(q["p50_ms"]),
-                         _ms(q["p95_ms"]), _ms(q["p99_ms"]), _ms(q["max_ms"]), _n(m["rps"]), _ms(m["p99_ms"]),
-                         f"{_errors(q)}, {_errors(m)}"])
-        lines += _table(["messages in inbox", "consistency", "reads", "p50 ms", "p95 ms", "p99 ms", "max ms",
-                         f"max reads/s ({conc} clients)", "p99 ms at max", "errors / 503"], rows)
+        lines += _inbox_section(sc, results["meta"]["profile_settings"].get("inbox_concurrency", "?"))
     if sc and sc.get("catchup"):
-        c = sc["catchup"]
-        fills = sc.get("fill", [])
-        fill_rate = (sum(f["ok"] for f in fills) / sum(f["elapsed_s"] for f in fills)) if fills else None
-        lines += ["**Catch-up** of a restarted node (stopped while the others took the inbox fills).", ""]
-        lines += _table(
-            ["missed ops", "fill rate with node down", "restart → healthy s", "healthy → same vv s", "total s"],
-            [[_n(c["missed_ops"]), f"{_n(fill_rate)} notify/s", _ms(c["restart_to_healthy_s"]),
-              _ms(c["healthy_to_converged_s"]) if c["healthy_to_converged_s"] is not None else "timeout",
-              _ms(c["restart_to_converged_s"]) if c["restart_to_converged_s"] is not None else "timeout"]],
-        )
+        lines += _catchup_section(sc)
     if sc and sc.get("rss_bytes"):
-        lines += [f"**Memory** with {sc['messages_stored']:,} inbox messages stored (plus the workloads' records).", ""]
-        lines += _table(["node", "RSS MB", "SQLite files MB"],
-                        [[k, _mb(v), _mb(sc.get("db_bytes", {}).get(k))] for k, v in sorted(sc["rss_bytes"].items())])
-    nats = results.get("nats")
-    if nats:
-        lines += ["**NATS JetStream** work-queue stream (R3, 3 servers) send+pop, same machine.", ""]
-        if nats.get("skipped"):
-            lines += [f"Skipped: {nats['skipped']}", ""]
-        else:
-            m = nats["max"]
-            lines += _table(["system", "claims/s", "p50 ms", "p99 ms", "errors", "CPU ms/claim"],
-                            [["NATS JetStream R3", _n(m["ops_per_s"]), _ms(m["p50_ms"]), _ms(m["p99_ms"]),
-                              _n(m["http_errors"] + m["transport_errors"]), _ms3(_cpu(m))]])
+        lines += _memory_section(sc)
+    return lines
 
-    lines += ["**Targets**", ""]
+
+def _nats_section(results: dict[str, Any]) -> list[str]:
+    """NATS JetStream's send+pop on the same machine, or why it was skipped."""
+    nats = results.get("nats")
+    if not nats:
+        return []
+    title = "**NATS JetStream** work-queue stream (R3, 3 servers) send+pop, same machine."
+    if nats.get("skipped"):
+        return [title, "", f"Skipped: {nats['skipped']}", ""]
+    m = nats["max"]
+    table = _table(["system", "claims/s", "p50 ms", "p99 ms", "errors", "CPU ms/claim"],
+                   [["NATS JetStream R3", _n(m["ops_per_s"]), _ms(m["p50_ms"]), _ms(m["p99_ms"]),
+                     _n(m["http_errors"] + m["transport_errors"]), _ms3(_cpu(m))]])
+    return [title, "", *table]
+
+
+def _targets_section(results: dict[str, Any], targets: list[Target]) -> list[str]:
+    """Every target's verdict, then the phases that failed."""
+    lines = ["**Targets**", ""]
     lines += _table(["target", "goal", "measured", "verdict"],
                     [[t.name, t.goal, t.measured, f"**{t.verdict}**"] for t in targets])
     if results.get("errors"):
         lines += ["Phases that failed:", ""]
         lines += [f"- {e['phase']}: {e['error']}" for e in results["errors"]]
         lines.append("")
+    return lines
+
+
+def markdown(results: dict[str, Any], targets: list[Target]) -> str:
+    """The human view of one run: header, then one section per measurement, then the targets."""
+    lines = _header(results["meta"])
+    lines += _max_section(results)
+    lines += _cpu_section(results)
+    lines += _sweep_section(results)
+    lines += _scenario_sections(results)
+    lines += _nats_section(results)
+    lines += _targets_section(results, targets)
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ claims/s and p99 bounds do not, and the report says so.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -74,109 +75,120 @@ def _tp(d: dict[str, Any]) -> float:
     return float(ops if ops is not None else d["rps"])
 
 
+Measured = tuple[float, str, bool]  # the figure, how it reads, whether it meets the goal
+
+
+def _echo_max(results: dict[str, Any]) -> dict[str, Any]:
+    if not results.get("echo"):
+        raise KeyError("echo ceiling")
+    return dict(results["echo"]["max"])
+
+
+def _nats_max(results: dict[str, Any]) -> dict[str, Any]:
+    nats = results.get("nats")
+    if not nats:
+        raise KeyError("NATS JetStream phase not run")
+    if nats.get("skipped"):
+        raise KeyError(f"NATS JetStream skipped: {nats['skipped']}")
+    return dict(nats["max"])
+
+
+def _scenario(results: dict[str, Any]) -> dict[str, Any]:
+    return results.get("scenario") or {}  # a missing figure raises KeyError -> SKIP
+
+
+def _claims_vs_nats(results: dict[str, Any]) -> Measured:
+    ours = _tp(_workload(results, THREE, "sendpop")["max"])
+    theirs = _tp(_nats_max(results))
+    ratio = ours / theirs
+    return ratio, f"{ours:,.0f} claims/s = {ratio:.0%} of NATS JetStream R3 {theirs:,.0f}/s", ratio >= 0.5
+
+
+def _claims(results: dict[str, Any]) -> Measured:
+    c = _tp(_workload(results, THREE, "sendpop")["max"])
+    return c, f"{c:,.0f} claims/s", c >= 1500.0
+
+
+def _claim_cpu(results: dict[str, Any]) -> Measured:
+    m = _workload(results, THREE, "sendpop")["max"]
+    ms = _cpu_ms(m)
+    return ms, f"{ms:.2f} ms of cluster CPU per claim ({m['cpu']['server_cores']:.2f} cores busy)", ms <= 1.0
+
+
+def _notify_cpu_ratio(results: dict[str, Any]) -> Measured:
+    ours = _cpu_ms(_workload(results, THREE, "notify")["max"])
+    echo = _cpu_ms(_echo_max(results))
+    ratio = ours / echo
+    return ratio, (f"{ours:.2f} ms per notify vs {echo:.3f} ms per echo request = x{ratio:.1f}"), ratio <= 4.0
+
+
+def _notify_3_vs_1(results: dict[str, Any]) -> Measured:
+    three = _workload(results, THREE, "notify")["max"]["rps"]
+    one = _workload(results, ONE, "notify")["max"]["rps"]
+    ratio = three / one
+    return ratio, f"{three:,.0f}/s = {ratio:.0%} of 1 node's {one:,.0f}/s", ratio >= 0.7
+
+
+def _notify_1_vs_echo(results: dict[str, Any]) -> Measured:
+    echo = _echo_max(results)["rps"]
+    one = _workload(results, ONE, "notify")["max"]["rps"]
+    ratio = one / echo
+    return ratio, f"{one:,.0f}/s = {ratio:.0%} of echo {echo:,.0f}/s", ratio >= 0.6
+
+
+def _p99_half(results: dict[str, Any], workload: str, limit: float) -> Measured:
+    p = _point_at(_workload(results, THREE, workload), 0.5)
+    p99 = p["p99_ms"]
+    return p99, f"p99 {p99:.1f} ms at {p['offered_rps']:,.0f}/s offered", p99 <= limit
+
+
+def _inbox(results: dict[str, Any]) -> Measured:
+    sc = _scenario(results)
+    rows = [r for r in sc["inbox"] if r["consistency"] == "default" and r["sequential"]["ok"] > 0]
+    small = min(rows, key=lambda r: r["size"])
+    big = max(rows, key=lambda r: r["size"])
+    p99b, p99s = big["sequential"]["p99_ms"], small["sequential"]["p99_ms"]
+    ok = p99b <= 10.0 and p99b <= 2.0 * p99s
+    held_b, held_s = big.get("stored", big["size"]), small.get("stored", small["size"])
+    text = (f"{held_b:,} inbox p99 {p99b:.1f} ms vs {held_s:,} inbox p99 {p99s:.1f} ms "
+            f"(x{p99b / p99s:.2f}; one client, {big['sequential']['requests']} reads)")
+    return p99b, text, ok
+
+
+def _catchup(results: dict[str, Any]) -> Measured:
+    c = _scenario(results)["catchup"]
+    t = c["restart_to_converged_s"]
+    if t is None:
+        return float("inf"), f"not converged within {c['timeout_s']:.0f} s ({c['missed_ops']:,} ops)", False
+    return t, f"{t:.1f} s for {c['missed_ops']:,} missed ops (restart to equal vv)", t <= 10.0
+
+
+def _rss(results: dict[str, Any]) -> Measured:
+    sc = _scenario(results)
+    r = sc["rss_bytes"]
+    worst = max(r.values()) / 2**20
+    per = ", ".join(f"{k} {v / 2**20:.0f} MB" for k, v in sorted(r.items()))
+    return worst, f"{per} with {sc['messages_stored']:,} inbox messages", worst < 150.0
+
+
+# (name, goal, measure) in report order; measure reads its figures out of the results.
+TARGETS: tuple[tuple[str, str, Callable[[dict[str, Any]], Measured]], ...] = (
+    ("send+pop vs NATS JetStream R3, 3 nodes", ">= 50% of NATS in the same run", _claims_vs_nats),
+    ("send+pop claims, 3 nodes", ">= 1500 claims/s", _claims),
+    ("cluster CPU per claim, 3 nodes", "<= 1.0 ms", _claim_cpu),
+    ("cluster CPU per notify vs echo CPU per request, 3 nodes W=2", "<= 4x", _notify_cpu_ratio),
+    ("notify throughput, 3 nodes W=2 vs 1 node", ">= 70% of 1 node", _notify_3_vs_1),
+    ("notify throughput, 1 node vs echo", ">= 60% of echo", _notify_1_vs_echo),
+    ("notify p99 at half of max, 3 nodes", "<= 20 ms", functools.partial(_p99_half, workload="notify", limit=20.0)),
+    ("send+pop p99 at half of max, 3 nodes", "<= 30 ms",
+     functools.partial(_p99_half, workload="sendpop", limit=30.0)),
+    ("inbox read p99, largest inbox (limit 50)", "<= 10 ms and <= 2x the 1k inbox", _inbox),
+    ("catch-up of missed ops", "<= 10 s for 100k ops", _catchup),
+    ("RSS per node", "< 150 MB with 100k messages", _rss),
+)
+
+
 def evaluate(results: dict[str, Any]) -> list[Target]:
     """Every target of issue 10 plus the inbox, catch-up and memory ones,
     each as a ratio or a bound measured in this one run."""
-    out: list[Target] = []
-
-    def echo_max() -> dict[str, Any]:
-        if not results.get("echo"):
-            raise KeyError("echo ceiling")
-        return dict(results["echo"]["max"])
-
-    def nats_max() -> dict[str, Any]:
-        nats = results.get("nats")
-        if not nats:
-            raise KeyError("NATS JetStream phase not run")
-        if nats.get("skipped"):
-            raise KeyError(f"NATS JetStream skipped: {nats['skipped']}")
-        return dict(nats["max"])
-
-    def claims_vs_nats() -> tuple[float, str, bool]:
-        ours = _tp(_workload(results, THREE, "sendpop")["max"])
-        theirs = _tp(nats_max())
-        ratio = ours / theirs
-        return ratio, f"{ours:,.0f} claims/s = {ratio:.0%} of NATS JetStream R3 {theirs:,.0f}/s", ratio >= 0.5
-
-    out.append(_check("send+pop vs NATS JetStream R3, 3 nodes", ">= 50% of NATS in the same run", claims_vs_nats))
-
-    def claims() -> tuple[float, str, bool]:
-        c = _tp(_workload(results, THREE, "sendpop")["max"])
-        return c, f"{c:,.0f} claims/s", c >= 1500.0
-
-    out.append(_check("send+pop claims, 3 nodes", ">= 1500 claims/s", claims))
-
-    def claim_cpu() -> tuple[float, str, bool]:
-        m = _workload(results, THREE, "sendpop")["max"]
-        ms = _cpu_ms(m)
-        return ms, f"{ms:.2f} ms of cluster CPU per claim ({m['cpu']['server_cores']:.2f} cores busy)", ms <= 1.0
-
-    out.append(_check("cluster CPU per claim, 3 nodes", "<= 1.0 ms", claim_cpu))
-
-    def notify_cpu_ratio() -> tuple[float, str, bool]:
-        ours = _cpu_ms(_workload(results, THREE, "notify")["max"])
-        echo = _cpu_ms(echo_max())
-        ratio = ours / echo
-        return ratio, (f"{ours:.2f} ms per notify vs {echo:.3f} ms per echo request = x{ratio:.1f}"), ratio <= 4.0
-
-    out.append(_check("cluster CPU per notify vs echo CPU per request, 3 nodes W=2", "<= 4x",
-                      notify_cpu_ratio))
-
-    def notify_3_vs_1() -> tuple[float, str, bool]:
-        three = _workload(results, THREE, "notify")["max"]["rps"]
-        one = _workload(results, ONE, "notify")["max"]["rps"]
-        ratio = three / one
-        return ratio, f"{three:,.0f}/s = {ratio:.0%} of 1 node's {one:,.0f}/s", ratio >= 0.7
-
-    out.append(_check("notify throughput, 3 nodes W=2 vs 1 node", ">= 70% of 1 node", notify_3_vs_1))
-
-    def notify_1_vs_echo() -> tuple[float, str, bool]:
-        echo = echo_max()["rps"]
-        one = _workload(results, ONE, "notify")["max"]["rps"]
-        ratio = one / echo
-        return ratio, f"{one:,.0f}/s = {ratio:.0%} of echo {echo:,.0f}/s", ratio >= 0.6
-
-    out.append(_check("notify throughput, 1 node vs echo", ">= 60% of echo", notify_1_vs_echo))
-
-    def p99_half(workload: str, limit: float) -> Callable[[], tuple[float, str, bool]]:
-        def fn() -> tuple[float, str, bool]:
-            p = _point_at(_workload(results, THREE, workload), 0.5)
-            p99 = p["p99_ms"]
-            return p99, f"p99 {p99:.1f} ms at {p['offered_rps']:,.0f}/s offered", p99 <= limit
-        return fn
-
-    out.append(_check("notify p99 at half of max, 3 nodes", "<= 20 ms", p99_half("notify", 20.0)))
-    out.append(_check("send+pop p99 at half of max, 3 nodes", "<= 30 ms", p99_half("sendpop", 30.0)))
-
-    sc = results.get("scenario") or {}  # a missing figure raises KeyError -> SKIP
-
-    def inbox() -> tuple[float, str, bool]:
-        rows = [r for r in sc["inbox"] if r["consistency"] == "default" and r["sequential"]["ok"] > 0]
-        small = min(rows, key=lambda r: r["size"])
-        big = max(rows, key=lambda r: r["size"])
-        p99b, p99s = big["sequential"]["p99_ms"], small["sequential"]["p99_ms"]
-        ok = p99b <= 10.0 and p99b <= 2.0 * p99s
-        held_b, held_s = big.get("stored", big["size"]), small.get("stored", small["size"])
-        text = (f"{held_b:,} inbox p99 {p99b:.1f} ms vs {held_s:,} inbox p99 {p99s:.1f} ms "
-                f"(x{p99b / p99s:.2f}; one client, {big['sequential']['requests']} reads)")
-        return p99b, text, ok
-
-    out.append(_check("inbox read p99, largest inbox (limit 50)", "<= 10 ms and <= 2x the 1k inbox", inbox))
-
-    def catchup() -> tuple[float, str, bool]:
-        c = sc["catchup"]
-        t = c["restart_to_converged_s"]
-        if t is None:
-            return float("inf"), f"not converged within {c['timeout_s']:.0f} s ({c['missed_ops']:,} ops)", False
-        return t, f"{t:.1f} s for {c['missed_ops']:,} missed ops (restart to equal vv)", t <= 10.0
-
-    out.append(_check("catch-up of missed ops", "<= 10 s for 100k ops", catchup))
-
-    def rss() -> tuple[float, str, bool]:
-        r = sc["rss_bytes"]
-        worst = max(r.values()) / 2**20
-        per = ", ".join(f"{k} {v / 2**20:.0f} MB" for k, v in sorted(r.items()))
-        return worst, f"{per} with {sc['messages_stored']:,} inbox messages", worst < 150.0
-
-    out.append(_check("RSS per node", "< 150 MB with 100k messages", rss))
-    return out
+    return [_check(name, goal, functools.partial(measure, results)) for name, goal, measure in TARGETS]
