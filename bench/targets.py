@@ -145,6 +145,8 @@ def _p99_half(results: dict[str, Any], workload: str, limit: float) -> Measured:
 def _inbox(results: dict[str, Any]) -> Measured:
     sc = _scenario(results)
     rows = [r for r in sc["inbox"] if r["consistency"] == "default" and r["sequential"]["ok"] > 0]
+    if not rows:
+        raise KeyError("no inbox size answered a quorum read")  # reported as SKIP
     small = min(rows, key=lambda r: r["size"])
     big = max(rows, key=lambda r: r["size"])
     p99b, p99s = big["sequential"]["p99_ms"], small["sequential"]["p99_ms"]
