@@ -65,6 +65,7 @@ admission_timeout_max_ms = 10_000
 admission_hooks_max = 16
 admission_reply_max_bytes = 64 * 1024
 truncation_marker = "\n[…truncated by ai-memory]"
+truncation_marker_inline = " […truncated by ai-memory]"  # one-line fields (a mail subject)
 
 # --- store -----------------------------------------------------------------
 writer_queue_max = 10_000  # pending write jobs before callers get 503 overloaded
