@@ -21,7 +21,9 @@ from typing import Any
 from store import ops as K
 from store.ops import Op
 from store.records import (
+    grant_row,
     is_expired,
+    link_row,
     memory_row,
     message_row,
     note_row,
@@ -121,6 +123,22 @@ _TERM_UPSERT = (
 )
 
 
+_LINK_PUT = (
+    "INSERT INTO memory_links (source_id, target_id, relation, created_at_ms) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (source_id, target_id, relation) DO UPDATE SET"
+    " created_at_ms = min(memory_links.created_at_ms, excluded.created_at_ms)"
+)
+_GRANT_COLS = ("memory_id", "agent_id", "permission", "granted", "at_ms", "hlc", "origin", "seq")
+_GRANT_UPSERT = (
+    f"INSERT INTO memory_grants ({', '.join(_GRANT_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in _GRANT_COLS)}) "
+    "ON CONFLICT (memory_id, agent_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _GRANT_COLS[2:])
+    + " WHERE (excluded.hlc, excluded.origin, excluded.seq)"
+    " > (memory_grants.hlc, memory_grants.origin, memory_grants.seq)"
+)
+
+
 def _stamp(op: Op) -> dict[str, Any]:
     return {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
 
@@ -186,6 +204,17 @@ def _msg_terminal(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
               " WHERE id = ?1", (msg_id,))
 
 
+def _link_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    row = link_row(op)
+    c.execute(_LINK_PUT, (row["source_id"], row["target_id"], row["relation"],
+                          row["created_at_ms"]))
+
+
+def _grant_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    row = grant_row(op)
+    c.execute(_GRANT_UPSERT, {**row, **_stamp(op), "granted": int(row["granted"])})
+
+
 _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MEM_PUT: _mem_put,
     K.MEM_DEL: _mem_del,
@@ -197,6 +226,8 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MSG_SEND: _msg_send,
     K.MSG_CLAIM: _msg_terminal,
     K.MSG_CANCEL: _msg_terminal,
+    K.LINK_PUT: _link_put,
+    K.GRANT_PUT: _grant_put,
 }
 
 

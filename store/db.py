@@ -290,6 +290,11 @@ class Store:
             {"now": now_ms, "since": since_ms, "limit": limit})
         return [Q.memory(r) for r in rows]
 
+    @property
+    def reads(self) -> ReadPool:
+        """The read-only pool, for the cross-record reads of :mod:`store.search`."""
+        return self._reads
+
     # -- inbox ---------------------------------------------------------------------
 
     async def inbox(self, agent_id: str, *, unread_only: bool, limit: int,
@@ -518,4 +523,11 @@ class Store:
                 " FROM project_harnesses ORDER BY workspace, project, harness")],
             "messages": messages,
             "terminals": terminals,
+            "links": [tuple(r) for r in await fetch(
+                "SELECT source_id, target_id, relation, created_at_ms FROM memory_links"
+                " ORDER BY source_id, target_id, relation")],
+            "grants": {f"{r['memory_id']}/{r['agent_id']}": {
+                "memory_id": r["memory_id"], "agent_id": r["agent_id"],
+                "permission": r["permission"], "granted": bool(r["granted"]), "at_ms": r["at_ms"]}
+                for r in await fetch("SELECT * FROM memory_grants ORDER BY memory_id, agent_id")},
         }

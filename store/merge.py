@@ -24,6 +24,9 @@ How each rule is kept order-free (ranks are defined in :mod:`store.records`):
 * a message is pending until a terminal op is known; the terminal op of the
   highest rank decides claimed/cancelled, and terminal ops are kept even
   when their ``msg.send`` has not arrived;
+* ``link.put`` is a grow-only set of (source, target, relation) whose
+  ``created_at`` is the minimum seen; ``grant.put`` is last-writer-wins per
+  (memory, agent), a revoke being a put with ``granted`` false;
 * agents merge type/capabilities last-writer-wins, ``registered_at`` by min
   and ``last_seen_at`` by max; sessions keep their first identity fields,
   min start and max activity; a project exists once any session named it.
@@ -46,7 +49,9 @@ from store.records import (
     PENDING,
     Rank,
     TerminalRank,
+    grant_row,
     is_expired,
+    link_row,
     lww_rank,
     memory_row,
     message_row,
@@ -109,6 +114,9 @@ class Replica:
         self._messages: dict[str, _Message] = {}
         self._terminals: dict[str, _Terminal] = {}
         self._promises: dict[str, int] = {}
+        # (source_id, target_id, relation) -> created_at_ms
+        self._links: dict[tuple[str, str, str], int] = {}
+        self._grants: dict[tuple[str, str], _Ranked] = {}
 
     # -- applying ops --------------------------------------------------------
 
@@ -157,6 +165,17 @@ class Replica:
             cur = self._terminals.get(msg_id)
             if cur is None or terminal_rank(op) > cur.rank:
                 self._terminals[msg_id] = _Terminal(terminal_rank(op), terminal_row(op))
+        elif kind == K.LINK_PUT:
+            link = link_row(op)
+            lkey = (link["source_id"], link["target_id"], link["relation"])
+            self._links[lkey] = min(self._links.get(lkey, link["created_at_ms"]),
+                                    link["created_at_ms"])
+        elif kind == K.GRANT_PUT:
+            grant = grant_row(op)
+            gkey = (grant["memory_id"], grant["agent_id"])
+            cur_grant = self._grants.get(gkey)
+            if cur_grant is None or lww_rank(op) > cur_grant.rank:
+                self._grants[gkey] = _Ranked(lww_rank(op), grant)
         else:
             raise ValueError(f"unknown op kind {kind!r}")
 
@@ -437,6 +456,8 @@ class Replica:
             "messages": {k: {**v.row, "order": v.order, "epoch": v.epoch}
                          for k, v in self._messages.items()},
             "terminals": {k: v.row for k, v in self._terminals.items()},
+            "links": sorted((*k, v) for k, v in self._links.items()),
+            "grants": {f"{k[0]}/{k[1]}": v.row for k, v in sorted(self._grants.items())},
         }
 
 

@@ -30,6 +30,13 @@ msg.send        id, to_workspace, to_project, to_agent, from_workspace,
                 order (FIFO) is (hlc, origin) of this op.
 msg.claim       id, claimer_session, claimer_agent, request_id, at_ms.
 msg.cancel      id, by_workspace, by_project, at_ms.
+link.put        source_id, target_id, relation, created_at_ms. A grow-only
+                set keyed by (source_id, target_id, relation); created_at =
+                min. Links outlive a deleted endpoint (lineage shows
+                tombstoned ancestors).
+grant.put       memory_id, agent_id, permission, granted. Per-memory sharing,
+                last-writer-wins per (memory_id, agent_id); a revoke is a
+                grant.put with granted = false.
 ==============  ===========================================================
 
 A message's state: pending until any terminal op (claim or cancel) is
@@ -38,8 +45,11 @@ decides it. Only an owner holding ``epoch`` issues mailbox ops, and a claim
 is acknowledged only once a majority accepted it at that epoch, so an
 acknowledged terminal op is never outranked (docs/federation.md).
 
-``key`` groups ops for targeted pulls: ``mem:<id>``, ``inbox:<agent>``,
-``agent:<id>``, ``proj:<ws>/<project>``, ``mbox:<ws>/<project>``.
+``key`` groups ops for targeted pulls: ``mem:<id>`` (links by their source,
+grants by their memory), ``inbox:<agent>``, ``agent:<id>``,
+``proj:<ws>/<project>``, ``mbox:<ws>/<project>``. A pull for
+:data:`ALL_KEYS` asks for every op the caller lacks (a read that spans
+records, such as a search).
 """
 
 from __future__ import annotations
@@ -59,13 +69,16 @@ SESSION_START: Final = "session.start"
 MSG_SEND: Final = "msg.send"
 MSG_CLAIM: Final = "msg.claim"
 MSG_CANCEL: Final = "msg.cancel"
+LINK_PUT: Final = "link.put"
+GRANT_PUT: Final = "grant.put"
 
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
-     MSG_SEND, MSG_CLAIM, MSG_CANCEL}
+     MSG_SEND, MSG_CLAIM, MSG_CANCEL, LINK_PUT, GRANT_PUT}
 )
 MAILBOX_KINDS: Final = frozenset({MSG_SEND, MSG_CLAIM, MSG_CANCEL})
 TERMINAL_KINDS: Final = frozenset({MSG_CLAIM, MSG_CANCEL})
+ALL_KEYS: Final = "*"
 
 
 def mem_key(memory_id: str) -> str:

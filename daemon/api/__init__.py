@@ -6,7 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.api import agents, mail, memories, notify, peer, subscriptions, sync, system
+from daemon.api import (
+    agents,
+    mail,
+    memories,
+    notify,
+    peer,
+    search,
+    subscriptions,
+    sync,
+    system,
+)
 
-ROUTE_MODULES: list[Any] = [system, memories, notify, agents, mail, subscriptions, peer, sync]
+ROUTE_MODULES: list[Any] = [system, memories, notify, agents, mail, subscriptions, peer, sync,
+                            search]
 MIDDLEWARES: list[Any] = [m for mod in ROUTE_MODULES for m in getattr(mod, "MIDDLEWARES", [])]

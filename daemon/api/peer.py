@@ -15,10 +15,12 @@ from typing import Any
 import msgpack
 from aiohttp import web
 
+from common import limits
 from common.errors import BadRequest, Forbidden
 from daemon.app import NODE
 from daemon.peer_auth import Verifier
 from federation.messages import decode_msg
+from store.ops import ALL_KEYS
 
 VERIFIER: web.AppKey[Verifier] = web.AppKey("peer_verifier")
 
@@ -63,7 +65,11 @@ async def msgs(request: web.Request) -> web.Response:
 async def pull(request: web.Request) -> web.Response:
     _, body = await _peer_body(request)
     node = request.app[NODE]
-    ops = await node.store.ops_for_key(str(body["key"]), dict(body.get("vv") or {}))
+    key, vv = str(body["key"]), dict(body.get("vv") or {})
+    if key == ALL_KEYS:  # a read spanning records: everything the caller lacks
+        ops = await node.store.ops_missing(vv, limits.all_keys_pull_max)
+    else:
+        ops = await node.store.ops_for_key(key, vv)
     return _packed([op.to_wire() for op in ops])
 
 
