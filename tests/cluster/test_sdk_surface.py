@@ -131,7 +131,12 @@ def test_every_sync_method_across_nodes(trio: Cluster) -> None:
         # grants: stored and replicated
         g = c1.grant(a.id, bob, "read")
         assert g["granted"] is True
+        status, held = trio.call("node3", "GET", f"/api/v1/memories/{a.id}/grants")
+        assert status == 200 and [(x["agent_id"], x["permission"]) for x in held["grants"]] == [
+            (bob, "read")]
         assert c3.revoke(a.id, bob)["revoked"] is True
+        status, held = trio.call("node2", "GET", f"/api/v1/memories/{a.id}/grants")
+        assert status == 200 and held["grants"] == []
 
         # notify / inbox
         sent = c1.notify({"to": bob, "subject": "look", "body": "at the quorum note"})

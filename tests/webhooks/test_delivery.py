@@ -290,3 +290,23 @@ async def test_receiver_verifies_every_signature_form(daemon: Daemon, aiohttp_se
     await wait_until(lambda: len(verdicts) >= 1)
     assert verdicts[0] == {"doc": True, "sdk": True, "standard": True, "wrong_refused": True}
     await wait_until(lambda: counter(daemon, "webhook_delivered_total") == 1)
+
+
+async def test_slack_example_subscription_gets_consolidate(daemon: Daemon,
+                                                           receiver: Receiver) -> None:
+    """The notify-and-webhooks document's Slack example subscribes to
+    ["memory_promote", "memory_consolidate"]: accepted, and both arrive."""
+    await subscribe(daemon, receiver.at("/slack"), events=["memory_promote", "memory_consolidate"])
+    a, b = await create_memory(daemon, title="a"), await create_memory(daemon, title="b")
+    r = await daemon.c.post(f"/api/v1/memories/{a}/promote", headers=AGENT)
+    assert r.status == 200, await r.text()
+    r = await daemon.c.post("/api/v1/consolidate", json={"ids": [a, b], "title": "a+b",
+                                                         "summary": "merged"}, headers=AGENT)
+    assert r.status == 201, await r.text()
+    merged = (await r.json())["id"]
+    await wait_until(lambda: len(receiver.ok()) == 2)
+    await asyncio.sleep(0.2)  # nothing else (stores, deletes) may follow
+    events = [payload(c) for c in receiver.calls]
+    assert [e["event"] for e in events] == ["memory_promote", "memory_consolidate"]
+    assert events[1]["memory_id"] == merged and events[1]["consolidated_from"] == [a, b]
+    assert events[1]["namespace"] == "team/a" and events[1]["agent_id"] == "alice"
