@@ -63,6 +63,7 @@ notify_payload_max_chars = 64_000
 notify_priority_min = 1
 notify_priority_max = 10
 notify_priority_default = 5
+notify_broadcast_max = 500  # recipients of one notify (a list, or "*" / "prefix*")
 inbox_limit_default = 50
 inbox_limit_max = 500
 mark_read_ids_max = 500

@@ -80,7 +80,15 @@ class Tools:
 
     async def memory_notify(
         self,
-        target_agent_id: Annotated[AgentId, Field(description="Agent id of the recipient.")],
+        target_agent_id: Annotated[
+            AgentId | list[AgentId],
+            Field(
+                description="Agent id of the recipient; or a list of ids (broadcast, at most "
+                f"{limits.notify_broadcast_max}); or \"*\" for every registered agent, "
+                "\"prefix*\" for those whose id starts with prefix. Each recipient gets its own "
+                "notification."
+            ),
+        ],
         title: Annotated[
             str,
             Field(
@@ -128,6 +136,12 @@ class Tools:
             }
         )
         reply = await self._create("/api/v1/notify", body)
+        if isinstance(reply.get("delivered_to"), list):  # a broadcast
+            return {
+                "notification_ids": [n.get("id") for n in reply.get("notifications") or []],
+                "delivered_to": reply["delivered_to"],
+                "count": reply.get("count", len(reply["delivered_to"])),
+            }
         return {
             "notification_id": reply.get("notification_id") or reply.get("id"),
             "delivered_to": reply.get("delivered_to") or reply.get("to") or target_agent_id,

@@ -142,6 +142,12 @@ def test_every_sync_method_across_nodes(trio: Cluster) -> None:
         sent = c1.notify({"to": bob, "subject": "look", "body": "at the quorum note"})
         assert sent["delivered_to"] == bob
         assert [m["subject"] for m in c3.inbox(agent_id=bob)] == ["look"]
+        carol = _name("carol")
+        fan = c1.notify({"to": [bob, carol], "subject": "fan-out", "body": "to both"})
+        assert fan["delivered_to"] == [bob, carol]
+        with AiMemoryClient(trio.url("node2"), agent_id=carol) as cc:
+            assert [m["subject"] for m in cc.inbox()] == ["fan-out"]
+        assert [m["subject"] for m in c3.inbox(agent_id=bob)] == ["fan-out", "look"]
 
         # subscriptions
         sub = c2.subscribe({"url": "http://127.0.0.1:9/x", "events": ["memory_consolidate"]})
