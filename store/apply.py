@@ -27,6 +27,7 @@ from store.records import (
     memory_row,
     message_row,
     note_row,
+    nsub_row,
     physical_ms,
     terminal_row,
 )
@@ -139,6 +140,17 @@ _GRANT_UPSERT = (
 )
 
 
+_NSUB_COLS = ("agent_id", "namespace", "active", "at_ms", "hlc", "origin", "seq")
+_NSUB_UPSERT = (
+    f"INSERT INTO namespace_subscriptions ({', '.join(_NSUB_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in _NSUB_COLS)}) "
+    "ON CONFLICT (agent_id, namespace) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _NSUB_COLS[2:])
+    + " WHERE (excluded.hlc, excluded.origin, excluded.seq)"
+    " > (namespace_subscriptions.hlc, namespace_subscriptions.origin, namespace_subscriptions.seq)"
+)
+
+
 def _stamp(op: Op) -> dict[str, Any]:
     return {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
 
@@ -215,6 +227,11 @@ def _grant_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     c.execute(_GRANT_UPSERT, {**row, **_stamp(op), "granted": int(row["granted"])})
 
 
+def _nsub_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    row = nsub_row(op)
+    c.execute(_NSUB_UPSERT, {**row, **_stamp(op), "active": int(row["active"])})
+
+
 _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MEM_PUT: _mem_put,
     K.MEM_DEL: _mem_del,
@@ -228,6 +245,7 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MSG_CANCEL: _msg_terminal,
     K.LINK_PUT: _link_put,
     K.GRANT_PUT: _grant_put,
+    K.NSUB_PUT: _nsub_put,
 }
 
 

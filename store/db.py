@@ -299,7 +299,7 @@ class Store:
 
     async def inbox(self, agent_id: str, *, unread_only: bool, limit: int,
                     min_priority: int | None = None, since_ms: int | None = None,
-                    now_ms: int) -> list[dict[str, Any]]:
+                    tier: str | None = None, now_ms: int) -> list[dict[str, Any]]:
         """Notifications to ``agent_id``, highest priority then newest first;
         every filter applies before ``limit``."""
         where = ["to_agent = :agent", Q.NOT_EXPIRED]
@@ -312,6 +312,9 @@ class Store:
         if since_ms is not None:
             where.append("created_at_ms >= :since")
             params["since"] = since_ms
+        if tier is not None:
+            where.append("tier = :tier")
+            params["tier"] = tier
         rows = await self._reads.fetchall(
             f"SELECT {Q.NOTE_COLS} FROM notes WHERE {' AND '.join(where)}"
             " ORDER BY priority DESC, created_at_ms DESC, id DESC LIMIT :limit", params)
@@ -530,4 +533,9 @@ class Store:
                 "memory_id": r["memory_id"], "agent_id": r["agent_id"],
                 "permission": r["permission"], "granted": bool(r["granted"]), "at_ms": r["at_ms"]}
                 for r in await fetch("SELECT * FROM memory_grants ORDER BY memory_id, agent_id")},
+            "nsubs": {f"{r['agent_id']}|{r['namespace']}": {
+                "agent_id": r["agent_id"], "namespace": r["namespace"],
+                "active": bool(r["active"]), "at_ms": r["at_ms"]}
+                for r in await fetch(
+                    "SELECT * FROM namespace_subscriptions ORDER BY agent_id, namespace")},
         }

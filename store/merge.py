@@ -26,7 +26,8 @@ How each rule is kept order-free (ranks are defined in :mod:`store.records`):
   when their ``msg.send`` has not arrived;
 * ``link.put`` is a grow-only set of (source, target, relation) whose
   ``created_at`` is the minimum seen; ``grant.put`` is last-writer-wins per
-  (memory, agent), a revoke being a put with ``granted`` false;
+  (memory, agent), a revoke being a put with ``granted`` false; ``nsub.put``
+  likewise per (agent, namespace);
 * agents merge type/capabilities last-writer-wins, ``registered_at`` by min
   and ``last_seen_at`` by max; sessions keep their first identity fields,
   min start and max activity; a project exists once any session named it.
@@ -57,6 +58,7 @@ from store.records import (
     message_row,
     message_view,
     note_row,
+    nsub_row,
     physical_ms,
     terminal_rank,
     terminal_row,
@@ -117,6 +119,7 @@ class Replica:
         # (source_id, target_id, relation) -> created_at_ms
         self._links: dict[tuple[str, str, str], int] = {}
         self._grants: dict[tuple[str, str], _Ranked] = {}
+        self._nsubs: dict[tuple[str, str], _Ranked] = {}
 
     # -- applying ops --------------------------------------------------------
 
@@ -176,6 +179,12 @@ class Replica:
             cur_grant = self._grants.get(gkey)
             if cur_grant is None or lww_rank(op) > cur_grant.rank:
                 self._grants[gkey] = _Ranked(lww_rank(op), grant)
+        elif kind == K.NSUB_PUT:
+            nsub = nsub_row(op)
+            skey = (nsub["agent_id"], nsub["namespace"])
+            cur_sub = self._nsubs.get(skey)
+            if cur_sub is None or lww_rank(op) > cur_sub.rank:
+                self._nsubs[skey] = _Ranked(lww_rank(op), nsub)
         else:
             raise ValueError(f"unknown op kind {kind!r}")
 
@@ -458,6 +467,7 @@ class Replica:
             "terminals": {k: v.row for k, v in self._terminals.items()},
             "links": sorted((*k, v) for k, v in self._links.items()),
             "grants": {f"{k[0]}/{k[1]}": v.row for k, v in sorted(self._grants.items())},
+            "nsubs": {f"{k[0]}|{k[1]}": v.row for k, v in sorted(self._nsubs.items())},
         }
 
 

@@ -37,6 +37,10 @@ link.put        source_id, target_id, relation, created_at_ms. A grow-only
 grant.put       memory_id, agent_id, permission, granted. Per-memory sharing,
                 last-writer-wins per (memory_id, agent_id); a revoke is a
                 grant.put with granted = false.
+nsub.put        agent_id, namespace, active, at_ms. An agent's subscription
+                to a namespace (upstream's namespace shape of
+                /subscriptions), last-writer-wins per (agent_id, namespace);
+                an unsubscribe is a put with active = false.
 ==============  ===========================================================
 
 A message's state: pending until any terminal op (claim or cancel) is
@@ -71,10 +75,11 @@ MSG_CLAIM: Final = "msg.claim"
 MSG_CANCEL: Final = "msg.cancel"
 LINK_PUT: Final = "link.put"
 GRANT_PUT: Final = "grant.put"
+NSUB_PUT: Final = "nsub.put"
 
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
-     MSG_SEND, MSG_CLAIM, MSG_CANCEL, LINK_PUT, GRANT_PUT}
+     MSG_SEND, MSG_CLAIM, MSG_CANCEL, LINK_PUT, GRANT_PUT, NSUB_PUT}
 )
 MAILBOX_KINDS: Final = frozenset({MSG_SEND, MSG_CLAIM, MSG_CANCEL})
 TERMINAL_KINDS: Final = frozenset({MSG_CLAIM, MSG_CANCEL})

@@ -142,6 +142,17 @@ def grant_row(op: Op) -> dict[str, Any]:
     }
 
 
+def nsub_row(op: Op) -> dict[str, Any]:
+    """The namespace subscription (or its removal) an ``nsub.put`` op describes."""
+    b = op.body
+    return {
+        "agent_id": str(b["agent_id"]),
+        "namespace": str(b["namespace"]),
+        "active": bool(b.get("active", True)),
+        "at_ms": int(b.get("at_ms", physical_ms(op.hlc))),
+    }
+
+
 def message_row(op: Op) -> dict[str, Any]:
     """The body fields of a ``msg.send`` op (absent optional fields are None)."""
     b = op.body

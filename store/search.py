@@ -196,3 +196,11 @@ async def stats(reads: ReadPool, *, now_ms: int, soon_ms: int) -> dict[str, Any]
         "expiring_soon": int(soon[0]) if soon else 0,
         "links_count": int(links[0]) if links else 0,
     }
+
+
+async def namespace_subscriptions(reads: ReadPool, agent_id: str) -> list[dict[str, Any]]:
+    rows = await reads.fetchall(
+        "SELECT agent_id, namespace, at_ms FROM namespace_subscriptions"
+        " WHERE agent_id = ? AND active = 1 ORDER BY namespace", (agent_id,))
+    return [{"agent_id": r["agent_id"], "namespace": r["namespace"], "at_ms": r["at_ms"]}
+            for r in rows]

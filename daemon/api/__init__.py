@@ -12,12 +12,13 @@ from daemon.api import (
     memories,
     notify,
     peer,
+    routing,
     search,
     subscriptions,
     sync,
     system,
 )
 
-ROUTE_MODULES: list[Any] = [system, memories, notify, agents, mail, subscriptions, peer, sync,
-                            search]
+ROUTE_MODULES: list[Any] = [routing, system, memories, notify, agents, mail, subscriptions, peer,
+                            sync, search]
 MIDDLEWARES: list[Any] = [m for mod in ROUTE_MODULES for m in getattr(mod, "MIDDLEWARES", [])]

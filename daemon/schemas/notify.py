@@ -76,6 +76,7 @@ class InboxQuery(Lenient):
     limit: Annotated[int, Field(ge=1, le=limits.inbox_limit_max)] = limits.inbox_limit_default
     min_priority: Priority | None = None
     since: Timestamp | None = None
+    tier: Tier | None = None
     mark_read: bool = False
     consistency: Literal["quorum", "local"] = "quorum"
 

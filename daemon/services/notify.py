@@ -123,7 +123,8 @@ async def inbox(node: Node, q: InboxQuery, *, agent: str) -> dict[str, Any]:
     await node.read_barrier(inbox_key(agent), q.consistency)
     rows = await node.store.inbox(
         agent, unread_only=q.unread_only, limit=q.limit, min_priority=q.min_priority,
-        since_ms=None if q.since is None else parse_rfc3339(q.since), now_ms=node.now_ms())
+        since_ms=None if q.since is None else parse_rfc3339(q.since), tier=q.tier,
+        now_ms=node.now_ms())
     if q.mark_read:
         unread = [r["id"] for r in rows if not r.get("read")]
         if unread:

@@ -1,5 +1,5 @@
 -- Full-text search over memories (title, content, tags), links between
--- memories and per-memory grants. See store/ops.py for the merge rules.
+-- memories, per-memory grants and agents' namespace subscriptions. See store/ops.py for the merge rules.
 
 -- External-content FTS5 index: the text lives in memories, the index holds
 -- only tokens; triggers keep it in step with every insert, update and delete.
@@ -45,4 +45,15 @@ CREATE TABLE memory_grants (
     origin     TEXT NOT NULL,
     seq        INTEGER NOT NULL,
     PRIMARY KEY (memory_id, agent_id)
+) WITHOUT ROWID;
+
+CREATE TABLE namespace_subscriptions (
+    agent_id  TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    active    INTEGER NOT NULL,
+    at_ms     INTEGER NOT NULL,
+    hlc       INTEGER NOT NULL,
+    origin    TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, namespace)
 ) WITHOUT ROWID;

@@ -147,9 +147,17 @@ def _grant_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
     return K.GRANT_PUT, K.mem_key(mid), body
 
 
+@st.composite
+def _nsub_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    agent = draw(st.sampled_from(AGENTS))
+    body = {"agent_id": agent, "namespace": draw(st.sampled_from(("ns/a", "ns/b"))),
+            "active": draw(st.booleans()), "at_ms": draw(st.integers(0, 20))}
+    return K.NSUB_PUT, K.agent_key(agent), body
+
+
 op_content = st.one_of(_mem_put(), _mem_del(), _note_new(), _note_read(), _agent_reg(),
                        _agent_seen(), _session_start(), _msg_send(), _msg_terminal(),
-                       _link_put(), _grant_put())
+                       _link_put(), _grant_put(), _nsub_put())
 
 
 @st.composite
