@@ -5,6 +5,7 @@ another, so each answer also proves replication and the read quorum."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import uuid
 from collections.abc import Iterator
@@ -90,10 +91,14 @@ def test_every_sync_method_across_nodes(trio: Cluster) -> None:
         bulk = c1.bulk_store([{"title": f"bulk note {i}", "content": "filler text about nothing",
                                "namespace": ns, "tier": "short"} for i in range(3)])
         assert bulk.created == 3
+        # GET /memories and GET /memories/{id} read the local copy (search and the
+        # other cross-record reads below pass the read quorum themselves)
+        trio.wait_converged()
         got = c2.get(a.id)
         assert got.title == "Quorum reads" and got.tags == ["federation", "quorum"]
         assert {m.id for m in c2.list(namespace=ns, limit=50)} == {a.id, b.id, *bulk.ids}
         assert c2.update(b.id, UpdateMemory(priority=6))["priority"] == 6
+        trio.wait_converged()
         assert c3.promote(b.id)["tier"] == "long"
 
         # search (stored through node1, found through node3), filters, FTS syntax as text
@@ -155,6 +160,13 @@ def test_every_sync_method_across_nodes(trio: Cluster) -> None:
         assert sub.id in {s.id for s in c2.subscriptions()}
         assert c2.unsubscribe(sub.id)
 
+        # upstream's namespace subscriptions replicate like any record
+        status, _ = trio.call("node1", "POST", "/api/v1/subscriptions",
+                              {"agent_id": bob, "namespace": ns})
+        assert status == 201
+        status, subs = trio.call("node3", "GET", f"/api/v1/subscriptions?agent_id={bob}")
+        assert status == 200 and subs["namespaces"] == [ns]
+
         # cluster
         info = c3.cluster()
         assert {m["node_id"] for m in info["members"]} == {"node1", "node2", "node3"}
@@ -166,6 +178,8 @@ def test_every_sync_method_across_nodes(trio: Cluster) -> None:
         assert len(dump["links"]) >= 2
         out = c1.forget(namespace=ns, pattern="bulk note")
         assert out["deleted"] == 3
+        assert [m.id for m in c3.search("bulk note", namespace=ns)] == []  # at once, via quorum
+        trio.wait_converged()
         for c in (c1, c2, c3):
             assert {m.id for m in c.list(namespace=ns, limit=50)} == {a.id, b.id}
             with pytest.raises(NotFoundError):
@@ -175,6 +189,7 @@ def test_every_sync_method_across_nodes(trio: Cluster) -> None:
 
         assert c2.gc()["expired_deleted"] >= 0
         c3.delete(b.id)
+        trio.wait_converged()
         with pytest.raises(NotFoundError):
             c1.get(b.id)
 
@@ -204,6 +219,7 @@ def test_export_import_into_fresh_cluster(trio: Cluster, tmp_path: Path) -> None
             assert first["imported"] == 4 and first["errors"] == []
             second = f.import_({"memories": list(mine.values()), "links": dump["links"]})
             assert second["imported"] == 0 and second["unchanged"] == 4
+        fresh.wait_converged()
         with AiMemoryClient(fresh.url("node3")) as f3:
             after = {m.id: m for m in f3.list(namespace=ns, limit=50)}
             assert set(after) == set(ids)
@@ -229,6 +245,7 @@ async def test_every_async_method(trio: Cluster) -> None:
         m1 = await a.store(title="async search target", content="zebra crossing", namespace=ns)
         m2 = await a.store(title="second", content="zebra herd", namespace=ns)
         bulk = await a.bulk_store([{"title": "tmp", "content": "to forget", "namespace": ns}])
+        await asyncio.to_thread(trio.wait_converged)
         assert (await b.get(m1["id"])).title == "async search target"
         assert [m.id for m in await b.list(namespace=ns, limit=10)]
         assert (await a.update(m2["id"], {"priority": 9}))["priority"] == 9
@@ -250,6 +267,7 @@ async def test_every_async_method(trio: Cluster) -> None:
         assert len((await b.cluster())["members"]) == 3
         dump = await b.export()
         assert (await a.forget(namespace=ns, pattern="to forget"))["deleted"] == 1
+        await asyncio.to_thread(trio.wait_converged)
         with pytest.raises(NotFoundError):
             await b.get(bulk.ids[0])
         assert "expired_deleted" in await a.gc()
