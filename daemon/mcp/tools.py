@@ -175,6 +175,13 @@ class Tools:
             Field(description="Mark the returned notifications read, so they are not shown again."),
         ] = False,
         consistency: Annotated[Consistency, Field(description=_CONSISTENCY_HELP)] = "quorum",
+        since: Annotated[
+            str | None,
+            Field(description="Only notifications received at or after this RFC 3339 time."),
+        ] = None,
+        tier: Annotated[
+            Tier | None, Field(description="Only notifications of this tier (short, mid, long).")
+        ] = None,
     ) -> dict[str, Any]:
         """Read the notifications other agents sent you, from any node of the cluster.
 
@@ -194,6 +201,8 @@ class Tools:
             min_priority=min_priority,
             mark_read=mark_read or None,
             consistency=None if consistency == "quorum" else consistency,
+            since=since,
+            tier=tier,
         )
         notifications = [
             {
