@@ -1,7 +1,7 @@
 """Reads that span memories: full-text search, filters, links, grants,
 namespaces, statistics and export.
 
-Search runs on the ``memories_fts`` FTS5 index (migration 0003) over title,
+Search runs on the ``memories_fts`` FTS5 index (migration 0005) over title,
 content and tags, ranked by bm25 with the title weighted above tags above
 content. User text never reaches FTS5 as syntax: :func:`fts_query` keeps
 only its words and quotes each one, so ``NEAR``, ``*``, ``"``, ``:`` or
