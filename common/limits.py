@@ -1,9 +1,12 @@
 """Every bound in the system, in one place.
 
 A queue, payload, batch or wait that is not named here is a bug. Code that
-hits a limit raises a typed error from :mod:`common.errors` (never a silent
-drop), and the name of the limit appears in the error so an operator can
-find it here. Values are plain module constants so the pure core can import
+hits a limit raises a typed error from :mod:`common.errors`, and the name of
+the limit appears in the error so an operator can find it here. Two queues
+are not in front of a client and shed instead, never silently: the per-peer
+link queue (``replicate_queue_ops_max``; counted in
+``peer_queue_dropped_total``, repaired by anti-entropy) and the webhook
+intake (``webhook_intake_ops_max``; counted in ``webhook_dropped_total``). Values are plain module constants so the pure core can import
 them without I/O; settings may override a few of them per node, and those
 are marked "(setting)".
 """
@@ -76,6 +79,9 @@ agent_seen_tracked_max = 100_000  # agents the last_seen throttle remembers per 
 # --- project mail ----------------------------------------------------------
 mailbox_pending_max = 256  # pending messages per recipient mailbox (exact)
 mailbox_history_load_max = 10_000  # decided messages an owner loads at takeover (request-id retries)
+mailbox_empty_decisions_max = 10_000  # "nothing pending" pop decisions an owner keeps (and loads) per mailbox
+pop_empty_keep_secs = 3600.0  # a node keeps a "nothing pending" pop decision this long, then purges it
+mailbox_request_ttl_secs = 1200.0  # a forwarded mailbox request older than this (sender's clock) is refused
 message_subject_max_chars = 200
 message_body_max_chars = 8_000
 message_evidence_max_chars = 2_000
@@ -92,12 +98,19 @@ truncation_marker_inline = " […truncated by ai-memory]"  # one-line fields (a 
 writer_queue_max = 10_000  # pending write jobs before callers get 503 overloaded
 writer_batch_max = 512  # jobs folded into one SQLite transaction
 store_read_connections = 2  # pooled read-only SQLite connections per node
+store_busy_timeout_ms = 5000  # SQLite busy_timeout on every connection
+mailbox_load_attempts_max = 5  # reads of a mailbox's state before the node fail-stops
+mailbox_load_retry_base_secs = 0.05  # first wait between those reads; doubles per attempt
 
 # --- federation ------------------------------------------------------------
 quorum_timeout_ms_default = 2000  # (setting) --quorum-timeout-ms
 catchup_interval_secs_default = 2.0  # (setting) --catchup-interval-secs
 replicate_batch_ops_max = 1000  # operations in one peer request
 replicate_queue_ops_max = 200_000  # operations queued for one peer before backpressure
+peer_link_inflight_max = 4  # batched requests in flight to one peer
+peer_connections_per_host_max = 16  # pooled HTTP connections to one peer
+peer_keepalive_secs = 30.0  # idle pooled peer connections close after this
+tick_secs = 0.02  # how often the node ticks the core (timeouts, sync offers, GC)
 sync_batch_ops_max = 5000  # operations in one anti-entropy push
 sync_since_limit_max = 10_000  # GET /sync/since?limit=
 peer_request_timeout_secs = 5.0  # any single peer HTTP call
@@ -106,6 +119,8 @@ forward_hops_max = 2  # a forwarded mailbox request may be re-forwarded this oft
 read_hedge_ms = 100  # a read-quorum pull not answered by then: ask the next peer too
 peer_down_after_secs = 3.0  # no contact this long and a peer counts as down
 claim_timeout_ms = 2000  # waiting for a majority to accept a claim or an epoch
+# A forwarded mailbox request waits for the owner's claim round plus one peer call.
+forward_timeout_secs = claim_timeout_ms / 1000 + peer_request_timeout_secs
 auth_clock_skew_max_secs = 900  # signed peer requests further off than this are refused (tolerates minutes of skew)
 auth_nonce_cache_max = 100_000
 gc_interval_secs = 30.0
@@ -121,10 +136,15 @@ subscriptions_max = 1000
 webhook_backoff_base_secs = 1.0  # first retry delay; doubles per attempt up to webhook_backoff_max_secs
 webhook_concurrency_max = 16  # webhook POSTs in flight per node (one per subscription at a time)
 webhook_dead_letter_max = 10_000  # dead-lettered outbox rows kept; beyond it the oldest are purged (counted)
-webhook_intake_ops_max = 100_000  # applied ops waiting in memory to become outbox rows; overflow is dropped and counted
+webhook_intake_ops_max = 100_000  # applied ops waiting in memory to become outbox rows; overflow is refused, counted (webhook_dropped_total) and logged
 webhook_url_max_chars = 2048
 webhook_secret_max_chars = 256
 webhook_versions_prune_secs = 600.0  # how often expired rows leave the webhook memory-version table
+webhook_intake_batch_ops = 5000  # applied ops folded into one outbox intake transaction
+webhook_burst_rows = 64  # rows one subscription delivers back to back before yielding its slot
+webhook_error_pause_secs = 1.0  # after an unexpected dispatcher error, before its loop tries again
+webhook_error_text_max_chars = 500  # last-error text kept per outbox row
+admission_connections_max = 32  # pooled HTTP connections to admission hooks
 
 # --- CLI -------------------------------------------------------------------
 cli_http_timeout_secs = 30.0  # one CLI HTTP request, connect + response
@@ -136,3 +156,29 @@ cluster_status_timeout_secs = 3.0  # `cluster status`: per-member status request
 # --- MCP server (`ai-memory mcp`) -------------------------------------------
 mcp_http_timeout_secs = 30.0  # one forwarded HTTP request to the node, connect + response
 mcp_retry_wait_max_secs = 5.0  # longest Retry-After honoured before the one retry of a pop / create
+
+
+# --- how limits relate (checked at import) ---------------------------------
+# A forwarded mailbox request must outlive the owner's claim round.
+assert forward_timeout_secs > claim_timeout_ms / 1000
+# A read-quorum hedge fires before the quorum wait gives up.
+assert read_hedge_ms < quorum_timeout_ms_default
+# One batch never exceeds what a peer queue may hold; a push batch fits too.
+assert replicate_batch_ops_max <= replicate_queue_ops_max
+assert sync_batch_ops_max <= replicate_queue_ops_max
+# The writer folds at most a batch of what its queue holds; backpressure
+# (half the queue) leaves room for the persists the core already counts on.
+assert writer_batch_max <= writer_queue_max // 2
+# Webhook intake batches fit in the intake queue, and the mailbox cap fits
+# in what an owner may have waiting.
+assert webhook_intake_batch_ops <= webhook_intake_ops_max
+assert mailbox_pending_max <= mailbox_history_load_max
+# Ticks are much finer than any timeout they drive.
+assert tick_secs * 1000 * 10 <= min(quorum_timeout_ms_default, claim_timeout_ms)
+assert peer_down_after_secs * 1000 > read_hedge_ms
+# A late copy of a forwarded pop must meet its decision: the owner refuses
+# copies older than the TTL (which allows for the clock skew peers tolerate),
+# and the decision outlives that on every node, whose clocks may differ from
+# the sender's and the decider's by that skew again.
+assert mailbox_request_ttl_secs > auth_clock_skew_max_secs
+assert pop_empty_keep_secs > mailbox_request_ttl_secs + 2 * auth_clock_skew_max_secs

@@ -31,7 +31,7 @@ unchanged.
 from __future__ import annotations
 
 import json
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,8 +81,9 @@ def parse_hooks(raw: Any) -> tuple[AdmissionHook, ...]:
 
 class Admission:
     def __init__(self, hooks: tuple[AdmissionHook, ...], policy: AddressPolicy,
-                 metrics: Any) -> None:
+                 metrics: Any, now_ms: Callable[[], int]) -> None:
         self.hooks = hooks
+        self.now_ms = now_ms  # the node's clock: signatures carry the node's time
         self.policy = policy
         self.metrics = metrics
         self._session: aiohttp.ClientSession | None = None
@@ -91,7 +92,8 @@ class Admission:
 
     async def start(self) -> None:
         if self.hooks:
-            connector = aiohttp.TCPConnector(resolver=GuardedResolver(self.policy), limit=32)
+            connector = aiohttp.TCPConnector(resolver=GuardedResolver(self.policy),
+                                            limit=limits.admission_connections_max)
             self._session = aiohttp.ClientSession(connector=connector)
 
     async def close(self) -> None:
@@ -121,7 +123,7 @@ class Admission:
         body = json.dumps({"event": "message_send", "phase": "admission", "message": message},
                           sort_keys=True, separators=(",", ":")).encode()
         headers = delivery_headers(hook.secret, body, event="message_send.admission",
-                                   delivery_id=uuid4(), now_ms=int(time.time() * 1000),
+                                   delivery_id=uuid4(), now_ms=self.now_ms(),
                                    user_agent="ai-memory-admission")
         try:
             async with self._session.post(

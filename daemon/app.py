@@ -2,27 +2,27 @@
 
 Handlers live in ``daemon/api/<domain>.py``; each module exposes
 ``add_routes(app)``. Handlers reach the node through ``request.app[NODE]``
-and call ``daemon/services/*``; they never touch SQLite or peers directly.
+(:mod:`daemon.appkeys`), parse and validate the request, and call
+``daemon/services/*``, which own every store read and write; a handler never
+touches SQLite or peers directly. Everything the routes use (webhooks, the
+peer verifier, the last-seen throttle) was built by
+:func:`daemon.wiring.build_node`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aiohttp import web
 
 from common import limits
+from daemon.api import MIDDLEWARES, ROUTE_MODULES
+from daemon.appkeys import NODE
 from daemon.http_errors import error_middleware
+from daemon.node import Node
 
-if TYPE_CHECKING:
-    from daemon.node import Node
-
-NODE: web.AppKey[Node] = web.AppKey("node")
+__all__ = ["NODE", "build_app"]
 
 
 def build_app(node: Node) -> web.Application:
-    from daemon.api import MIDDLEWARES, ROUTE_MODULES
-
     app = web.Application(
         client_max_size=max(limits.request_body_max_bytes, limits.peer_body_max_bytes),
         middlewares=[error_middleware, *MIDDLEWARES],

@@ -37,9 +37,15 @@ def encode_result(value: Any) -> dict[str, Any]:
 
 
 def decode_result(raw: dict[str, Any]) -> Any:
+    """The owner's answer. Only an explicit ``value`` (None: "nothing
+    pending", decided by the owner) or ``op`` is an answer; anything else is
+    indeterminate, and the caller retries with the same request id."""
     if "op" in raw:
         return Op.from_wire(raw["op"])
-    return raw.get("value")
+    if "value" not in raw:
+        raise Unavailable("the mailbox owner's answer was unreadable; retry with the same "
+                          "request id", retry_after=0.5)
+    return raw["value"]
 
 
 def encode_error(exc: AiMemoryError) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from common import limits
 from common.errors import AiMemoryError, BadRequest, PayloadTooLarge, Unavailable
+from daemon.validation import validate
 
 log = logging.getLogger("ai_memory.http")
 
@@ -53,21 +54,6 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return web.json_response({"error": "internal error", "code": "internal_error"}, status=500)
-
-
-def format_validation_error(exc: pydantic.ValidationError) -> str:
-    parts = []
-    for err in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__") or "body"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts[:10])
-
-
-def validate(model: type[M], data: Any) -> M:
-    try:
-        return model.model_validate(data)
-    except pydantic.ValidationError as exc:
-        raise BadRequest(format_validation_error(exc)) from None
 
 
 async def read_body(request: web.Request) -> Any:

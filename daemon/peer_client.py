@@ -8,7 +8,7 @@ failure detector. Bodies are msgpack both ways.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -26,14 +26,17 @@ class PeerUnreachable(Exception):
 
 
 class PeerClient:
-    def __init__(self, node_id: str, urls: dict[str, str], secret: str | None) -> None:
+    def __init__(self, node_id: str, urls: dict[str, str], secret: str | None, *,
+                 now_s: Callable[[], float]) -> None:
         self.node_id = node_id
+        self.now_s = now_s  # the node's clock (seconds): what signatures are checked against
         self.urls = urls
         self.secret = secret
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit_per_host=16, keepalive_timeout=30)
+        connector = aiohttp.TCPConnector(limit_per_host=limits.peer_connections_per_host_max,
+                                        keepalive_timeout=limits.peer_keepalive_secs)
         self._session = aiohttp.ClientSession(connector=connector)
 
     async def close(self) -> None:
@@ -51,7 +54,7 @@ class PeerClient:
         body = msgpack.packb(payload, use_bin_type=True)
         headers = {"Content-Type": "application/msgpack", "X-AIM-Node": self.node_id}
         if self.secret:
-            headers.update(sign(self.secret, self.node_id, "POST", path, body, time.time()))
+            headers.update(sign(self.secret, self.node_id, "POST", path, body, self.now_s()))
         t = aiohttp.ClientTimeout(total=timeout_s or limits.peer_request_timeout_secs)
         try:
             async with self._session.post(url + path, data=body, headers=headers, timeout=t) as resp:

@@ -15,14 +15,14 @@ import signal
 from aiohttp import web
 
 from daemon.app import build_app
-from daemon.node import Node
 from daemon.settings import Settings
+from daemon.wiring import build_node
 
 log = logging.getLogger("ai_memory.server")
 
 
 async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
-    node = Node(settings)
+    node = await build_node(settings)
     await node.start()
     app = build_app(node)
     runner = web.AppRunner(app, access_log=None,

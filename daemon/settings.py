@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,6 +142,54 @@ def _env(env: Mapping[str, str], name: str) -> str | None:
     return value if value not in (None, "") else None
 
 
+Pick = Callable[[str, str, Mapping[str, Any], str, Any], Any]
+
+
+def _cluster_settings(pick: Pick, c_cluster: Mapping[str, Any], node_id: str,
+                      peers: tuple[Member, ...]) -> ClusterSettings:
+    wq = pick("quorum_writes", "QUORUM_WRITES", c_cluster, "write_quorum", None)
+    cluster = ClusterSettings(
+        node_id=node_id,
+        peers=peers,
+        write_quorum=int(wq) if wq is not None else None,
+        quorum_timeout_ms=int(
+            pick("quorum_timeout_ms", "QUORUM_TIMEOUT_MS", c_cluster, "quorum_timeout_ms",
+                 limits.quorum_timeout_ms_default)
+        ),
+        catchup_interval_secs=float(
+            pick("catchup_interval_secs", "CATCHUP_INTERVAL_SECS", c_cluster,
+                 "catchup_interval_secs", limits.catchup_interval_secs_default)
+        ),
+        secret=pick("cluster_secret", "CLUSTER_SECRET", c_cluster, "secret", None),
+    )
+    n = len(cluster.member_ids)
+    if cluster.write_quorum is not None and not 1 <= cluster.write_quorum <= n:
+        raise BadRequest(f"--quorum-writes must be between 1 and {n} (members: {n})")
+    if cluster.quorum_timeout_ms <= 0 or cluster.catchup_interval_secs <= 0:
+        raise BadRequest("quorum timeout and catch-up interval must be positive")
+    return cluster
+
+
+def _tier_ttl(c_notify: Mapping[str, Any]) -> dict[str, int | None]:
+    ttl = dict(limits.tier_ttl_secs)
+    for tier, secs in c_notify.get("tier_ttl_secs", {}).items():
+        if tier not in ttl:
+            raise BadRequest(f"unknown tier {tier!r} in [notify].tier_ttl_secs")
+        ttl[tier] = None if secs in (None, 0, "never") else int(secs)
+    return ttl
+
+
+def _webhook_settings(conf: Mapping[str, Any], env: Mapping[str, str]) -> WebhookSettings:
+    c_hooks = dict(conf.get("webhooks", {}))
+    loopback = _env(env, "ALLOW_LOOPBACK_WEBHOOKS")
+    if loopback is not None:
+        c_hooks["allow_loopback_webhooks"] = loopback.lower() in ("1", "true", "yes", "on")
+    try:
+        return WebhookSettings(**c_hooks)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"bad [webhooks] settings: {exc}") from None
+
+
 def load_settings(
     flags: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
@@ -177,40 +225,10 @@ def load_settings(
     peers = parse_peers(pick("quorum_peers", "QUORUM_PEERS", c_cluster, "peers", None))
     node_id = str(pick("node_id", "NODE_ID", c_cluster, "node_id", f"{host}:{port}"))
     peers = tuple(p for p in peers if p.node_id != node_id)
-    wq = pick("quorum_writes", "QUORUM_WRITES", c_cluster, "write_quorum", None)
-    cluster = ClusterSettings(
-        node_id=node_id,
-        peers=peers,
-        write_quorum=int(wq) if wq is not None else None,
-        quorum_timeout_ms=int(
-            pick("quorum_timeout_ms", "QUORUM_TIMEOUT_MS", c_cluster, "quorum_timeout_ms",
-                 limits.quorum_timeout_ms_default)
-        ),
-        catchup_interval_secs=float(
-            pick("catchup_interval_secs", "CATCHUP_INTERVAL_SECS", c_cluster,
-                 "catchup_interval_secs", limits.catchup_interval_secs_default)
-        ),
-        secret=pick("cluster_secret", "CLUSTER_SECRET", c_cluster, "secret", None),
-    )
-    n = len(cluster.member_ids)
-    if cluster.write_quorum is not None and not 1 <= cluster.write_quorum <= n:
-        raise BadRequest(f"--quorum-writes must be between 1 and {n} (members: {n})")
-    if cluster.quorum_timeout_ms <= 0 or cluster.catchup_interval_secs <= 0:
-        raise BadRequest("quorum timeout and catch-up interval must be positive")
-    ttl = dict(limits.tier_ttl_secs)
-    for tier, secs in c_notify.get("tier_ttl_secs", {}).items():
-        if tier not in ttl:
-            raise BadRequest(f"unknown tier {tier!r} in [notify].tier_ttl_secs")
-        ttl[tier] = None if secs in (None, 0, "never") else int(secs)
+    cluster = _cluster_settings(pick, c_cluster, node_id, peers)
+    ttl = _tier_ttl(c_notify)
     keys = dict(c_auth.get("api_keys", {}))
-    c_hooks = dict(conf.get("webhooks", {}))
-    loopback = _env(env, "ALLOW_LOOPBACK_WEBHOOKS")
-    if loopback is not None:
-        c_hooks["allow_loopback_webhooks"] = loopback.lower() in ("1", "true", "yes", "on")
-    try:
-        webhooks = WebhookSettings(**c_hooks)
-    except (TypeError, ValueError) as exc:
-        raise BadRequest(f"bad [webhooks] settings: {exc}") from None
+    webhooks = _webhook_settings(conf, env)
     return Settings(
         server=ServerSettings(host=host, port=port),
         store=StoreSettings(db_path=db_path),

@@ -10,11 +10,13 @@ escaped wherever they are rendered.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
+import pydantic
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from common import limits
+from common.errors import BadRequest
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 AGENT_ID_RE = r"^[A-Za-z0-9_\-:@./]+$"
@@ -73,3 +75,21 @@ class Lenient(BaseModel):
     """Base for query strings, where everything arrives as text."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def format_validation_error(exc: pydantic.ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__") or "body"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts[:10])
+
+
+def validate(model: type[M], data: Any) -> M:
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise BadRequest(format_validation_error(exc)) from None

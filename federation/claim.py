@@ -36,6 +36,13 @@ that asserts a terminal state (a pop result, a cancel) is given only for a
 terminal op a majority accepted in the current term; an older or
 unconfirmed one is first re-issued at the current epoch.
 
+A pop's request id is decided once, cluster-wide: "nothing pending" is a
+decision too (a ``msg.empty`` op, accepted by a majority before the reply),
+so a retried or late copy of the request meets the same answer at any
+later owner instead of claiming whatever was sent in between. A request
+older than ``limits.mailbox_request_ttl_secs`` by its sender's clock is
+refused, so no copy outlives the decisions kept to answer it.
+
 Pure: time is ``now_ms``, randomness is the seeded ``rng`` (retry jitter),
 output is a list of effects. The host (:class:`federation.core.NodeCore`)
 allocates op ids and routes messages here.
@@ -60,6 +67,7 @@ from common.errors import (
     NotFound,
     Unavailable,
 )
+from common.lifecycle import CANCELLED, CLAIMED, EDITABLE_FIELDS, EDITING, PENDING, allowed
 from federation.effects import (
     Effect,
     LoadMailbox,
@@ -69,7 +77,7 @@ from federation.effects import (
     Send,
     SendPromise,
 )
-from federation.mailbox import CANCELLED, CLAIMED, MailboxModel
+from federation.mailbox import MailboxModel
 from federation.membership import EPOCH_STRIDE, Membership
 from federation.messages import (
     Accept,
@@ -79,12 +87,34 @@ from federation.messages import (
     PromiseNack,
     Rejected,
 )
-from store.ops import MAILBOX_KINDS, MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op, mailbox_key
+from store.ops import (
+    MAILBOX_KINDS,
+    MSG_CANCEL,
+    MSG_CLAIM,
+    MSG_EMPTY,
+    MSG_HOLD,
+    MSG_RELEASE,
+    MSG_SEND,
+    Op,
+    mailbox_key,
+)
 
 OpId = tuple[str, int]
 
 
 # -- requests (what services ask the owner) -----------------------------------
+
+
+def _rank(op: Op) -> list[Any]:
+    """An op's place in the owner's order of decisions, as a reply carries it."""
+    return [op.epoch, op.hlc, op.origin, op.seq]
+
+
+def _not_now(mid: str, state: str | None) -> Conflict:
+    """The error for an action the message's state does not allow."""
+    why = {CLAIMED: "was already collected", CANCELLED: "was cancelled",
+           EDITING: "is being edited", PENDING: "is not being edited"}.get(str(state), str(state))
+    return Conflict(f"message {mid} {why}", id=mid, state=state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,19 +125,22 @@ class MailSend:
     mailbox: str
     body: dict[str, Any]
     cap: int = limits.mailbox_pending_max
+    sent_at_ms: int | None = None  # the entry node's clock when the client asked
 
 
 @dataclass(frozen=True, slots=True)
 class MailPop:
     """Claim the oldest pending message ``agent`` may take, or ``message_id``.
     ``claimer`` holds ``claimer_session`` / ``claimer_agent`` for the claim
-    record. Retrying with the same ``request_id`` returns the same message."""
+    record. Retrying with the same ``request_id`` returns the same message,
+    or the same "nothing pending"."""
 
     mailbox: str
     request_id: str | None = None
     message_id: str | None = None
     agent: str | None = None
     claimer: dict[str, Any] = field(default_factory=dict)
+    sent_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +152,36 @@ class MailCancel:
     message_ids: tuple[str, ...] | None
     by_workspace: str
     by_project: str
+    sent_at_ms: int | None = None
 
 
-MailRequest = MailSend | MailPop | MailCancel
+@dataclass(frozen=True, slots=True)
+class MailHold:
+    """Take pending ``message_id`` out of the queue for an edit (state
+    ``editing``); ``holder`` holds ``holder_session`` / ``holder_agent`` /
+    ``holder_user``. Asking again for a message the same session holds
+    answers the same hold."""
+
+    mailbox: str
+    message_id: str
+    holder: dict[str, Any] = field(default_factory=dict)
+    sent_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MailRelease:
+    """Put edited ``message_id`` back at its place in the queue: with
+    ``content`` (the new subject and body, already checked by the caller)
+    for a save, without for a discard. Discarding a message that is not held
+    answers it as it is."""
+
+    mailbox: str
+    message_id: str
+    content: dict[str, Any] | None = None
+    sent_at_ms: int | None = None
+
+
+MailRequest = MailSend | MailPop | MailCancel | MailHold | MailRelease
 
 IDLE, CANDIDATE, OWNER = "idle", "candidate", "owner"
 
@@ -135,11 +195,13 @@ class _Round:
     deadline_ms: int
     token: Any
     value: Any
-    holds: frozenset[str]
+    busy: frozenset[str]
     request_id: str | None
     confirms: frozenset[str]  # messages whose terminal decision this round confirms
     confirms_sends: frozenset[str]
     terminals: tuple[Op, ...]  # ops to merge into the model on success
+    confirms_empty: str | None = None  # a request id decided "nothing pending"
+    confirms_hold: str | None = None  # a message now held for an edit
 
 
 @dataclass(slots=True)
@@ -156,10 +218,12 @@ class _Slot:
     queue: deque[tuple[Any, MailRequest]] = field(default_factory=deque)
     parked: list[tuple[Any, MailRequest]] = field(default_factory=list)
     rounds: dict[tuple[OpId, ...], _Round] = field(default_factory=dict)
-    held: dict[str, int] = field(default_factory=dict)
-    held_requests: set[str] = field(default_factory=set)
+    busy: dict[str, int] = field(default_factory=dict)  # message id -> rounds in flight
+    busy_requests: set[str] = field(default_factory=set)
     confirmed: set[str] = field(default_factory=set)
     confirmed_sends: set[str] = field(default_factory=set)
+    confirmed_empty: set[str] = field(default_factory=set)  # request ids
+    confirmed_holds: set[str] = field(default_factory=set)  # messages held in this term
     last_used_ms: int = 0
 
     def waiting(self) -> int:
@@ -208,6 +272,11 @@ class Claims:
         key = req.mailbox
         if not isinstance(key, str) or not key.startswith("mbox:"):
             return [Reply(token, BadRequest(f"not a mailbox key: {key!r}"))]
+        sent = req.sent_at_ms
+        if sent is not None and now_ms - sent > limits.mailbox_request_ttl_secs * 1000:
+            return [Reply(token, Unavailable(
+                f"mailbox request sent {(now_ms - sent) // 1000} s ago by its entry node's clock, "
+                "older than limits.mailbox_request_ttl_secs; not served", retry_after=1.0))]
         slot = self.slots.get(key)
         if slot is not None:
             slot.last_used_ms = now_ms
@@ -282,6 +351,10 @@ class Claims:
                 return self._pop(slot, token, req, now_ms)
             if isinstance(req, MailCancel):
                 return self._cancel(slot, token, req, now_ms)
+            if isinstance(req, MailHold):
+                return self._hold(slot, token, req, now_ms)
+            if isinstance(req, MailRelease):
+                return self._release(slot, token, req, now_ms)
         except AiMemoryError as exc:
             return [Reply(token, exc)]
         return [Reply(token, BadRequest(f"unknown mailbox request {type(req).__name__}"))]
@@ -298,7 +371,7 @@ class Claims:
         ws, proj = body.get("to_workspace"), body.get("to_project")
         if ws is not None and proj is not None and mailbox_key(str(ws), str(proj)) != slot.key:
             raise BadRequest(f"message {mid} is addressed to {ws}/{proj}, not {slot.key}")
-        if mid in slot.held:
+        if mid in slot.busy:
             return self._park(slot, token, req)
         existing = slot.model.send_op(mid)
         if existing is not None:
@@ -306,37 +379,46 @@ class Claims:
                 return [Reply(token, existing)]
             # Known here but perhaps only here: make a majority hold it first.
             return self._issue(slot, (existing,), (), now_ms, token=token, value=existing,
-                               holds={mid}, confirms_sends={mid})
-        if slot.model.pending_count() >= req.cap:
+                               busy={mid}, confirms_sends={mid})
+        if slot.model.queued_count() >= req.cap:
             raise LimitExceeded(
                 f"mailbox {slot.key} is full: {req.cap} messages pending "
                 "(limits.mailbox_pending_max)", limit="mailbox_pending_max", cap=req.cap)
         op = self._new_op(MSG_SEND, slot.key, body, slot.epoch, now_ms)
         slot.model.apply((op,))
-        return self._issue(slot, (op,), (op,), now_ms, token=token, value=op, holds={mid},
+        return self._issue(slot, (op,), (op,), now_ms, token=token, value=op, busy={mid},
                            confirms_sends={mid})
 
     def _pop(self, slot: _Slot, token: Any, req: MailPop, now_ms: int) -> list[Effect]:
         model, rid = slot.model, req.request_id
         if rid is not None:
-            if rid in slot.held_requests:
+            if rid in slot.busy_requests:
                 return self._park(slot, token, req)
-            prior = model.claim_by_request(rid)
+            decided = model.decision(rid)
+            if decided is not None and decided[0] is None:
+                if rid in slot.confirmed_empty:
+                    return [Reply(token, None)]
+                # Decided "nothing pending" before this term, maybe only on a
+                # minority: re-issue that decision at this epoch, then answer it.
+                return self._decide_empty(slot, token, req, now_ms)
+            prior = None if decided is None else decided[0]
             if prior is not None:
-                if prior in slot.held:
+                if prior in slot.busy:
                     return self._park(slot, token, req)
                 claim = model.terminal_op(prior)
                 assert claim is not None
                 if prior in slot.confirmed:
                     return [Reply(token, {"message": model.message(prior),
-                                          "claim": dict(claim.body)})]
+                                          "claim": dict(claim.body), "rank": _rank(claim),
+                                          "fresh": False})]
                 # Decided before this term and maybe only on a minority:
                 # re-issue the same claim at this epoch so it outranks all.
                 op = self._new_op(MSG_CLAIM, slot.key, dict(claim.body), slot.epoch, now_ms)
-                return self._issue(slot, (self._send_of(slot, prior), op), (op,), now_ms,
+                return self._issue(slot, (*self._carried(slot, prior), op), (op,), now_ms,
                                    token=token,
-                                   value={"message": model.message(prior), "claim": dict(op.body)},
-                                   holds={prior}, request_id=rid, confirms={prior},
+                                   value={"message": model.message(prior), "claim": dict(op.body),
+                                          "rank": _rank(op), "fresh": False},
+                                   busy={prior}, request_id=rid, confirms={prior},
                                    terminals=(op,))
         if req.message_id is not None:
             mid: str | None = req.message_id
@@ -344,24 +426,85 @@ class Claims:
             state = model.state(mid)
             if state is None:
                 raise NotFound(f"no message {mid} in {slot.key}", id=mid)
-            if mid in slot.held:
+            if mid in slot.busy:
                 return self._park(slot, token, req)
-            if state == CLAIMED:
-                raise Conflict(f"message {mid} is already claimed", id=mid, state=CLAIMED)
-            if state == CANCELLED:
-                raise Conflict(f"message {mid} was cancelled", id=mid, state=CANCELLED)
+            if not allowed(MSG_CLAIM, state):
+                raise _not_now(mid, state)
             to_agent = model.message(mid).get("to_agent")
             if to_agent is not None and to_agent != req.agent:
                 raise Forbidden(f"message {mid} is addressed to agent {to_agent}", id=mid)
         else:
-            mid = model.first_pending(req.agent, slot.held)
+            mid = model.first_pending(req.agent, slot.busy)
             if mid is None:
-                return [Reply(token, None)]
+                if rid is None:
+                    return [Reply(token, None)]
+                return self._decide_empty(slot, token, req, now_ms)
         body = {**req.claimer, "id": mid, "request_id": rid, "at_ms": now_ms}
         op = self._new_op(MSG_CLAIM, slot.key, body, slot.epoch, now_ms)
-        return self._issue(slot, (self._send_of(slot, mid), op), (op,), now_ms, token=token,
-                           value={"message": model.message(mid), "claim": dict(op.body)},
-                           holds={mid}, request_id=rid, confirms={mid}, terminals=(op,))
+        return self._issue(slot, (*self._carried(slot, mid), op), (op,), now_ms, token=token,
+                           value={"message": model.message(mid), "claim": dict(op.body),
+                                  "rank": _rank(op), "fresh": True},
+                           busy={mid}, request_id=rid, confirms={mid}, terminals=(op,))
+
+    def _decide_empty(self, slot: _Slot, token: Any, req: MailPop, now_ms: int) -> list[Effect]:
+        """Record, on a majority, that pop ``req.request_id`` found nothing;
+        answer None once they hold it."""
+        assert req.request_id is not None
+        body = {"request_id": req.request_id,
+                "claimer_session": req.claimer.get("claimer_session"),
+                "claimer_agent": req.claimer.get("claimer_agent"), "at_ms": now_ms}
+        op = self._new_op(MSG_EMPTY, slot.key, body, slot.epoch, now_ms)
+        return self._issue(slot, (op,), (op,), now_ms, token=token, value=None, busy=(),
+                           request_id=req.request_id, terminals=(op,),
+                           confirms_empty=req.request_id)
+
+    def _hold(self, slot: _Slot, token: Any, req: MailHold, now_ms: int) -> list[Effect]:
+        model, mid = slot.model, req.message_id
+        state = model.state(mid)
+        if state is None:
+            raise NotFound(f"no message {mid} in {slot.key}", id=mid)
+        if mid in slot.busy:
+            return self._park(slot, token, req)
+        current = model.hold_op(mid)
+        session = req.holder.get("holder_session")
+        if (state == EDITING and current is not None and session is not None
+                and current.body.get("holder_session") == session):
+            if mid in slot.confirmed_holds:
+                return [Reply(token, {"message": model.message(mid), "hold": dict(current.body),
+                                      "rank": _rank(current)})]
+            body = dict(current.body)  # held in an earlier term: confirm it at this epoch
+        elif not allowed(MSG_HOLD, state):
+            raise _not_now(mid, state)
+        else:
+            body = {**req.holder, "id": mid, "at_ms": now_ms}
+        op = self._new_op(MSG_HOLD, slot.key, body, slot.epoch, now_ms)
+        return self._issue(slot, (*self._carried(slot, mid), op), (op,), now_ms, token=token,
+                           value={"message": model.message(mid), "hold": dict(op.body),
+                                  "rank": _rank(op)},
+                           busy={mid}, terminals=(op,), confirms_hold=mid)
+
+    def _release(self, slot: _Slot, token: Any, req: MailRelease, now_ms: int) -> list[Effect]:
+        model, mid = slot.model, req.message_id
+        state = model.state(mid)
+        if state is None:
+            raise NotFound(f"no message {mid} in {slot.key}", id=mid)
+        if mid in slot.busy:
+            return self._park(slot, token, req)
+        content = req.content
+        if content is not None and (not isinstance(content, dict)
+                                    or set(content) - set(EDITABLE_FIELDS)):
+            raise BadRequest(f"an edit may change only {', '.join(EDITABLE_FIELDS)}")
+        if state == PENDING and content is None:
+            return [Reply(token, {"message": model.message(mid)})]  # discarded already
+        if not allowed(MSG_RELEASE, state):
+            raise _not_now(mid, state)
+        saved = None if content is None else {k: content.get(k) for k in EDITABLE_FIELDS}
+        body = {"id": mid, "at_ms": now_ms, "content": saved}
+        op = self._new_op(MSG_RELEASE, slot.key, body, slot.epoch, now_ms)
+        after = {**model.message(mid), **(saved or {})}
+        return self._issue(slot, (*self._carried(slot, mid), op), (op,), now_ms, token=token,
+                           value={"message": after, "rank": _rank(op)}, busy={mid},
+                           terminals=(op,))
 
     def _cancel(self, slot: _Slot, token: Any, req: MailCancel, now_ms: int) -> list[Effect]:
         model = slot.model
@@ -370,7 +513,7 @@ class Claims:
         redo: list[Op] = []
         if req.message_ids is None:
             ids = model.pending_from(ws, proj)
-            if any(mid in slot.held for mid in ids):
+            if any(mid in slot.busy for mid in ids):
                 return self._park(slot, token, req)
             fresh = ids
         else:
@@ -381,12 +524,12 @@ class Claims:
                     raise NotFound(f"no message {mid} in {slot.key}", id=mid)
                 if (send.body.get("from_workspace"), send.body.get("from_project")) != (ws, proj):
                     raise Forbidden(f"message {mid} was not sent by {ws}/{proj}", id=mid)
-            if any(mid in slot.held for mid in ids):
+            if any(mid in slot.busy for mid in ids):
                 return self._park(slot, token, req)
             for mid in ids:
                 state = model.state(mid)
-                if state == CLAIMED:
-                    raise Conflict(f"message {mid} is already claimed", id=mid, state=CLAIMED)
+                if state in (CLAIMED, EDITING):
+                    raise _not_now(mid, str(state))
                 if state == CANCELLED:
                     if mid not in slot.confirmed:
                         term = model.terminal_op(mid)
@@ -401,35 +544,39 @@ class Claims:
         if not ops:
             return [Reply(token, ids)]
         targets = frozenset(str(op.body["id"]) for op in ops)
-        sends = tuple(self._send_of(slot, mid) for mid in sorted(targets))
+        sends = tuple(o for mid in sorted(targets) for o in self._carried(slot, mid))
         return self._issue(slot, sends + tuple(ops), tuple(ops), now_ms, token=token, value=ids,
-                           holds=targets, confirms=targets, terminals=tuple(ops))
+                           busy=targets, confirms=targets, terminals=tuple(ops))
 
     @staticmethod
-    def _send_of(slot: _Slot, message_id: str) -> Op:
-        """The send op of a message; it rides along in every round that
-        decides the message, so whoever holds the decision holds the body."""
+    def _carried(slot: _Slot, message_id: str) -> tuple[Op, ...]:
+        """The send op of a message and its saved edit, if any: they ride
+        along in every round that decides the message, so whoever holds the
+        decision holds the body a reader sees."""
         send = slot.model.send_op(message_id)
         assert send is not None
-        return send
+        rev = slot.model.revision_op(message_id)
+        return (send,) if rev is None else (send, rev)
 
     def _issue(self, slot: _Slot, ops: tuple[Op, ...], new: tuple[Op, ...], now_ms: int, *,
-               token: Any, value: Any, holds: Iterable[str], request_id: str | None = None,
+               token: Any, value: Any, busy: Iterable[str], request_id: str | None = None,
                confirms: Iterable[str] = (), confirms_sends: Iterable[str] = (),
-               terminals: tuple[Op, ...] = ()) -> list[Effect]:
+               terminals: tuple[Op, ...] = (), confirms_empty: str | None = None,
+               confirms_hold: str | None = None) -> list[Effect]:
         """Start an accept round for ``ops`` (``new`` are this node's fresh
         ops, persisted first)."""
         rnd = _Round(ops=ops, accepted={self.m.self_id},
                      deadline_ms=now_ms + self.claim_timeout_ms, token=token, value=value,
-                     holds=frozenset(holds), request_id=request_id,
+                     busy=frozenset(busy), request_id=request_id,
                      confirms=frozenset(confirms), confirms_sends=frozenset(confirms_sends),
-                     terminals=terminals)
+                     terminals=terminals, confirms_empty=confirms_empty,
+                     confirms_hold=confirms_hold)
         rid = tuple(op.op_id for op in ops)
         slot.rounds[rid] = rnd
-        for mid in rnd.holds:
-            slot.held[mid] = slot.held.get(mid, 0) + 1
+        for mid in rnd.busy:
+            slot.busy[mid] = slot.busy.get(mid, 0) + 1
         if request_id is not None:
-            slot.held_requests.add(request_id)
+            slot.busy_requests.add(request_id)
         out: list[Effect] = [Persist(new)] if new else []
         out += [Send(p, Accept(slot.key, slot.epoch, ops)) for p in self.m.peers]
         if len(rnd.accepted) >= self.m.majority:
@@ -439,18 +586,24 @@ class Claims:
     def _end_round(self, slot: _Slot, rid: tuple[OpId, ...], error: AiMemoryError | None,
                    now_ms: int) -> list[Effect]:
         rnd = slot.rounds.pop(rid)
-        for mid in rnd.holds:
-            left = slot.held.get(mid, 0) - 1
+        for mid in rnd.busy:
+            left = slot.busy.get(mid, 0) - 1
             if left > 0:
-                slot.held[mid] = left
+                slot.busy[mid] = left
             else:
-                slot.held.pop(mid, None)
+                slot.busy.pop(mid, None)
         if rnd.request_id is not None:
-            slot.held_requests.discard(rnd.request_id)
+            slot.busy_requests.discard(rnd.request_id)
         if error is None:
             slot.model.apply(rnd.terminals)
             slot.confirmed.update(rnd.confirms)
             slot.confirmed_sends.update(rnd.confirms_sends)
+            if rnd.confirms_hold is not None:
+                slot.confirmed_holds.add(rnd.confirms_hold)
+            if rnd.confirms_empty is not None:
+                if len(slot.confirmed_empty) >= limits.mailbox_empty_decisions_max:
+                    slot.confirmed_empty.clear()  # bounded: a retry re-issues its decision
+                slot.confirmed_empty.add(rnd.confirms_empty)
             out: list[Effect] = [Reply(rnd.token, rnd.value)]
         else:
             out = [Reply(rnd.token, error)]

@@ -11,7 +11,16 @@ promises, received later) with the same rules as :mod:`store.merge`:
 * ``msg.claim`` / ``msg.cancel`` are terminal: the op of greatest
   ``(epoch, hlc, origin, seq)`` decides the message, and a terminal op may
   arrive before its send;
-* a message is pending while its send is known and no terminal op is.
+* a message is pending while its send is known and no terminal op is, or
+  its winning terminal op is a claim *void* by its own request id's
+  "nothing pending" decision of higher rank (below);
+* ``msg.empty`` records that pop ``request_id`` found nothing: per request
+  id the greatest ``(epoch, hlc, origin, seq)`` is kept. A request id's
+  *decision* is the greatest-ranked of its empty op and the winning claims
+  that carry it, so every owner that holds the same ops answers a retried
+  (or late) copy of the request the same way. At most
+  ``limits.mailbox_empty_decisions_max`` are kept per model (the oldest go
+  first, by ``at_ms``).
 
 Merging is idempotent and order-free, so the model may be fed the same op
 twice or out of order. The pending set is a sorted list (bisect), so the
@@ -25,11 +34,9 @@ import bisect
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op
-
-PENDING = "pending"
-CLAIMED = "claimed"
-CANCELLED = "cancelled"
+from common import limits
+from common.lifecycle import CANCELLED, CLAIMED, EDITABLE_FIELDS, EDITING, PENDING
+from store.ops import HOLD_KINDS, MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_HOLD, MSG_SEND, Op
 
 _FifoEntry = tuple[int, str, int, str]  # (hlc, origin, seq, message id)
 
@@ -43,12 +50,19 @@ def _terminal_rank(op: Op) -> tuple[int, int, str, int]:
 
 
 class MailboxModel:
-    __slots__ = ("_by_request", "_pending", "_sends", "_terminals", "key")
+    __slots__ = ("_by_request", "_editing", "_empties", "_empty_max", "_holds", "_pending",
+                 "_revisions", "_sends", "_terminals", "key")
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, empty_max: int = limits.mailbox_empty_decisions_max) -> None:
         self.key = key
+        self._empty_max = empty_max
+        # request id -> its greatest-ranked msg.empty op
+        self._empties: dict[str, Op] = {}
         self._sends: dict[str, Op] = {}
         self._terminals: dict[str, Op] = {}
+        self._holds: dict[str, Op] = {}  # message id -> winning msg.hold / msg.release
+        self._revisions: dict[str, Op] = {}  # message id -> winning release with content
+        self._editing: set[str] = set()
         self._pending: list[_FifoEntry] = []
         # request id -> {message id: rank of its winning claim carrying that id}
         self._by_request: dict[str, dict[str, tuple[int, int, str, int]]] = {}
@@ -62,6 +76,36 @@ class MailboxModel:
                 self._apply_send(op)
             elif op.kind in (MSG_CLAIM, MSG_CANCEL):
                 self._apply_terminal(op)
+            elif op.kind == MSG_EMPTY:
+                self._apply_empty(op)
+            elif op.kind in HOLD_KINDS:
+                self._apply_hold(op)
+
+    def _apply_hold(self, op: Op) -> None:
+        mid = str(op.body["id"])
+        cur = self._holds.get(mid)
+        if cur is None or _terminal_rank(op) > _terminal_rank(cur):
+            self._holds[mid] = op
+        if isinstance(op.body.get("content"), dict):
+            rev = self._revisions.get(mid)
+            if rev is None or _terminal_rank(op) > _terminal_rank(rev):
+                self._revisions[mid] = op
+        self._relist(mid)
+
+    def _apply_empty(self, op: Op) -> None:
+        rid = str(op.body["request_id"])
+        cur = self._empties.get(rid)
+        if cur is not None and _terminal_rank(cur) >= _terminal_rank(op):
+            return
+        self._empties[rid] = op
+        if len(self._empties) > self._empty_max:
+            oldest = min(self._empties, key=lambda r: (int(self._empties[r].body.get("at_ms") or 0),
+                                                        _terminal_rank(self._empties[r])))
+            del self._empties[oldest]
+            for mid in list(self._by_request.get(oldest, ())):
+                self._relist(mid)
+        for mid in list(self._by_request.get(rid, ())):
+            self._relist(mid)
 
     def _apply_send(self, op: Op) -> None:
         mid = str(op.body["id"])
@@ -71,24 +115,52 @@ class MailboxModel:
         if cur is not None:
             self._unlist(cur)
         self._sends[mid] = op
-        if mid not in self._terminals:
-            bisect.insort(self._pending, self._entry(op))
+        self._relist(mid)
 
     def _apply_terminal(self, op: Op) -> None:
         mid = str(op.body["id"])
         cur = self._terminals.get(mid)
         if cur is not None and _terminal_rank(cur) >= _terminal_rank(op):
             return
-        if cur is None:
-            send = self._sends.get(mid)
-            if send is not None:
-                self._unlist(send)
-        else:
+        if cur is not None:
             self._forget_request(cur)
         self._terminals[mid] = op
         if op.kind == MSG_CLAIM and op.body.get("request_id") is not None:
             rid = str(op.body["request_id"])
             self._by_request.setdefault(rid, {})[mid] = _terminal_rank(op)
+        self._relist(mid)
+
+    def _void(self, term: Op) -> bool:
+        """A claim outranked by its own request id's "nothing pending"
+        decision: an unacknowledged claim of a deposed owner whose request
+        was answered empty by a later one (an acknowledged claim is never
+        outranked so). Nobody holds that message, so it is pending again."""
+        rid = term.body.get("request_id") if term.kind == MSG_CLAIM else None
+        empty = None if rid is None else self._empties.get(str(rid))
+        return empty is not None and _terminal_rank(empty) > _terminal_rank(term)
+
+    def _decided(self, mid: str) -> bool:
+        term = self._terminals.get(mid)
+        return term is not None and not self._void(term)
+
+    def _relist(self, mid: str) -> None:
+        """Put ``mid`` in the FIFO (pending) or the editing set, or take it
+        out of both, as its state says."""
+        send = self._sends.get(mid)
+        if send is None:
+            return
+        state = self.state(mid)
+        entry = self._entry(send)
+        i = bisect.bisect_left(self._pending, entry)
+        present = i < len(self._pending) and self._pending[i] == entry
+        if state == PENDING and not present:
+            self._pending.insert(i, entry)
+        elif present and state != PENDING:
+            del self._pending[i]
+        if state == EDITING:
+            self._editing.add(mid)
+        else:
+            self._editing.discard(mid)
 
     def _forget_request(self, op: Op) -> None:
         rid = op.body.get("request_id")
@@ -118,13 +190,28 @@ class MailboxModel:
         return self._terminals.get(message_id)
 
     def state(self, message_id: str) -> str | None:
-        """pending / claimed / cancelled; None if the send is unknown."""
+        """A :mod:`common.lifecycle` state; None if the send is unknown."""
         if message_id not in self._sends:
             return None
-        term = self._terminals.get(message_id)
-        if term is None:
-            return PENDING
-        return CLAIMED if term.kind == MSG_CLAIM else CANCELLED
+        if self._decided(message_id):
+            return CLAIMED if self._terminals[message_id].kind == MSG_CLAIM else CANCELLED
+        hold = self._holds.get(message_id)
+        return EDITING if hold is not None and hold.kind == MSG_HOLD else PENDING
+
+    def hold_op(self, message_id: str) -> Op | None:
+        """The winning hold or release op of a message, if any."""
+        return self._holds.get(message_id)
+
+    def revision_op(self, message_id: str) -> Op | None:
+        """The release whose saved content a reader sees, if any."""
+        return self._revisions.get(message_id)
+
+    def queued_count(self) -> int:
+        """Messages that occupy the mailbox: pending and editing (the cap)."""
+        return len(self._pending) + len(self._editing)
+
+    def editing_ids(self) -> list[str]:
+        return sorted(self._editing)
 
     def pending_count(self) -> int:
         return len(self._pending)
@@ -154,6 +241,22 @@ class MailboxModel:
                 out.append(entry[3])
         return out
 
+    def decision(self, request_id: str) -> tuple[str | None, Op] | None:
+        """How pop ``request_id`` was decided, as far as this model knows:
+        ``(message id, claim op)`` or ``(None, empty op)``, whichever ranks
+        higher; None if it was not decided."""
+        mid = self.claim_by_request(request_id)
+        claim = None if mid is None else self._terminals[mid]
+        empty = self._empties.get(request_id)
+        if empty is not None and (claim is None or _terminal_rank(empty) > _terminal_rank(claim)):
+            return None, empty
+        if mid is not None and claim is not None:
+            return mid, claim
+        return None
+
+    def empty_count(self) -> int:
+        return len(self._empties)
+
     def claim_by_request(self, request_id: str) -> str | None:
         """The message whose winning claim carries ``request_id``; if several
         do (a retry after an unacknowledged claim of a deposed owner), the
@@ -165,9 +268,15 @@ class MailboxModel:
         return max(known)[1] if known else None
 
     def message(self, message_id: str) -> dict[str, Any]:
-        """The send body plus its FIFO ``order`` ``[hlc, origin]``."""
+        """The send body (with a saved edit's subject and body) plus its FIFO
+        ``order`` ``[hlc, origin]``."""
         send = self._sends[message_id]
-        return {**send.body, "order": [send.hlc, send.origin]}
+        out = {**send.body, "order": [send.hlc, send.origin]}
+        rev = self._revisions.get(message_id)
+        if rev is not None:
+            content = rev.body["content"]
+            out.update({k: content.get(k) for k in EDITABLE_FIELDS})
+        return out
 
     def __len__(self) -> int:
         return len(self._sends)

@@ -18,10 +18,13 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+from common.lifecycle import EDITING, PENDING
 from store import ops as K
 from store.ops import Op
 from store.records import (
+    empty_row,
     grant_row,
+    hold_row,
     is_expired,
     link_row,
     memory_row,
@@ -29,6 +32,7 @@ from store.records import (
     note_row,
     nsub_row,
     physical_ms,
+    revision_row,
     terminal_row,
 )
 
@@ -99,13 +103,21 @@ _HARNESS_UPSERT = (
     " last_at_ms = max(project_harnesses.last_at_ms, excluded.last_at_ms)"
 )
 
+# A message's state column, from its winning terminal and hold ops
+# (common.lifecycle.merged_state as SQL; ``{id}`` is the id parameter).
+_STATE_OF = (
+    "coalesce((SELECT state FROM msg_terminal WHERE id = {id}),"
+    f" (SELECT CASE kind WHEN '{K.MSG_HOLD}' THEN '{EDITING}' ELSE '{PENDING}' END"
+    " FROM msg_hold WHERE id = {id}),"
+    f" '{PENDING}')"
+)
+
 _MSG_COLS = ("id", "to_workspace", "to_project", "to_agent", "from_workspace", "from_project",
              "from_agent", "from_owner_user", "subject", "body", "nature", "evidence",
              "created_at_ms", "send_epoch", "hlc", "origin", "seq")
 _MSG_UPSERT = (
     f"INSERT INTO messages ({', '.join(_MSG_COLS)}, state) "
-    f"VALUES ({', '.join(':' + c for c in _MSG_COLS)}, "
-    " coalesce((SELECT state FROM msg_terminal WHERE id = :id), 'pending')) "
+    f"VALUES ({', '.join(':' + c for c in _MSG_COLS)}, {_STATE_OF.format(id=':id')}) "
     "ON CONFLICT (id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _MSG_COLS[1:])
     + " WHERE (excluded.hlc, excluded.origin, excluded.seq)"
@@ -123,6 +135,17 @@ _TERM_UPSERT = (
     " > (msg_terminal.epoch, msg_terminal.hlc, msg_terminal.origin, msg_terminal.seq)"
 )
 
+
+_EMPTY_COLS = ("mailbox", "request_id", "epoch", "hlc", "origin", "seq", "claimer_session",
+               "claimer_agent", "at_ms")
+_EMPTY_UPSERT = (
+    f"INSERT INTO pop_empty ({', '.join(_EMPTY_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in _EMPTY_COLS)}) "
+    "ON CONFLICT (mailbox, request_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _EMPTY_COLS[2:])
+    + " WHERE (excluded.epoch, excluded.hlc, excluded.origin, excluded.seq)"
+    " > (pop_empty.epoch, pop_empty.hlc, pop_empty.origin, pop_empty.seq)"
+)
 
 _LINK_PUT = (
     "INSERT INTO memory_links (source_id, target_id, relation, created_at_ms) VALUES (?, ?, ?, ?)"
@@ -209,11 +232,43 @@ def _msg_send(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     c.execute(_MSG_UPSERT, {**message_row(op), **_stamp(op), "send_epoch": op.epoch})
 
 
+_SET_STATE = f"UPDATE messages SET state = {_STATE_OF.format(id='?1')} WHERE id = ?1"
+
+_HOLD_COLS = ("id", "kind", "epoch", "hlc", "origin", "seq", "holder_session", "holder_agent",
+              "holder_user", "at_ms")
+_REV_COLS = ("id", "subject", "body", "epoch", "hlc", "origin", "seq", "edited_at_ms")
+
+
+def _ranked_upsert(table: str, cols: tuple[str, ...]) -> str:
+    """Insert, or overwrite when the incoming (epoch, hlc, origin, seq) is greater."""
+    return (f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join(':' + c for c in cols)}) "
+            "ON CONFLICT (id) DO UPDATE SET "
+            + ", ".join(f"{c} = excluded.{c}" for c in cols[1:])
+            + " WHERE (excluded.epoch, excluded.hlc, excluded.origin, excluded.seq)"
+            f" > ({table}.epoch, {table}.hlc, {table}.origin, {table}.seq)")
+
+
+_HOLD_UPSERT = _ranked_upsert("msg_hold", _HOLD_COLS)
+_REV_UPSERT = _ranked_upsert("msg_revision", _REV_COLS)
+
+
 def _msg_terminal(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     msg_id = str(op.body["id"])
     c.execute(_TERM_UPSERT, {**terminal_row(op), **_stamp(op), "id": msg_id})
-    c.execute("UPDATE messages SET state = (SELECT state FROM msg_terminal WHERE id = ?1)"
-              " WHERE id = ?1", (msg_id,))
+    c.execute(_SET_STATE, (msg_id,))
+
+
+def _msg_hold(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    msg_id = str(op.body["id"])
+    c.execute(_HOLD_UPSERT, {**hold_row(op), **_stamp(op), "id": msg_id})
+    revision = revision_row(op)
+    if revision is not None:
+        c.execute(_REV_UPSERT, {**revision, **_stamp(op), "id": msg_id})
+    c.execute(_SET_STATE, (msg_id,))
+
+
+def _msg_empty(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    c.execute(_EMPTY_UPSERT, {**empty_row(op), **_stamp(op)})
 
 
 def _link_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
@@ -243,6 +298,9 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MSG_SEND: _msg_send,
     K.MSG_CLAIM: _msg_terminal,
     K.MSG_CANCEL: _msg_terminal,
+    K.MSG_HOLD: _msg_hold,
+    K.MSG_RELEASE: _msg_hold,
+    K.MSG_EMPTY: _msg_empty,
     K.LINK_PUT: _link_put,
     K.GRANT_PUT: _grant_put,
     K.NSUB_PUT: _nsub_put,

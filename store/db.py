@@ -26,9 +26,9 @@ from typing import Any
 
 from common import limits
 from store import queries as Q
-from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op, mailbox_key, unpack_body
+from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_SEND, Op, mailbox_key, unpack_body
 from store.reader import ReadPool
-from store.records import MESSAGE_FIELDS, SESSION_FIELDS
+from store.records import EMPTY_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS, edit_ops
 from store.schema import connect, migrate
 from store.seen import SeenSet
 from store.writer import Writer
@@ -218,9 +218,13 @@ class Store:
         result: int = await self._writer.call(run)
         return result
 
-    async def purge_expired(self, now_ms: int) -> int:
-        """Delete expired notifications (and their read marks) locally."""
+    async def purge_expired(self, now_ms: int, empty_before_ms: int | None = None) -> int:
+        """Delete expired notifications (and their read marks) locally; with
+        ``empty_before_ms``, also the "nothing pending" pop decisions taken
+        before it (not counted)."""
         def run(conn: sqlite3.Connection) -> int:
+            if empty_before_ms is not None:
+                conn.execute("DELETE FROM pop_empty WHERE at_ms < ?", (empty_before_ms,))
             conn.execute(
                 "DELETE FROM note_reads WHERE (agent_id, note_id) IN (SELECT to_agent, id"
                 " FROM notes WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?)", (now_ms,))
@@ -388,11 +392,12 @@ class Store:
             f" ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}", params)
         return [Q.message(r) for r in rows]
 
-    async def mailbox_state_ops(self, workspace: str, project: str, *,
-                                history_max: int) -> list[Op]:
+    async def mailbox_state_ops(self, workspace: str, project: str, *, history_max: int,
+                                empty_max: int = limits.mailbox_empty_decisions_max) -> list[Op]:
         """The mailbox's merged state as ops: every pending message's send,
-        and the send and winning terminal of the ``history_max`` most recently
-        decided ones. An owner builds its model from these at takeover; the op
+        the send and winning terminal of the ``history_max`` most recently
+        decided ones, and the ``empty_max`` latest "nothing pending" pop
+        decisions. An owner builds its model from these at takeover; the op
         log alone will not do, because it is collected once every member
         holds it."""
         cols = (f"m.origin, m.seq, m.hlc, m.send_epoch, {', '.join('m.' + c for c in MESSAGE_FIELDS)},"
@@ -401,10 +406,17 @@ class Store:
                 " t.claimed_at_ms, t.cancelled_at_ms")
         base = (f"SELECT {cols} FROM messages m LEFT JOIN msg_terminal t ON t.id = m.id"
                 " WHERE m.to_workspace = :ws AND m.to_project = :proj")
+        holds = {r["id"]: r for r in await self._reads.fetchall(
+            "SELECT h.* FROM msg_hold h JOIN messages m ON m.id = h.id"
+            " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project))}
+        revisions = {r["id"]: r for r in await self._reads.fetchall(
+            "SELECT v.* FROM msg_revision v JOIN messages m ON m.id = v.id"
+            " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project))}
         params = {"ws": workspace, "proj": project, "n": history_max}
         rows = await self._reads.fetchall(base + " AND t.state IS NULL", params)
         rows += await self._reads.fetchall(
-            base + " AND t.state IS NOT NULL ORDER BY t.hlc DESC LIMIT :n", params)
+            base + " AND t.state IS NOT NULL ORDER BY t.hlc DESC, t.origin DESC, t.seq DESC"
+            " LIMIT :n", params)
         key = mailbox_key(workspace, project)
         out: list[Op] = []
         for r in rows:
@@ -420,6 +432,13 @@ class Store:
                     "id": body["id"], "by_workspace": body["from_workspace"],
                     "by_project": body["from_project"], "at_ms": r["cancelled_at_ms"]},
                     r["t_epoch"]))
+            out += edit_ops(key, body["id"], holds.get(body["id"]), revisions.get(body["id"]))
+        out += [Op(r["origin"], r["seq"], r["hlc"], MSG_EMPTY, key,
+                   {name: r[name] for name in EMPTY_FIELDS}, r["epoch"])
+                for r in await self._reads.fetchall(
+                    "SELECT * FROM pop_empty WHERE mailbox = ?"
+                    " ORDER BY at_ms DESC, hlc DESC, origin DESC, seq DESC LIMIT ?",
+                    (key, empty_max))]
         return out
 
     async def message(self, msg_id: str) -> dict[str, Any] | None:
@@ -526,6 +545,14 @@ class Store:
                 " FROM project_harnesses ORDER BY workspace, project, harness")],
             "messages": messages,
             "terminals": terminals,
+            "holds": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
+                      for r in await fetch("SELECT * FROM msg_hold")},
+            "revisions": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
+                          for r in await fetch("SELECT * FROM msg_revision")},
+            "empties": {(r["mailbox"], r["request_id"]): {
+                **{k: r[k] for k in EMPTY_FIELDS}, "epoch": r["epoch"],
+                "rank": (r["hlc"], r["origin"], r["seq"])}
+                for r in await fetch("SELECT * FROM pop_empty")},
             "links": [tuple(r) for r in await fetch(
                 "SELECT source_id, target_id, relation, created_at_ms FROM memory_links"
                 " ORDER BY source_id, target_id, relation")],

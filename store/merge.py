@@ -43,14 +43,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from common import lifecycle, limits
+from common.lifecycle import CLAIMED, PENDING
 from store import ops as K
 from store.ops import Op
 from store.records import (
-    CLAIMED,
-    PENDING,
+    EMPTY_FIELDS,
     Rank,
     TerminalRank,
+    edit_ops,
+    empty_row,
     grant_row,
+    hold_row,
     is_expired,
     link_row,
     lww_rank,
@@ -60,6 +64,7 @@ from store.records import (
     note_row,
     nsub_row,
     physical_ms,
+    revision_row,
     terminal_rank,
     terminal_row,
 )
@@ -115,6 +120,11 @@ class Replica:
         self._harnesses: dict[tuple[str, str, str], list[int]] = {}
         self._messages: dict[str, _Message] = {}
         self._terminals: dict[str, _Terminal] = {}
+        # message id -> winning msg.hold/msg.release row; -> winning saved content
+        self._holds: dict[str, dict[str, Any]] = {}
+        self._revisions: dict[str, dict[str, Any]] = {}
+        # (mailbox key, request id) -> the winning msg.empty op
+        self._empties: dict[tuple[str, str], Op] = {}
         self._promises: dict[str, int] = {}
         # (source_id, target_id, relation) -> created_at_ms
         self._links: dict[tuple[str, str, str], int] = {}
@@ -168,6 +178,18 @@ class Replica:
             cur = self._terminals.get(msg_id)
             if cur is None or terminal_rank(op) > cur.rank:
                 self._terminals[msg_id] = _Terminal(terminal_rank(op), terminal_row(op))
+        elif kind in K.HOLD_KINDS:
+            msg_id = str(op.body["id"])
+            stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+            _keep_highest(self._holds, msg_id, {**hold_row(op), **stamp})
+            revision = revision_row(op)
+            if revision is not None:
+                _keep_highest(self._revisions, msg_id, {**revision, **stamp})
+        elif kind == K.MSG_EMPTY:
+            slot = (op.key, str(op.body["request_id"]))
+            cur_empty = self._empties.get(slot)
+            if cur_empty is None or terminal_rank(op) > terminal_rank(cur_empty):
+                self._empties[slot] = op
         elif kind == K.LINK_PUT:
             link = link_row(op)
             lkey = (link["source_id"], link["target_id"], link["relation"])
@@ -229,12 +251,18 @@ class Replica:
 
     # -- local maintenance ---------------------------------------------------
 
-    def purge_expired(self, now_ms: int) -> int:
-        """Drop expired notifications (and their read marks); return how many."""
+    def purge_expired(self, now_ms: int, empty_before_ms: int | None = None) -> int:
+        """Drop expired notifications (and their read marks); return how many.
+        With ``empty_before_ms``, also the "nothing pending" pop decisions
+        taken before it (not counted)."""
         gone = [n.row for n in self._notes.values() if is_expired(n.row["expires_at_ms"], now_ms)]
         for row in gone:
             del self._notes[row["id"]]
             self._reads.discard((row["to"], row["id"]))
+        if empty_before_ms is not None:
+            for slot in [k for k, op in self._empties.items()
+                         if empty_row(op)["at_ms"] < empty_before_ms]:
+                del self._empties[slot]
         return len(gone)
 
     def gc(self, floor_vv: dict[str, int]) -> int:
@@ -381,12 +409,17 @@ class Replica:
     # -- mailbox -------------------------------------------------------------------
 
     def _view(self, msg: _Message) -> dict[str, Any]:
-        term = self._terminals.get(msg.row["id"])
-        return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row)
+        mid = msg.row["id"]
+        term = self._terminals.get(mid)
+        return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row,
+                            self._holds.get(mid), self._revisions.get(mid))
 
     def _state(self, msg_id: str) -> str:
         term = self._terminals.get(msg_id)
-        return PENDING if term is None else str(term.row["state"])
+        if term is not None:
+            return str(term.row["state"])
+        hold = self._holds.get(msg_id)
+        return lifecycle.merged_state(None, None if hold is None else hold["kind"])
 
     def message(self, msg_id: str) -> dict[str, Any] | None:
         msg = self._messages.get(msg_id)
@@ -438,6 +471,65 @@ class Replica:
         found = self._fifo(pred)
         return self._view(found[0]) if found else None
 
+    def mailbox_state_ops(self, workspace: str, project: str, *, history_max: int,
+                          empty_max: int = limits.mailbox_empty_decisions_max) -> list[Op]:
+        """The mailbox's merged state as ops, as :meth:`store.db.Store.mailbox_state_ops`
+        synthesises them: every pending message's send, the send and winning
+        terminal of the ``history_max`` most recently decided ones, and the
+        ``empty_max`` latest "nothing pending" decisions. Owners rebuild from
+        this, never from the op log, which is collected."""
+        key = K.mailbox_key(workspace, project)
+        mine = [m for m in self._messages.values()
+                if m.row["to_workspace"] == workspace and m.row["to_project"] == project]
+        decided = sorted((m for m in mine if m.row["id"] in self._terminals),
+                         key=lambda m: self._terminals[m.row["id"]].rank[1:], reverse=True)
+        out: list[Op] = []
+        for m in [m for m in mine if m.row["id"] not in self._terminals] + decided[:history_max]:
+            row = m.row
+            out.append(Op(m.rank[1], m.rank[2], m.rank[0], K.MSG_SEND, key, dict(row), m.epoch))
+            term = self._terminals.get(row["id"])
+            if term is None:
+                continue
+            epoch, hlc, origin, seq = term.rank
+            t = term.row
+            if t["state"] == CLAIMED:
+                body = {"id": row["id"], "claimer_session": t["claimed_by_session"],
+                        "claimer_agent": t["claimed_by_agent"], "request_id": t["request_id"],
+                        "at_ms": t["claimed_at_ms"]}
+                out.append(Op(origin, seq, hlc, K.MSG_CLAIM, key, body, epoch))
+            else:
+                body = {"id": row["id"], "by_workspace": row["from_workspace"],
+                        "by_project": row["from_project"], "at_ms": t["cancelled_at_ms"]}
+                out.append(Op(origin, seq, hlc, K.MSG_CANCEL, key, body, epoch))
+        for m in [m for m in mine if m.row["id"] not in self._terminals] + decided[:history_max]:
+            mid = m.row["id"]
+            out += edit_ops(key, mid, self._holds.get(mid), self._revisions.get(mid))
+        empties = sorted((op for (k, _), op in self._empties.items() if k == key),
+                         key=lambda op: (empty_row(op)["at_ms"], op.hlc, op.origin, op.seq),
+                         reverse=True)
+        out += [Op(op.origin, op.seq, op.hlc, K.MSG_EMPTY, key,
+                   {name: empty_row(op)[name] for name in EMPTY_FIELDS}, op.epoch)
+                for op in empties[:empty_max]]
+        return out
+
+    def pop_decision(self, mailbox: str, request_id: str) -> tuple[str, str | None] | None:
+        """How this replica records pop ``request_id`` of ``mailbox``:
+        ``("claimed", message id)`` or ``("empty", None)``, whichever op ranks
+        higher (the rule :class:`federation.mailbox.MailboxModel` decides by);
+        None if neither is known."""
+        best: tuple[TerminalRank, tuple[str, str | None]] | None = None
+        for mid, term in self._terminals.items():
+            msg = self._messages.get(mid)
+            if (term.row["state"] == CLAIMED and term.row["request_id"] == request_id
+                    and msg is not None
+                    and K.mailbox_key(msg.row["to_workspace"], msg.row["to_project"]) == mailbox
+                    and (best is None or term.rank > best[0])):
+                best = (term.rank, ("claimed", mid))
+        empty = self._empties.get((mailbox, request_id))
+        if empty is not None and (best is None or terminal_rank(empty) > best[0]):
+            best = (terminal_rank(empty), ("empty", None))
+        return None if best is None else best[1]
+
     # -- comparison ----------------------------------------------------------------
 
     def snapshot(self, now_ms: int | None = None) -> dict[str, Any]:
@@ -465,10 +557,29 @@ class Replica:
             "messages": {k: {**v.row, "order": v.order, "epoch": v.epoch}
                          for k, v in self._messages.items()},
             "terminals": {k: v.row for k, v in self._terminals.items()},
+            "holds": {k: dict(v) for k, v in self._holds.items()},
+            "revisions": {k: dict(v) for k, v in self._revisions.items()},
+            "empties": {k: _empty_snapshot(op) for k, op in self._empties.items()},
             "links": sorted((*k, v) for k, v in self._links.items()),
             "grants": {f"{k[0]}/{k[1]}": v.row for k, v in sorted(self._grants.items())},
             "nsubs": {f"{k[0]}|{k[1]}": v.row for k, v in sorted(self._nsubs.items())},
         }
+
+
+def _empty_snapshot(op: Op) -> dict[str, Any]:
+    row = empty_row(op)
+    return {**{k: row[k] for k in EMPTY_FIELDS}, "epoch": op.epoch,
+            "rank": (op.hlc, op.origin, op.seq)}
+
+
+def _keep_highest(table: dict[str, dict[str, Any]], key: str, row: dict[str, Any]) -> None:
+    """Keep the row of greatest (epoch, hlc, origin, seq)."""
+    cur = table.get(key)
+
+    def rank(r: dict[str, Any]) -> tuple[int, int, str, int]:
+        return (r["epoch"], r["hlc"], r["origin"], r["seq"])
+    if cur is None or rank(row) > rank(cur):
+        table[key] = row
 
 
 def _keep_lowest(table: dict[str, _Ranked], key: str, rank: Rank, row: dict[str, Any]) -> None:

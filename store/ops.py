@@ -30,6 +30,18 @@ msg.send        id, to_workspace, to_project, to_agent, from_workspace,
                 order (FIFO) is (hlc, origin) of this op.
 msg.claim       id, claimer_session, claimer_agent, request_id, at_ms.
 msg.cancel      id, by_workspace, by_project, at_ms.
+msg.hold        id, holder_session, holder_agent, holder_user, at_ms. Takes a
+                pending message out of the queue for an edit (``editing``).
+msg.release     id, at_ms, content (None: discard; else the saved subject
+                and body). Puts an edited message back at its place.
+                Holds and releases: the greatest (epoch, hlc, origin, seq)
+                decides, and any terminal op outranks them all
+                (:mod:`common.lifecycle` is the table of states).
+msg.empty       request_id, claimer_session, claimer_agent, at_ms. The
+                owner's decision that pop ``request_id`` found nothing to
+                claim. Per (mailbox, request id) the greatest
+                ``(epoch, hlc, origin, seq)`` is kept; local rows older
+                than ``limits.pop_empty_keep_secs`` are purged.
 link.put        source_id, target_id, relation, created_at_ms. A grow-only
                 set keyed by (source_id, target_id, relation); created_at =
                 min. Links outlive a deleted endpoint (lineage shows
@@ -45,7 +57,8 @@ nsub.put        agent_id, namespace, active, at_ms. An agent's subscription
 
 A message's state: pending until any terminal op (claim or cancel) is
 known; then the terminal op with the greatest ``(epoch, hlc, origin)``
-decides it. Only an owner holding ``epoch`` issues mailbox ops, and a claim
+decides it. A pop's request id is decided once too: by the greatest-ranked
+of the claims that carry it and the ``msg.empty`` ops that name it. Only an owner holding ``epoch`` issues mailbox ops, and a claim
 is acknowledged only once a majority accepted it at that epoch, so an
 acknowledged terminal op is never outranked (docs/federation.md).
 
@@ -63,6 +76,8 @@ from typing import Any, Final
 
 import msgpack
 
+from common import lifecycle
+
 MEM_PUT: Final = "mem.put"
 MEM_DEL: Final = "mem.del"
 NOTE_NEW: Final = "note.new"
@@ -70,19 +85,25 @@ NOTE_READ: Final = "note.read"
 AGENT_REG: Final = "agent.reg"
 AGENT_SEEN: Final = "agent.seen"
 SESSION_START: Final = "session.start"
-MSG_SEND: Final = "msg.send"
-MSG_CLAIM: Final = "msg.claim"
-MSG_CANCEL: Final = "msg.cancel"
+MSG_SEND: Final = lifecycle.MSG_SEND
+MSG_CLAIM: Final = lifecycle.MSG_CLAIM
+MSG_CANCEL: Final = lifecycle.MSG_CANCEL
+MSG_HOLD: Final = lifecycle.MSG_HOLD
+MSG_RELEASE: Final = lifecycle.MSG_RELEASE
+MSG_EMPTY: Final = "msg.empty"
 LINK_PUT: Final = "link.put"
 GRANT_PUT: Final = "grant.put"
 NSUB_PUT: Final = "nsub.put"
 
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
-     MSG_SEND, MSG_CLAIM, MSG_CANCEL, LINK_PUT, GRANT_PUT, NSUB_PUT}
+     MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY, LINK_PUT, GRANT_PUT,
+     NSUB_PUT}
 )
-MAILBOX_KINDS: Final = frozenset({MSG_SEND, MSG_CLAIM, MSG_CANCEL})
-TERMINAL_KINDS: Final = frozenset({MSG_CLAIM, MSG_CANCEL})
+MAILBOX_KINDS: Final = frozenset(
+    {MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY})
+TERMINAL_KINDS: Final = lifecycle.TERMINAL_KINDS
+HOLD_KINDS: Final = lifecycle.HOLD_KINDS
 ALL_KEYS: Final = "*"
 
 

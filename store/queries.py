@@ -22,17 +22,22 @@ NOTE_COLS = ("id, from_agent, to_agent, namespace, title, payload, priority, tie
 MESSAGE_COLS = (
     ", ".join(f"m.{c}" for c in MESSAGE_FIELDS)
     + ", m.send_epoch, m.hlc, m.origin, t.state AS t_state, t.epoch AS t_epoch,"
-    " t.claimed_by_session, t.claimed_by_agent, t.request_id, t.claimed_at_ms, t.cancelled_at_ms"
+    " t.claimed_by_session, t.claimed_by_agent, t.request_id, t.claimed_at_ms, t.cancelled_at_ms,"
+    " h.kind AS h_kind, h.epoch AS h_epoch, h.holder_session, h.holder_agent, h.holder_user,"
+    " h.at_ms AS h_at_ms, v.subject AS v_subject, v.body AS v_body, v.epoch AS v_epoch,"
+    " v.edited_at_ms"
 )
-MESSAGE_FROM = "messages m LEFT JOIN msg_terminal t ON t.id = m.id"
+MESSAGE_FROM = ("messages m LEFT JOIN msg_terminal t ON t.id = m.id"
+                " LEFT JOIN msg_hold h ON h.id = m.id LEFT JOIN msg_revision v ON v.id = m.id")
 SESSION_COLS = ", ".join(SESSION_FIELDS)
 AGENT_COLS = "agent_id, agent_type, capabilities, registered_at_ms, last_seen_at_ms"
 OP_COLS = "origin, seq, hlc, kind, key, epoch, body"
 FIFO = "m.hlc, m.origin, m.seq"
 NOT_EXPIRED = "(expires_at_ms IS NULL OR expires_at_ms > :now)"
 
-STAT_TABLES = ("oplog", "memories", "mem_tombstones", "notes", "note_reads", "agents",
-               "sessions", "project_harnesses", "messages", "msg_terminal", "promises")
+STAT_TABLES = ("oplog", "memories", "mem_tombstones", "notes", "note_reads", "agents", "pop_empty",
+               "sessions", "project_harnesses", "messages", "msg_terminal", "msg_hold",
+               "msg_revision", "promises")
 
 
 def memory(row: sqlite3.Row) -> dict[str, Any]:
@@ -71,7 +76,25 @@ def message(row: sqlite3.Row) -> dict[str, Any]:
             "claimed_by_agent": row["claimed_by_agent"], "request_id": row["request_id"],
             "claimed_at_ms": row["claimed_at_ms"], "cancelled_at_ms": row["cancelled_at_ms"],
         }
-    return message_view(body, (row["hlc"], row["origin"]), row["send_epoch"], terminal)
+    return message_view(body, (row["hlc"], row["origin"]), row["send_epoch"], terminal,
+                        hold_of(row), revision_of(row))
+
+
+def hold_of(row: sqlite3.Row) -> dict[str, Any] | None:
+    """The :func:`store.records.hold_row` of a message row joined with ``msg_hold h``."""
+    if row["h_kind"] is None:
+        return None
+    return {"kind": row["h_kind"], "epoch": row["h_epoch"],
+            "holder_session": row["holder_session"], "holder_agent": row["holder_agent"],
+            "holder_user": row["holder_user"], "at_ms": row["h_at_ms"]}
+
+
+def revision_of(row: sqlite3.Row) -> dict[str, Any] | None:
+    """The :func:`store.records.revision_row` of a row joined with ``msg_revision v``."""
+    if row["edited_at_ms"] is None:
+        return None
+    return {"subject": row["v_subject"], "body": row["v_body"], "epoch": row["v_epoch"],
+            "edited_at_ms": row["edited_at_ms"]}
 
 
 def projects(rows: list[sqlite3.Row]) -> list[dict[str, Any]]:

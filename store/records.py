@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from store.ops import MSG_CANCEL, MSG_CLAIM, Op
+from common import lifecycle
+from common.lifecycle import CANCELLED, CLAIMED, EDITING, PENDING
+from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_HOLD, MSG_RELEASE, Op
 
 # Mirrors federation.hlc.LOGICAL_BITS; store/ may not import federation/.
 _HLC_LOGICAL_BITS: Final = 16
@@ -48,10 +50,7 @@ AGENT_FIELDS: Final = (
     "agent_id", "agent_type", "capabilities", "registered_at_ms", "last_seen_at_ms",
 )
 
-PENDING: Final = "pending"
-CLAIMED: Final = "claimed"
-CANCELLED: Final = "cancelled"
-TERMINAL_STATE: Final = {MSG_CLAIM: CLAIMED, MSG_CANCEL: CANCELLED}
+TERMINAL_STATE: Final = {k: lifecycle.TRANSITIONS[k][1] for k in (MSG_CLAIM, MSG_CANCEL)}
 
 Rank = tuple[int, str, int]
 TerminalRank = tuple[int, int, str, int]
@@ -178,10 +177,44 @@ def terminal_row(op: Op) -> dict[str, Any]:
     }
 
 
+EMPTY_FIELDS: Final = ("request_id", "claimer_session", "claimer_agent", "at_ms")
+
+
+def empty_row(op: Op) -> dict[str, Any]:
+    """What a ``msg.empty`` op records: pop ``request_id`` found nothing."""
+    b = op.body
+    return {"mailbox": op.key, "request_id": str(b["request_id"]),
+            "claimer_session": b.get("claimer_session"), "claimer_agent": b.get("claimer_agent"),
+            "at_ms": int(b.get("at_ms", physical_ms(op.hlc))), "epoch": op.epoch}
+
+
+def hold_row(op: Op) -> dict[str, Any]:
+    """What the winning ``msg.hold`` / ``msg.release`` op says."""
+    b = op.body
+    hold = op.kind == MSG_HOLD
+    return {"kind": op.kind, "epoch": op.epoch,
+            "holder_session": b.get("holder_session") if hold else None,
+            "holder_agent": b.get("holder_agent") if hold else None,
+            "holder_user": b.get("holder_user") if hold else None,
+            "at_ms": int(b.get("at_ms", physical_ms(op.hlc)))}
+
+
+def revision_row(op: Op) -> dict[str, Any] | None:
+    """The content a ``msg.release`` saved (None for a discard)."""
+    content = op.body.get("content")
+    if op.kind != MSG_RELEASE or not isinstance(content, dict):
+        return None
+    return {"subject": content.get("subject"), "body": content.get("body"),
+            "epoch": op.epoch, "edited_at_ms": int(op.body.get("at_ms", physical_ms(op.hlc)))}
+
+
 def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
-                 terminal: dict[str, Any] | None) -> dict[str, Any]:
-    """A message as readers see it: body fields, state, the claim record of
-    the winning terminal op (a :func:`terminal_row`), and its mailbox order."""
+                 terminal: dict[str, Any] | None, hold: dict[str, Any] | None = None,
+                 revision: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A message as readers see it: body fields (a saved edit's subject and
+    body over the send's), state (:func:`common.lifecycle.merged_state`),
+    the claim record of the winning terminal op (a :func:`terminal_row`),
+    who holds it for an edit, and its mailbox order."""
     out = dict(row)
     if terminal is None:
         out.update(state=PENDING, claimed_by_session=None, claimed_by_agent=None,
@@ -189,5 +222,51 @@ def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
                    epoch=send_epoch)
     else:
         out.update(terminal)
+    state = lifecycle.merged_state(None if terminal is None else _TERMINAL_KIND[terminal["state"]],
+                                   None if hold is None else hold["kind"])
+    editing = state == EDITING and hold is not None
+    out["state"] = state
+    out["editing_by_session"] = hold["holder_session"] if editing and hold else None
+    out["editing_by_user"] = hold["holder_user"] if editing and hold else None
+    out["editing_since_ms"] = hold["at_ms"] if editing and hold else None
+    out["edited_at_ms"] = None if revision is None else revision["edited_at_ms"]
+    if revision is not None:
+        out["subject"], out["body"] = revision["subject"], revision["body"]
     out["order"] = [order[0], order[1]]
+    return out
+
+
+_TERMINAL_KIND: Final = {CLAIMED: MSG_CLAIM, CANCELLED: MSG_CANCEL}
+
+# Columns of the msg_hold / msg_revision rows (and of the replica's copies).
+HOLD_COLS: Final = ("kind", "epoch", "hlc", "origin", "seq", "holder_session", "holder_agent",
+                    "holder_user", "at_ms")
+REVISION_COLS: Final = ("subject", "body", "epoch", "hlc", "origin", "seq", "edited_at_ms")
+
+
+def edit_ops(key: str, msg_id: str, hold: Any, revision: Any) -> list[Op]:
+    """The winning hold/release op and the winning saved content of a
+    message, rebuilt as ops from their stored rows (mappings with
+    :data:`HOLD_COLS` / :data:`REVISION_COLS`), for an owner's model."""
+    out: list[Op] = []
+    saved = None if revision is None else (revision["hlc"], revision["origin"], revision["seq"])
+    if hold is not None:
+        stamp = (hold["hlc"], hold["origin"], hold["seq"])
+        if hold["kind"] == MSG_HOLD:
+            body: dict[str, Any] = {
+                "id": msg_id, "holder_session": hold["holder_session"],
+                "holder_agent": hold["holder_agent"], "holder_user": hold["holder_user"],
+                "at_ms": hold["at_ms"]}
+        else:
+            content = None if stamp != saved or revision is None else {
+                "subject": revision["subject"], "body": revision["body"]}
+            body = {"id": msg_id, "at_ms": hold["at_ms"], "content": content}
+        out.append(Op(hold["origin"], hold["seq"], hold["hlc"], hold["kind"], key, body,
+                      hold["epoch"]))
+    if revision is not None and (hold is None or saved != (hold["hlc"], hold["origin"],
+                                                           hold["seq"])):
+        out.append(Op(revision["origin"], revision["seq"], revision["hlc"], MSG_RELEASE, key,
+                      {"id": msg_id, "at_ms": revision["edited_at_ms"],
+                       "content": {"subject": revision["subject"], "body": revision["body"]}},
+                      revision["epoch"]))
     return out

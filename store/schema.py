@@ -19,8 +19,10 @@ import sqlite3
 from dataclasses import dataclass
 from importlib import resources
 
+from common import limits
+
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-BUSY_TIMEOUT_MS = 5000
+BUSY_TIMEOUT_MS = limits.store_busy_timeout_ms
 
 
 @dataclass(frozen=True, slots=True)

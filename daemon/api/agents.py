@@ -14,13 +14,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from common.errors import AiMemoryError
-from daemon.app import NODE
+from daemon.appkeys import NODE
 from daemon.auth import acting_agent, identify
 from daemon.http_errors import Handler, read_json
 from daemon.schemas.agents import RegisterAgent
 from daemon.services import agents as service
-
-SEEN_THROTTLE: web.AppKey[service.SeenThrottle] = web.AppKey("agent_seen_throttle")
 
 
 async def register(request: web.Request) -> web.Response:
@@ -49,7 +47,7 @@ def _note_seen(request: web.Request) -> None:
         agent = identify(request, node.settings.auth).agent_id
     except AiMemoryError:
         return  # the handler reports the bad identity
-    if agent is not None and request.app[SEEN_THROTTLE].due(agent, node.now_ms()):
+    if agent is not None and node.seen_throttle.due(agent, node.now_ms()):
         node.spawn(service.refresh_seen(node, agent))
 
 
@@ -57,6 +55,5 @@ MIDDLEWARES = [last_seen]
 
 
 def add_routes(app: web.Application) -> None:
-    app[SEEN_THROTTLE] = service.SeenThrottle()
     app.router.add_post("/api/v1/agents", register)
     app.router.add_get("/api/v1/agents", list_)

@@ -9,11 +9,10 @@ from pydantic import Field, StringConstraints
 
 from common import limits
 from common.randomid import uuid4
-from daemon.app import NODE
+from daemon.appkeys import NODE
 from daemon.auth import identify
 from daemon.http_errors import query_model, read_json
 from daemon.schemas.ids import check_idempotency_key
-from daemon.schemas.timefmt import rfc3339
 from daemon.services import mail
 from daemon.validation import AgentId, Lenient, RequestId, ScopeName, Strict, text
 
@@ -94,12 +93,7 @@ async def start_session(request: web.Request) -> web.Response:
 
 
 async def list_projects(request: web.Request) -> web.Response:
-    node = request.app[NODE]
-    rows = [{"workspace": r["workspace"], "project": r["project"], "harnesses": r["harnesses"],
-             "first_seen_at": rfc3339(r.get("first_at_ms")),
-             "last_active_at": rfc3339(r.get("last_active_at_ms"))}
-            for r in await node.store.list_projects()]
-    return web.json_response({"projects": rows, "count": len(rows)})
+    return web.json_response(await mail.list_projects(request.app[NODE]))
 
 
 async def send(request: web.Request) -> web.Response:

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from common.errors import BadRequest
-from daemon.app import NODE
+from daemon.appkeys import NODE
 from daemon.auth import acting_agent, identify
 from daemon.http_errors import query_model, read_body, read_json
 from daemon.schemas.ids import check_idempotency_key

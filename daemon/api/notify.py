@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from daemon.app import NODE
+from daemon.appkeys import NODE
 from daemon.auth import acting_agent, identify
 from daemon.http_errors import query_model, read_json
 from daemon.schemas.ids import check_idempotency_key

@@ -17,9 +17,9 @@ from aiohttp import web
 
 from common import limits
 from common.errors import BadRequest, PayloadTooLarge
-from daemon.app import NODE
+from daemon.appkeys import NODE
 from daemon.auth import acting_agent, identify
-from daemon.http_errors import query_model, read_body, read_json, validate
+from daemon.http_errors import query_model, read_body, read_json
 from daemon.schemas.search import (
     ConsolidateBody,
     ForgetFilter,
@@ -35,6 +35,7 @@ from daemon.schemas.search import (
 )
 from daemon.services import admin, links
 from daemon.services import search as svc
+from daemon.validation import validate
 
 
 def _who(request: web.Request, claimed: str | None = None) -> str | None:

@@ -1,8 +1,8 @@
 """HTTP handlers for ``/api/v1/subscriptions`` and the webhook wiring.
 
-``add_routes`` also builds the node's :class:`daemon.webhooks.service.Webhooks`,
-registers its applied-ops listener on the node, and ties its start and stop
-to the app's startup and cleanup. Subscriptions belong to this daemon: they
+The node's :class:`daemon.webhooks.service.Webhooks` is built, registered
+as an applied-ops listener and started with the node
+(:func:`daemon.wiring.build_node`). Subscriptions belong to this daemon: they
 are not replicated, but the events they receive come from every op this
 node applies, including ops replicated from peers.
 
@@ -26,17 +26,14 @@ from pydantic import AfterValidator, Field, StringConstraints
 
 from common import limits
 from common.errors import BadRequest
-from daemon.app import NODE
+from daemon.appkeys import NODE
 from daemon.auth import acting_agent, identify
-from daemon.http_errors import query_model, read_body, validate
+from daemon.http_errors import query_model, read_body
 from daemon.schemas.ids import check_idempotency_key, check_record_id
 from daemon.schemas.timefmt import rfc3339
 from daemon.services import ns_subscriptions
-from daemon.validation import AgentId, Lenient, Namespace, Strict, text
+from daemon.validation import AgentId, Lenient, Namespace, Strict, text, validate
 from daemon.webhooks.events import EVENTS
-from daemon.webhooks.service import Webhooks
-
-WEBHOOKS: web.AppKey[Webhooks] = web.AppKey("webhooks")
 
 
 def _known_event(name: str) -> str:
@@ -81,7 +78,7 @@ async def subscribe(request: web.Request) -> web.Response:
         return web.json_response(out, status=201)
     body = validate(SubscribeIn, data)
     agent = acting_agent(identify(request, node.settings.auth), body.agent_id, required=False)
-    out = await request.app[WEBHOOKS].subscribe(
+    out = await request.app[NODE].webhooks.subscribe(
         url=body.url, events=list(body.events), namespace=body.namespace, secret=body.secret,
         created_by=agent, idempotency_key=key)
     return web.json_response(out, status=201)
@@ -95,14 +92,14 @@ async def list_subscriptions(request: web.Request) -> web.Response:
         agent = acting_agent(who, q.agent_id)
         assert agent is not None
         return web.json_response(await ns_subscriptions.list_for(node, agent, q.consistency))
-    subs = request.app[WEBHOOKS].all()
+    subs = request.app[NODE].webhooks.all()
     return web.json_response({"subscriptions": subs, "count": len(subs)})
 
 
 async def unsubscribe(request: web.Request) -> web.Response:
     identify(request, request.app[NODE].settings.auth)
     sub_id = check_record_id(request.match_info["sub_id"], "subscription id")
-    return web.json_response(await request.app[WEBHOOKS].unsubscribe(sub_id))
+    return web.json_response(await request.app[NODE].webhooks.unsubscribe(sub_id))
 
 
 class DeadLettersQuery(Lenient):
@@ -116,7 +113,7 @@ async def dead_letters(request: web.Request) -> web.Response:
     q = query_model(request, DeadLettersQuery)
     rows = [{**{k: v for k, v in row.items() if k != "created_at_ms"},
              "created_at": rfc3339(int(str(row["created_at_ms"])))}
-            for row in await request.app[WEBHOOKS].dead_letters(q.limit)]
+            for row in await request.app[NODE].webhooks.dead_letters(q.limit)]
     return web.json_response({"dead_letters": rows, "count": len(rows)})
 
 
@@ -132,21 +129,6 @@ async def unsubscribe_namespace(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    node = app[NODE]
-    hooks = Webhooks(node)
-    app[WEBHOOKS] = hooks
-    node.applied_listeners.append(hooks.on_applied)
-
-    async def start(_: web.Application) -> None:
-        await hooks.start()
-
-    async def stop(_: web.Application) -> None:
-        if hooks.on_applied in node.applied_listeners:
-            node.applied_listeners.remove(hooks.on_applied)
-        await hooks.stop()
-
-    app.on_startup.append(start)
-    app.on_cleanup.append(stop)
     app.router.add_post("/api/v1/subscriptions", subscribe)
     app.router.add_get("/api/v1/subscriptions", list_subscriptions)
     app.router.add_get("/api/v1/subscriptions/dead-letters", dead_letters)

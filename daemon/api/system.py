@@ -6,7 +6,8 @@ import time
 
 from aiohttp import web
 
-from daemon.app import NODE
+from daemon.appkeys import NODE
+from daemon.services import system
 
 
 async def health(request: web.Request) -> web.Response:
@@ -26,12 +27,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def cluster_status(request: web.Request) -> web.Response:
-    node = request.app[NODE]
-    status = node.status()
-    stats = await node.store.stats()
-    status["oplog"] = stats
-    status["oplog_ops"] = stats.get("oplog_ops")
-    return web.json_response(status)
+    return web.json_response(await system.cluster_status(request.app[NODE]))
 
 
 @web.middleware

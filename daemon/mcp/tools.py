@@ -45,6 +45,53 @@ AgentId = Annotated[str, Field(min_length=1, max_length=limits.agent_id_max_char
 RequestId = Annotated[str, Field(min_length=1, max_length=limits.request_id_max_chars)]
 MessageId = Annotated[str, Field(min_length=1, max_length=64)]
 
+# The parameters of memory_message_send, described for the MCP client.
+_ToWorkspace = Annotated[Scope, Field(description="Workspace of the recipient project.")]
+_ToProject = Annotated[Scope, Field(description="Recipient project (your own project is allowed).")]
+_MailBody = Annotated[
+    str,
+    Field(
+        min_length=1,
+        description="A complete, self-contained request: the recipient cannot see your "
+        f"project. Longer than {limits.message_body_max_chars} characters is "
+        "truncated; secrets are scrubbed.",
+    ),
+]
+_ToAgent = Annotated[
+    Scope | None,
+    Field(
+        description="Only this harness (e.g. codex, claude-code) may claim it; it needs a "
+        "session in the recipient project. Omit for shared project mail."
+    ),
+]
+_Subject = Annotated[
+    str | None,
+    Field(description=f"One line, at most {limits.message_subject_max_chars} characters."),
+]
+_MailNature = Annotated[
+    Nature | None,
+    Field(
+        description="How you know what the body claims: measured (needs evidence), "
+        "reported, inferred, or unknown (the default)."
+    ),
+]
+_Evidence = Annotated[
+    str | None,
+    Field(description="What backs a measured claim: a command, file:line, query or message id."),
+]
+_FromWorkspace = Annotated[
+    Scope | None,
+    Field(description="Your workspace, as the SessionStart notice or memory_briefing names it."),
+]
+_FromProject = Annotated[
+    Scope | None,
+    Field(description="Your project, as the SessionStart notice or memory_briefing names it."),
+]
+_FromAgent = Annotated[
+    Scope | None,
+    Field(description="Your harness name, when your session does not record it."),
+]
+
 
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     """Leave unset optionals out so the node applies its own defaults."""
@@ -221,59 +268,16 @@ class Tools:
 
     async def memory_message_send(
         self,
-        to_workspace: Annotated[Scope, Field(description="Workspace of the recipient project.")],
-        to_project: Annotated[
-            Scope, Field(description="Recipient project (your own project is allowed).")
-        ],
-        body: Annotated[
-            str,
-            Field(
-                min_length=1,
-                description="A complete, self-contained request: the recipient cannot see your "
-                f"project. Longer than {limits.message_body_max_chars} characters is "
-                "truncated; secrets are scrubbed.",
-            ),
-        ],
-        to_agent: Annotated[
-            Scope | None,
-            Field(
-                description="Only this harness (e.g. codex, claude-code) may claim it; it needs a "
-                "session in the recipient project. Omit for shared project mail."
-            ),
-        ] = None,
-        subject: Annotated[
-            str | None,
-            Field(description=f"One line, at most {limits.message_subject_max_chars} characters."),
-        ] = None,
-        nature: Annotated[
-            Nature | None,
-            Field(
-                description="How you know what the body claims: measured (needs evidence), "
-                "reported, inferred, or unknown (the default)."
-            ),
-        ] = None,
-        evidence: Annotated[
-            str | None,
-            Field(
-                description="What backs a measured claim: a command, file:line, query or message id."
-            ),
-        ] = None,
-        from_workspace: Annotated[
-            Scope | None,
-            Field(
-                description="Your workspace, as the SessionStart notice or memory_briefing names it."
-            ),
-        ] = None,
-        from_project: Annotated[
-            Scope | None,
-            Field(
-                description="Your project, as the SessionStart notice or memory_briefing names it."
-            ),
-        ] = None,
-        from_agent: Annotated[
-            Scope | None,
-            Field(description="Your harness name, when your session does not record it."),
-        ] = None,
+        to_workspace: _ToWorkspace,
+        to_project: _ToProject,
+        body: _MailBody,
+        to_agent: _ToAgent = None,
+        subject: _Subject = None,
+        nature: _MailNature = None,
+        evidence: _Evidence = None,
+        from_workspace: _FromWorkspace = None,
+        from_project: _FromProject = None,
+        from_agent: _FromAgent = None,
     ) -> dict[str, Any]:
         """Send claim-once mail to another project's inbox, for the agent working there.
 

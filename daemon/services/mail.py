@@ -73,6 +73,14 @@ async def scope_for(node: Node, workspace: str | None, project: str | None,
     return await resolve(node.store, node.settings.mail, workspace, project, session_id)
 
 
+async def list_projects(node: Node) -> dict[str, Any]:
+    rows = [{"workspace": r["workspace"], "project": r["project"], "harnesses": r["harnesses"],
+             "first_seen_at": iso_ms(r.get("first_at_ms")),
+             "last_active_at": iso_ms(r.get("last_active_at_ms"))}
+            for r in await node.store.list_projects()]
+    return {"projects": rows, "count": len(rows)}
+
+
 # -- send -----------------------------------------------------------------------
 
 async def send(node: Node, req: SendRequest, *, session_id: str | None,
@@ -211,11 +219,16 @@ async def pop(node: Node, *, workspace: str | None, project: str | None,
     session = scope.session
     harness = agent or (session or {}).get("harness")
     claimer = {"claimer_session": (session or {}).get("session_id"), "claimer_agent": harness}
+    # Every pop is decided under a request id, so a copy of it that a node
+    # forwards again (after a timeout) meets the same decision. A caller that
+    # sent none gets one back, which it may use to retry.
+    rid = request_id or f"pop-{token_hex(16)}"
     result = await node.mailbox(MailPop(
-        mailbox=mailbox_key(scope.workspace, scope.project), request_id=request_id,
+        mailbox=mailbox_key(scope.workspace, scope.project), request_id=rid,
         message_id=message_id, agent=harness, claimer=claimer))
     if result is None:
-        return {"message": None, "workspace": scope.workspace, "project": scope.project}
+        return {"message": None, "request_id": rid, "workspace": scope.workspace,
+                "project": scope.project}
     msg, claim = result["message"], result["claim"]
     row = public_message({**msg, "state": "claimed"})
     row["body"] = fence(msg.get("body") or "")

@@ -2,8 +2,8 @@
 
 ``offer(ops)`` is the node's applied-ops listener. It runs inside the
 node's effect loop, so it only filters and queues (bounded by
-``limits.webhook_intake_ops_max``; overflow is dropped, counted and
-logged). The **intake loop** drains that queue into the outbox in one
+``limits.webhook_intake_ops_max``; overflow is refused, counted in
+``webhook_dropped_total`` and logged). The **intake loop** drains that queue into the outbox in one
 transaction per batch (:func:`daemon.webhooks.intake.admit`) and wakes the
 **delivery loop**, which reads the head row of every subscription, starts
 a POST for each one that is due (at most ``concurrency`` at a time, one per
@@ -46,10 +46,10 @@ from store.ops import Op
 
 log = logging.getLogger("ai_memory.webhooks")
 
-INTAKE_BATCH_OPS = 5000  # ops folded into one intake transaction
-BURST_ROWS = 64  # rows one subscription delivers back to back before yielding its slot
-ERROR_PAUSE_SECS = 1.0  # after an unexpected error, before the loop tries again
-_ERROR_TEXT_MAX = 500
+INTAKE_BATCH_OPS = limits.webhook_intake_batch_ops
+BURST_ROWS = limits.webhook_burst_rows
+ERROR_PAUSE_SECS = limits.webhook_error_pause_secs
+_ERROR_TEXT_MAX = limits.webhook_error_text_max_chars
 
 
 class Dispatcher:

@@ -3,7 +3,7 @@
 It owns the webhook database, the subscription registry and the
 dispatcher, and offers what the HTTP handlers need (subscribe, list,
 unsubscribe) plus :meth:`Webhooks.on_applied`, the node's applied-ops
-listener. The listener is registered when the app is built, before the
+listener. The listener is registered when the node is built, before the
 database is open: ops applied in that window are held (bounded like the
 intake) and handed to the dispatcher at :meth:`start`.
 

@@ -107,7 +107,7 @@ class Cluster:
         p = self.procs[nid]
         peers = ",".join(f"{dst}=http://127.0.0.1:{self.net.links[(nid, dst)].port}"
                          for dst in self.ids if dst != nid)
-        cmd = [sys.executable, "-m", "daemon", "--host", "127.0.0.1", "--port", str(p.port),
+        cmd = [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", str(p.port),
                "--db", str(p.db), "--node-id", nid, "--quorum-peers", peers,
                "--quorum-timeout-ms", str(self.quorum_timeout_ms),
                "--catchup-interval-secs", str(self.catchup_interval_secs)]

@@ -149,7 +149,7 @@ def test_peerless_nodes_accept_pushes_from_a_node_with_peers(tmp_path) -> None: 
     procs = []
     try:
         for i, port in enumerate(ports):
-            cmd = [sys.executable, "-m", "daemon", "--port", str(port),
+            cmd = [sys.executable, "-m", "cli", "serve", "--port", str(port),
                    "--db", str(tmp_path / f"n{i}.db")]
             if i == 0:
                 cmd += ["--quorum-writes", "2", "--quorum-peers",
@@ -203,7 +203,7 @@ def test_mismatched_membership_is_detected_and_reported(tmp_path) -> None:  # ty
     try:
         for nid, port in ports.items():
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "daemon", "--port", str(port), "--node-id", nid,
+                [sys.executable, "-m", "cli", "serve", "--port", str(port), "--node-id", nid,
                  "--db", str(tmp_path / f"{nid}.db"), "--quorum-peers", ",".join(peers[nid]),
                  "--catchup-interval-secs", "0.3"],
                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))

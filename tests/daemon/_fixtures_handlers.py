@@ -21,6 +21,7 @@ import pytest
 
 from daemon.app import build_app
 from daemon.node import Node
+from daemon.wiring import build_node
 from tests.daemon.conftest import make_settings
 
 T0 = 1_800_000_000.0  # a fixed wall time (seconds) for clocked nodes
@@ -47,7 +48,7 @@ class Clocked:
 @pytest.fixture(name="clocked")
 async def clocked_fixture(tmp_path: Path, aiohttp_client: Any) -> AsyncIterator[Clocked]:
     clock = Clock()
-    node = Node(make_settings(tmp_path / "clocked.db"), clock=clock)
+    node = await build_node(make_settings(tmp_path / "clocked.db"), clock=clock)
     await node.start()
     try:
         client = await aiohttp_client(build_app(node))

@@ -12,6 +12,7 @@ import pytest
 from daemon.app import build_app
 from daemon.node import Node
 from daemon.settings import ClusterSettings, Settings, StoreSettings
+from daemon.wiring import build_node
 
 
 def make_settings(db: Path, **cluster: object) -> Settings:
@@ -21,7 +22,7 @@ def make_settings(db: Path, **cluster: object) -> Settings:
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[Node]:
-    n = Node(make_settings(tmp_path / "node.db"))
+    n = await build_node(make_settings(tmp_path / "node.db"))
     await n.start()
     try:
         yield n

@@ -12,10 +12,10 @@ from aiohttp import web
 from common.errors import BadRequest
 from daemon.admission import AdmissionHook, parse_hooks
 from daemon.app import build_app
-from daemon.node import Node
 from daemon.settings import ClusterSettings, MailSettings, Settings, StoreSettings
 from daemon.webhooks.config import WebhookSettings
 from daemon.webhooks.signing import SIGNATURE_V2, TIMESTAMP, verify_timestamped
+from daemon.wiring import build_node
 
 SECRET = "hook-secret"
 A = {"workspace": "default", "project": "proj-a"}
@@ -48,7 +48,7 @@ async def client_for(tmp_path: Path, aiohttp_client, hooks) -> tuple:  # type: i
         cluster=ClusterSettings(node_id="node1"),
         mail=MailSettings(admission=tuple(hooks)),
         webhooks=WebhookSettings(allow_loopback_webhooks=True))
-    node = Node(settings)
+    node = await build_node(settings)
     await node.start()
     client = await aiohttp_client(build_app(node))
     for scope, harness in ((A, "kimi"), (B, "claude")):

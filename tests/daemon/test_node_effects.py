@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from daemon.node import Node
+from daemon.wiring import build_node
 from federation.effects import Persist, PersistPromise, SendPromise
 from federation.messages import Promise
 from store.ops import MSG_SEND, Op, mailbox_key
@@ -32,7 +33,7 @@ async def test_promise_read_waits_for_an_earlier_concurrent_persist(node: Node) 
 
     node.store.apply_ops = slow_apply  # type: ignore[method-assign]
     sent: list = []
-    node._send = lambda peer, msg, rp, rs: sent.append(msg)  # type: ignore[method-assign]
+    node.runner._send = lambda peer, msg, rp, rs: sent.append(msg)  # type: ignore[method-assign]
     accept = asyncio.create_task(node.run([PersistPromise(KEY, 5), Persist((send_op(1),))]))
     await asyncio.sleep(0)  # the accept's list has registered its barrier
     promise = asyncio.create_task(node.run([SendPromise("node2", KEY, 5, {})]))
@@ -46,7 +47,7 @@ async def test_promise_read_waits_for_an_earlier_concurrent_persist(node: Node) 
 
 async def test_failed_persist_is_fail_stop(node: Node) -> None:
     stopped = []
-    node.on_fatal = lambda: stopped.append(True)
+    node.runner.on_fatal = lambda: stopped.append(True)
 
     async def broken(ops, now_ms):  # type: ignore[no-untyped-def]
         raise OSError("disk on fire")
@@ -93,7 +94,7 @@ async def test_quorum_read_waits_for_persists_already_counted_in_the_vector(
     url = f"http://127.0.0.1:{peer.port}"
     settings = Settings(store=StoreSettings(db_path=str(tmp_path / "r.db")), cluster=ClusterSettings(
         node_id="node1", peers=(Member("node2", url), Member("node3", url))))
-    node = Node(settings)
+    node = await build_node(settings)
     await node.start()
     try:
         real = node.store.apply_ops
@@ -111,5 +112,54 @@ async def test_quorum_read_waits_for_persists_already_counted_in_the_vector(
         assert not reading.done(), "the read went ahead of a persist already in flight"
         gate.set()
         await asyncio.gather(persisting, reading)
+    finally:
+        await node.stop()
+
+
+async def test_read_waits_for_ops_counted_by_a_concurrent_intake(
+        tmp_path, aiohttp_server) -> None:  # type: ignore[no-untyped-def]
+    """An intake of a batch counts its ops in the version vector at once and
+    persists them side by side. A quorum read that starts in that window
+    sends that vector with its pulls (so the peers send nothing back for
+    those ops) and must therefore wait for their commit before the local
+    query, even though no persist was in flight when the read began."""
+    from aiohttp import web
+
+    from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
+    from federation.messages import Replicate
+
+    async def pull(_: web.Request) -> web.Response:  # a peer that has nothing to add
+        import msgpack
+        return web.Response(body=msgpack.packb([]), content_type="application/msgpack")
+
+    app = web.Application()
+    app.router.add_post("/peer/v1/pull", pull)
+    peer = await aiohttp_server(app)
+    url = f"http://127.0.0.1:{peer.port}"
+    settings = Settings(store=StoreSettings(db_path=str(tmp_path / "i.db")), cluster=ClusterSettings(
+        node_id="node1", peers=(Member("node2", url), Member("node3", url))))
+    node = await build_node(settings)
+    await node.start()
+    try:
+        real = node.store.apply_ops
+        gate = asyncio.Event()
+
+        async def slow_apply(ops, now_ms):  # type: ignore[no-untyped-def]
+            await gate.wait()
+            return await real(ops, now_ms)
+
+        node.store.apply_ops = slow_apply  # type: ignore[method-assign]
+        op1, op2 = (Op("node2", s, 100 + s, MSG_SEND, KEY, send_op(s).body, 1) for s in (1, 2))
+        # Two messages that do not coalesce: two effect lists run side by side.
+        batch = [Replicate(ops=(op1,), ack=True), Replicate(ops=(op2,), ack=False)]
+        receiving = asyncio.create_task(node.receive("node2", batch))
+        reading = asyncio.create_task(node.read_barrier(KEY))
+        await asyncio.sleep(0.2)
+        assert node.core.vv.get("node2") == 2, "the intake counted both ops"
+        assert not reading.done(), "the read went ahead of ops the core already counted"
+        gate.set()
+        await asyncio.gather(receiving, reading)
+        assert {r["id"] for r in await node.store.mailbox_pending("default", "p", limit=10)} == {
+            "m1", "m2"}
     finally:
         await node.stop()

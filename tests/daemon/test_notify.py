@@ -11,10 +11,10 @@ from ai_memory.models import InboxMessage
 
 from common import limits
 from daemon.app import build_app
-from daemon.node import Node
 from daemon.schemas.ids import record_id
 from daemon.schemas.timefmt import parse_rfc3339, rfc3339
 from daemon.settings import Member
+from daemon.wiring import build_node
 from tests.daemon._fixtures_handlers import clocked_fixture, free_port, headers, snapshot  # noqa: F401
 from tests.daemon.conftest import make_settings
 
@@ -230,7 +230,7 @@ async def test_concurrent_mark_read(client: Any) -> None:
 async def test_quorum_not_met_is_a_503_and_retries_never_duplicate(
         tmp_path: Any, aiohttp_client: Any) -> None:
     dead = tuple(Member(f"node{i}", f"http://127.0.0.1:{free_port()}") for i in (2, 3))
-    node = Node(make_settings(tmp_path / "w2.db", peers=dead, quorum_timeout_ms=200))  # W=2 of 3
+    node = await build_node(make_settings(tmp_path / "w2.db", peers=dead, quorum_timeout_ms=200))  # W=2 of 3
     await node.start()
     try:
         client = await aiohttp_client(build_app(node))

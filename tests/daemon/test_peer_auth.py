@@ -10,9 +10,9 @@ import msgpack
 import pytest
 
 from daemon.app import build_app
-from daemon.node import Node
 from daemon.peer_auth import sign
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
+from daemon.wiring import build_node
 from federation.messages import SyncOffer
 
 SECRET = "s3cret-for-tests"
@@ -23,7 +23,7 @@ async def secured(tmp_path: Path, aiohttp_client):  # type: ignore[no-untyped-de
     settings = Settings(store=StoreSettings(db_path=str(tmp_path / "n.db")), cluster=ClusterSettings(
         node_id="node1", secret=SECRET,
         peers=(Member("node2", "http://127.0.0.1:9"), Member("node3", "http://127.0.0.1:9"))))
-    node = Node(settings)
+    node = await build_node(settings)
     await node.start()
     try:
         yield await aiohttp_client(build_app(node))

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.app import build_app
-from daemon.node import Node
 from daemon.settings import AuthSettings, ClusterSettings, Member, Settings, StoreSettings
+from daemon.wiring import build_node
 from tests.daemon._fixtures_handlers import clocked_fixture, free_port, snapshot  # noqa: F401
 from tests.daemon.conftest import make_settings
 
@@ -41,7 +41,7 @@ async def test_keys_mode_registers_only_itself(tmp_path: Path, aiohttp_client: A
     settings = Settings(store=StoreSettings(db_path=str(tmp_path / "k.db")),
                         cluster=ClusterSettings(node_id="node1"),
                         auth=AuthSettings(api_keys={"key-alice": "alice"}))
-    node = Node(settings)
+    node = await build_node(settings)
     await node.start()
     try:
         client = await aiohttp_client(build_app(node))
@@ -122,7 +122,7 @@ async def test_route_errors_have_codes(client: Any) -> None:
 
 async def test_every_503_has_a_code(tmp_path: Path, aiohttp_client: Any) -> None:
     dead = tuple(Member(f"node{i}", f"http://127.0.0.1:{free_port()}") for i in (2, 3))
-    node = Node(make_settings(tmp_path / "q.db", peers=dead, quorum_timeout_ms=200))
+    node = await build_node(make_settings(tmp_path / "q.db", peers=dead, quorum_timeout_ms=200))
     await node.start()
     try:
         client = await aiohttp_client(build_app(node))

@@ -36,7 +36,8 @@ def test_send_pop_retry_and_empty() -> None:
     got = ask(cl, o, 2, MailPop(MB, request_id="r1", claimer={"claimer_session": "s1"}))
     assert got["message"]["id"] == "m1" and got["message"]["body"] == "b-m1"
     assert got["claim"]["request_id"] == "r1" and got["claim"]["claimer_session"] == "s1"
-    assert ask(cl, o, 3, MailPop(MB, request_id="r1")) == got  # same request, same message
+    again = ask(cl, o, 3, MailPop(MB, request_id="r1"))  # same request, same message
+    assert (again["message"], again["claim"]) == (got["message"], got["claim"])
     assert ask(cl, o, 4, MailPop(MB, request_id="r2")) is None
     holders = [d for d in cl.disks.values()  # a majority holds the decision
                if (d.message("m1") or {}).get("state") == "claimed"]
@@ -166,8 +167,8 @@ def test_a_failed_claim_makes_the_message_available_again() -> None:
     cl, o = owner_cluster()
     ask(cl, o, 1, MailSend(MB, body("m1")))
     cl.call(o, "mailbox_request", 2, MailPop(MB, request_id="r2"))
-    cl.call(o, "mailbox_request", 3, MailPop(MB, request_id="r3"))
-    assert cl.replies[3] is None  # m1 is held by r2's claim
+    cl.call(o, "mailbox_request", 3, MailPop(MB))
+    assert cl.replies[3] is None  # m1 is held by r2's claim (no request id: nothing to record)
     cl.queue.clear()  # r2's accepts are lost
     cl.tick(cl.timeout_ms)
     assert isinstance(cl.replies[2], NoMajority)
@@ -191,7 +192,8 @@ def test_requests_on_a_held_message_wait_for_its_round() -> None:
     cl.call(o, "mailbox_request", 4, MailCancel(MB, ("m1",), "w", "p0"))
     assert 3 not in cl.replies and 4 not in cl.replies
     cl.deliver()
-    assert cl.replies[2] == cl.replies[3]
+    assert cl.replies[2]["claim"] == cl.replies[3]["claim"]
+    assert cl.replies[2]["rank"] == cl.replies[3]["rank"]  # the same decision, not a new one
     assert isinstance(cl.replies[4], Conflict)
 
 
@@ -202,7 +204,8 @@ def test_an_owner_after_restart_reloads_and_keeps_decisions() -> None:
     first = ask(cl, o, 3, MailPop(MB, request_id="r1"))
     old_epoch = cl.cores[o].claims.owned()[MB]
     cl.restart(o)
-    assert ask(cl, o, 4, MailPop(MB, request_id="r1")) == first
+    again = ask(cl, o, 4, MailPop(MB, request_id="r1"))
+    assert (again["message"], again["claim"]) == (first["message"], first["claim"])
     assert cl.cores[o].claims.owned()[MB] > old_epoch
     assert ask(cl, o, 5, MailPop(MB))["message"]["id"] == "m2"
     assert ask(cl, o, 6, MailPop(MB)) is None
@@ -234,3 +237,136 @@ def test_an_idle_owner_drops_its_model_and_takes_the_mailbox_again_on_demand() -
     cl.deliver()
     assert got["message"]["id"] == "m1"  # the state came back with the new term
     assert cl.cores[o].claims.owned()[MB] > first_epoch
+
+
+# -- a pop's request id is decided once, "nothing pending" included ----------
+
+
+def test_nothing_pending_is_a_decision_a_majority_holds_before_the_reply() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 0, MailSend(MB, body("m0")))
+    ask(cl, o, 1, MailPop(MB, request_id="r0"))
+    cl.call(o, "mailbox_request", 2, MailPop(MB, request_id="r1"))
+    assert 2 not in cl.replies  # no answer before a majority holds the decision
+    cl.deliver()
+    assert cl.replies[2] is None
+    holders = [d for d in cl.disks.values() if d.snapshot()["empties"].get((MB, "r1"))]
+    assert len(holders) >= 2
+
+
+def test_an_empty_request_id_stays_empty_after_a_send() -> None:
+    cl, o = owner_cluster()
+    assert ask(cl, o, 1, MailPop(MB, request_id="r1")) is None
+    ask(cl, o, 2, MailSend(MB, body("m1")))
+    # A retried (or late) copy of r1 gets its decision, not the new message.
+    assert ask(cl, o, 3, MailPop(MB, request_id="r1")) is None
+    assert ask(cl, o, 4, MailPop(MB, request_id="r2"))["message"]["id"] == "m1"
+
+
+def test_a_late_copy_at_a_new_owner_meets_the_empty_decision() -> None:
+    cl, o = owner_cluster()
+    assert ask(cl, o, 1, MailPop(MB, request_id="r1")) is None
+    # The owner is cut off; another member takes the mailbox over, a message
+    # arrives, and then a copy of r1 that was held in the network reaches it.
+    other = next(p for p in cl.ids if p != o)
+    cut = lambda src, dst, msg: o in (src, dst)  # noqa: E731
+    assert isinstance(ask(cl, other, 2, MailSend(MB, body("m1")), drop=cut), Op)
+    assert cl.cores[other].claims.owned()[MB] > 0
+    assert ask(cl, other, 3, MailPop(MB, request_id="r1"), drop=cut) is None
+    got = ask(cl, other, 4, MailPop(MB, request_id="r2"), drop=cut)
+    assert got["message"]["id"] == "m1"
+
+
+def test_an_unconfirmed_empty_decision_is_reissued_at_the_new_epoch() -> None:
+    cl, o = owner_cluster()
+    assert ask(cl, o, 1, MailPop(MB, request_id="r1")) is None
+    cl.restart(o)  # a new term: the decision is loaded, not confirmed
+    cl.call(o, "mailbox_request", 2, MailPop(MB, request_id="r1"))
+    cl.deliver()
+    assert cl.replies[2] is None
+    epochs = {op.epoch for d in cl.disks.values() for op in d.ops_for_key(MB)
+              if op.kind == "msg.empty"}
+    assert len(epochs) == 2  # the first term's decision and its re-issue
+
+
+def test_a_request_older_than_the_ttl_is_refused() -> None:
+    from common import limits
+    cl, o = owner_cluster()
+    old = cl.now - int(limits.mailbox_request_ttl_secs * 1000) - 1
+    got = ask(cl, o, 1, MailPop(MB, request_id="r1", sent_at_ms=old))
+    assert isinstance(got, Unavailable) and "mailbox_request_ttl_secs" in str(got)
+    assert ask(cl, o, 2, MailPop(MB, request_id="r1", sent_at_ms=cl.now)) is None
+
+
+# -- editing: hold and release, decided by the owner like a pop ----------------
+
+
+def _hold(session: str = "web-1", mid: str = "m1") -> Any:
+    from federation.claim import MailHold
+    return MailHold(MB, mid, holder={"holder_session": session, "holder_user": "ann"})
+
+
+def _release(mid: str = "m1", content: dict[str, Any] | None = None) -> Any:
+    from federation.claim import MailRelease
+    return MailRelease(MB, mid, content=content)
+
+
+def test_a_held_message_leaves_the_queue_and_comes_back_at_its_place() -> None:
+    cl, o = owner_cluster()
+    for mid in ("m1", "m2"):
+        ask(cl, o, mid, MailSend(MB, body(mid)))
+    held = ask(cl, o, 1, _hold())
+    assert held["hold"]["holder_session"] == "web-1"
+    assert cl.cores[o].claims.slots[MB].model.state("m1") == "editing"
+    assert ask(cl, o, 2, MailPop(MB, request_id="r1"))["message"]["id"] == "m2"
+    assert isinstance(ask(cl, o, 3, MailPop(MB, message_id="m1")), Conflict)
+    saved = ask(cl, o, 4, _release(content={"subject": "new", "body": "edited"}))
+    assert saved["message"]["body"] == "edited" and saved["message"]["id"] == "m1"
+    got = ask(cl, o, 5, MailPop(MB, request_id="r2"))
+    assert got["message"]["id"] == "m1" and got["message"]["body"] == "edited"
+    holders = [d for d in cl.disks.values() if (d.message("m1") or {}).get("body") == "edited"]
+    assert len(holders) >= 2  # the claim carried the saved content to a majority
+
+
+def test_a_hold_and_a_pop_of_the_same_message_never_both_win() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 0, MailSend(MB, body("m1")))
+    cl.call(o, "mailbox_request", 1, MailPop(MB, request_id="r1"))
+    cl.call(o, "mailbox_request", 2, _hold())  # parked behind the claim's round
+    cl.deliver()
+    assert cl.replies[1]["message"]["id"] == "m1"
+    assert isinstance(cl.replies[2], Conflict) and cl.replies[2].details["state"] == "claimed"
+    ask(cl, o, 3, MailSend(MB, body("m2")))
+    cl.call(o, "mailbox_request", 4, _hold(mid="m2"))
+    cl.call(o, "mailbox_request", 5, MailPop(MB, request_id="r5", message_id="m2"))
+    cl.deliver()
+    assert cl.replies[4]["hold"]["id"] == "m2"
+    assert isinstance(cl.replies[5], Conflict) and cl.replies[5].details["state"] == "editing"
+
+
+def test_holds_are_exclusive_retried_by_their_session_and_survive_failover() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 0, MailSend(MB, body("m1")))
+    first = ask(cl, o, 1, _hold("web-1"))
+    assert ask(cl, o, 2, _hold("web-1"))["hold"] == first["hold"]  # a retried Edit
+    assert isinstance(ask(cl, o, 3, _hold("web-2")), Conflict)
+    # The owner is cut off; the next owner still sees the message held.
+    other = next(p for p in cl.ids if p != o)
+    cut = lambda src, dst, msg: o in (src, dst)  # noqa: E731
+    assert ask(cl, other, 4, MailPop(MB, request_id="r4"), drop=cut) is None
+    assert isinstance(ask(cl, other, 5, MailCancel(MB, ("m1",), "w", "p0"), drop=cut), Conflict)
+    assert ask(cl, other, 6, MailCancel(MB, None, "w", "p0"), drop=cut) == []
+    assert ask(cl, other, 7, _release(), drop=cut)["message"]["id"] == "m1"  # discard
+    assert ask(cl, other, 8, _release(), drop=cut)["message"]["id"] == "m1"  # again: same
+    assert isinstance(ask(cl, other, 9, _release(content={"body": "x"}), drop=cut), Conflict)
+    assert ask(cl, other, 10, MailPop(MB, request_id="r10"), drop=cut)["message"]["id"] == "m1"
+
+
+def test_held_messages_count_against_the_cap_and_edits_change_only_text() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 0, MailSend(MB, body("m1"), cap=1))
+    ask(cl, o, 1, _hold())
+    assert isinstance(ask(cl, o, 2, MailSend(MB, body("m2"), cap=1)), LimitExceeded)
+    bad = ask(cl, o, 3, _release(content={"to_project": "elsewhere"}))
+    assert bad.status == 400
+    assert isinstance(ask(cl, o, 4, _hold(mid="nope")), NotFound)

@@ -135,3 +135,31 @@ def test_merge_is_order_free_and_matches_the_store_reference(
         else:
             assert mine is not None and a.terminal_op(mine) is not None
     assert a.pending_count() == ref.mailbox_pending_count("w", "p")
+
+
+def empty(rid: str, origin: str = "b", seq: int = 1, hlc: int = 30, epoch: int = 2) -> Op:
+    from store.ops import MSG_EMPTY
+    return Op(origin, seq, hlc, MSG_EMPTY, KEY,
+              {"request_id": rid, "claimer_session": f"s-{rid}", "claimer_agent": None,
+               "at_ms": 1}, epoch)
+
+
+def test_a_claim_outranked_by_its_own_requests_empty_decision_is_void() -> None:
+    # A deposed owner's unacknowledged claim of m1 for r1; a later owner
+    # decided r1 "nothing pending". Nobody holds m1: it is pending again, in
+    # whichever order the ops arrive, and the request's decision is empty.
+    ops = [send("m1"), claim("m1", "r1", epoch=1), empty("r1", epoch=2)]
+    for order in (ops, ops[::-1], [ops[1], ops[2], ops[0]]):
+        m = MailboxModel(KEY)
+        m.apply(order)
+        assert m.state("m1") == PENDING and m.first_pending(None, {}) == "m1"
+        assert m.pending_count() == 1
+        decided = m.decision("r1")
+        assert decided is not None and decided[0] is None
+    # A new claim at a higher epoch decides the message again.
+    m.apply([claim("m1", "r2", origin="c", epoch=3)])
+    assert m.state("m1") == CLAIMED and m.pending_count() == 0
+    # An empty decision ranked below the claim voids nothing.
+    m2 = MailboxModel(KEY)
+    m2.apply([send("m1"), claim("m1", "r1", epoch=3), empty("r1", epoch=2)])
+    assert m2.state("m1") == CLAIMED and m2.decision("r1") == ("m1", claim("m1", "r1", epoch=3))

@@ -3,7 +3,7 @@
 One daemon (``ai-memory serve`` on a free loopback port with its own SQLite
 file) serves the module. Each test spawns the MCP server the way an agent's
 harness would, over stdio, and drives it with the SDK's ``stdio_client`` and
-``ClientSession``. The server is started as ``python -m daemon.mcp``, which
+``ClientSession``. The server is started as ``python -m cli mcp``, which
 runs the same click command that ``ai-memory mcp`` registers.
 """
 
@@ -134,7 +134,7 @@ async def mcp_session(node: Node, cwd: Path, *args: str) -> AsyncIterator[Client
     """An initialized MCP session with ``ai-memory mcp --url NODE ARGS`` as a subprocess."""
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "daemon.mcp", "--url", node.url, *args],
+        args=["-m", "cli", "mcp", "--url", node.url, *args],
         env={"PYTHONPATH": str(ROOT)},
         cwd=cwd,  # no .ai-memory.toml here or above: the scope comes from flags only
     )

@@ -7,6 +7,9 @@
    acknowledged pops of one request id got the same message; no message is
    both acknowledged-claimed and acknowledged-cancelled; and on every node
    the final claimer of an acknowledged claim is the acknowledged one.
+   A pop's request id is decided once: every answer it got is the same
+   (a message, or "nothing pending"), and at the end every node records
+   that same decision for it.
 3. Nothing appears that was never written: every note, memory and message
    on every node was sent by a client, with its body intact; every claim
    names a session and request id a client used together.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from common.lifecycle import EDITABLE_FIELDS, TERMINAL
 from store.ops import MEM_DEL, NOTE_NEW, NOTE_READ, Op
 from store.records import MESSAGE_FIELDS
 from tests.sim.workload import Attempt
@@ -47,7 +51,13 @@ class Monitor:
         self.popped_session: dict[str, str] = {}  # message id -> claimer session
         self.popped_claim: dict[str, tuple[str, int]] = {}  # message id -> (session, at_ms)
         self.by_request: dict[str, str] = {}  # request id -> message id
+        # (mailbox, request id) -> every answer a pop with that id got (None: nothing pending)
+        self.answers: dict[tuple[str, str], set[str | None]] = {}
         self.cancelled: set[str] = set()
+        # message id -> acknowledged holds [(rank, session, asked at)] and fresh claims
+        # [(rank, answered at)]
+        self.holds: dict[str, list[tuple[list[Any], str, int]]] = {}
+        self.claims: dict[str, list[tuple[list[Any], int]]] = {}
         # (node, message) -> [(sim ms, state shown)], one entry per change
         self.seen_states: dict[tuple[str, str], list[tuple[int, Decision | None]]] = {}
         self.popped_at: dict[str, int] = {}  # message id -> when its pop was acked
@@ -72,7 +82,14 @@ class Monitor:
             body = {k: v for k, v in a.value.body.items()}
             if body != h.send_bodies.get(body["id"]):
                 self.fail(f"send of {body['id']} acked with a different body: {body}")
-        elif a.kind == "pop" and a.value is not None:
+        elif a.kind == "pop" and a.req.request_id is not None:
+            got = None if a.value is None else a.value["message"]["id"]
+            seen = self.answers.setdefault((a.req.mailbox, a.req.request_id), set())
+            seen.add(got)
+            if len(seen) > 1:
+                self.fail(f"request {a.req.request_id} answered differently: "
+                          f"{sorted(seen, key=str)}")
+        if a.kind == "pop" and a.value is not None:
             msg, claim = a.value["message"], a.value["claim"]
             mid = msg["id"]
             ident = _identity(a.req)
@@ -89,11 +106,21 @@ class Monitor:
                     self.fail(f"request {a.req.request_id} got {other} and then {mid}")
             if claim.get("request_id") != a.req.request_id:
                 self.fail(f"pop {ident} acked with claim for request {claim.get('request_id')}")
-            sent = h.send_bodies.get(mid)
-            if sent is None or {k: msg.get(k) for k in sent} != sent:
+            if not _was_written(h, mid, msg):
                 self.fail(f"pop {ident} returned a body that was never sent: {msg}")
+            if a.value.get("fresh"):
+                self.claims.setdefault(mid, []).append((a.value["rank"], self.sim.now))
             if mid in self.cancelled:
                 self.fail(f"message {mid} acked as cancelled and as popped")
+        elif a.kind == "hold":
+            mid = a.req.message_id
+            if not _was_written(h, mid, a.value["message"]):
+                self.fail(f"hold of {mid} returned a body that was never written")
+            session = str(a.value["hold"].get("holder_session"))
+            self.holds.setdefault(mid, []).append((a.value["rank"], session, a.sent_ms))
+        elif a.kind == "release":
+            if not _was_written(h, a.req.message_id, a.value["message"]):
+                self.fail(f"release of {a.req.message_id} returned a body never written")
         elif a.kind == "cancel":
             for mid in a.value:
                 self.cancelled.add(mid)
@@ -113,8 +140,8 @@ class Monitor:
                 last = seq[-1][1] if seq else None
                 if seq and last == state:
                     continue
-                if last is not None and last[0] != "pending" and (
-                        state is None or state[0] == "pending"):
+                if last is not None and last[0] in TERMINAL and (
+                        state is None or state[0] not in TERMINAL):
                     self.fail(f"{node_id}: message {mid} reverted from {last} to {state}")
                 seq.append((self.sim.now, state))
             for op in self.acked_reads:
@@ -127,6 +154,42 @@ class Monitor:
                     self.fail(f"{node_id}: memory {op.body['id']} deleted by {op.op_id} is back")
 
 
+def _was_written(h: Any, mid: str, msg: dict[str, Any]) -> bool:
+    """Is ``msg`` message ``mid`` as sent, or with a subject and body that an
+    editor asked to save?"""
+    sent = h.send_bodies.get(mid)
+    if sent is None:
+        return False
+    fixed = [k for k in sent if k not in EDITABLE_FIELDS]
+    if any(msg.get(k) != sent[k] for k in fixed):
+        return False
+    shown = {k: msg.get(k) for k in EDITABLE_FIELDS}
+    return any(shown == {k: c.get(k) for k in EDITABLE_FIELDS}
+               for c in [sent, *h.edits.get(mid, [])])
+
+
+def _hold_and_pop_checks(sim: Sim, fail: Any) -> None:
+    """A hold and a pop of one message never both win: in the owners' order
+    of decisions (ranks), no hold follows an acknowledged claim, and a fresh
+    claim follows an acknowledged hold only if someone asked to release it
+    in between."""
+    mon, h = sim.monitor, sim.history
+    asked: dict[str, list[int]] = {}  # message id -> when a release attempt was sent
+    for a in h.attempts.values():
+        if a.kind == "release":
+            asked.setdefault(a.req.message_id, []).append(a.sent_ms)
+    for mid, holds in mon.holds.items():
+        claims = mon.claims.get(mid, [])
+        for h_rank, session, asked_ms in holds:
+            for c_rank, answered_ms in claims:
+                if h_rank > c_rank:
+                    fail(f"{mid}: hold {h_rank} by {session} granted after claim {c_rank}")
+                elif not any(asked_ms <= t <= answered_ms
+                             for t in asked.get(mid, [])):
+                    fail(f"{mid}: claimed at {c_rank} while held at {h_rank} by {session}, "
+                         "with no release asked in between")
+
+
 def final_checks(sim: Sim) -> list[str]:
     mon, h = sim.monitor, sim.history
     out: list[str] = []
@@ -135,6 +198,7 @@ def final_checks(sim: Sim) -> list[str]:
         if len(out) < 20:
             out.append(text)
 
+    _hold_and_pop_checks(sim, fail)
     deleted = {op.body["id"] for op in mon.acked_dels}
     for node_id, node in sim.nodes.items():
         disk = node.disk
@@ -161,6 +225,14 @@ def final_checks(sim: Sim) -> list[str]:
             view = disk.message(mid)
             if view is None or view["state"] != "cancelled":
                 fail(f"{node_id}: acked-cancelled {mid} ends as {view and view['state']}")
+        # 2a. every answered request id ends decided the way it was answered.
+        for (mailbox, rid), seen in mon.answers.items():
+            if len(seen) != 1:
+                continue
+            want = next(iter(seen))
+            decided = disk.pop_decision(mailbox, rid)
+            if decided != (("empty", None) if want is None else ("claimed", want)):
+                fail(f"{node_id}: request {rid} answered {want} but recorded as {decided}")
         # 2b. once acknowledged and shown, a decision never changes.
         for mid, acked in mon.popped_claim.items():
             seq = mon.seen_states.get((node_id, mid), [])
@@ -176,6 +248,10 @@ def final_checks(sim: Sim) -> list[str]:
             sent = h.send_bodies.get(mid)
             if sent is None or any(row.get(k) != sent.get(k) for k in MESSAGE_FIELDS):
                 fail(f"{node_id}: message {mid} was never sent like this: {row}")
+        for mid, rev in snap["revisions"].items():
+            saved = {"subject": rev["subject"], "body": rev["body"]}
+            if saved not in h.edits.get(mid, []):
+                fail(f"{node_id}: message {mid} holds an edit nobody asked for: {saved}")
         for nid, row in snap["notes"].items():
             body = h.note_bodies.get(nid)
             if body is None or any(row.get(k) != body.get(k) for k in body):

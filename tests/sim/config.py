@@ -32,6 +32,7 @@ class SimConfig:
     dup_max: float = 0.10
     fault_every_ms: int = 150  # mean gap between fault events
     client_every_ms: int = 15  # mean gap between client requests
+    hold_pop_p: float = 0.05  # a forwarded pop's link is held (one-way, loses nothing)
     mailboxes: int = 2
     pending_cap: int = 6
 

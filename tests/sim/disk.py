@@ -5,23 +5,22 @@ core is rebuilt from it, exactly as ``daemon/node.py`` rebuilds a core from
 ``Store.load_core_state()``. Everything written here is durable the moment
 the call returns (the simulator executes effects synchronously, in order).
 
-Garbage collection keeps mailbox ops, as ``federation.effects.Collect``
-requires: mailbox ownership reloads a mailbox from the op log, and dropping
-an acknowledged claim while its message's send survives would let a later
-owner offer the message again.
+It keeps the production store's contract for garbage collection and
+mailbox rebuilds: ``Collect`` drops every logged op the floor covers, mailbox
+ops included, and an owner rebuilds a mailbox from the merged state
+(:meth:`store.merge.Replica.mailbox_state_ops`, the same synthesis as
+``store.db.Store.mailbox_state_ops``, held equal by
+``tests/store/test_equivalence.py``), never from the op log.
 """
 
 from __future__ import annotations
 
+from common import limits
 from store.merge import Replica
-from store.ops import MAILBOX_KINDS
+from store.ops import Op
 
 
 class SimDisk(Replica):
-    def gc(self, floor_vv: dict[str, int]) -> int:
-        log = self._log  # the reference replica's op log, keyed by op id
-        doomed = [oid for oid, op in log.items()
-                  if oid[1] <= floor_vv.get(oid[0], 0) and op.kind not in MAILBOX_KINDS]
-        for oid in doomed:
-            del log[oid]
-        return len(doomed)
+    def load_mailbox(self, mailbox: str) -> list[Op]:
+        ws, _, proj = mailbox.removeprefix("mbox:").partition("/")
+        return self.mailbox_state_ops(ws, proj, history_max=limits.mailbox_history_load_max)

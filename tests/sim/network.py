@@ -6,7 +6,10 @@ its own loss and duplication rate; the delay of each copy is drawn
 uniformly, which reorders messages on the same link. A partition is a set
 of *blocked directed links*, so one-way partitions are just one direction
 blocked; a message is dropped if its link is blocked when it is sent or
-when it would arrive.
+when it would arrive. A *held* link is a one-way cut that loses nothing:
+like a TCP connection into a blackhole, its messages wait and are delivered
+late, after the hold is released, which is how a request that its sender
+gave up on can still reach the receiver.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class Network:
         self.loss: dict[tuple[str, str], float] = {}
         self.dup: dict[tuple[str, str], float] = {}
         self.blocked: set[tuple[str, str]] = set()
+        self.held: set[tuple[str, str]] = set()
+        self._parked: list[Envelope] = []
         self._queue: list[tuple[int, int, Envelope]] = []
         self._serial = 0
         self.sent = 0
@@ -65,13 +70,37 @@ class Network:
             if (env.src, env.dst) in self.blocked:
                 self.dropped += 1
                 continue
+            if (env.src, env.dst) in self.held:
+                self._parked.append(env)
+                continue
             out.append(env)
         return out
+
+    def hold(self, src: str, dst: str) -> None:
+        self.held.add((src, dst))
+
+    def release(self, now_ms: int, link: tuple[str, str] | None = None) -> None:
+        """Lift the hold on ``link`` (every link if None): what waited on it
+        is delivered after a fresh delay, in the order it was sent."""
+        if link is None:
+            self.held.clear()
+        else:
+            self.held.discard(link)
+        keep: list[Envelope] = []
+        for env in self._parked:
+            if (env.src, env.dst) in self.held:
+                keep.append(env)
+                continue
+            self._serial += 1
+            env.at_ms = now_ms + self.rng.randint(self.delay_min_ms, self.delay_max_ms)
+            heapq.heappush(self._queue, (env.at_ms, self._serial, env))
+        self._parked = keep
 
     def in_flight(self) -> int:
         return len(self._queue)
 
-    def heal(self) -> None:
+    def heal(self, now_ms: int) -> None:
+        self.release(now_ms)
         self.blocked.clear()
         self.loss.clear()
         self.dup.clear()

@@ -96,7 +96,7 @@ class SimNode:
                 found = tuple(self.disk.ops_for_key(eff.mailbox, dict(eff.vv)))
                 self.sim.send(self.id, eff.peer, Promise(eff.mailbox, eff.epoch, found), now_ms)
             elif isinstance(eff, LoadMailbox):
-                ops = list(self.disk.ops_for_key(eff.mailbox))
+                ops = self.disk.load_mailbox(eff.mailbox)
                 self.sim.later(now_ms + self.sim.rng.randint(0, 20), self._loaded,
                                self.incarnation, eff.mailbox, ops)
             elif isinstance(eff, PushMissing):

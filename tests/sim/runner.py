@@ -7,7 +7,9 @@ steps of ``tick_ms`` of simulated time and returns a :class:`Result`:
   partitions links (both ways or one way), sets per-link loss and
   duplication, crashes nodes (restarting them from disk later) and pauses
   them for longer than every timeout; every node's clock is skewed by up to
-  minutes for the whole run;
+  minutes for the whole run. A targeted nemesis cuts one way, in hold mode,
+  the link a pop was just forwarded over (or the way back), so the client
+  gives up and retries elsewhere while its first copy arrives much later;
 * phase 2: everything heals (partitions, loss, crashed and paused nodes),
   clients retry every pop and send whose outcome they never learned, and
   the run continues until every node's replica snapshot is equal; the time
@@ -23,7 +25,7 @@ import heapq
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from common.errors import AiMemoryError
@@ -147,6 +149,9 @@ class Sim:
         if kind == "write":
             node.run(core.write(attempt.token, payload, local), now_ms)
             return attempt
+        if payload.sent_at_ms is None:
+            # The entry node stamps a request once; retries keep the stamp.
+            payload = attempt.req = replace(payload, sent_at_ms=local)
         owner = core.owner_for(payload.mailbox, local)
         if self.rng.random() < 0.1:
             owner = entry  # the adapter runs it locally when forwarding fails
@@ -155,7 +160,21 @@ class Sim:
         else:
             self.stats["forwarded"] += 1
             self.send(entry, owner, _Forward(attempt.token, payload), now_ms)
+            if kind == "pop" and now_ms < self._heal_at and self.rng.random() < self.cfg.hold_pop_p:
+                self._hold_link(entry, owner, now_ms)
         return attempt
+
+    def _hold_link(self, entry: str, owner: str, now_ms: int) -> None:
+        """The one-way cut of issue 14: the forwarded pop (or its answer) is
+        held in the network past the client's patience, then delivered."""
+        link = (entry, owner) if self.rng.random() < 0.7 else (owner, entry)
+        self.net.hold(*link)
+        self.stats["held_links"] += 1
+        self.later(now_ms + self.rng.randint(self.cfg.claim_timeout_ms, 1500),
+                   self._release_link, link)
+
+    def _release_link(self, link: tuple[str, str], now_ms: int) -> None:
+        self.net.release(now_ms, link)
 
     def _retry(self, attempt: Attempt, now_ms: int) -> None:
         """Retry an attempt whose outcome the client never learned."""
@@ -249,7 +268,7 @@ class Sim:
             return
         h = self.history
         unknown = [a for a in h.attempts.values()
-                   if a.kind in ("pop", "send") and (not a.done or not a.ok)]
+                   if a.kind in ("pop", "send", "hold", "release") and (not a.done or not a.ok)]
         if unknown and self.rng.random() < 0.15:
             self._retry(self.rng.choice(unknown), now_ms)
         else:
@@ -258,7 +277,7 @@ class Sim:
         self.later(now_ms + self.rng.randint(1, 2 * self.cfg.client_every_ms), self._client)
 
     def heal(self) -> None:
-        self.net.heal()
+        self.net.heal(self.now)
         for node in self.nodes.values():
             if not node.up:
                 node.restart()

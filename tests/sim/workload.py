@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from federation.claim import MailCancel, MailPop, MailSend
+from federation.claim import MailCancel, MailHold, MailPop, MailRelease, MailSend
 from store.ops import MEM_DEL, MEM_PUT, NOTE_NEW, NOTE_READ, inbox_key, mailbox_key, mem_key
 
 AGENTS = ("alice", "bob", "carol")
@@ -28,7 +28,7 @@ SENDERS = (("w", "p0"), ("w", "p1"), ("w", "p2"))
 @dataclass(slots=True)
 class Attempt:
     token: int
-    kind: str  # write | send | pop | cancel
+    kind: str  # write | send | pop | cancel | hold | release
     req: Any
     entry: str
     sent_ms: int
@@ -45,6 +45,7 @@ class History:
     mem_bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
     send_bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
     pop_sessions: dict[str, str | None] = field(default_factory=dict)  # session -> request id
+    edits: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # id -> saved contents
 
     def acked(self, kind: str) -> list[Attempt]:
         return [a for a in self.attempts.values() if a.kind == kind and a.done and a.ok]
@@ -87,11 +88,27 @@ class Workload:
             return "write", [(MEM_DEL, mem_key(mid), {"id": mid})]
         ws, proj = self.rng.choice(self.mailboxes)
         key = mailbox_key(ws, proj)
-        if r < 0.62:
+        if r < 0.60:
             return "send", self._send(key, ws, proj, now_ms)
-        if r < 0.92:
+        if r < 0.86:
             return "pop", self._pop(key)
+        mine = [m for m, b in self.history.send_bodies.items()
+                if key == mailbox_key(b["to_workspace"], b["to_project"])]
+        if r < 0.90 and mine:
+            return "hold", MailHold(key, self.rng.choice(mine),
+                                    holder={"holder_session": self._next("ed"),
+                                            "holder_user": "ann"})
+        if r < 0.94 and mine:
+            return "release", self._release(key, self.rng.choice(mine), now_ms)
         return "cancel", self._cancel(key)
+
+    def _release(self, key: str, mid: str, now_ms: int) -> MailRelease:
+        if self.rng.random() < 0.5:
+            return MailRelease(key, mid)
+        n = self._next("edit")
+        content = {"subject": f"subject {mid} {n}", "body": f"edited body of {mid} ({n})"}
+        self.history.edits.setdefault(mid, []).append(content)
+        return MailRelease(key, mid, content=content)
 
     def _notes(self, now_ms: int) -> list[tuple[str, str, dict[str, Any]]]:
         items = []

@@ -130,6 +130,30 @@ def _msg_terminal(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
 
 
 @st.composite
+def _msg_empty(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    ws, proj = draw(st.sampled_from(SCOPES))
+    body = {"request_id": draw(st.sampled_from(("r1", "r2", "r3"))),
+            "claimer_session": draw(st.sampled_from((None, *SESSIONS))),
+            "claimer_agent": draw(st.sampled_from((None, *HARNESSES))), "at_ms": draw(small_int)}
+    return K.MSG_EMPTY, K.mailbox_key(ws, proj), body
+
+
+@st.composite
+def _msg_hold(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    mid = draw(st.sampled_from(MSG_IDS))
+    ws, proj = draw(st.sampled_from(SCOPES))
+    if draw(st.booleans()):
+        body = {"id": mid, "holder_session": draw(st.sampled_from(SESSIONS)),
+                "holder_agent": None, "holder_user": draw(st.sampled_from((None, "u1"))),
+                "at_ms": draw(small_int)}
+        return K.MSG_HOLD, K.mailbox_key(ws, proj), body
+    content = draw(st.one_of(st.none(), st.fixed_dictionaries(
+        {"subject": st.sampled_from((None, "edited")), "body": text})))
+    return K.MSG_RELEASE, K.mailbox_key(ws, proj), {"id": mid, "at_ms": draw(small_int),
+                                                     "content": content}
+
+
+@st.composite
 def _link_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
     src = draw(st.sampled_from(MEM_IDS))
     body = {"source_id": src, "target_id": draw(st.sampled_from(MEM_IDS)),
@@ -157,7 +181,8 @@ def _nsub_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
 
 op_content = st.one_of(_mem_put(), _mem_del(), _note_new(), _note_read(), _agent_reg(),
                        _agent_seen(), _session_start(), _msg_send(), _msg_terminal(),
-                       _link_put(), _grant_put(), _nsub_put())
+                       _msg_empty(), _msg_hold(), _msg_hold(), _link_put(), _grant_put(),
+                       _nsub_put())
 
 
 @st.composite

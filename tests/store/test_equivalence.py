@@ -68,6 +68,10 @@ async def views(s: Any, ops: list[Op]) -> dict[str, Any]:
             out[f"pending {key} {h}"] = await v(s.mailbox_pending(ws, proj, limit=10, agent=h))
         for req in ("r1", "r2"):
             out[f"by_request {key} {req}"] = await v(s.claim_by_request(ws, proj, req))
+        # What an owner rebuilds its model from (the op log is collected).
+        for hist, empty in ((100, 100), (1, 1)):
+            got = await v(s.mailbox_state_ops(ws, proj, history_max=hist, empty_max=empty))
+            out[f"state_ops {key} {hist}"] = sorted(got, key=lambda op: (op.kind, op.op_id))
     for m in MSG_IDS:
         out[f"message {m}"] = await v(s.message(m))
     for now in READ_TIMES:
@@ -108,7 +112,8 @@ async def _check(ops: list[Op], batches: list[list[Op]], floor: dict[str, int]) 
             assert_same(await views(store, ops), await views(replica, ops))
 
             assert await store.gc(floor) == replica.gc(floor)
-            assert await store.purge_expired(30_000) == replica.purge_expired(30_000)
+            assert (await store.purge_expired(30_000, empty_before_ms=5)
+                    == replica.purge_expired(30_000, empty_before_ms=5))
             assert await store.apply_ops(ops, APPLY_NOW) == replica.apply(ops, APPLY_NOW) == []
             assert await store.snapshot() == replica.snapshot()
             assert_same(await views(store, ops), await views(replica, ops))

@@ -16,12 +16,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from daemon.api.subscriptions import WEBHOOKS
 from daemon.app import build_app
 from daemon.node import Node
 from daemon.settings import ClusterSettings, Settings, StoreSettings
 from daemon.webhooks.config import WebhookSettings
 from daemon.webhooks.service import Webhooks
+from daemon.wiring import build_node
 
 FAST = WebhookSettings(allow_loopback_webhooks=True, backoff_base_secs=0.05,
                        backoff_max_secs=0.2, timeout_secs=2.0)
@@ -42,7 +42,7 @@ class Daemon:
         self.app: web.Application | None = None
 
     async def start(self) -> Daemon:
-        self.node = Node(self.settings)
+        self.node = await build_node(self.settings)
         await self.node.start()
         self.app = build_app(self.node)
         self.client = TestClient(TestServer(self.app))
@@ -59,8 +59,8 @@ class Daemon:
 
     @property
     def hooks(self) -> Webhooks:
-        assert self.app is not None
-        return self.app[WEBHOOKS]
+        assert self.node is not None
+        return self.node.webhooks
 
     @property
     def c(self) -> TestClient[web.Request, web.Application]:

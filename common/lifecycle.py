@@ -1,0 +1,86 @@
+"""The life of a project message, in one table.
+
+A message is sent once and then moves between states only through mailbox
+operations that the mailbox's owner issues (``docs/federation.md``)::
+
+    msg.send ──► pending ──msg.claim──► claimed     (terminal)
+                 │  ▲  └───msg.cancel─► cancelled   (terminal)
+        msg.hold │  │ msg.release (save: new subject/body; discard: unchanged)
+                 ▼  │
+                 editing
+
+* ``pending``: in the queue, in FIFO order of its send; a pop may claim it,
+  its sender may cancel it, an editor may hold it.
+* ``editing``: held out of the queue by an editor (the web inbox's Edit).
+  No pop claims it and no cancel takes it; it keeps its place, and counts
+  against the mailbox cap, until a release puts it back.
+* ``claimed`` / ``cancelled``: terminal; nothing moves it again.
+
+The owner decides every transition (a hold and a pop of the same message
+are ordered by the owner like two pops, so they never both win) and checks
+it against :data:`TRANSITIONS`. Replicas merge the ops order-free by these
+rules, which :func:`merged_state` states once for the store, the simulator
+and the owner's model:
+
+* terminal ops dominate: once any claim or cancel is known, the greatest
+  ``(epoch, hlc, origin, seq)`` of them decides, whatever holds say;
+* otherwise the greatest-ranked hold or release decides between
+  ``editing`` and ``pending``; with neither, the message is ``pending``;
+* the subject and body a reader sees are those of the greatest-ranked
+  release that carried new content (a save), else the send's.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+PENDING: Final = "pending"
+EDITING: Final = "editing"
+CLAIMED: Final = "claimed"
+CANCELLED: Final = "cancelled"
+
+STATES: Final = (PENDING, EDITING, CLAIMED, CANCELLED)
+TERMINAL: Final = frozenset({CLAIMED, CANCELLED})
+# States that occupy a place in the mailbox (and count against its cap).
+QUEUED: Final = frozenset({PENDING, EDITING})
+
+# Operation kinds (their wire names; :mod:`store.ops` registers them).
+MSG_SEND: Final = "msg.send"
+MSG_CLAIM: Final = "msg.claim"
+MSG_CANCEL: Final = "msg.cancel"
+MSG_HOLD: Final = "msg.hold"
+MSG_RELEASE: Final = "msg.release"
+
+# op kind -> (states it may be issued in, the state it leads to)
+TRANSITIONS: Final[dict[str, tuple[frozenset[str], str]]] = {
+    MSG_CLAIM: (frozenset({PENDING}), CLAIMED),
+    MSG_CANCEL: (frozenset({PENDING}), CANCELLED),
+    MSG_HOLD: (frozenset({PENDING}), EDITING),
+    MSG_RELEASE: (frozenset({EDITING}), PENDING),
+}
+TERMINAL_KINDS: Final = frozenset(k for k, (_, to) in TRANSITIONS.items() if to in TERMINAL)
+HOLD_KINDS: Final = frozenset(k for k, (_, to) in TRANSITIONS.items() if to not in TERMINAL)
+
+# The fields a save may change (the rest of a message is fixed at send).
+EDITABLE_FIELDS: Final = ("subject", "body")
+
+
+def allowed(kind: str, state: str) -> bool:
+    """May the owner issue ``kind`` for a message in ``state``?"""
+    froms, _ = TRANSITIONS[kind]
+    return state in froms
+
+
+def merged_state(terminal_kind: str | None, hold_kind: str | None) -> str:
+    """A message's state from the kinds of its winning terminal op and its
+    winning hold/release op (None: none known)."""
+    if terminal_kind is not None:
+        return TRANSITIONS[terminal_kind][1]
+    if hold_kind is not None:
+        return TRANSITIONS[hold_kind][1]
+    return PENDING
+
+
+assert TERMINAL_KINDS == {MSG_CLAIM, MSG_CANCEL}
+assert HOLD_KINDS == {MSG_HOLD, MSG_RELEASE}
+assert all(to in STATES and froms <= set(STATES) for froms, to in TRANSITIONS.values())

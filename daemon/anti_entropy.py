@@ -1,0 +1,65 @@
+"""Anti-entropy pushes: stream a peer what it lacks.
+
+The core notices from a peer's ``SyncOffer`` that the peer lacks ops this
+node holds and emits ``PushMissing(peer, vv)``. :class:`Pusher` runs at most
+one push per peer at a time (a second request while one runs is dropped:
+the running push already streams everything up to the newest op), reading
+``limits.sync_batch_ops_max`` ops per batch from the store until the peer
+holds everything this node held when it asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from common import limits
+from daemon.metrics import Metrics
+from daemon.peer_client import PeerClient, PeerUnreachable
+from daemon.peer_link import Spawn
+from federation.messages import Replicate, decode_msg
+from store.ops import Op
+
+
+class MissingOps(Protocol):
+    async def ops_missing(self, vv: dict[str, int], limit: int) -> list[Op]: ...
+
+
+class Pusher:
+    def __init__(self, *, store: MissingOps, peers: PeerClient, metrics: Metrics, spawn: Spawn,
+                 on_failed: Callable[[str], Awaitable[None]],
+                 on_replies: Callable[[str, list[Any]], Awaitable[Any]]) -> None:
+        self._store = store
+        self._peers = peers
+        self._metrics = metrics
+        self._spawn = spawn
+        self._on_failed = on_failed
+        self._on_replies = on_replies
+        self._pushing: set[str] = set()
+
+    def request(self, peer: str, vv: dict[str, int]) -> None:
+        if peer not in self._pushing:
+            self._pushing.add(peer)
+            self._spawn(self._push(peer, dict(vv)))
+
+    async def _push(self, peer: str, vv: dict[str, int]) -> None:
+        try:
+            while True:
+                ops = await self._store.ops_missing(vv, limits.sync_batch_ops_max)
+                if not ops:
+                    return
+                msg = Replicate(ops=tuple(ops), ack=False)
+                try:
+                    raw = await self._peers.call(peer, "/peer/v1/msgs", [msg.to_wire()])
+                except PeerUnreachable:
+                    await self._on_failed(peer)
+                    return
+                self._metrics.inc("sync_ops_pushed_total", len(ops), peer=peer)
+                await self._on_replies(peer, [decode_msg(m) for m in raw or []])
+                for op in ops:
+                    if op.seq > vv.get(op.origin, 0):
+                        vv[op.origin] = op.seq
+                if len(ops) < limits.sync_batch_ops_max:
+                    return
+        finally:
+            self._pushing.discard(peer)

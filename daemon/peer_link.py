@@ -1,0 +1,128 @@
+"""Peer links: one batching queue per peer.
+
+The core emits one ``Send`` per message; a :class:`PeerLink` turns a burst
+of them into one signed HTTP request (up to ``limits.replicate_batch_ops_max``
+ops, with runs of quorum ``Replicate`` merged by :func:`coalesce`), keeps at
+most ``limits.peer_link_inflight_max`` requests in flight, and hands the
+replies the peer sends back in the HTTP response to the node. A failed
+request is reported to the core like a lost packet (``on_send_failed``):
+quorum waits time out and anti-entropy repairs the rest.
+
+The queue is bounded in *ops* (``limits.replicate_queue_ops_max``). A send
+that would overflow it is not queued: it is counted in the metric
+``peer_queue_dropped_total`` (labelled by peer) and logged once per burst,
+and recovered like any lost message. This is the one documented place a
+message to a peer may be shed; nothing a client was promised depends on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any
+
+from common import limits
+from daemon.metrics import Metrics
+from daemon.peer_client import PeerClient, PeerUnreachable
+from federation.messages import Replicate, decode_msg
+
+log = logging.getLogger("ai_memory.peer_link")
+
+Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
+
+
+def op_count(msg: Any) -> int:
+    """What a message weighs against the ops limits: its ops, at least 1."""
+    return len(getattr(msg, "ops", ())) or 1
+
+
+def coalesce(msgs: Iterable[Any]) -> list[Any]:
+    """Merge runs of quorum ``Replicate`` messages into one, so a batch of
+    writes costs the receiver one transaction and one ``Ack``."""
+    out: list[Any] = []
+    for msg in msgs:
+        prev = out[-1] if out else None
+        if (isinstance(msg, Replicate) and isinstance(prev, Replicate)
+                and msg.ack == prev.ack and len(prev.ops) < limits.replicate_batch_ops_max):
+            out[-1] = Replicate(ops=tuple(prev.ops) + tuple(msg.ops), ack=msg.ack)
+        else:
+            out.append(msg)
+    return out
+
+
+class PeerLink:
+    """Batches messages to one peer: many core ``Send``s become one request."""
+
+    def __init__(self, peer: str, *, peers: PeerClient, metrics: Metrics, spawn: Spawn,
+                 on_failed: Callable[[str], Awaitable[None]],
+                 on_replies: Callable[[str, list[Any]], Awaitable[Any]],
+                 queue_ops_max: int = limits.replicate_queue_ops_max) -> None:
+        self.peer = peer
+        self._peers = peers
+        self._metrics = metrics
+        self._spawn = spawn
+        self._on_failed = on_failed
+        self._on_replies = on_replies
+        self.queue_ops_max = queue_ops_max
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.queued_ops = 0
+        self._shedding = False
+        self._slots = asyncio.Semaphore(limits.peer_link_inflight_max)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name=f"peer-link-{self.peer}")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def send(self, msg: Any) -> bool:
+        """Queue ``msg``; False (counted, logged) if the queue is full."""
+        weight = op_count(msg)
+        if self.queued_ops + weight > self.queue_ops_max:
+            self._metrics.inc("peer_queue_dropped_total", peer=self.peer)
+            if not self._shedding:
+                self._shedding = True
+                log.warning("queue to %s is full (limits.replicate_queue_ops_max = %d ops): "
+                            "shedding messages; anti-entropy repairs them", self.peer,
+                            self.queue_ops_max)
+            return False
+        self._shedding = False
+        self.queued_ops += weight
+        self.queue.put_nowait(msg)
+        return True
+
+    def _take(self) -> Any:
+        msg = self.queue.get_nowait()
+        self.queued_ops -= op_count(msg)
+        return msg
+
+    async def _loop(self) -> None:
+        while True:
+            first = await self.queue.get()
+            self.queued_ops -= op_count(first)
+            batch = [first]
+            ops_in_batch = op_count(first)
+            while not self.queue.empty() and ops_in_batch < limits.replicate_batch_ops_max:
+                msg = self._take()
+                batch.append(msg)
+                ops_in_batch += op_count(msg)
+            await self._slots.acquire()
+            self._spawn(self._deliver(coalesce(batch)))
+
+    async def _deliver(self, batch: list[Any]) -> None:
+        try:
+            raw = await self._peers.call(self.peer, "/peer/v1/msgs", [m.to_wire() for m in batch])
+        except PeerUnreachable:
+            self._metrics.inc("peer_send_failures_total", peer=self.peer)
+            await self._on_failed(self.peer)
+            return
+        finally:
+            self._slots.release()
+        self._metrics.inc("peer_batches_total", peer=self.peer)
+        await self._on_replies(self.peer, [decode_msg(m) for m in raw or []])

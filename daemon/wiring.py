@@ -1,0 +1,124 @@
+"""The composition root: :func:`build_node` turns one Settings into a Node.
+
+Everything a node is made of is constructed here, in dependency order, and
+nowhere else: the clock and metrics; the store (opened, so the core can be
+loaded from it); the pure core; the peer client and one link per peer; the
+background task owner; the effect runner, the anti-entropy pusher, the read
+quorum and the mailbox router; admission hooks; webhooks (registered as an
+applied-ops listener before anything can apply an op); the peer request
+verifier and the last-seen throttle. Route modules receive the finished
+node and build nothing themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from common import limits
+from daemon.admission import Admission
+from daemon.anti_entropy import Pusher
+from daemon.backpressure import Backpressure
+from daemon.clock import Clock
+from daemon.effect_runner import EffectRunner
+from daemon.mailbox_router import MailboxRouter
+from daemon.metrics import Metrics
+from daemon.node import Node
+from daemon.peer_auth import Verifier
+from daemon.peer_client import PeerClient
+from daemon.peer_link import PeerLink
+from daemon.read_quorum import ReadQuorum
+from daemon.services.agents import SeenThrottle
+from daemon.settings import Settings
+from daemon.tasks import Background
+from daemon.webhooks.service import Webhooks
+from daemon.webhooks.ssrf import AddressPolicy
+from federation.core import NodeCore
+from store.db import Store
+
+log = logging.getLogger("ai_memory.node")
+
+
+def _terminate_self() -> None:
+    """What a fatal store failure does: stop the process (systemd restarts
+    it; it recovers from its database and peers)."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@dataclass(frozen=True, slots=True)
+class _WebhookHost:
+    """What the webhook service needs of the node."""
+
+    settings: Settings
+    node_id: str
+    metrics: Metrics
+    now_ms: Callable[[], int]
+
+
+async def _load_core(settings: Settings, store: Store) -> NodeCore:
+    state = await store.load_core_state()
+    c = settings.cluster
+    return NodeCore(
+        c.node_id, list(c.member_ids), c.w,
+        quorum_timeout_ms=c.quorum_timeout_ms,
+        claim_timeout_ms=limits.claim_timeout_ms,
+        catchup_interval_ms=int(c.catchup_interval_secs * 1000),
+        vv=dict(state.vv), last_hlc=state.max_hlc, own_max_seq=state.own_max_seq,
+        promises=dict(state.promises), rng=random.Random())
+
+
+def _admission(settings: Settings, metrics: Metrics, clock: Clock) -> Admission:
+    hooks = settings.webhooks
+    policy = AddressPolicy(allow_loopback=hooks.allow_loopback_webhooks,
+                           allow_private=hooks.allow_private_webhooks)
+    return Admission(settings.mail.admission, policy, metrics, clock.now_ms)
+
+
+async def build_node(settings: Settings, *, clock: Callable[[], float] = time.time,
+                     on_fatal: Callable[[], None] = _terminate_self) -> Node:
+    """A complete, not yet started node. ``await node.start()`` runs it."""
+    node_clock = Clock(clock, settings.clock_offset_ms)
+    metrics = Metrics()
+    c = settings.cluster
+    store = await Store.open(settings.store.db_path, c.node_id)
+    try:
+        core = await _load_core(settings, store)
+    except BaseException:
+        await store.close()
+        raise
+    peers = PeerClient(c.node_id, {p.node_id: p.url for p in c.peers}, c.secret,
+                       now_s=node_clock.now_s)
+    background = Background()
+    links: dict[str, PeerLink] = {}
+
+    def send(peer: str, msg: Any) -> None:
+        link = links.get(peer)
+        if link is not None:
+            link.send(msg)
+
+    runner = EffectRunner(store=store, core=core, metrics=metrics, now_ms=node_clock.now_ms,
+                          send=send, push_missing=lambda p, vv: pusher.request(p, vv),
+                          on_fatal=on_fatal)
+    for peer in c.peers:
+        links[peer.node_id] = PeerLink(peer.node_id, peers=peers, metrics=metrics,
+                                       spawn=background.spawn, on_failed=runner.send_failed,
+                                       on_replies=runner.receive)
+    pusher = Pusher(store=store, peers=peers, metrics=metrics, spawn=background.spawn,
+                    on_failed=runner.send_failed, on_replies=runner.receive)
+    reads = ReadQuorum(c, runner=runner, peers=peers, metrics=metrics, now_ms=node_clock.now_ms)
+    webhooks = Webhooks(_WebhookHost(settings, c.node_id, metrics, node_clock.now_ms))
+    runner.applied_listeners.append(webhooks.on_applied)
+    backpressure = Backpressure(store, background, metrics)
+    router = MailboxRouter(c.node_id, runner=runner, store=store, peers=peers, metrics=metrics,
+                           now_ms=node_clock.now_ms, admit=backpressure.check)
+    return Node(settings, clock=node_clock, metrics=metrics, store=store, core=core,
+                peers=peers, links=links, background=background, runner=runner,
+                pusher=pusher, backpressure=backpressure, reads=reads, router=router,
+                admission=_admission(settings, metrics, node_clock), webhooks=webhooks,
+                verifier=Verifier(c.secret), seen_throttle=SeenThrottle())
