@@ -23,6 +23,10 @@ A job is split evenly across the pool's processes; all of them start at the
 same wall-clock instant (``start_at``) and report :class:`~bench.stats.Sample`
 objects per request kind plus ``op`` for whole operations. Progress is
 published through one shared counter that the parent turns into a bar.
+When the job names the servers' pids (``cpu_pids``), each process also
+reads their CPU counters from /proc when its measured window opens and
+closes (:mod:`bench.cpu`), so every result carries the CPU the servers
+burned per operation.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import Any
 
 import aiohttp
 
+from bench.cpu import CpuProbe, CpuWindow, merge_windows
 from bench.stats import Sample, merge_samples
 from bench.workloads import OPERATIONS, WorkloadSpec
 
@@ -63,6 +68,7 @@ class LoadJob:
     deadline_s: float = 0.0  # count mode: stop starting operations after this long (0 = never)
     seed: int = 1
     start_at: float = 0.0  # time.time() at which every process starts
+    cpu_pids: tuple[tuple[str, int], ...] = ()  # (name, pid) of the servers whose CPU is measured
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -110,6 +116,7 @@ class LoadResult:
     samples: dict[str, Sample]
     elapsed_s: float
     ops_started: int
+    cpu: CpuWindow | None = None  # the servers' CPU over the measured window
 
 
 # --- worker process ---------------------------------------------------------
@@ -136,9 +143,11 @@ def add_progress(n: int) -> None:
 class _Client:
     """Issues requests round-robin over the targets; owns the samples."""
 
-    def __init__(self, session: aiohttp.ClientSession, targets: tuple[str, ...]) -> None:
+    def __init__(self, session: aiohttp.ClientSession, targets: tuple[str, ...],
+                 probe: CpuProbe | None = None) -> None:
         self.session = session
         self.targets = targets
+        self.probe = probe or CpuProbe(())
         self.samples: dict[str, Sample] = {}
         self._next = 0
         self.done = 0
@@ -233,6 +242,7 @@ async def _closed(client: _Client, job: LoadJob, rng: random.Random) -> float:
     t_begin = time.perf_counter()
     t_measure = t_begin + job.warmup_s
     t_end = t_measure + job.duration_s
+    asyncio.get_running_loop().call_later(job.warmup_s, client.probe.open)
 
     async def worker(k: int) -> None:
         wrng = random.Random(rng.getrandbits(64) + k)
@@ -252,6 +262,7 @@ async def _count(client: _Client, job: LoadJob, rng: random.Random) -> float:
     remaining = job.total
     t0 = time.perf_counter()
     deadline = t0 + job.deadline_s if job.deadline_s > 0 else math.inf
+    client.probe.open()
 
     async def worker(k: int) -> None:
         nonlocal remaining
@@ -271,6 +282,7 @@ async def _open(client: _Client, job: LoadJob, rng: random.Random) -> float:
     tasks: set[asyncio.Task[None]] = set()
     dropped = 0
     i = 0
+    client.probe.open()
     while i < n:
         now = time.perf_counter()
         while i < n and t0 + i * interval <= now:
@@ -326,7 +338,7 @@ async def _run_async(job: LoadJob) -> LoadResult:
     connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=None, force_close=False)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        client = _Client(session, job.targets)
+        client = _Client(session, job.targets, CpuProbe(job.cpu_pids))
         client._next = job.seed  # spread processes over the targets
         await _open_connections(session, job.targets, limit)
         delay = job.start_at - time.time()
@@ -336,10 +348,11 @@ async def _run_async(job: LoadJob) -> LoadResult:
         flusher = asyncio.create_task(_flush_progress(client, stop))
         try:
             elapsed = await _RUNNERS[job.mode](client, job, random.Random(job.seed))
+            cpu = client.probe.close()
         finally:
             stop.set()
             await flusher
-    return LoadResult(samples=client.samples, elapsed_s=elapsed, ops_started=client.done)
+    return LoadResult(samples=client.samples, elapsed_s=elapsed, ops_started=client.done, cpu=cpu)
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -416,4 +429,5 @@ class LoadPool:
             samples=merge_samples(r.samples for r in results),
             elapsed_s=max(r.elapsed_s for r in results),
             ops_started=sum(r.ops_started for r in results),
+            cpu=merge_windows(r.cpu for r in results),
         )

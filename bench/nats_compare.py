@@ -1,7 +1,9 @@
 """Side by side: the same send+pop against a 3-server NATS JetStream.
 
-Optional, full profile only. It needs ``nats-server`` (Debian package) and
-the ``nats-py`` client; without either it returns ``{"skipped": reason}``.
+It runs in every profile. It needs ``nats-server`` (Debian package, which
+``make bench`` installs when it may) and the ``nats-py`` client (the bench
+extra); without either it returns ``{"skipped": reason}``, which the report
+and the NATS target show.
 Three servers form one JetStream cluster on loopback; one file-backed
 work-queue stream with three replicas takes ``mail.<project>`` subjects,
 and each project has its own durable pull consumer with explicit acks
@@ -11,7 +13,8 @@ own pull subscription; one operation publishes to that project, then
 fetches one message from the project's consumer and acks it synchronously, the closest
 JetStream counterpart of POST /messages + POST /messages/pop; it is timed
 and counted exactly like the HTTP workload, from the same pool of
-load-generator processes.
+load-generator processes. The three servers' CPU over the window is read
+from /proc as for the daemon, so the CPU per claim compares too.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import CpuProbe
 from bench.loadgen import LoadPool, LoadResult, add_progress
 from bench.phases import result_dict
 from bench.procs import HOST, ServerProc, free_ports, running_all
@@ -45,6 +49,7 @@ class NatsJob:
     payload_bytes: int = 160
     seed: int = 1
     start_at: float = 0.0
+    cpu_pids: tuple[tuple[str, int], ...] = ()
 
     def split(self, parts: int) -> list[NatsJob]:
         return [
@@ -55,12 +60,21 @@ class NatsJob:
         ]
 
 
+def nats_server_bin() -> str | None:
+    """``nats-server`` on PATH, else where Debian puts it (/usr/sbin is not
+    on every user's PATH)."""
+    found = shutil.which("nats-server")
+    if found is None and Path("/usr/sbin/nats-server").exists():
+        found = "/usr/sbin/nats-server"
+    return found
+
+
 def missing() -> str | None:
     """Why the comparison cannot run here, or None."""
-    if shutil.which("nats-server") is None:
-        return "nats-server is not installed (Debian package nats-server)"
+    if nats_server_bin() is None:
+        return "nats-server is not installed (run: apt-get install -y nats-server)"
     if importlib.util.find_spec("nats") is None:
-        return "the nats-py client is not installed"
+        return "the nats-py client is not installed (run: .venv/bin/pip install -e '.[bench]')"
     return None
 
 
@@ -82,7 +96,7 @@ def nats_servers(workdir: Path) -> list[ServerProc]:
         conf = workdir / f"{name}.conf"
         conf.write_text(_config(name, client[i], cluster[i], monitor[i],
                                 [c for j, c in enumerate(cluster) if j != i], workdir / name))
-        procs.append(ServerProc(name, [shutil.which("nats-server") or "nats-server", "-c", str(conf)],
+        procs.append(ServerProc(name, [nats_server_bin() or "nats-server", "-c", str(conf)],
                                 client[i], workdir / f"{name}.log", health_path="/healthz",
                                 health_port=monitor[i]))
     return procs
@@ -135,6 +149,8 @@ async def _run_async(job: NatsJob) -> LoadResult:
             await asyncio.sleep(delay)
         t_measure = time.perf_counter() + job.warmup_s
         t_end = t_measure + job.duration_s
+        probe = CpuProbe(job.cpu_pids)
+        asyncio.get_running_loop().call_later(job.warmup_s, probe.open)
 
         async def worker(k: int) -> None:
             nonlocal done
@@ -171,10 +187,11 @@ async def _run_async(job: NatsJob) -> LoadResult:
 
         await asyncio.gather(*(worker(k) for k in range(job.concurrency)))
         elapsed = time.perf_counter() - t_measure
+        cpu = probe.close()
     finally:
         for nc in conns:
             await nc.close()
-    return LoadResult(samples=samples, elapsed_s=elapsed, ops_started=done)
+    return LoadResult(samples=samples, elapsed_s=elapsed, ops_started=done, cpu=cpu)
 
 
 def run_nats_job(job: NatsJob) -> LoadResult:
@@ -194,7 +211,8 @@ def run(pool: LoadPool, progress: Progress, profile: Profile, workdir: Path) -> 
     with running_all(servers):
         urls = tuple(f"nats://{HOST}:{s.port}" for s in servers)
         asyncio.run(_setup(urls, projects))
-        job = NatsJob(urls, projects, profile.concurrency, profile.max_duration_s, profile.warmup_s)
+        job = NatsJob(urls, projects, profile.concurrency, profile.max_duration_s, profile.warmup_s,
+                      cpu_pids=tuple((s.name, s.pid) for s in servers))
         with progress.step("NATS JetStream R3 · send+pop · max") as update:
             r = pool.run(job, update, runner=run_nats_job)
     out = {"system": "NATS JetStream work-queue stream, R3, 3 servers", "max": result_dict(r, claims=True)}

@@ -20,6 +20,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
+from bench.cpu import cpu_summary
 from bench.loadgen import LoadJob, LoadPool, LoadResult
 from bench.procs import Cluster, post_json
 from bench.profiles import Profile
@@ -31,7 +32,9 @@ POLL_S = 0.1
 
 
 def result_dict(r: LoadResult, *, offered_rps: float | None = None, claims: bool = False) -> dict[str, Any]:
-    """Summary of whole operations plus one per request kind."""
+    """Summary of whole operations plus one per request kind, and (when the
+    job watched the servers' pids) the servers' CPU per acknowledged
+    operation: per claim for send+pop, per successful operation otherwise."""
     op = r.samples.get("op")
     if op is None:
         raise RuntimeError("the load job completed no operation")
@@ -40,6 +43,7 @@ def result_dict(r: LoadResult, *, offered_rps: float | None = None, claims: bool
     out["kinds"] = {
         k: summarize(s, r.elapsed_s).to_dict() for k, s in sorted(r.samples.items()) if k != "op"
     }
+    out["cpu"] = cpu_summary(r.cpu, ops if ops is not None else op.ok)
     return out
 
 
@@ -56,11 +60,14 @@ def measure_workload(
     label: str,
     urls: tuple[str, ...],
     spec: WorkloadSpec,
+    cpu_pids: tuple[tuple[str, int], ...] = (),
 ) -> dict[str, Any]:
+    """The maximum and the sweep; ``cpu_pids`` are the (name, pid) of every
+    server process whose CPU counts for this workload (all nodes)."""
     claims = spec.name == "sendpop"
     job = LoadJob(
         spec, urls, mode="closed", concurrency=profile.concurrency,
-        duration_s=profile.max_duration_s, warmup_s=profile.warmup_s,
+        duration_s=profile.max_duration_s, warmup_s=profile.warmup_s, cpu_pids=cpu_pids,
     )
     with progress.step(f"{label} · {spec.name} · max") as update:
         best = result_dict(pool.run(job, update), claims=claims)

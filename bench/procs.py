@@ -290,6 +290,10 @@ class Cluster:
     def rss(self) -> dict[str, int]:
         return {n.name: n.rss() for n in self.nodes if n.proc is not None}
 
+    def pids(self) -> tuple[tuple[str, int], ...]:
+        """(name, pid) of every running node, for CPU accounting."""
+        return tuple((n.name, n.pid) for n in self.nodes if n.proc is not None)
+
     def logs(self) -> dict[str, str]:
         return {n.name: n.log_tail() for n in self.nodes}
 

@@ -43,6 +43,54 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return [_row(head), _row(["---"] * len(head)), *(_row(r) for r in rows), ""]
 
 
+def _cpu(d: dict[str, Any] | None) -> float | None:
+    cpu = (d or {}).get("cpu") or {}
+    v = cpu.get("ms_per_op")
+    return None if v is None else float(v)
+
+
+def _ms3(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _cpu_rows(results: dict[str, Any]) -> list[list[str]]:
+    """One row per measured maximum: the servers' CPU per acknowledged op."""
+    echo = results.get("echo")
+    echo_ms = _cpu(echo["max"]) if echo else None
+    entries: list[tuple[str, str, dict[str, Any] | None, dict[str, Any] | None]] = []
+    if echo:
+        entries.append(("echo server", "per request", echo["max"], _half(echo)))
+    for w in results.get("workloads", []):
+        if w.get("max"):
+            unit = "per claim" if w["workload"] == "sendpop" else "per ok op"
+            entries.append((w["cluster"], f"{w['workload']} ({unit})", w["max"], _half(w)))
+    nats = results.get("nats") or {}
+    if nats.get("max"):
+        entries.append(("NATS JetStream R3", "send+pop (per claim)", nats["max"], None))
+    rows = []
+    for system, what, m, half in entries:
+        cpu = (m or {}).get("cpu")
+        if not cpu:
+            rows.append([system, what, "not measured", "", "", "", "", "", "", ""])
+            continue
+        ms = cpu.get("ms_per_op")
+        ratio = f"x{ms / echo_ms:.1f}" if ms is not None and echo_ms else "-"
+        procs = ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu["process_cores"].items()))
+        share = cpu.get("server_system_share")
+        client = cpu.get("client_ms_per_op")
+        cores = (results.get("meta") or {}).get("cores")
+        ceiling = (f"{_n(cores * 1000.0 / (ms + client))}/s" if cores and ms is not None and client is not None
+                   and ms + client > 0 else "-")
+        rows.append([system, what, _ms3(ms), ratio, _ms3(_cpu(half)), "-" if share is None else f"{share:.0%}",
+                     f"{cpu['server_cores']:.2f}", procs, _ms3(client), ceiling])
+    return rows
+
+
+def _half(w: dict[str, Any]) -> dict[str, Any] | None:
+    pts = [p for p in w.get("sweep", []) if p.get("fraction") is not None]
+    return min(pts, key=lambda p: abs(p["fraction"] - 0.5)) if pts else None
+
+
 def _errors(d: dict[str, Any]) -> str:
     return f"{d['http_errors'] + d['transport_errors']:,} / {d['unavailable']:,}"
 
@@ -62,6 +110,13 @@ def markdown(results: dict[str, Any], targets: list[Target]) -> str:
             f"{meta['loadavg_end'][0]:.1f} at the end; above the core count, other work competed with the run.",
             "",
         ]
+    lines += [
+        "All processes (nodes, echo server, NATS, load generator) share this machine's cores, so "
+        "throughput and latency figures are noisy (roughly ±15 % between identical runs, more when "
+        "other work is running); the ratios between phases of this one run and the CPU per operation "
+        "are the steadier figures.",
+        "",
+    ]
     if meta["profile"] != "full":
         lines += [
             f"Quick profile: the largest inbox and the catch-up hold {meta['profile_settings']['inbox_sizes'][-1]:,} "
@@ -88,6 +143,23 @@ def markdown(results: dict[str, Any], targets: list[Target]) -> str:
                      _ms(m["p99_ms"]), _ms(m["max_ms"]), _errors(m)])
     lines += _table(["cluster", "workload", "throughput", "vs echo", "p50 ms", "p95 ms", "p99 ms", "max ms",
                      "errors / 503"], rows)
+
+    cpu_rows = _cpu_rows(results)
+    if cpu_rows:
+        lines += ["**CPU per acknowledged operation**: user + system CPU of every server process (all nodes; "
+                  "the three `nats-server`s for NATS) over the measured window, read from `/proc/<pid>/stat`, "
+                  "divided by the successful operations (claims for send+pop) of that window. Cores busy is "
+                  "that CPU over the window's wall time; kernel share is the part spent in system time (syscalls, "
+                  "loopback TCP, fsync). Every process here shares the machine's cores with "
+                  "the load generator (and with whatever else runs), which makes throughput noisy; CPU per "
+                  "operation moves much less with contention, so compare these figures across runs. The "
+                  "CPU-bound ceiling is the rate at which servers and load generator together would use "
+                  "every core of this machine at these costs (cores / (server + load generator CPU per op)): "
+                  "where the measured maximum is far below it, something other than CPU (other work on the "
+                  "machine, waiting) held the run back.", ""]
+        lines += _table(["system", "workload", "CPU ms/op at max", "vs echo CPU/request", "CPU ms/op at 50% load",
+                         "kernel share", "server cores busy", "cores per process", "load generator CPU ms/op",
+                         "CPU-bound ceiling"], cpu_rows)
 
     sweeps = [w for w in ([results.get("echo")] if results.get("echo") else []) + results.get("workloads", [])
               if w and w.get("sweep")]
@@ -142,9 +214,9 @@ def markdown(results: dict[str, Any], targets: list[Target]) -> str:
             lines += [f"Skipped: {nats['skipped']}", ""]
         else:
             m = nats["max"]
-            lines += _table(["system", "claims/s", "p50 ms", "p99 ms", "errors"],
+            lines += _table(["system", "claims/s", "p50 ms", "p99 ms", "errors", "CPU ms/claim"],
                             [["NATS JetStream R3", _n(m["ops_per_s"]), _ms(m["p50_ms"]), _ms(m["p99_ms"]),
-                              _n(m["http_errors"] + m["transport_errors"])]])
+                              _n(m["http_errors"] + m["transport_errors"]), _ms3(_cpu(m))]])
 
     lines += ["**Targets**", ""]
     lines += _table(["target", "goal", "measured", "verdict"],

@@ -2,7 +2,8 @@
 
 Order: the echo ceiling; a 1-node cluster (every workload); a 3-node W=2
 cluster (every workload, then the catch-up / inbox / RSS scenario on the
-same cluster); optionally NATS JetStream. Each phase runs inside
+same cluster); then NATS JetStream (every profile; skipped, with the
+reason, where it is not installed). Each phase runs inside
 :func:`_phase`, which records a failure in ``results["errors"]`` and moves
 on, so a half-built daemon still yields a report that says what failed. All
 servers run in a temp dir that is removed at the end (their logs are
@@ -109,7 +110,7 @@ class Run:
     def _echo(self, pool: LoadPool) -> None:
         with running(echo_server(self.workdir)) as srv:
             res = phases.measure_workload(pool, self.progress, self.profile, "echo server", (srv.url,),
-                                          WorkloadSpec("echo"))
+                                          WorkloadSpec("echo"), cpu_pids=((srv.name, srv.pid),))
         res["workload"] = "notify body"
         self.results["echo"] = res
 
@@ -123,7 +124,7 @@ class Run:
             for name in self.profile.workloads:
                 res = self._phase(f"{cluster.label}: {name}", functools.partial(
                     phases.measure_workload, pool, self.progress, self.profile, cluster.label, cluster.urls,
-                    self._workload_spec(name)))
+                    self._workload_spec(name), cpu_pids=cluster.pids()))
                 self.results["workloads"].append(res or {"cluster": cluster.label, "workload": name,
                                                          "error": self.results["errors"][-1]["error"]})
             self.results["cluster_rss_after_workloads"][cluster.label] = cluster.rss()

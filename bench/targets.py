@@ -5,7 +5,11 @@ MISS; a target whose figures are missing (a phase failed or was skipped)
 says SKIP with the reason, never PASS. The harness prints these; tests do
 not assert them, because they are properties of a machine and a build,
 not of correctness. Where the quick profile measured a smaller size than
-the target is stated for, the row says which size it measured.
+the target is stated for, the row says which size it measured. Most
+targets are ratios between phases of the same run (3 nodes against 1
+node, against the echo server, against NATS JetStream) and the CPU bounds
+are per operation, so they mean the same on a noisy machine; the absolute
+claims/s and p99 bounds do not, and the report says so.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 THREE = "3 nodes W=2"
+ONE = "1 node"
 
 
 @dataclass
@@ -55,34 +60,93 @@ def _check(name: str, goal: str, fn: Callable[[], tuple[float, str, bool]]) -> T
     return Target(name, goal, measured, "PASS" if ok else "MISS", value)
 
 
+def _cpu_ms(d: dict[str, Any]) -> float:
+    """Servers' CPU milliseconds per acknowledged operation of a summary."""
+    cpu = d.get("cpu")
+    if not cpu or cpu.get("ms_per_op") is None:
+        raise KeyError("CPU per operation (no /proc readings for this phase)")
+    return float(cpu["ms_per_op"])
+
+
+def _tp(d: dict[str, Any]) -> float:
+    """A summary's throughput in its own unit: claims/s when counted, else ok ops/s."""
+    ops = d.get("ops_per_s")
+    return float(ops if ops is not None else d["rps"])
+
+
 def evaluate(results: dict[str, Any]) -> list[Target]:
+    """Every target of issue 10 plus the inbox, catch-up and memory ones,
+    each as a ratio or a bound measured in this one run."""
     out: list[Target] = []
 
-    def notify_ratio() -> tuple[float, str, bool]:
+    def echo_max() -> dict[str, Any]:
         if not results.get("echo"):
             raise KeyError("echo ceiling")
-        echo = results["echo"]["max"]["rps"]
-        w = _workload(results, THREE, "notify")
-        rps = w["max"]["rps"]
-        ratio = rps / echo
-        return ratio, f"{rps:,.0f}/s = {ratio:.0%} of echo {echo:,.0f}/s", ratio >= 0.5
+        return dict(results["echo"]["max"])
 
-    out.append(_check("notify throughput, 3 nodes W=2", ">= 50% of echo", notify_ratio))
+    def nats_max() -> dict[str, Any]:
+        nats = results.get("nats")
+        if not nats:
+            raise KeyError("NATS JetStream phase not run")
+        if nats.get("skipped"):
+            raise KeyError(f"NATS JetStream skipped: {nats['skipped']}")
+        return dict(nats["max"])
 
-    def notify_p99_half() -> tuple[float, str, bool]:
-        w = _workload(results, THREE, "notify")
-        p = _point_at(w, 0.5)
-        p99 = p["p99_ms"]
-        return p99, f"p99 {p99:.1f} ms at {p['offered_rps']:,.0f}/s offered", p99 <= 20.0
+    def claims_vs_nats() -> tuple[float, str, bool]:
+        ours = _tp(_workload(results, THREE, "sendpop")["max"])
+        theirs = _tp(nats_max())
+        ratio = ours / theirs
+        return ratio, f"{ours:,.0f} claims/s = {ratio:.0%} of NATS JetStream R3 {theirs:,.0f}/s", ratio >= 0.5
 
-    out.append(_check("notify p99 at half of max, 3 nodes", "<= 20 ms", notify_p99_half))
+    out.append(_check("send+pop vs NATS JetStream R3, 3 nodes", ">= 50% of NATS in the same run", claims_vs_nats))
 
     def claims() -> tuple[float, str, bool]:
-        w = _workload(results, THREE, "sendpop")
-        c = w["max"]["ops_per_s"]
-        return c, f"{c:,.0f} claims/s", c >= 1000.0
+        c = _tp(_workload(results, THREE, "sendpop")["max"])
+        return c, f"{c:,.0f} claims/s", c >= 1500.0
 
-    out.append(_check("send+pop claims, 3 nodes", ">= 1000 claims/s", claims))
+    out.append(_check("send+pop claims, 3 nodes", ">= 1500 claims/s", claims))
+
+    def claim_cpu() -> tuple[float, str, bool]:
+        m = _workload(results, THREE, "sendpop")["max"]
+        ms = _cpu_ms(m)
+        return ms, f"{ms:.2f} ms of cluster CPU per claim ({m['cpu']['server_cores']:.2f} cores busy)", ms <= 1.0
+
+    out.append(_check("cluster CPU per claim, 3 nodes", "<= 1.0 ms", claim_cpu))
+
+    def notify_cpu_ratio() -> tuple[float, str, bool]:
+        ours = _cpu_ms(_workload(results, THREE, "notify")["max"])
+        echo = _cpu_ms(echo_max())
+        ratio = ours / echo
+        return ratio, (f"{ours:.2f} ms per notify vs {echo:.3f} ms per echo request = x{ratio:.1f}"), ratio <= 4.0
+
+    out.append(_check("cluster CPU per notify vs echo CPU per request, 3 nodes W=2", "<= 4x",
+                      notify_cpu_ratio))
+
+    def notify_3_vs_1() -> tuple[float, str, bool]:
+        three = _workload(results, THREE, "notify")["max"]["rps"]
+        one = _workload(results, ONE, "notify")["max"]["rps"]
+        ratio = three / one
+        return ratio, f"{three:,.0f}/s = {ratio:.0%} of 1 node's {one:,.0f}/s", ratio >= 0.7
+
+    out.append(_check("notify throughput, 3 nodes W=2 vs 1 node", ">= 70% of 1 node", notify_3_vs_1))
+
+    def notify_1_vs_echo() -> tuple[float, str, bool]:
+        echo = echo_max()["rps"]
+        one = _workload(results, ONE, "notify")["max"]["rps"]
+        ratio = one / echo
+        return ratio, f"{one:,.0f}/s = {ratio:.0%} of echo {echo:,.0f}/s", ratio >= 0.6
+
+    out.append(_check("notify throughput, 1 node vs echo", ">= 60% of echo", notify_1_vs_echo))
+
+    def p99_half(workload: str, limit: float) -> Callable[[], tuple[float, str, bool]]:
+        def fn() -> tuple[float, str, bool]:
+            p = _point_at(_workload(results, THREE, workload), 0.5)
+            p99 = p["p99_ms"]
+            return p99, f"p99 {p99:.1f} ms at {p['offered_rps']:,.0f}/s offered", p99 <= limit
+        return fn
+
+    out.append(_check("notify p99 at half of max, 3 nodes", "<= 20 ms", p99_half("notify", 20.0)))
+    out.append(_check("send+pop p99 at half of max, 3 nodes", "<= 30 ms", p99_half("sendpop", 30.0)))
 
     sc = results.get("scenario") or {}  # a missing figure raises KeyError -> SKIP
 

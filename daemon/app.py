@@ -16,7 +16,7 @@ from aiohttp import web
 from common import limits
 from daemon.api import MIDDLEWARES, ROUTE_MODULES
 from daemon.appkeys import NODE
-from daemon.http_errors import error_middleware
+from daemon.http_errors import error_middleware, request_guard, set_server_header
 from daemon.node import Node
 
 __all__ = ["NODE", "build_app"]
@@ -25,9 +25,10 @@ __all__ = ["NODE", "build_app"]
 def build_app(node: Node) -> web.Application:
     app = web.Application(
         client_max_size=max(limits.request_body_max_bytes, limits.peer_body_max_bytes),
-        middlewares=[error_middleware, *MIDDLEWARES],
+        middlewares=[error_middleware, request_guard, *MIDDLEWARES],
     )
     app[NODE] = node
+    app.on_response_prepare.append(set_server_header)
     for module in ROUTE_MODULES:
         module.add_routes(app)
     return app

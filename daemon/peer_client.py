@@ -4,6 +4,11 @@ Every call has a timeout (``limits.peer_request_timeout_secs`` unless the
 caller passes a shorter one); a transport failure, a timeout or a non-2xx
 answer all raise :class:`PeerUnreachable`, which the node reports to the
 failure detector. Bodies are msgpack both ways.
+
+Requests are signed for the receiving member and for the boot id it last
+told us (:mod:`daemon.peer_auth`). A receiver that restarted answers 401
+with its new boot id in ``X-AIM-Boot``; the client remembers it and sends
+the request again, once, signed afresh.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import aiohttp
 import msgpack
 
 from common import limits
-from daemon.peer_auth import sign
+from daemon.peer_auth import BOOT_HEADER, sign
 
 
 class PeerUnreachable(Exception):
@@ -33,6 +38,7 @@ class PeerClient:
         self.urls = urls
         self.secret = secret
         self._session: aiohttp.ClientSession | None = None
+        self._boots: dict[str, str] = {}  # peer -> its boot id, as last learned
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit_per_host=limits.peer_connections_per_host_max,
@@ -52,17 +58,27 @@ class PeerClient:
         if url is None:
             raise PeerUnreachable(peer, "unreachable")
         body = msgpack.packb(payload, use_bin_type=True)
-        headers = {"Content-Type": "application/msgpack", "X-AIM-Node": self.node_id}
-        if self.secret:
-            headers.update(sign(self.secret, self.node_id, "POST", path, body, self.now_s()))
         t = aiohttp.ClientTimeout(total=timeout_s or limits.peer_request_timeout_secs)
-        try:
-            async with self._session.post(url + path, data=body, headers=headers, timeout=t) as resp:
-                raw = await resp.read()
-                if resp.status >= 400:
-                    raise PeerUnreachable(peer, f"rejected ({resp.status})")
-        except TimeoutError:
-            raise PeerUnreachable(peer, "timeout") from None
-        except (aiohttp.ClientError, OSError):
-            raise PeerUnreachable(peer, "unreachable") from None
+        for attempt in (1, 2):
+            headers = {"Content-Type": "application/msgpack", "X-AIM-Node": self.node_id}
+            boot = self._boots.get(peer, "")
+            if self.secret:
+                headers.update(sign(self.secret, self.node_id, peer, "POST", path, body,
+                                    self.now_s(), boot))
+            try:
+                async with self._session.post(url + path, data=body, headers=headers,
+                                              timeout=t) as resp:
+                    raw = await resp.read()
+                    new_boot = resp.headers.get(BOOT_HEADER)
+                    status = resp.status
+            except TimeoutError:
+                raise PeerUnreachable(peer, "timeout") from None
+            except (aiohttp.ClientError, OSError):
+                raise PeerUnreachable(peer, "unreachable") from None
+            if status == 401 and new_boot and new_boot != boot and attempt == 1:
+                self._boots[peer] = new_boot
+                continue
+            if status >= 400:
+                raise PeerUnreachable(peer, f"rejected ({status})")
+            break
         return msgpack.unpackb(raw, raw=False) if raw else None

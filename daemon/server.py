@@ -15,6 +15,7 @@ import signal
 from aiohttp import web
 
 from daemon.app import build_app
+from daemon.http_errors import BoundaryRunner
 from daemon.settings import Settings
 from daemon.wiring import build_node
 
@@ -25,7 +26,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     node = await build_node(settings)
     await node.start()
     app = build_app(node)
-    runner = web.AppRunner(app, access_log=None,
+    runner = BoundaryRunner(app, access_log=None,
                            shutdown_timeout=settings.server.shutdown_grace_secs)
     await runner.setup()
     site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_address=True)

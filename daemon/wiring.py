@@ -121,4 +121,4 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
                 peers=peers, links=links, background=background, runner=runner,
                 pusher=pusher, backpressure=backpressure, reads=reads, router=router,
                 admission=_admission(settings, metrics, node_clock), webhooks=webhooks,
-                verifier=Verifier(c.secret), seen_throttle=SeenThrottle())
+                verifier=Verifier(c.secret, settings.cluster.node_id), seen_throttle=SeenThrottle())

@@ -6,7 +6,8 @@ there and need not equal the registered id). With API keys, a key bound to
 an agent registers only that agent (403 otherwise); there is no root key
 yet, so registering others needs anonymous mode. The middleware hands a registered caller's
 last-seen refresh to the background (see :mod:`daemon.services.agents` for
-the throttle); it never delays or fails the request it rides on.
+the throttle) once the request has succeeded; it never delays or fails the
+request it rides on, and a refused request (any 4xx/5xx) writes nothing.
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ async def list_(request: web.Request) -> web.Response:
 
 @web.middleware
 async def last_seen(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path.startswith("/api/v1/") and (
+    response = await handler(request)  # a refusal raises, or answers >= 400: not seen
+    if response.status < 400 and request.path.startswith("/api/v1/") and (
             "X-Agent-Id" in request.headers or "X-API-Key" in request.headers):
         _note_seen(request)
-    return await handler(request)
+    return response
 
 
 def _note_seen(request: web.Request) -> None:

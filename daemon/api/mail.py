@@ -12,11 +12,11 @@ from common.randomid import uuid4
 from daemon.appkeys import NODE
 from daemon.auth import identify
 from daemon.http_errors import query_model, read_json
+from daemon.schemas.headers import session_id
 from daemon.schemas.ids import check_idempotency_key
 from daemon.services import mail
 from daemon.validation import AgentId, Lenient, RequestId, ScopeName, Strict, text
 
-SESSION_HEADER = "x-memory-actor-session-id"
 Consistency = Annotated[str, StringConstraints(pattern=r"^(quorum|local)$")]
 MessageId = Annotated[str, StringConstraints(min_length=1, max_length=64,
                                              pattern=r"^[A-Za-z0-9\-]+$")]
@@ -77,8 +77,7 @@ class ScopeQuery(Lenient):
 
 
 def _session(request: web.Request) -> str | None:
-    value = request.headers.get(SESSION_HEADER)
-    return value[: limits.request_id_max_chars] if value else None
+    return session_id(request)
 
 
 async def start_session(request: web.Request) -> web.Response:

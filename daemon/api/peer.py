@@ -5,7 +5,10 @@ offers) and answers with the messages the core addresses back to the
 caller; ``pull`` answers an R-quorum read with the ops for one key the
 caller lacks; ``mailbox`` runs a forwarded mailbox request here. All three
 refuse unauthenticated callers when a cluster secret is set, and refuse
-nodes that are not members.
+nodes that are not members. The signature is checked from the headers
+before the body is read (:mod:`daemon.peer_auth`); a refused request is
+answered at once and its connection closed, so an unsigned 60 MiB body is
+never buffered.
 """
 
 from __future__ import annotations
@@ -15,25 +18,55 @@ from typing import Any
 import msgpack
 from aiohttp import web
 
-from common.errors import BadRequest, Forbidden
+from common.errors import AiMemoryError, BadRequest, Forbidden
 from daemon.appkeys import NODE
+from daemon.forwarding import decode_request
+from daemon.http_errors import refuse_unread
+from daemon.peer_auth import BOOT_HEADER, BootMismatch
 from daemon.services import peer as service
 from federation.messages import decode_msg
 
 
+class _Refused(Exception):
+    def __init__(self, exc: AiMemoryError, headers: dict[str, str]) -> None:
+        self.exc = exc
+        self.headers = headers
+
+
+def _refuse(exc: AiMemoryError, boot: str) -> _Refused:
+    # A boot mismatch tells the sender the boot id to re-sign for.
+    return _Refused(exc, {BOOT_HEADER: boot} if isinstance(exc, BootMismatch) else {})
+
+
 async def _peer_body(request: web.Request) -> tuple[str, Any]:
     node = request.app[NODE]
+    verifier = node.verifier
+    try:
+        checked = verifier.verify_headers(request.headers, request.method, request.path,
+                                          request.content_length, node.now_ms() / 1000)
+        peer = checked.node
+        standalone = not node.settings.cluster.peers
+        if not peer or peer == node.node_id or (
+                not standalone and peer not in node.settings.cluster.member_ids):
+            raise Forbidden(f"{peer!r} is not a member of this cluster")
+    except AiMemoryError as exc:
+        raise _refuse(exc, verifier.boot) from None
     raw = await request.read()
-    peer = node.verifier.verify(
-        request.headers, request.method, request.path, raw, node.now_ms() / 1000)
-    standalone = not node.settings.cluster.peers
-    if not peer or peer == node.node_id or (
-            not standalone and peer not in node.settings.cluster.member_ids):
-        raise Forbidden(f"{peer!r} is not a member of this cluster")
+    verifier.check_body(checked, raw)
     try:
         return peer, msgpack.unpackb(raw, raw=False)
     except Exception:
         raise BadRequest("peer body is not valid msgpack") from None
+
+
+def _peer(handler: Any) -> Any:
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)  # type: ignore[no-any-return]
+        except _Refused as refused:
+            return await refuse_unread(request, refused.exc, refused.headers)
+    wrapped.__name__ = wrapped.__qualname__ = handler.__name__
+    return wrapped
 
 
 def _packed(payload: Any) -> web.Response:
@@ -53,16 +86,26 @@ async def msgs(request: web.Request) -> web.Response:
 
 async def pull(request: web.Request) -> web.Response:
     _, body = await _peer_body(request)
-    ops = await service.pull(request.app[NODE], str(body["key"]), dict(body.get("vv") or {}))
+    vv = body.get("vv") or {} if isinstance(body, dict) else None
+    if not (isinstance(body, dict) and isinstance(body.get("key"), str) and isinstance(vv, dict)
+            and all(isinstance(k, str) and type(v) is int for k, v in vv.items())):
+        raise BadRequest("peer pull body must be {key: str, vv: {origin: int}}")
+    ops = await service.pull(request.app[NODE], body["key"], dict(vv))
     return _packed([op.to_wire() for op in ops])
 
 
 async def mailbox(request: web.Request) -> web.Response:
     _, body = await _peer_body(request)
+    try:
+        if not isinstance(body, dict) or type(body.get("hops", 1)) is not int:
+            raise TypeError
+        decode_request(body["req"])  # the router decodes it again; a bad one fails here, as a 400
+    except Exception:
+        raise BadRequest("undecodable forwarded mailbox request") from None
     return _packed(await request.app[NODE].router.handle_forwarded(body))
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/peer/v1/msgs", msgs)
-    app.router.add_post("/peer/v1/pull", pull)
-    app.router.add_post("/peer/v1/mailbox", mailbox)
+    app.router.add_post("/peer/v1/msgs", _peer(msgs))
+    app.router.add_post("/peer/v1/pull", _peer(pull))
+    app.router.add_post("/peer/v1/mailbox", _peer(mailbox))

@@ -20,8 +20,12 @@ always refused; loopback only when ``allow_loopback_webhooks`` is set;
 private ranges (RFC 1918, carrier-grade NAT ``100.64/10``, ``fc00::/7``)
 only when ``allow_private_webhooks`` is set; anything else not globally
 routable (documentation, benchmarking, reserved, broadcast) is refused.
-IPv6 forms that embed an IPv4 address (mapped ``::ffff:a.b.c.d``, NAT64
-``64:ff9b::/96``, 6to4, Teredo) are judged by the embedded address too.
+IPv6 forms that embed an IPv4 address are judged by the embedded address
+too: IPv4-mapped ``::ffff:a.b.c.d``, the deprecated IPv4-compatible
+``::a.b.c.d``, SIIT ``::ffff:0:a.b.c.d``, NAT64 ``64:ff9b::/96``, 6to4
+``2002::/16`` and Teredo. The local-use NAT64 range ``64:ff9b:1::/48``
+(RFC 8215), whose embedding depends on the operator's prefix length, counts
+as private.
 """
 
 from __future__ import annotations
@@ -53,8 +57,11 @@ METADATA_ADDRESSES: Final = frozenset(ipaddress.ip_address(a) for a in (
 ))
 _THIS_NETWORK: Final = ipaddress.ip_network("0.0.0.0/8")  # reaches the local host on Linux
 _NAT64: Final = ipaddress.ip_network("64:ff9b::/96")
+_SIIT: Final = ipaddress.ip_network("::ffff:0:0:0/96")  # RFC 2765 IPv4-translated
+_V4_COMPAT: Final = ipaddress.ip_network("::/96")  # RFC 4291 IPv4-compatible (deprecated)
 _PRIVATE: Final = tuple(ipaddress.ip_network(n) for n in (
-    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"))
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7",
+    "64:ff9b:1::/48"))
 
 
 class RefusedAddress(OSError):
@@ -66,7 +73,9 @@ def _embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:
         return None
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
-    if ip in _NAT64:
+    if ip in _V4_COMPAT and int(ip) > 1:  # :: and ::1 are themselves, not IPv4
+        return ipaddress.IPv4Address(int(ip))
+    if ip in _NAT64 or ip in _SIIT:
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     if ip.sixtofour is not None:
         return ip.sixtofour

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench import plots, report
+from bench.cpu import CLK_TCK, CpuWindow, cpu_summary, cpu_ticks, merge_windows
 from bench.loadgen import LoadJob, run_job
 from bench.procs import echo_server, running
 from bench.stats import Sample, merge_samples, percentile, summarize
@@ -49,18 +52,24 @@ def test_summary_counts_503_apart_and_merges_processes() -> None:
     assert s.statuses == {"201": 90, "404": 1, "503": 5}
 
 
-def _point(rps: float, p99: float, fraction: float | None = None, ops: float | None = None) -> dict[str, Any]:
+def _point(rps: float, p99: float, fraction: float | None = None, ops: float | None = None,
+           cpu_ms: float | None = None) -> dict[str, Any]:
     s = Sample()
     for _ in range(10):
         s.record(201, p99)
     d = summarize(s, 1.0).to_dict()
     d.update(rps=rps, p50_ms=p99 / 2, p99_ms=p99, ops_per_s=ops, offered_rps=rps, fraction=fraction, kinds={})
+    if cpu_ms is not None:
+        n = int(ops if ops is not None else rps)
+        w = CpuWindow(0.0, 1.0, {"node1": (0, 0)}, {"node1": (round(cpu_ms * n * CLK_TCK / 1000), 0)}, 0)
+        d["cpu"] = cpu_summary(w, n)
     return d
 
 
 def _results() -> dict[str, Any]:
-    three = "3 nodes W=2"
+    three, one = "3 nodes W=2", "1 node"
     sweep = [_point(100.0 * f, 4.0 + 30 * f, f) for f in (0.1, 0.5, 1.0)]
+    slow = [_point(100.0 * f, 4.0 + 60 * f, f) for f in (0.1, 0.5, 1.0)]
     inbox = [
         {"size": 1000, "consistency": "default", "max": _point(900, 3.0), "sequential": _point(300, 3.0)},
         {"size": 20000, "consistency": "default", "max": _point(800, 8.0), "sequential": _point(120, 8.0)},
@@ -68,11 +77,15 @@ def _results() -> dict[str, Any]:
     return {
         "meta": {"run_id": "t", "profile": "quick", "commit": "abc", "daemon_version": "0", "cores": 2,
                  "profile_settings": {"concurrency": 64, "loadgen_procs": 1, "inbox_sizes": [1000, 20000]}},
-        "echo": {"cluster": "echo server", "workload": "notify body", "max": _point(1000.0, 5.0), "sweep": sweep},
+        "echo": {"cluster": "echo server", "workload": "notify body", "max": _point(1000.0, 5.0, cpu_ms=0.1),
+                 "sweep": sweep},
         "workloads": [
-            {"cluster": three, "workload": "notify", "max": _point(600.0, 30.0), "sweep": sweep},
-            {"cluster": three, "workload": "sendpop", "max": _point(700.0, 40.0, ops=700.0), "sweep": sweep},
+            {"cluster": one, "workload": "notify", "max": _point(800.0, 20.0, cpu_ms=0.2), "sweep": sweep},
+            {"cluster": three, "workload": "notify", "max": _point(600.0, 30.0, cpu_ms=0.5), "sweep": sweep},
+            {"cluster": three, "workload": "sendpop", "max": _point(700.0, 40.0, ops=700.0, cpu_ms=0.9),
+             "sweep": slow},
         ],
+        "nats": {"system": "NATS", "max": _point(1500.0, 10.0, ops=1500.0, cpu_ms=0.3)},
         "scenario": {
             "cluster": three, "inbox": inbox, "fill": [_point(1000, 5.0)],
             "catchup": {"missed_ops": 21000, "nominal_ops": 100000, "restart_to_healthy_s": 1.0,
@@ -88,23 +101,45 @@ def test_targets_report_and_plots(tmp_path: Path) -> None:
     results = _results()
     verdicts = {t.name: t.verdict for t in evaluate(results)}
     assert verdicts == {
-        "notify throughput, 3 nodes W=2": "PASS",  # 600 of 1000 echo
-        "notify p99 at half of max, 3 nodes": "PASS",  # 4 + 30 * 0.5 = 19 ms
+        "send+pop vs NATS JetStream R3, 3 nodes": "MISS",  # 700 of 1500 = 47 %
         "send+pop claims, 3 nodes": "MISS",  # 700 claims/s
+        "cluster CPU per claim, 3 nodes": "PASS",  # 0.9 ms
+        "cluster CPU per notify vs echo CPU per request, 3 nodes W=2": "MISS",  # 0.5 / 0.1 = x5
+        "notify throughput, 3 nodes W=2 vs 1 node": "PASS",  # 600 of 800 = 75 %
+        "notify throughput, 1 node vs echo": "PASS",  # 800 of 1000
+        "notify p99 at half of max, 3 nodes": "PASS",  # 4 + 30 * 0.5 = 19 ms
+        "send+pop p99 at half of max, 3 nodes": "MISS",  # 4 + 60 * 0.5 = 34 ms
         "inbox read p99, largest inbox (limit 50)": "MISS",  # 8 ms, but over 2x the 3 ms of 1k
         "catch-up of missed ops": "PASS",
         "RSS per node": "MISS",  # node2 160 MB
     }
+    values = {t.name: t.value for t in evaluate(results)}
+    assert values["cluster CPU per notify vs echo CPU per request, 3 nodes W=2"] == pytest.approx(5.0)
+    assert values["send+pop vs NATS JetStream R3, 3 nodes"] == pytest.approx(700 / 1500)
     del results["echo"]
-    assert {t.name: t.verdict for t in evaluate(results)}["notify throughput, 3 nodes W=2"] == "SKIP"
+    after = {t.name: t.verdict for t in evaluate(results)}
+    assert after["notify throughput, 1 node vs echo"] == "SKIP"
+    assert after["cluster CPU per notify vs echo CPU per request, 3 nodes W=2"] == "SKIP"
+    results = _results()
+    results["nats"] = {"skipped": "nats-server is not installed"}
+    skipped = next(t for t in evaluate(results) if t.name == "send+pop vs NATS JetStream R3, 3 nodes")
+    assert skipped.verdict == "SKIP" and "nats-server is not installed" in skipped.measured
+    results = _results()
+    results["workloads"][1]["max"]["cpu"] = None  # /proc unreadable: SKIP, never PASS
+    assert {t.name: t.verdict for t in evaluate(results)}[
+        "cluster CPU per notify vs echo CPU per request, 3 nodes W=2"] == "SKIP"
     results = _results()
 
     run_dir = tmp_path / "results" / "t"
     md = report.write_run(run_dir, results, evaluate(results))
     assert "| 3 nodes W=2 | notify | 600 ops/s | 60% |" in md
+    assert "| 3 nodes W=2 | notify (per ok op) | 0.500 | x5.0 |" in md
+    assert "| NATS JetStream R3 | send+pop (per claim) | 0.300 | x3.0 |" in md
     assert "**MISS**" in md and "**PASS**" in md
     assert (tmp_path / "results" / "latest.md").read_text().strip() == md.strip()
-    assert json.loads((run_dir / "results.json").read_text())["targets"][0]["verdict"] == "PASS"
+    saved = json.loads((run_dir / "results.json").read_text())
+    assert [t["verdict"] for t in saved["targets"]] == list(verdicts.values())
+    assert saved["workloads"][1]["max"]["cpu"]["ms_per_op"] == pytest.approx(0.5)
 
     doc = tmp_path / "performance.md"
     doc.write_text(f"intro\n{report.DOCS_BEGIN}\nSTALE-TABLE\n{report.DOCS_END}\noutro\n")
@@ -124,6 +159,7 @@ def test_echo_ceiling_few_hundred_requests(tmp_path: Path) -> None:
                                  connections=8))
     op = summarize(result.samples["op"], result.elapsed_s)
     assert (op.requests, op.ok, op.errors, op.unavailable) == (300, 300, 0, 0)
+    assert result.cpu is None  # no pids named, no CPU figure
     assert result.samples["echo"].statuses == {201: 300}
     assert 0 < op.p50_ms <= op.p99_ms <= op.max_ms
     assert op.rps > 0
@@ -141,3 +177,69 @@ def test_jobs_split_across_processes_without_empty_parts() -> None:
     assert [(j.concurrency, j.total) for j in few] == [(3, 1), (3, 1), (2, 1)]
     opened = LoadJob(spec, ("http://127.0.0.1:1",), mode="open", rate=100.0).split(4)
     assert sum(j.rate for j in opened) == 100.0
+
+
+def test_cpu_is_read_from_proc_and_merged() -> None:
+    before = cpu_ticks(os.getpid())
+    deadline = cpu_ticks("self") + 3  # burn a few ticks of CPU
+    while cpu_ticks("self") < deadline:
+        pass
+    assert cpu_ticks(os.getpid()) >= before + 3
+    a = CpuWindow(10.0, 12.0, {"n1": (90, 10), "n2": (50, 0)}, {"n1": (160, 20), "n2": (80, 10)}, 30)
+    b = CpuWindow(10.1, 12.5, {"n1": (91, 10), "n2": (51, 0)}, {"n1": (170, 30), "n2": (90, 10)}, 20)
+    m = merge_windows([a, b])
+    assert m is not None and (m.t0, m.t1, m.start, m.end, m.client_ticks) == (
+        10.0, 12.5, a.start, b.end, 50)
+    assert merge_windows([a, None]) is None
+    s = cpu_summary(m, 100)
+    assert s is not None
+    assert s["server_cpu_s"] == pytest.approx(150 / CLK_TCK)
+    assert s["ms_per_op"] == pytest.approx(1500 / CLK_TCK)
+    assert s["process_cores"]["n1"] == pytest.approx(100 / CLK_TCK / 2.5)
+    assert s["server_system_share"] == pytest.approx(30 / 150)
+
+
+def test_echo_cpu_per_request_is_measured(tmp_path: Path) -> None:
+    """A real server's CPU over a load job's window, per acknowledged request."""
+    with running(echo_server(tmp_path)) as srv:
+        r = run_job(LoadJob(WorkloadSpec("echo"), (srv.url,), mode="count", total=600, concurrency=16,
+                            cpu_pids=(("echo", srv.pid),)))
+    assert r.cpu is not None and set(r.cpu.start) == {"echo"}
+    s = cpu_summary(r.cpu, r.samples["op"].ok)
+    assert s is not None and s["ops"] == 600
+    # 600 parsed-and-answered JSON requests cost the server measurable CPU,
+    # and far less than the whole window on every core.
+    assert 0 < s["server_cpu_s"] <= s["window_s"] * (os.cpu_count() or 1)
+    assert s["ms_per_op"] is not None and s["ms_per_op"] > 0
+
+
+def test_hotpath_shares_each_threads_cpu_by_its_samples() -> None:
+    from bench.hotpath import categorize, category_costs, cluster_costs, format_anatomy
+
+    loop = "<module> (ai-memory:1);run (uvloop/__init__.py:38);Runner.run (asyncio/runners.py:86)"
+    handler = f"{loop};RequestHandler._handle_request (aiohttp/web_protocol.py:567);notify (daemon/api/notify.py:27)"
+    respond = f"{loop};StreamWriter._writelines (aiohttp/http_writer.py:106)"
+    peer = f"{loop};PeerLink._deliver (daemon/node.py:135);PeerClient.call (daemon/peer_client.py:44)"
+    writer = "Thread._bootstrap (threading.py:988);Writer._transaction (store/writer.py:219)"
+    text = f"{handler} 30\n{respond} 50\n{peer} 20\n{writer} 5\n"
+    assert categorize(handler.split(";")).startswith("public API handlers")
+    assert categorize(respond.split(";")).startswith("aiohttp server machinery")
+    assert categorize(peer.split(";")).startswith("peer client")
+    assert categorize(writer.split(";")).startswith("store threads")
+    # node1: 0.2 s on the main thread, 0.1 s on the others, over 100 ops
+    cats = category_costs({"node1": text}, {"node1": (0.2, 0.1)}, 100)
+    assert cats["public API handlers (daemon/api: middlewares, validation, core)"] == pytest.approx(0.6)
+    assert cats["aiohttp server machinery (parse, route, write responses to sockets)"] == pytest.approx(1.0)
+    assert cats["store threads (SQLite writer, aiosqlite readers, executor)"] == pytest.approx(1.0)
+    assert sum(cats.values()) == pytest.approx(3.0)  # = (0.2 + 0.1) s * 1000 / 100 ops
+    inc, own = cluster_costs({"node1": text, "node2": text}, {"node1": (0.2, 0.1), "node2": (0.2, 0.1)}, 100)
+    assert inc["notify (daemon/api/notify.py:27)"] == pytest.approx(1.2)
+    assert sum(own.values()) == pytest.approx(6.0)
+    before = {"n1": Counter({"HTTP POST /api/v1/notify": 10.0, "peer_batches_total": 2.0,
+                             "seconds HTTP POST /api/v1/notify": 1.0})}
+    after = {"n1": Counter({"HTTP POST /api/v1/notify": 110.0, "peer_batches_total": 42.0,
+                            "HTTP GET /api/v1/metrics": 5.0, "seconds HTTP POST /api/v1/notify": 3.0})}
+    text = format_anatomy(before, after, 100)
+    assert "1.000  HTTP POST /api/v1/notify" in text and "0.400  peer_batches_total" in text
+    assert "20.00  HTTP POST /api/v1/notify" in text  # 2 s inside the node over 100 requests
+    assert "GET /api/v1/metrics" not in text  # the scrapes themselves are not work of the workload

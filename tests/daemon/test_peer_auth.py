@@ -1,5 +1,6 @@
-"""Peer endpoints refuse unsigned, forged, stale and replayed requests when
-a cluster secret is configured, and refuse non-members."""
+"""Peer endpoints refuse unsigned, forged, stale, misaddressed and replayed
+requests when a cluster secret is configured, and refuse non-members; the
+signature is checked before the body is read."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import msgpack
 import pytest
 
 from daemon.app import build_app
-from daemon.peer_auth import sign
+from daemon.peer_auth import BOOT_HEADER, sign
+from daemon.peer_client import PeerClient, PeerUnreachable
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
 from daemon.wiring import build_node
 from federation.messages import SyncOffer
 
 SECRET = "s3cret-for-tests"
+PATH = "/peer/v1/msgs"
 
 
 @pytest.fixture
@@ -35,36 +38,123 @@ def body() -> bytes:
     return msgpack.packb([SyncOffer({}, "x").to_wire()], use_bin_type=True)
 
 
-async def post(client, headers):  # type: ignore[no-untyped-def]
-    return await client.post("/peer/v1/msgs", data=body(),
+async def post(client, headers, data: bytes | None = None):  # type: ignore[no-untyped-def]
+    return await client.post(PATH, data=body() if data is None else data,
                              headers={"Content-Type": "application/msgpack", **headers})
 
 
+async def boot_of(client) -> str:  # type: ignore[no-untyped-def]
+    """The receiver's boot id, learned the way a peer learns it."""
+    r = await post(client, sign(SECRET, "node2", "node1", "POST", PATH, body(), time.time()))
+    assert r.status == 401 and (await r.json())["code"] == "peer_boot_mismatch"
+    return r.headers[BOOT_HEADER]
+
+
+def signed(boot: str, **kw) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    args = {"secret": SECRET, "node": "node2", "to": "node1", "method": "POST", "path": PATH,
+            "body": body(), "now_s": time.time(), "boot": boot, **kw}
+    return sign(**args)
+
+
 async def test_signed_request_from_a_member_is_accepted(secured) -> None:  # type: ignore[no-untyped-def]
-    r = await post(secured, sign(SECRET, "node2", "POST", "/peer/v1/msgs", body(), time.time()))
+    r = await post(secured, signed(await boot_of(secured)))
     assert r.status == 200
 
 
-@pytest.mark.parametrize("case", ["unsigned", "wrong-secret", "stale", "tampered", "non-member"])
+@pytest.mark.parametrize("case", ["unsigned", "wrong-secret", "stale", "tampered", "non-member",
+                                  "wrong-receiver", "retargeted", "wrong-boot", "wrong-path"])
 async def test_bad_peer_requests_are_refused(secured, case) -> None:  # type: ignore[no-untyped-def]
-    now = time.time()
+    boot = await boot_of(secured)
+    data = None
     if case == "unsigned":
         headers = {"X-AIM-Node": "node2"}
     elif case == "wrong-secret":
-        headers = sign("guess", "node2", "POST", "/peer/v1/msgs", body(), now)
+        headers = signed(boot, secret="guess")
     elif case == "stale":
-        headers = sign(SECRET, "node2", "POST", "/peer/v1/msgs", body(), now - 3600)
-    elif case == "tampered":
-        headers = sign(SECRET, "node2", "POST", "/peer/v1/msgs", b"other body", now)
+        headers = signed(boot, now_s=time.time() - 3600)
+    elif case == "tampered":  # same length, other bytes: the signed digest does not match
+        headers = signed(boot)
+        data = bytes(b ^ 1 for b in body())
+    elif case == "non-member":
+        headers = signed(boot, node="mallory")
+    elif case == "wrong-receiver":  # signed for node3, sent to node1
+        headers = signed(boot, to="node3")
+    elif case == "retargeted":  # signed for node3, To header rewritten
+        headers = {**signed(boot, to="node3"), "X-AIM-To": "node1"}
+    elif case == "wrong-boot":
+        headers = signed("0" * 32)
     else:
-        headers = sign(SECRET, "mallory", "POST", "/peer/v1/msgs", body(), now)
-    r = await post(secured, headers)
+        headers = signed(boot, path="/peer/v1/pull")
+    r = await post(secured, headers, data)
     assert r.status in (401, 403), case
-    assert "error" in await r.json()
+    err = await r.json()
+    assert err["error"] and err["code"]
+    if case != "tampered":  # refused from the headers: answered, then the connection dropped
+        assert r.headers.get("Connection", "").lower() == "close"
+
+
+async def test_wrong_receiver_names_the_receiver(secured) -> None:  # type: ignore[no-untyped-def]
+    r = await post(secured, signed(await boot_of(secured), to="node3"))
+    assert r.status == 401 and "'node3'" in (await r.json())["error"]
+    assert BOOT_HEADER not in r.headers  # the boot id goes only to a valid MAC
 
 
 async def test_replayed_request_is_refused(secured) -> None:  # type: ignore[no-untyped-def]
-    headers = sign(SECRET, "node2", "POST", "/peer/v1/msgs", body(), time.time())
+    headers = signed(await boot_of(secured))
     assert (await post(secured, headers)).status == 200
     r = await post(secured, headers)
     assert r.status == 401 and "replayed" in (await r.json())["error"]
+
+
+async def test_signed_body_needs_a_content_length(secured) -> None:  # type: ignore[no-untyped-def]
+    async def chunks():  # type: ignore[no-untyped-def]
+        yield body()
+    r = await secured.post(PATH, data=chunks(), headers={
+        "Content-Type": "application/msgpack", **signed(await boot_of(secured))})
+    assert r.status == 400 and "Content-Length" in (await r.json())["error"]
+
+
+async def test_peer_client_learns_the_boot_id_and_retries_once(secured) -> None:  # type: ignore[no-untyped-def]
+    url = str(secured.make_url("")).rstrip("/")
+    pc = PeerClient("node2", {"node1": url}, SECRET, now_s=time.time)
+    await pc.start()
+    try:
+        assert await pc.call("node1", PATH, [SyncOffer({}, "x").to_wire()]) == []
+        learned = pc._boots["node1"]
+        assert await pc.call("node1", PATH, [SyncOffer({}, "x").to_wire()]) == []
+        assert pc._boots["node1"] == learned
+        pc._boots["node1"] = "stale-boot"  # as after a receiver restart
+        assert await pc.call("node1", PATH, [SyncOffer({}, "x").to_wire()]) == []
+        assert pc._boots["node1"] == learned
+        bad = PeerClient("node2", {"node1": url}, "wrong-secret", now_s=time.time)
+        await bad.start()
+        try:
+            with pytest.raises(PeerUnreachable, match="rejected"):
+                await bad.call("node1", PATH, [SyncOffer({}, "x").to_wire()])
+            assert "node1" not in bad._boots
+        finally:
+            await bad.close()
+    finally:
+        await pc.close()
+
+
+def test_an_evicted_nonce_cannot_be_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from common import limits
+    from daemon.peer_auth import Verifier
+
+    monkeypatch.setattr(limits, "auth_nonce_cache_max", 3)
+    v = Verifier(SECRET, "node1", boot="b")
+    now = time.time()
+    sent = [sign(SECRET, "node2", "node1", "POST", PATH, body(), now + i / 1000, "b")
+            for i in range(5)]
+    for h in sent:
+        v.verify_headers(h, "POST", PATH, len(body()), now)
+    # the first two fell out of the cache; their timestamps are below node2's floor now
+    for h in sent:
+        with pytest.raises(Exception, match="replayed"):
+            v.verify_headers(h, "POST", PATH, len(body()), now)
+    # a fresh request from node2 and requests from other senders still pass
+    v.verify_headers(sign(SECRET, "node2", "node1", "POST", PATH, body(), now + 1, "b"),
+                     "POST", PATH, len(body()), now)
+    v.verify_headers(sign(SECRET, "node3", "node1", "POST", PATH, body(), now - 60, "b"),
+                     "POST", PATH, len(body()), now)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from common.lifecycle import EDITABLE_FIELDS, TERMINAL
-from store.ops import MEM_DEL, NOTE_NEW, NOTE_READ, Op
+from store.ops import MEM_DEL, MSG_RELEASE, NOTE_NEW, NOTE_READ, Op
 from store.records import MESSAGE_FIELDS
 from tests.sim.workload import Attempt
 
@@ -49,7 +49,9 @@ class Monitor:
         self.violations: list[str] = []
         self.popped: dict[str, str] = {}  # message id -> identity of its acked pop
         self.popped_session: dict[str, str] = {}  # message id -> claimer session
-        self.popped_claim: dict[str, tuple[str, int]] = {}  # message id -> (session, at_ms)
+        # message id -> (request id, session): who holds it. (A stale owner's
+        # unacknowledged retry of the same request may stamp another at_ms.)
+        self.popped_claim: dict[str, tuple[str | None, str]] = {}
         self.by_request: dict[str, str] = {}  # request id -> message id
         # (mailbox, request id) -> every answer a pop with that id got (None: nothing pending)
         self.answers: dict[tuple[str, str], set[str | None]] = {}
@@ -58,6 +60,8 @@ class Monitor:
         # [(rank, answered at)]
         self.holds: dict[str, list[tuple[list[Any], str, int]]] = {}
         self.claims: dict[str, list[tuple[list[Any], int]]] = {}
+        # message id -> the rank of every release op any node issued (acked or not)
+        self.releases: dict[str, list[list[Any]]] = {}
         # (node, message) -> [(sim ms, state shown)], one entry per change
         self.seen_states: dict[tuple[str, str], list[tuple[int, Decision | None]]] = {}
         self.popped_at: dict[str, int] = {}  # message id -> when its pop was acked
@@ -98,7 +102,7 @@ class Monitor:
                 self.fail(f"message {mid} popped twice: by {prev} and by {ident}")
             self.popped[mid] = ident
             self.popped_session[mid] = str(claim.get("claimer_session"))
-            self.popped_claim[mid] = (str(claim.get("claimer_session")), int(claim["at_ms"]))
+            self.popped_claim[mid] = (claim.get("request_id"), str(claim.get("claimer_session")))
             self.popped_at.setdefault(mid, self.sim.now)
             if a.req.request_id is not None:
                 other = self.by_request.setdefault(a.req.request_id, mid)
@@ -121,11 +125,19 @@ class Monitor:
         elif a.kind == "release":
             if not _was_written(h, a.req.message_id, a.value["message"]):
                 self.fail(f"release of {a.req.message_id} returned a body never written")
+
         elif a.kind == "cancel":
             for mid in a.value:
                 self.cancelled.add(mid)
                 if mid in self.popped:
                     self.fail(f"message {mid} acked as popped and as cancelled")
+
+    def on_persist(self, node_id: str, ops: Any) -> None:
+        """Every op a node persists passes here: the releases it issues."""
+        for op in ops:
+            if op.kind == MSG_RELEASE and op.origin == node_id:
+                self.releases.setdefault(str(op.body["id"]), []).append(
+                    [op.epoch, op.hlc, op.origin, op.seq])
 
     def sample(self) -> None:
         h = self.sim.history
@@ -171,21 +183,17 @@ def _was_written(h: Any, mid: str, msg: dict[str, Any]) -> bool:
 def _hold_and_pop_checks(sim: Sim, fail: Any) -> None:
     """A hold and a pop of one message never both win: in the owners' order
     of decisions (ranks), no hold follows an acknowledged claim, and a fresh
-    claim follows an acknowledged hold only if someone asked to release it
-    in between."""
-    mon, h = sim.monitor, sim.history
-    asked: dict[str, list[int]] = {}  # message id -> when a release attempt was sent
-    for a in h.attempts.values():
-        if a.kind == "release":
-            asked.setdefault(a.req.message_id, []).append(a.sent_ms)
+    claim follows an acknowledged hold only if a release was issued between
+    them (acknowledged or not: an unanswered release still takes effect)."""
+    mon = sim.monitor
     for mid, holds in mon.holds.items():
         claims = mon.claims.get(mid, [])
-        for h_rank, session, asked_ms in holds:
-            for c_rank, answered_ms in claims:
+        released = mon.releases.get(mid, [])
+        for h_rank, session, _asked_ms in holds:
+            for c_rank, _answered_ms in claims:
                 if h_rank > c_rank:
                     fail(f"{mid}: hold {h_rank} by {session} granted after claim {c_rank}")
-                elif not any(asked_ms <= t <= answered_ms
-                             for t in asked.get(mid, [])):
+                elif not any(h_rank < r < c_rank for r in released):
                     fail(f"{mid}: claimed at {c_rank} while held at {h_rank} by {session}, "
                          "with no release asked in between")
 
@@ -239,8 +247,8 @@ def final_checks(sim: Sim) -> list[str]:
             t_ack = mon.popped_at[mid]
             current = [i for i, (t, _) in enumerate(seq) if t <= t_ack]
             after = [s for _, s in seq[current[-1] if current else 0:]]
-            shown = [i for i, s in enumerate(after) if s is not None and (s[2], s[3]) == acked]
-            if shown and any(s is None or (s[2], s[3]) != acked for s in after[shown[0]:]):
+            shown = [i for i, s in enumerate(after) if s is not None and (s[1], s[2]) == acked]
+            if shown and any(s is None or (s[1], s[2]) != acked for s in after[shown[0]:]):
                 fail(f"{node_id}: acked claim of {mid} changed after it was shown: {seq}")
         # 3. nothing appears that was never written.
         snap = disk.snapshot()

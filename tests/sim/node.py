@@ -86,6 +86,7 @@ class SimNode:
                 return
             if isinstance(eff, Persist):
                 self.disk.apply(eff.ops, local)
+                self.sim.monitor.on_persist(self.id, eff.ops)
             elif isinstance(eff, PersistPromise):
                 self.disk.set_promised(eff.mailbox, eff.epoch)
             elif isinstance(eff, Send):
