@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from common import limits
+from store.ops import NOTE_NEW
 from tests.daemon._fixtures_handlers import Bad, assert_refused
 
 V1 = "/api/v1"
@@ -27,12 +28,15 @@ async def inbox(client: Any, agent: str) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def writes(node: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The op count of every quorum write the node makes."""
+    """The notification count of every quorum write of notifications (other
+    writes, such as a background last-seen refresh, are not counted)."""
     calls: list[int] = []
     real = node.write
 
     async def counted(items: Any) -> Any:
-        calls.append(len(items))
+        notes = sum(1 for kind, _, _ in items if kind == NOTE_NEW)
+        if notes:
+            calls.append(notes)
         return await real(items)
 
     monkeypatch.setattr(node, "write", counted)
