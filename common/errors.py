@@ -104,7 +104,8 @@ class Unavailable(ServerError):
 class QuorumNotMet(Unavailable):
     """Fewer than W members held a write before the timeout.
 
-    Body is ``{"error":"quorum_not_met","got":G,"needed":W,"reason":...}``;
+    Body is ``{"error":"quorum_not_met","code":"quorum_not_met","got":G,
+    "needed":W,"reason":...}`` (every 503 carries a ``code``);
     the operation stays in the log and still spreads by anti-entropy.
     """
 
@@ -114,7 +115,7 @@ class QuorumNotMet(Unavailable):
         super().__init__("quorum_not_met", retry_after=retry_after, got=got, needed=needed, reason=reason)
 
     def to_body(self) -> dict[str, Any]:
-        return {"error": "quorum_not_met", **self.details}
+        return {"error": "quorum_not_met", "code": self.code, **self.details}
 
 
 class NoMajority(Unavailable):

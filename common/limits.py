@@ -41,12 +41,33 @@ memory_ttl_secs_max = 100 * 365 * 24 * 3600  # ttl_secs beyond a century is a ty
 # Default lifetime of a memory by tier: seconds, None = never expires.
 memory_tier_ttl_secs: dict[str, int | None] = {"short": 6 * 3600, "mid": 7 * 24 * 3600, "long": None}
 
+# --- search, links, admin (the upstream SDK surface) -------------------------
+search_limit_default = 20
+search_limit_max = 200
+recall_limit_default = 10
+recall_limit_max = 50
+search_query_max_chars = 4_000
+search_terms_max = 32  # words of a query that reach FTS5; more is a 400
+all_keys_pull_max = 10_000  # ops one peer returns for a cluster-wide read barrier
+forget_max = 10_000  # memories one POST /forget may delete (more: 413, nothing deleted)
+gc_batch_max = 10_000  # expired memories one POST /gc tombstones
+link_relation_max_chars = 64
+links_per_memory_max = 1_000  # links GET /links/{id} returns
+lineage_depth_max = 5
+lineage_nodes_max = 1_000
+import_memories_max = 1000  # memories per POST /import (as bulk_create_max)
+import_links_max = 10_000
+consolidate_ids_max = 100
+export_memories_max = 100_000  # beyond this GET /export is a 413 (use list/paging)
+expiring_soon_secs = 24 * 3600  # "expiring_soon" in GET /stats
+
 # --- notify / inbox --------------------------------------------------------
 notify_title_max_chars = 1_000
 notify_payload_max_chars = 64_000
 notify_priority_min = 1
 notify_priority_max = 10
 notify_priority_default = 5
+notify_broadcast_max = 500  # recipients of one notify (a list, or "*" / "prefix*")
 inbox_limit_default = 50
 inbox_limit_max = 500
 mark_read_ids_max = 500
@@ -72,6 +93,7 @@ admission_timeout_max_ms = 10_000
 admission_hooks_max = 16
 admission_reply_max_bytes = 64 * 1024
 truncation_marker = "\n[…truncated by ai-memory]"
+truncation_marker_inline = " […truncated by ai-memory]"  # one-line fields (a mail subject)
 
 # --- store -----------------------------------------------------------------
 writer_queue_max = 10_000  # pending write jobs before callers get 503 overloaded

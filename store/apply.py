@@ -24,11 +24,14 @@ from store import ops as K
 from store.ops import Op
 from store.records import (
     empty_row,
+    grant_row,
     hold_row,
     is_expired,
+    link_row,
     memory_row,
     message_row,
     note_row,
+    nsub_row,
     physical_ms,
     revision_row,
     terminal_row,
@@ -145,6 +148,32 @@ _EMPTY_UPSERT = (
     " > (pop_empty.epoch, pop_empty.hlc, pop_empty.origin, pop_empty.seq)"
 )
 
+_LINK_PUT = (
+    "INSERT INTO memory_links (source_id, target_id, relation, created_at_ms) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (source_id, target_id, relation) DO UPDATE SET"
+    " created_at_ms = min(memory_links.created_at_ms, excluded.created_at_ms)"
+)
+_GRANT_COLS = ("memory_id", "agent_id", "permission", "granted", "at_ms", "hlc", "origin", "seq")
+_GRANT_UPSERT = (
+    f"INSERT INTO memory_grants ({', '.join(_GRANT_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in _GRANT_COLS)}) "
+    "ON CONFLICT (memory_id, agent_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _GRANT_COLS[2:])
+    + " WHERE (excluded.hlc, excluded.origin, excluded.seq)"
+    " > (memory_grants.hlc, memory_grants.origin, memory_grants.seq)"
+)
+
+
+_NSUB_COLS = ("agent_id", "namespace", "active", "at_ms", "hlc", "origin", "seq")
+_NSUB_UPSERT = (
+    f"INSERT INTO namespace_subscriptions ({', '.join(_NSUB_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in _NSUB_COLS)}) "
+    "ON CONFLICT (agent_id, namespace) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _NSUB_COLS[2:])
+    + " WHERE (excluded.hlc, excluded.origin, excluded.seq)"
+    " > (namespace_subscriptions.hlc, namespace_subscriptions.origin, namespace_subscriptions.seq)"
+)
+
 
 def _stamp(op: Op) -> dict[str, Any]:
     return {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
@@ -243,6 +272,22 @@ def _msg_empty(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     c.execute(_EMPTY_UPSERT, {**empty_row(op), **_stamp(op)})
 
 
+def _link_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    row = link_row(op)
+    c.execute(_LINK_PUT, (row["source_id"], row["target_id"], row["relation"],
+                          row["created_at_ms"]))
+
+
+def _grant_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    row = grant_row(op)
+    c.execute(_GRANT_UPSERT, {**row, **_stamp(op), "granted": int(row["granted"])})
+
+
+def _nsub_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    row = nsub_row(op)
+    c.execute(_NSUB_UPSERT, {**row, **_stamp(op), "active": int(row["active"])})
+
+
 _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MEM_PUT: _mem_put,
     K.MEM_DEL: _mem_del,
@@ -257,6 +302,9 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MSG_HOLD: _msg_hold,
     K.MSG_RELEASE: _msg_hold,
     K.MSG_EMPTY: _msg_empty,
+    K.LINK_PUT: _link_put,
+    K.GRANT_PUT: _grant_put,
+    K.NSUB_PUT: _nsub_put,
 }
 
 

@@ -309,11 +309,16 @@ class Store:
             {"now": now_ms, "since": since_ms, "limit": limit})
         return [Q.memory(r) for r in rows]
 
+    @property
+    def reads(self) -> ReadPool:
+        """The read-only pool, for the cross-record reads of :mod:`store.search`."""
+        return self._reads
+
     # -- inbox ---------------------------------------------------------------------
 
     async def inbox(self, agent_id: str, *, unread_only: bool, limit: int,
                     min_priority: int | None = None, since_ms: int | None = None,
-                    now_ms: int) -> list[dict[str, Any]]:
+                    tier: str | None = None, now_ms: int) -> list[dict[str, Any]]:
         """Notifications to ``agent_id``, highest priority then newest first;
         every filter applies before ``limit``."""
         where = ["to_agent = :agent", Q.NOT_EXPIRED]
@@ -326,6 +331,9 @@ class Store:
         if since_ms is not None:
             where.append("created_at_ms >= :since")
             params["since"] = since_ms
+        if tier is not None:
+            where.append("tier = :tier")
+            params["tier"] = tier
         rows = await self._reads.fetchall(
             f"SELECT {Q.NOTE_COLS} FROM notes WHERE {' AND '.join(where)}"
             " ORDER BY priority DESC, created_at_ms DESC, id DESC LIMIT :limit", params)
@@ -560,4 +568,16 @@ class Store:
                 **{k: r[k] for k in EMPTY_FIELDS}, "epoch": r["epoch"],
                 "rank": (r["hlc"], r["origin"], r["seq"])}
                 for r in await fetch("SELECT * FROM pop_empty")},
+            "links": [tuple(r) for r in await fetch(
+                "SELECT source_id, target_id, relation, created_at_ms FROM memory_links"
+                " ORDER BY source_id, target_id, relation")],
+            "grants": {f"{r['memory_id']}/{r['agent_id']}": {
+                "memory_id": r["memory_id"], "agent_id": r["agent_id"],
+                "permission": r["permission"], "granted": bool(r["granted"]), "at_ms": r["at_ms"]}
+                for r in await fetch("SELECT * FROM memory_grants ORDER BY memory_id, agent_id")},
+            "nsubs": {f"{r['agent_id']}|{r['namespace']}": {
+                "agent_id": r["agent_id"], "namespace": r["namespace"],
+                "active": bool(r["active"]), "at_ms": r["at_ms"]}
+                for r in await fetch(
+                    "SELECT * FROM namespace_subscriptions ORDER BY agent_id, namespace")},
         }

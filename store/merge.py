@@ -24,6 +24,10 @@ How each rule is kept order-free (ranks are defined in :mod:`store.records`):
 * a message is pending until a terminal op is known; the terminal op of the
   highest rank decides claimed/cancelled, and terminal ops are kept even
   when their ``msg.send`` has not arrived;
+* ``link.put`` is a grow-only set of (source, target, relation) whose
+  ``created_at`` is the minimum seen; ``grant.put`` is last-writer-wins per
+  (memory, agent), a revoke being a put with ``granted`` false; ``nsub.put``
+  likewise per (agent, namespace);
 * agents merge type/capabilities last-writer-wins, ``registered_at`` by min
   and ``last_seen_at`` by max; sessions keep their first identity fields,
   min start and max activity; a project exists once any session named it.
@@ -49,13 +53,16 @@ from store.records import (
     TerminalRank,
     edit_ops,
     empty_row,
+    grant_row,
     hold_row,
     is_expired,
+    link_row,
     lww_rank,
     memory_row,
     message_row,
     message_view,
     note_row,
+    nsub_row,
     physical_ms,
     revision_row,
     terminal_rank,
@@ -119,6 +126,10 @@ class Replica:
         # (mailbox key, request id) -> the winning msg.empty op
         self._empties: dict[tuple[str, str], Op] = {}
         self._promises: dict[str, int] = {}
+        # (source_id, target_id, relation) -> created_at_ms
+        self._links: dict[tuple[str, str, str], int] = {}
+        self._grants: dict[tuple[str, str], _Ranked] = {}
+        self._nsubs: dict[tuple[str, str], _Ranked] = {}
 
     # -- applying ops --------------------------------------------------------
 
@@ -179,6 +190,23 @@ class Replica:
             cur_empty = self._empties.get(slot)
             if cur_empty is None or terminal_rank(op) > terminal_rank(cur_empty):
                 self._empties[slot] = op
+        elif kind == K.LINK_PUT:
+            link = link_row(op)
+            lkey = (link["source_id"], link["target_id"], link["relation"])
+            self._links[lkey] = min(self._links.get(lkey, link["created_at_ms"]),
+                                    link["created_at_ms"])
+        elif kind == K.GRANT_PUT:
+            grant = grant_row(op)
+            gkey = (grant["memory_id"], grant["agent_id"])
+            cur_grant = self._grants.get(gkey)
+            if cur_grant is None or lww_rank(op) > cur_grant.rank:
+                self._grants[gkey] = _Ranked(lww_rank(op), grant)
+        elif kind == K.NSUB_PUT:
+            nsub = nsub_row(op)
+            skey = (nsub["agent_id"], nsub["namespace"])
+            cur_sub = self._nsubs.get(skey)
+            if cur_sub is None or lww_rank(op) > cur_sub.rank:
+                self._nsubs[skey] = _Ranked(lww_rank(op), nsub)
         else:
             raise ValueError(f"unknown op kind {kind!r}")
 
@@ -532,6 +560,9 @@ class Replica:
             "holds": {k: dict(v) for k, v in self._holds.items()},
             "revisions": {k: dict(v) for k, v in self._revisions.items()},
             "empties": {k: _empty_snapshot(op) for k, op in self._empties.items()},
+            "links": sorted((*k, v) for k, v in self._links.items()),
+            "grants": {f"{k[0]}/{k[1]}": v.row for k, v in sorted(self._grants.items())},
+            "nsubs": {f"{k[0]}|{k[1]}": v.row for k, v in sorted(self._nsubs.items())},
         }
 
 

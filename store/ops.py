@@ -42,6 +42,17 @@ msg.empty       request_id, claimer_session, claimer_agent, at_ms. The
                 claim. Per (mailbox, request id) the greatest
                 ``(epoch, hlc, origin, seq)`` is kept; local rows older
                 than ``limits.pop_empty_keep_secs`` are purged.
+link.put        source_id, target_id, relation, created_at_ms. A grow-only
+                set keyed by (source_id, target_id, relation); created_at =
+                min. Links outlive a deleted endpoint (lineage shows
+                tombstoned ancestors).
+grant.put       memory_id, agent_id, permission, granted. Per-memory sharing,
+                last-writer-wins per (memory_id, agent_id); a revoke is a
+                grant.put with granted = false.
+nsub.put        agent_id, namespace, active, at_ms. An agent's subscription
+                to a namespace (upstream's namespace shape of
+                /subscriptions), last-writer-wins per (agent_id, namespace);
+                an unsubscribe is a put with active = false.
 ==============  ===========================================================
 
 A message's state: pending until any terminal op (claim or cancel) is
@@ -51,8 +62,11 @@ of the claims that carry it and the ``msg.empty`` ops that name it. Only an owne
 is acknowledged only once a majority accepted it at that epoch, so an
 acknowledged terminal op is never outranked (docs/federation.md).
 
-``key`` groups ops for targeted pulls: ``mem:<id>``, ``inbox:<agent>``,
-``agent:<id>``, ``proj:<ws>/<project>``, ``mbox:<ws>/<project>``.
+``key`` groups ops for targeted pulls: ``mem:<id>`` (links by their source,
+grants by their memory), ``inbox:<agent>``, ``agent:<id>``,
+``proj:<ws>/<project>``, ``mbox:<ws>/<project>``. A pull for
+:data:`ALL_KEYS` asks for every op the caller lacks (a read that spans
+records, such as a search).
 
 Kinds from a newer version: :meth:`Op.from_wire` accepts any well-formed
 kind name (``limits.op_kind_max_chars``, lower-case dotted), so a batch from
@@ -87,10 +101,14 @@ MSG_CANCEL: Final = lifecycle.MSG_CANCEL
 MSG_HOLD: Final = lifecycle.MSG_HOLD
 MSG_RELEASE: Final = lifecycle.MSG_RELEASE
 MSG_EMPTY: Final = "msg.empty"
+LINK_PUT: Final = "link.put"
+GRANT_PUT: Final = "grant.put"
+NSUB_PUT: Final = "nsub.put"
 
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
-     MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY}
+     MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY, LINK_PUT, GRANT_PUT,
+     NSUB_PUT}
 )
 _KIND_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 _registered: set[str] = set(KINDS)
@@ -118,6 +136,7 @@ MAILBOX_KINDS: Final = frozenset(
     {MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY})
 TERMINAL_KINDS: Final = lifecycle.TERMINAL_KINDS
 HOLD_KINDS: Final = lifecycle.HOLD_KINDS
+ALL_KEYS: Final = "*"
 
 
 def mem_key(memory_id: str) -> str:

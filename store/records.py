@@ -117,6 +117,41 @@ def note_row(op: Op) -> dict[str, Any]:
     }
 
 
+def link_row(op: Op) -> dict[str, Any]:
+    """The link a ``link.put`` op describes."""
+    b = op.body
+    return {
+        "source_id": str(b["source_id"]),
+        "target_id": str(b["target_id"]),
+        "relation": str(b.get("relation", "related_to")),
+        "created_at_ms": int(b.get("created_at_ms", physical_ms(op.hlc))),
+    }
+
+
+def grant_row(op: Op) -> dict[str, Any]:
+    """The grant (or revoke, ``granted`` False) a ``grant.put`` op describes."""
+    b = op.body
+    granted = bool(b.get("granted", True))
+    return {
+        "memory_id": str(b["memory_id"]),
+        "agent_id": str(b["agent_id"]),
+        "permission": (str(b.get("permission") or "read")) if granted else None,
+        "granted": granted,
+        "at_ms": int(b.get("at_ms", physical_ms(op.hlc))),
+    }
+
+
+def nsub_row(op: Op) -> dict[str, Any]:
+    """The namespace subscription (or its removal) an ``nsub.put`` op describes."""
+    b = op.body
+    return {
+        "agent_id": str(b["agent_id"]),
+        "namespace": str(b["namespace"]),
+        "active": bool(b.get("active", True)),
+        "at_ms": int(b.get("at_ms", physical_ms(op.hlc))),
+    }
+
+
 def message_row(op: Op) -> dict[str, Any]:
     """The body fields of a ``msg.send`` op (absent optional fields are None)."""
     b = op.body

@@ -6,8 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.api import agents, backup, mail, memories, notify, peer, subscriptions, sync, system
+from daemon.api import (
+    agents,
+    backup,
+    mail,
+    memories,
+    notify,
+    peer,
+    routing,
+    search,
+    subscriptions,
+    sync,
+    system,
+)
 
-ROUTE_MODULES: list[Any] = [system, memories, notify, agents, mail, subscriptions, peer, sync,
-                            backup]
+ROUTE_MODULES: list[Any] = [routing, system, memories, notify, agents, mail, subscriptions, peer,
+                            sync, search, backup]
 MIDDLEWARES: list[Any] = [m for mod in ROUTE_MODULES for m in getattr(mod, "MIDDLEWARES", [])]

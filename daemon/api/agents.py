@@ -1,7 +1,10 @@
 """HTTP handlers for ``/api/v1/agents`` and the last-seen middleware.
 
-Registering an agent whose id differs from the caller's ``X-Agent-Id`` is a
-403: an agent registers itself. The middleware hands a registered caller's
+Registering names an agent; it does not act as one. So, as upstream does,
+any agent id may be registered in anonymous mode (``X-Agent-Id`` is a claim
+there and need not equal the registered id). With API keys, a key bound to
+an agent registers only that agent (403 otherwise); there is no root key
+yet, so registering others needs anonymous mode. The middleware hands a registered caller's
 last-seen refresh to the background (see :mod:`daemon.services.agents` for
 the throttle) once the request has succeeded; it never delays or fails the
 request it rides on, and a refused request (any 4xx/5xx) writes nothing.
@@ -21,7 +24,9 @@ from daemon.services import agents as service
 
 async def register(request: web.Request) -> web.Response:
     req = await read_json(request, RegisterAgent)
-    acting_agent(identify(request, request.app[NODE].settings.auth), req.agent_id)
+    who = identify(request, request.app[NODE].settings.auth)
+    if who.verified:
+        acting_agent(who, req.agent_id)
     return web.json_response(await service.register(request.app[NODE], req), status=201)
 
 

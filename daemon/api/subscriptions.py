@@ -9,22 +9,30 @@ node applies, including ops replicated from peers.
 Bodies are validated completely before anything is written: an unknown
 event name, a hostile or unresolvable URL, a bad namespace or secret is a
 400 and leaves no row behind.
+
+Upstream's namespace shape shares the path: a body ``{"agent_id",
+"namespace"}`` without ``url`` subscribes an agent to a namespace,
+``GET ?agent_id=`` lists that agent's namespaces and ``DELETE
+?agent_id=&namespace=`` removes one (:mod:`daemon.services.ns_subscriptions`;
+those are replicated records, unlike webhook subscriptions).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from aiohttp import web
 from pydantic import AfterValidator, Field, StringConstraints
 
 from common import limits
+from common.errors import BadRequest
 from daemon.appkeys import NODE
 from daemon.auth import acting_agent, identify
-from daemon.http_errors import query_model, read_json
+from daemon.http_errors import query_model, read_body
 from daemon.schemas.ids import check_idempotency_key, check_record_id
 from daemon.schemas.timefmt import rfc3339
-from daemon.validation import AgentId, Lenient, Namespace, Strict, text
+from daemon.services import ns_subscriptions
+from daemon.validation import AgentId, Lenient, Namespace, Strict, text, validate
 from daemon.webhooks.events import EVENTS
 
 
@@ -45,10 +53,30 @@ class SubscribeIn(Strict):
     agent_id: AgentId | None = None
 
 
+class NamespaceSubscribeIn(Strict):
+    agent_id: AgentId
+    namespace: Namespace
+
+
+class NamespaceQuery(Lenient):
+    agent_id: AgentId
+    namespace: Namespace | None = None
+    consistency: Literal["quorum", "local"] = "quorum"
+
+
 async def subscribe(request: web.Request) -> web.Response:
     node = request.app[NODE]
     key = check_idempotency_key(request.headers.get("Idempotency-Key"))
-    body = await read_json(request, SubscribeIn)
+    data = await read_body(request)
+    if not isinstance(data, dict):
+        raise BadRequest("request body must be a JSON object")
+    if "url" not in data and "namespace" in data and "agent_id" in data:
+        ns_req = validate(NamespaceSubscribeIn, data)
+        who = acting_agent(identify(request, node.settings.auth), ns_req.agent_id)
+        assert who is not None
+        out = await ns_subscriptions.subscribe(node, who, ns_req.namespace)
+        return web.json_response(out, status=201)
+    body = validate(SubscribeIn, data)
     agent = acting_agent(identify(request, node.settings.auth), body.agent_id, required=False)
     out = await request.app[NODE].webhooks.subscribe(
         url=body.url, events=list(body.events), namespace=body.namespace, secret=body.secret,
@@ -57,7 +85,13 @@ async def subscribe(request: web.Request) -> web.Response:
 
 
 async def list_subscriptions(request: web.Request) -> web.Response:
-    identify(request, request.app[NODE].settings.auth)
+    node = request.app[NODE]
+    who = identify(request, node.settings.auth)
+    if "agent_id" in request.query:  # upstream's namespace shape
+        q = query_model(request, NamespaceQuery)
+        agent = acting_agent(who, q.agent_id)
+        assert agent is not None
+        return web.json_response(await ns_subscriptions.list_for(node, agent, q.consistency))
     subs = request.app[NODE].webhooks.all()
     return web.json_response({"subscriptions": subs, "count": len(subs)})
 
@@ -83,8 +117,20 @@ async def dead_letters(request: web.Request) -> web.Response:
     return web.json_response({"dead_letters": rows, "count": len(rows)})
 
 
+async def unsubscribe_namespace(request: web.Request) -> web.Response:
+    node = request.app[NODE]
+    q = query_model(request, NamespaceQuery)
+    if q.namespace is None:
+        raise BadRequest("DELETE /subscriptions takes agent_id and namespace "
+                         "(or use DELETE /subscriptions/{id} for a webhook)")
+    agent = acting_agent(identify(request, node.settings.auth), q.agent_id)
+    assert agent is not None
+    return web.json_response(await ns_subscriptions.unsubscribe(node, agent, q.namespace))
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/api/v1/subscriptions", subscribe)
     app.router.add_get("/api/v1/subscriptions", list_subscriptions)
     app.router.add_get("/api/v1/subscriptions/dead-letters", dead_letters)
     app.router.add_delete("/api/v1/subscriptions/{sub_id}", unsubscribe)
+    app.router.add_delete("/api/v1/subscriptions", unsubscribe_namespace)

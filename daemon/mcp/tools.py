@@ -127,7 +127,15 @@ class Tools:
 
     async def memory_notify(
         self,
-        target_agent_id: Annotated[AgentId, Field(description="Agent id of the recipient.")],
+        target_agent_id: Annotated[
+            AgentId | list[AgentId],
+            Field(
+                description="Agent id of the recipient; or a list of ids (broadcast, at most "
+                f"{limits.notify_broadcast_max}); or \"*\" for every registered agent, "
+                "\"prefix*\" for those whose id starts with prefix. Each recipient gets its own "
+                "notification."
+            ),
+        ],
         title: Annotated[
             str,
             Field(
@@ -175,6 +183,12 @@ class Tools:
             }
         )
         reply = await self._create("/api/v1/notify", body)
+        if isinstance(reply.get("delivered_to"), list):  # a broadcast
+            return {
+                "notification_ids": [n.get("id") for n in reply.get("notifications") or []],
+                "delivered_to": reply["delivered_to"],
+                "count": reply.get("count", len(reply["delivered_to"])),
+            }
         return {
             "notification_id": reply.get("notification_id") or reply.get("id"),
             "delivered_to": reply.get("delivered_to") or reply.get("to") or target_agent_id,
@@ -208,6 +222,13 @@ class Tools:
             Field(description="Mark the returned notifications read, so they are not shown again."),
         ] = False,
         consistency: Annotated[Consistency, Field(description=_CONSISTENCY_HELP)] = "quorum",
+        since: Annotated[
+            str | None,
+            Field(description="Only notifications received at or after this RFC 3339 time."),
+        ] = None,
+        tier: Annotated[
+            Tier | None, Field(description="Only notifications of this tier (short, mid, long).")
+        ] = None,
     ) -> dict[str, Any]:
         """Read the notifications other agents sent you, from any node of the cluster.
 
@@ -227,6 +248,8 @@ class Tools:
             min_priority=min_priority,
             mark_read=mark_read or None,
             consistency=None if consistency == "quorum" else consistency,
+            since=since,
+            tier=tier,
         )
         notifications = [
             {

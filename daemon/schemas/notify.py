@@ -27,12 +27,23 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 NoteTitle = text(limits.notify_title_max_chars, min_chars=1)
+# "*" (every registered agent) or "prefix*" (those whose id starts with prefix)
+Broadcast = Annotated[str, StringConstraints(max_length=limits.agent_id_max_chars + 1,
+                                             pattern=r"^[A-Za-z0-9_\-:@./]*\*$")]
+Recipients = Annotated[list[AgentId], Field(min_length=1, max_length=limits.notify_broadcast_max)]
 NotePayload = text(limits.notify_payload_max_chars)
 RecordId = Annotated[str, StringConstraints(pattern=RECORD_ID_RE)]
 
 
 class NotifyRequest(Strict):
-    target_agent_id: AgentId = Field(validation_alias=AliasChoices(*_ALIASES["target_agent_id"]))
+    """``target_agent_id`` is one agent id, a list of them, or a broadcast:
+    ``"*"`` for every registered agent, ``"prefix*"`` (or ``"*"`` with
+    ``target_prefix``) for those whose id starts with the prefix."""
+
+    target_agent_id: AgentId | Recipients | Broadcast = Field(
+        validation_alias=AliasChoices(*_ALIASES["target_agent_id"]))
+    target_prefix: Annotated[str, StringConstraints(max_length=limits.agent_id_max_chars,
+                                                    pattern=r"^[A-Za-z0-9_\-:@./]*$")] | None = None
     title: NoteTitle = Field(validation_alias=AliasChoices(*_ALIASES["title"]))  # type: ignore[valid-type]
     payload: NotePayload = Field(  # type: ignore[valid-type]
         default="", validation_alias=AliasChoices(*_ALIASES["payload"]))
@@ -50,6 +61,14 @@ class NotifyRequest(Strict):
                     raise ValueError(f"{' / '.join(names)} name the same field and differ")
         return data
 
+    @property
+    def broadcast_prefix(self) -> str | None:
+        """The agent-id prefix of a broadcast (``""`` for everyone), else None."""
+        t = self.target_agent_id
+        if isinstance(t, str) and t.endswith("*"):
+            return (t[:-1] if t != "*" else (self.target_prefix or ""))
+        return None
+
 
 class InboxQuery(Lenient):
     agent_id: AgentId | None = Field(default=None, validation_alias=AliasChoices("agent_id", "as_agent"))
@@ -57,6 +76,7 @@ class InboxQuery(Lenient):
     limit: Annotated[int, Field(ge=1, le=limits.inbox_limit_max)] = limits.inbox_limit_default
     min_priority: Priority | None = None
     since: Timestamp | None = None
+    tier: Tier | None = None
     mark_read: bool = False
     consistency: Literal["quorum", "local"] = "quorum"
 

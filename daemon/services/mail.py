@@ -121,10 +121,11 @@ async def send(node: Node, req: SendRequest, *, session_id: str | None,
     if req.nature == "measured" and not evidence:
         raise BadRequest("a measured claim needs non-empty evidence (command, query, file:line, or "
                          "source message id)")
-    subject, subject_cut = scrub.cap(subject, limits.message_subject_max_chars)
+    subject, subject_cut = scrub.cap_line(subject, limits.message_subject_max_chars)
     body, body_cut = scrub.cap(body, limits.message_body_max_chars)
+    evidence_cut = False
     if evidence is not None:
-        evidence, _ = scrub.cap(evidence, limits.message_evidence_max_chars)
+        evidence, evidence_cut = scrub.cap(evidence, limits.message_evidence_max_chars)
     if not body.strip():
         raise BadRequest("body must not be empty")
 
@@ -155,7 +156,7 @@ async def send(node: Node, req: SendRequest, *, session_id: str | None,
         "from_workspace": sender.workspace, "from_project": sender.project,
         "from_agent": stored.get("from_agent", from_agent),
         "state": "pending",
-        "truncated": {"subject": subject_cut, "body": body_cut},
+        "truncated": {"subject": subject_cut, "body": body_cut, "evidence": evidence_cut},
         "scrubbed": scrubbed,
     }
 

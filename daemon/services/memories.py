@@ -30,7 +30,9 @@ from common.errors import BadRequest, ClientError, Conflict, NotFound, PayloadTo
 from daemon.schemas.ids import check_record_id, record_id
 from daemon.schemas.memories import CreateMemory, ListMemoriesQuery, UpdateMemory, memory_json
 from daemon.schemas.timefmt import parse_rfc3339
+from daemon.services.links import link_json
 from daemon.validation import validate
+from store import search as search_store
 from store.ops import MEM_DEL, MEM_PUT, mem_key
 
 if TYPE_CHECKING:
@@ -165,7 +167,12 @@ async def create(node: Node, req: CreateMemory, *, agent: str | None,
 
 
 async def get(node: Node, memory_id: str) -> dict[str, Any]:
-    return memory_json(await _load(node, memory_id))
+    """The memory's own fields at the top level (the SDK validates a
+    ``Memory`` there) plus upstream's envelope ``{"memory", "links"}``."""
+    memory = memory_json(await _load(node, memory_id))
+    rows = await search_store.links_of(node.store.reads, memory_id,
+                                       limit=limits.links_per_memory_max)
+    return {**memory, "memory": memory, "links": [link_json(r) for r in rows]}
 
 
 async def list_memories(node: Node, q: ListMemoriesQuery) -> dict[str, Any]:

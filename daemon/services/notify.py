@@ -13,13 +13,23 @@ An inbox read first runs the node's read barrier for that inbox key (R + W
 > N, so a notify acknowledged anywhere is seen here), unless the caller
 asked for ``consistency=local``. Read marks are ``note.read`` ops: monotone,
 replicated, and only ever for notifications addressed to the reader.
+
+Broadcast: ``target_agent_id`` may be a list of agent ids, or ``"*"`` /
+``"prefix*"`` for every registered agent (whose id starts with the prefix;
+the sender is left out), read after the cluster-wide read barrier. Each
+recipient gets its own ``note.new``; all of them go in ONE quorum write, so
+the reply (``delivered_to``: the ids written) is all-or-nothing. More than
+``limits.notify_broadcast_max`` recipients is a 413 and writes nothing.
+With an ``Idempotency-Key`` each recipient's id is derived from (sender,
+key, recipient), so a retried broadcast re-asserts the same records.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from common.errors import Conflict
+from common import limits
+from common.errors import Conflict, NotFound, PayloadTooLarge
 from daemon.schemas.ids import record_id
 from daemon.schemas.notify import (
     InboxQuery,
@@ -29,7 +39,7 @@ from daemon.schemas.notify import (
     notified_json,
 )
 from daemon.schemas.timefmt import parse_rfc3339
-from store.ops import NOTE_NEW, NOTE_READ, inbox_key
+from store.ops import ALL_KEYS, NOTE_NEW, NOTE_READ, inbox_key
 
 if TYPE_CHECKING:
     from daemon.node import Node
@@ -39,10 +49,52 @@ _NOTE_FIELDS = ("id", "from", "to", "namespace", "title", "payload", "priority",
 _SAME_REQUEST = ("from", "to", "title", "payload", "priority", "tier")
 
 
+async def _recipients(node: Node, req: NotifyRequest, sender: str) -> list[str]:
+    prefix = req.broadcast_prefix
+    if prefix is None:
+        t = req.target_agent_id
+        return list(dict.fromkeys(t)) if isinstance(t, list) else [t]
+    await node.read_barrier(ALL_KEYS)
+    agents = [a["agent_id"] for a in await node.store.list_agents()
+              if a["agent_id"].startswith(prefix) and a["agent_id"] != sender]
+    if not agents:
+        raise NotFound(f"no registered agent matches {req.target_agent_id!r}"
+                         + (f" with prefix {prefix!r}" if prefix else ""))
+    return agents
+
+
 async def notify(node: Node, req: NotifyRequest, *, sender: str,
                  idempotency_key: str | None = None) -> dict[str, Any]:
+    targets = await _recipients(node, req, sender)
+    if len(targets) > limits.notify_broadcast_max:
+        raise PayloadTooLarge(
+            f"{len(targets)} recipients, over {limits.notify_broadcast_max} "
+            "(limits.notify_broadcast_max)", limit="notify_broadcast_max")
+    if isinstance(req.target_agent_id, str) and req.broadcast_prefix is None:
+        return await _notify_one(node, req, targets[0], sender=sender,
+                                 idempotency_key=idempotency_key)
+    bodies = [await _note_body(node, req, t, sender=sender,
+                               idempotency_key=None if idempotency_key is None
+                               else f"{idempotency_key}:{t}") for t in targets]
+    await node.write([(NOTE_NEW, inbox_key(b["to"]), b) for b in bodies])
+    return {
+        "from": sender,
+        "delivered_to": [b["to"] for b in bodies],
+        "count": len(bodies),
+        "notifications": [notified_json(b) for b in bodies],
+    }
+
+
+async def _notify_one(node: Node, req: NotifyRequest, target: str, *, sender: str,
+                      idempotency_key: str | None) -> dict[str, Any]:
+    body = await _note_body(node, req, target, sender=sender, idempotency_key=idempotency_key)
+    await node.write([(NOTE_NEW, inbox_key(target), body)])
+    return notified_json(body)
+
+
+async def _note_body(node: Node, req: NotifyRequest, target: str, *, sender: str,
+                     idempotency_key: str | None) -> dict[str, Any]:
     now = node.now_ms()
-    target = req.target_agent_id
     ttl = node.settings.notify.tier_ttl_secs.get(req.tier)
     body: dict[str, Any] = {
         "id": record_id("note", sender, idempotency_key),
@@ -64,15 +116,15 @@ async def notify(node: Node, req: NotifyRequest, *, sender: str,
                 raise Conflict("Idempotency-Key already used for a different notification",
                                id=body["id"])
             body = {f: first.get(f) for f in _NOTE_FIELDS}
-    await node.write([(NOTE_NEW, inbox_key(target), body)])
-    return notified_json(body)
+    return body
 
 
 async def inbox(node: Node, q: InboxQuery, *, agent: str) -> dict[str, Any]:
     await node.read_barrier(inbox_key(agent), q.consistency)
     rows = await node.store.inbox(
         agent, unread_only=q.unread_only, limit=q.limit, min_priority=q.min_priority,
-        since_ms=None if q.since is None else parse_rfc3339(q.since), now_ms=node.now_ms())
+        since_ms=None if q.since is None else parse_rfc3339(q.since), tier=q.tier,
+        now_ms=node.now_ms())
     if q.mark_read:
         unread = [r["id"] for r in rows if not r.get("read")]
         if unread:

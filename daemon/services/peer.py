@@ -3,14 +3,17 @@
 ``receive`` feeds core messages to this node (a standalone node, started
 with no peers, only stores replication pushed at it; see
 ``NodeCore.on_foreign_push``); ``pull`` answers a read-quorum pull with the
-ops for one key that the caller's version vector lacks.
+ops for one key that the caller's version vector lacks, or for
+:data:`store.ops.ALL_KEYS` every op it lacks (at most
+``limits.all_keys_pull_max``; reads that span records, such as a search).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from store.ops import Op
+from common import limits
+from store.ops import ALL_KEYS, Op
 
 if TYPE_CHECKING:
     from daemon.node import Node
@@ -27,4 +30,6 @@ async def receive(node: Node, peer: str, msgs: list[Any]) -> list[Any]:
 
 
 async def pull(node: Node, key: str, vv: dict[str, int]) -> list[Op]:
+    if key == ALL_KEYS:
+        return await node.store.ops_missing(vv, limits.all_keys_pull_max)
     return await node.store.ops_for_key(key, vv)

@@ -6,6 +6,21 @@ Mail crosses a project boundary, so credentials must not ride along.
 the text and appends a visible marker when it cut something. Scrubbing runs
 before capping so a secret cut in half by the cap cannot survive as a
 fragment.
+
+What is caught, in order (earlier kinds win, so a provider key inside an
+assignment is counted once):
+
+* PEM blocks (``-----BEGIN …-----`` to the matching END, or the end of text);
+* provider keys: AWS access keys, GitHub, GitLab, Slack, npm, Hugging Face,
+  Google API keys, ``sk-``/``pk-``/``rk-`` and Stripe-style ``sk_live_`` keys;
+* JWTs (three base64url parts starting ``eyJ``);
+* bearer tokens (``Bearer <token>``, also after ``Authorization:``);
+* credentials in URLs (``scheme://user:password@``);
+* assignments whose name is or ends in a secret-ish word -- ``token=``,
+  ``GITHUB_TOKEN=``, ``CLIENT_SECRET:``, ``db_password =``, ``"api_key": …``
+  and the generic KEY | TOKEN | SECRET | PASSWORD | CREDENTIAL | PRIVATE_KEY
+  catch-all. The name stays, the value goes. Words are matched whole (or
+  joined to others by ``_``, ``-`` or ``.``), so ``monkey=`` is left alone.
 """
 
 from __future__ import annotations
@@ -14,21 +29,28 @@ import re
 
 from common import limits
 
+_SECRET_WORD = (r"(?:private[_\-.]?key|api[_\-.]?key|access[_\-.]?key|key|token|secret|"
+                r"passw(?:or)?d|pwd|credentials?)")
+_NAME = rf"(?:[A-Za-z0-9]+[_\-.])*{_SECRET_WORD}(?:[_\-.][A-Za-z0-9]+)*"
+_VALUE = r"(?!\[REDACTED)(?:\"[^\"\n]{3,}\"|'[^'\n]{3,}'|[^\s,;&\"'<>]{3,})"
+
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("private_key", re.compile(
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
-        re.S)),
+    ("pem", re.compile(
+        r"-----BEGIN ([A-Z0-9 ]+)-----.*?(?:-----END \1-----|\Z)", re.S)),
     ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
     ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})\b")),
+    ("gitlab_token", re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}\b")),
     ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b")),
-    ("api_key", re.compile(r"\b(?:sk|pk|rk)-(?:live-|test-|proj-|ant-)?[A-Za-z0-9_\-]{20,}\b")),
+    ("npm_token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b")),
+    ("huggingface_token", re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")),
+    ("api_key", re.compile(
+        r"\b(?:sk|pk|rk)[-_](?:live[-_]|test[-_]|proj-|ant-)?[A-Za-z0-9_\-]{20,}\b")),
     ("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b")),
     ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\b")),
-    ("bearer", re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9_\-.=~+/]{16,}")),
+    ("bearer", re.compile(r"(?i)\b(bearer)\s+(?!\[REDACTED)[A-Za-z0-9_\-.=~+/]{16,}")),
     ("url_credentials", re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^/\s:@]+):[^@\s/]+@")),
     ("assignment", re.compile(
-        r"(?i)\b((?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token|"
-        r"client[_-]?secret|private[_-]?key)\s*[:=]\s*)(\"[^\"\n]{4,}\"|'[^'\n]{4,}'|[^\s,;]{4,})")),
+        rf"(?i)(?<![A-Za-z0-9])((?:\"{_NAME}\"|'{_NAME}'|{_NAME})\s*[:=]\s*){_VALUE}")),
 ]
 
 
@@ -50,11 +72,16 @@ def scrub(text: str) -> tuple[str, int]:
     return text, count
 
 
-def cap(text: str, max_chars: int) -> tuple[str, bool]:
+def cap(text: str, max_chars: int, *, marker: str = limits.truncation_marker) -> tuple[str, bool]:
+    """Bound ``text`` to ``max_chars`` including ``marker``; True when it cut."""
     if len(text) <= max_chars:
         return text, False
-    marker = limits.truncation_marker
     return text[: max(0, max_chars - len(marker))] + marker, True
+
+
+def cap_line(text: str, max_chars: int) -> tuple[str, bool]:
+    """:func:`cap` for one-line fields: the marker adds no line break."""
+    return cap(text, max_chars, marker=limits.truncation_marker_inline)
 
 
 def one_line(text: str) -> str:

@@ -5,7 +5,10 @@ op                 event
 =================  =========================================================
 mem.put            ``memory_store`` when the body is a first version
                    (``created_at_ms == updated_at_ms``: the memory service
-                   stamps both with the same time only on create);
+                   stamps both with the same time only on create), or
+                   ``memory_consolidate`` when that first version is the
+                   result of ``POST /consolidate`` (its metadata names the
+                   ``consolidated_from`` ids, which the payload carries);
                    ``memory_promote`` when it raises the tier to ``long``
                    from a lower tier this node knew; else ``memory_update``
 mem.del            ``memory_delete``
@@ -45,13 +48,14 @@ MEMORY_STORE: Final = "memory_store"
 MEMORY_UPDATE: Final = "memory_update"
 MEMORY_PROMOTE: Final = "memory_promote"
 MEMORY_DELETE: Final = "memory_delete"
+MEMORY_CONSOLIDATE: Final = "memory_consolidate"
 NOTIFY: Final = "notify"
 MESSAGE_SEND: Final = "message_send"
 MESSAGE_CLAIM: Final = "message_claim"
 MESSAGE_CANCEL: Final = "message_cancel"
 
-EVENTS: Final = (MEMORY_STORE, MEMORY_UPDATE, MEMORY_PROMOTE, MEMORY_DELETE, NOTIFY,
-                 MESSAGE_SEND, MESSAGE_CLAIM, MESSAGE_CANCEL)
+EVENTS: Final = (MEMORY_STORE, MEMORY_UPDATE, MEMORY_PROMOTE, MEMORY_DELETE, MEMORY_CONSOLIDATE,
+                 NOTIFY, MESSAGE_SEND, MESSAGE_CLAIM, MESSAGE_CANCEL)
 # Op kinds that can produce an event; the others are ignored at intake.
 EVENT_KINDS: Final = frozenset({K.MEM_PUT, K.MEM_DEL, K.NOTE_NEW, K.MSG_SEND, K.MSG_CLAIM,
                                 K.MSG_CANCEL})
@@ -118,13 +122,16 @@ def _memory_event(op: Op, prior: MemoryVersion | None, node_id: str) -> Event | 
         b = op.body
         created, updated = b.get("created_at_ms"), b.get("updated_at_ms")
         first = prior is None if created is None or updated is None else created == updated
-        if first:
+        merged = (b.get("metadata") or {}).get("consolidated_from")
+        if first and b.get("source") == "consolidation" and isinstance(merged, list):
+            name = MEMORY_CONSOLIDATE
+        elif first:
             name = MEMORY_STORE
         elif current.tier == "long" and prior is not None and prior.tier not in (None, "long"):
             name = MEMORY_PROMOTE
         else:
             name = MEMORY_UPDATE
-    payload = {
+    payload: dict[str, Any] = {
         "event": name,
         "memory_id": str(op.body["id"]),
         "namespace": current.namespace,
@@ -134,6 +141,8 @@ def _memory_event(op: Op, prior: MemoryVersion | None, node_id: str) -> Event | 
         "node_id": node_id,
         "change_id": f"{op.origin}#{op.seq}",
     }
+    if name == MEMORY_CONSOLIDATE:
+        payload["consolidated_from"] = [str(i) for i in op.body["metadata"]["consolidated_from"]]
     return Event(name, current.namespace, payload)
 
 

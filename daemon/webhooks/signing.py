@@ -1,15 +1,26 @@
 """HMAC-SHA256 signatures on webhook deliveries.
 
-Each POST carries two signatures with the subscription's secret, so both
-verification styles in circulation work:
+Every POST is signed three ways with the subscription's secret, so each
+verification style in use works on the same delivery:
 
-* ``X-AI-Memory-Signature: sha256=<hex hmac(secret, body)>`` -- what the
-  Python SDK's ``ai_memory.webhooks.verify_webhook_signature`` checks;
-* ``X-AI-Memory-Signature-V2: sha256=<hex hmac(secret, timestamp + "." +
-  body)>`` -- binds the ``X-AI-Memory-Timestamp`` header to the body, so a
+* ``X-AI-Memory-Signature: sha256=<hex hmac(secret, timestamp + "." + body)>``
+  -- the notify-and-webhooks contract (and what the upstream daemon sends):
+  ``X-AI-Memory-Timestamp`` carries the exact string that was signed, so a
   receiver that rejects old timestamps also rejects replays.
+  ``X-AI-Memory-Signature-V2`` repeats the same value for receivers written
+  against this project's earlier releases.
+* ``X-AI-Memory-Body-Signature: sha256=<hex hmac(secret, body)>`` -- the body
+  alone, which is what the Python SDK's
+  ``ai_memory.webhooks.verify_webhook_signature`` checks. It does not bind
+  the timestamp, so it does not stop replays.
+* Standard Webhooks (standardwebhooks.com): ``webhook-id`` (the delivery id),
+  ``webhook-timestamp`` (integer Unix seconds) and
+  ``webhook-signature: v1,<base64 hmac(key, id + "." + timestamp + "." +
+  body)>``. The spec's secrets are ``whsec_`` + base64 of the key bytes: a
+  subscription secret in that form is decoded to its key; any other secret
+  uses its UTF-8 bytes as the key, and :func:`standard_secret` gives the
+  ``whsec_`` form a receiver passes to ``standardwebhooks.Webhook``.
 
-``X-AI-Memory-Timestamp`` is the attempt time in RFC3339 UTC (seconds);
 ``X-AI-Memory-Delivery`` is the outbox row's id, the same on every retry of
 one delivery, so receivers can drop duplicates; ``X-AI-Memory-Event`` names
 the event. The body is signed as the exact bytes sent.
@@ -17,6 +28,8 @@ the event. The body is signed as the exact bytes sent.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import secrets
@@ -24,9 +37,14 @@ from datetime import UTC, datetime
 
 SIGNATURE = "X-AI-Memory-Signature"
 SIGNATURE_V2 = "X-AI-Memory-Signature-V2"
+BODY_SIGNATURE = "X-AI-Memory-Body-Signature"
 TIMESTAMP = "X-AI-Memory-Timestamp"
 EVENT = "X-AI-Memory-Event"
 DELIVERY = "X-AI-Memory-Delivery"
+SW_ID = "webhook-id"
+SW_TIMESTAMP = "webhook-timestamp"
+SW_SIGNATURE = "webhook-signature"
+SW_PREFIX = "whsec_"
 
 
 def new_secret() -> str:
@@ -46,6 +64,31 @@ def sign_timestamped(secret: str, timestamp: str, body: bytes) -> str:
     return _mac(secret, timestamp.encode("ascii") + b"." + body)
 
 
+def standard_key(secret: str) -> bytes:
+    """The HMAC key of the Standard Webhooks signature for ``secret``."""
+    if secret.startswith(SW_PREFIX):
+        try:
+            key = base64.b64decode(secret[len(SW_PREFIX):] + "==", validate=False)
+        except (binascii.Error, ValueError):
+            key = b""
+        if key:
+            return key
+    return secret.encode("utf-8")
+
+
+def standard_secret(secret: str) -> str:
+    """The ``whsec_`` form of ``secret`` to hand to a Standard Webhooks verifier."""
+    if secret.startswith(SW_PREFIX) and standard_key(secret) != secret.encode("utf-8"):
+        return secret
+    return SW_PREFIX + base64.b64encode(secret.encode("utf-8")).decode("ascii")
+
+
+def sign_standard(secret: str, msg_id: str, unix_secs: int, body: bytes) -> str:
+    signed = msg_id.encode("utf-8") + b"." + str(unix_secs).encode("ascii") + b"." + body
+    mac = hmac.new(standard_key(secret), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(mac).decode("ascii")
+
+
 def header_timestamp(now_ms: int) -> str:
     return datetime.fromtimestamp(now_ms // 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -53,19 +96,24 @@ def header_timestamp(now_ms: int) -> str:
 def delivery_headers(secret: str, body: bytes, *, event: str, delivery_id: str,
                      now_ms: int, user_agent: str) -> dict[str, str]:
     ts = header_timestamp(now_ms)
+    timestamped = sign_timestamped(secret, ts, body)
     return {
         "Content-Type": "application/json",
         "User-Agent": user_agent,
         EVENT: event,
         DELIVERY: delivery_id,
         TIMESTAMP: ts,
-        SIGNATURE: sign_body(secret, body),
-        SIGNATURE_V2: sign_timestamped(secret, ts, body),
+        SIGNATURE: timestamped,
+        SIGNATURE_V2: timestamped,
+        BODY_SIGNATURE: sign_body(secret, body),
+        SW_ID: delivery_id,
+        SW_TIMESTAMP: str(now_ms // 1000),
+        SW_SIGNATURE: sign_standard(secret, delivery_id, now_ms // 1000, body),
     }
 
 
 def verify_timestamped(secret: str, timestamp: str, body: bytes, signature: str) -> bool:
-    """Receiver-side check of the V2 signature (constant-time)."""
+    """Receiver-side check of the timestamped signature (constant-time)."""
     try:
         expected = sign_timestamped(secret, timestamp, body)
     except UnicodeEncodeError:

@@ -2,7 +2,7 @@
 
 Three nodes of this build; then each in turn is stopped and started again as
 the "newer" build (``tests/cluster/newer_build.py``: the same code plus an op
-kind, ``link.put``). While versions are mixed, newer nodes write links;
+kind, ``widget.put``). While versions are mixed, newer nodes write links;
 older nodes must keep every batch going (a link op among notifies must not
 sink the notifies), keep the link ops without applying them, count them,
 and forward them. After the last node is upgraded, every acknowledged write
@@ -89,7 +89,7 @@ def rows(db: Path, sql: str) -> set[str]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         return {r[0] for r in conn.execute(sql)}
-    except sqlite3.OperationalError:  # no links table yet
+    except sqlite3.OperationalError:  # no test_widgets table yet
         return set()
     finally:
         conn.close()
@@ -116,7 +116,7 @@ def test_upgrade_node_by_node_under_load_loses_no_write(tmp_path: Path) -> None:
         assert links.acked, "no link was acknowledged while versions were mixed"
         for old in ("node2", "node3"):
             assert metric(c, old, "ops_unknown_kind_total") > 0
-        assert rows(c.procs["node2"].db, "SELECT id FROM links") == set()  # not applied
+        assert rows(c.procs["node2"].db, "SELECT id FROM test_widgets") == set()  # not applied
         assert rows(c.procs["node2"].db, "SELECT key FROM ops_deferred")
         mixed_notes = len([t for _, nid, t in notes.acked if nid == "node1"])
         c.upgrade("node2")
@@ -136,7 +136,7 @@ def test_upgrade_node_by_node_under_load_loses_no_write(tmp_path: Path) -> None:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 missing_notes = sent_notes - rows(db, "SELECT title FROM notes")
-                missing_links = sent_links - rows(db, "SELECT id FROM links")
+                missing_links = sent_links - rows(db, "SELECT id FROM test_widgets")
                 if not missing_notes and not missing_links:
                     break
                 time.sleep(0.2)

@@ -225,11 +225,35 @@ async def test_measured_needs_evidence_and_secrets_scrubbed(projects) -> None:  
 async def test_caps_with_visible_marker(projects) -> None:  # type: ignore[no-untyped-def]
     r = await send(projects, subject="s" * 500, body="b" * 20_000)
     assert r.status == 201
-    assert (await r.json())["truncated"] == {"subject": True, "body": True}
+    assert (await r.json())["truncated"] == {"subject": True, "body": True, "evidence": False}
     row = (await (await projects.get("/api/v1/messages", params=B)).json())["messages"][0]
     assert len(row["subject"]) == limits.message_subject_max_chars
+    assert "\n" not in row["subject"]  # the subject stays one line, marker included
+    assert row["subject"].endswith(limits.truncation_marker_inline)
     assert len(row["body"]) == limits.message_body_max_chars
     assert row["body"].endswith(limits.truncation_marker)
+
+
+async def test_truncated_evidence_is_reported(projects) -> None:  # type: ignore[no-untyped-def]
+    r = await send(projects, nature="measured", evidence="tests/x.py:1 " + "e" * 5000)
+    assert r.status == 201, await r.text()
+    assert (await r.json())["truncated"] == {"subject": False, "body": False, "evidence": True}
+    row = (await (await projects.get("/api/v1/messages", params=B)).json())["messages"][0]
+    assert len(row["evidence"]) == limits.message_evidence_max_chars
+    assert row["evidence"].endswith(limits.truncation_marker)
+
+
+async def test_token_assignments_scrubbed_end_to_end(projects) -> None:  # type: ignore[no-untyped-def]
+    body = ("deploy with token=abc123def456 and GITHUB_TOKEN=zzzzzzzzzz "
+            "CLIENT_SECRET=s3cr3tvalue curl -H 'Authorization: Bearer abcdefghijklmnopqrstuv'")
+    r = await send(projects, body=body, subject="rotate DB_PASSWORD=hunter2hunter2")
+    assert r.status == 201, await r.text()
+    assert (await r.json())["scrubbed"] == 5
+    row = (await (await projects.get("/api/v1/messages", params=B)).json())["messages"][0]
+    for leaked in ("abc123def456", "zzzzzzzzzz", "s3cr3tvalue", "abcdefghijklmnopqrstuv",
+                   "hunter2"):
+        assert leaked not in row["body"] and leaked not in row["subject"]
+    assert "GITHUB_TOKEN=[REDACTED:assignment]" in row["body"]
 
 
 async def test_handoff_notice_count_only(projects) -> None:  # type: ignore[no-untyped-def]

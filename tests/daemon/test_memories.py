@@ -76,7 +76,8 @@ async def test_create_applies_defaults_and_get_returns_it(client: Any, node: Any
     assert parse_rfc3339(mem["created_at"]) >= before - 1
     uuid.UUID(mem["id"])
     got = await (await client.get(f"{BASE}/{mem['id']}")).json()
-    assert got == mem
+    # the memory's own fields at the top level, plus upstream's envelope
+    assert got == {**mem, "memory": mem, "links": []}
 
 
 async def test_create_with_every_field(client: Any) -> None:
@@ -168,7 +169,7 @@ async def test_update_patches_only_given_fields(clocked: Any) -> None:
     assert parse_rfc3339(upd["updated_at"]) == parse_rfc3339(mem["updated_at"]) + 5000
     assert upd["metadata"]["agent_id"] == "alice"
     got = await (await c.client.get(f"{BASE}/{mem['id']}")).json()
-    assert got == upd
+    assert got == {**upd, "memory": upd, "links": []}
 
 
 async def test_update_expiry_rules(client: Any) -> None:

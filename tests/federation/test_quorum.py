@@ -28,7 +28,8 @@ def test_timeout_reports_what_was_held() -> None:
     assert q.expire(99) == []
     [done] = q.expire(100)
     assert done.error is not None
-    assert done.error.to_body() == {"error": "quorum_not_met", "got": 2, "needed": 3,
+    assert done.error.to_body() == {"error": "quorum_not_met", "code": "quorum_not_met",
+                                    "got": 2, "needed": 3,
                                     "reason": "timeout"}
     assert q.expire(10_000) == []
 

@@ -128,7 +128,7 @@ async def test_quorum_not_met_twice_is_a_tool_error_with_the_nodes_body(
             "memory_notify", {"target_agent_id": "bob", "title": "t", "payload": "p"}
         )
     error = tool_error(result)
-    assert error == {**QUORUM_503, "status": 503}
+    assert error == {**QUORUM_503, "code": "quorum_not_met", "status": 503}
     assert len(node.made("POST", "/api/v1/notify")) == 2
 
 

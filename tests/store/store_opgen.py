@@ -153,9 +153,36 @@ def _msg_hold(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
                                                      "content": content}
 
 
+@st.composite
+def _link_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    src = draw(st.sampled_from(MEM_IDS))
+    body = {"source_id": src, "target_id": draw(st.sampled_from(MEM_IDS)),
+            "relation": draw(st.sampled_from(("related_to", "derived_from"))),
+            "created_at_ms": draw(st.integers(0, 20))}
+    return K.LINK_PUT, K.mem_key(src), body
+
+
+@st.composite
+def _grant_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    mid = draw(st.sampled_from(MEM_IDS))
+    body = {"memory_id": mid, "agent_id": draw(st.sampled_from(AGENTS)),
+            "permission": draw(st.sampled_from(("read", "write"))),
+            "granted": draw(st.booleans()), "at_ms": draw(st.integers(0, 20))}
+    return K.GRANT_PUT, K.mem_key(mid), body
+
+
+@st.composite
+def _nsub_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    agent = draw(st.sampled_from(AGENTS))
+    body = {"agent_id": agent, "namespace": draw(st.sampled_from(("ns/a", "ns/b"))),
+            "active": draw(st.booleans()), "at_ms": draw(st.integers(0, 20))}
+    return K.NSUB_PUT, K.agent_key(agent), body
+
+
 op_content = st.one_of(_mem_put(), _mem_del(), _note_new(), _note_read(), _agent_reg(),
                        _agent_seen(), _session_start(), _msg_send(), _msg_terminal(),
-                       _msg_empty(), _msg_hold(), _msg_hold())
+                       _msg_empty(), _msg_hold(), _msg_hold(), _link_put(), _grant_put(),
+                       _nsub_put())
 
 
 @st.composite

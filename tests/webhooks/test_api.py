@@ -10,6 +10,7 @@ from ai_memory.models import Subscription, SubscriptionRequest
 
 from common import limits
 from daemon.settings import AuthSettings
+from daemon.webhooks.events import EVENTS
 from tests.webhooks.conftest import Daemon, Receiver, hooked_settings, hooks_with
 
 BASE = "/api/v1/subscriptions"
@@ -61,9 +62,9 @@ BAD: list[tuple[Any, int]] = [
     ({"url": 5}, 400),
     ({"url": ""}, 400),
     ({"url": "URL", "events": "memory_store"}, 400),
-    ({"url": "URL", "events": ["memory_store", "memory_consolidate"]}, 400),
+    ({"url": "URL", "events": ["memory_store", "memory_archive"]}, 400),
     ({"url": "URL", "events": [1]}, 400),
-    ({"url": "URL", "events": ["notify"] * 9}, 400),
+    ({"url": "URL", "events": ["notify"] * (len(EVENTS) + 1)}, 400),
     ({"url": "URL", "namespace": ""}, 400),
     ({"url": "URL", "namespace": "a\nb"}, 400),
     ({"url": "URL", "secret": ""}, 400),

@@ -63,9 +63,9 @@ async def test_events_arrive_signed(daemon: Daemon, receiver: Receiver) -> None:
     for call in receiver.calls:
         h = call.headers
         assert h["Content-Type"] == "application/json"
-        assert verify_webhook_signature(call.body, h[signing.SIGNATURE], "s3cret-value")
+        assert verify_webhook_signature(call.body, h[signing.BODY_SIGNATURE], "s3cret-value")
         assert signing.verify_timestamped("s3cret-value", h[signing.TIMESTAMP], call.body,
-                                          h[signing.SIGNATURE_V2])
+                                          h[signing.SIGNATURE])
         assert h[signing.EVENT] == payload(call)["event"]
     assert len({c.headers[signing.DELIVERY] for c in receiver.calls}) == 5
     first = payload(receiver.calls[0])
@@ -249,3 +249,64 @@ async def test_project_mail_events(daemon: Daemon, receiver: Receiver) -> None:
     assert got[0]["namespace"] == "w/proj-b" and got[0]["from_project"] == "proj-a"
     assert got[2]["id"] == sent[0] and got[2]["agent_id"] == "claude-code"
     assert got[3]["id"] == sent[1] and got[3]["by_project"] == "proj-a"
+
+
+async def test_receiver_verifies_every_signature_form(daemon: Daemon, aiohttp_server: Any) -> None:
+    """A receiver written from each recipe (docs/api.md) accepts a real delivery:
+    the document's HMAC(secret, "{timestamp}.{rawBody}"), the SDK's body-only
+    helper, and the standardwebhooks library; a wrong secret is refused."""
+    import hashlib
+    import hmac
+
+    import standardwebhooks
+
+    secret = "recv-secret-123"
+    verdicts: list[dict[str, bool]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        raw = await request.read()
+        ts = request.headers["X-AI-Memory-Timestamp"]
+        want = "sha256=" + hmac.new(secret.encode(), f"{ts}.".encode() + raw,
+                                    hashlib.sha256).hexdigest()
+        doc_ok = hmac.compare_digest(want, request.headers["X-AI-Memory-Signature"])
+        sdk_ok = verify_webhook_signature(raw, request.headers["X-AI-Memory-Body-Signature"],
+                                          secret)
+        try:
+            standardwebhooks.Webhook(signing.standard_secret(secret)).verify(
+                raw, dict(request.headers))
+            sw_ok = True
+        except standardwebhooks.WebhookVerificationError:
+            sw_ok = False
+        wrong = not verify_webhook_signature(raw, request.headers["X-AI-Memory-Body-Signature"],
+                                             secret + "!")
+        verdicts.append({"doc": doc_ok, "sdk": sdk_ok, "standard": sw_ok, "wrong_refused": wrong})
+        return web.Response(status=204 if doc_ok and sdk_ok and sw_ok else 401)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    server = await aiohttp_server(app, host="127.0.0.1")
+    await subscribe(daemon, str(server.make_url("/hook")), secret=secret)
+    await create_memory(daemon)
+    await wait_until(lambda: len(verdicts) >= 1)
+    assert verdicts[0] == {"doc": True, "sdk": True, "standard": True, "wrong_refused": True}
+    await wait_until(lambda: counter(daemon, "webhook_delivered_total") == 1)
+
+
+async def test_slack_example_subscription_gets_consolidate(daemon: Daemon,
+                                                           receiver: Receiver) -> None:
+    """The notify-and-webhooks document's Slack example subscribes to
+    ["memory_promote", "memory_consolidate"]: accepted, and both arrive."""
+    await subscribe(daemon, receiver.at("/slack"), events=["memory_promote", "memory_consolidate"])
+    a, b = await create_memory(daemon, title="a"), await create_memory(daemon, title="b")
+    r = await daemon.c.post(f"/api/v1/memories/{a}/promote", headers=AGENT)
+    assert r.status == 200, await r.text()
+    r = await daemon.c.post("/api/v1/consolidate", json={"ids": [a, b], "title": "a+b",
+                                                         "summary": "merged"}, headers=AGENT)
+    assert r.status == 201, await r.text()
+    merged = (await r.json())["id"]
+    await wait_until(lambda: len(receiver.ok()) == 2)
+    await asyncio.sleep(0.2)  # nothing else (stores, deletes) may follow
+    events = [payload(c) for c in receiver.calls]
+    assert [e["event"] for e in events] == ["memory_promote", "memory_consolidate"]
+    assert events[1]["memory_id"] == merged and events[1]["consolidated_from"] == [a, b]
+    assert events[1]["namespace"] == "team/a" and events[1]["agent_id"] == "alice"

@@ -1,0 +1,210 @@
+"""HTTP handlers for the upstream SDK's wider surface: ``/search``,
+``/recall``, ``/forget``, ``/links``, ``/memories/{id}/lineage``, ``/stats``,
+``/namespaces``, ``/gc``, ``/export``, ``/import``, ``/consolidate``,
+``/memories/{id}/grant|revoke|grants`` and ``POST /cluster``.
+
+Each handler validates its input completely (query, body, path id), then
+calls :mod:`daemon.services.search`, :mod:`daemon.services.links` or
+:mod:`daemon.services.admin`; bad input is a 4xx before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from common import limits
+from common.errors import BadRequest, PayloadTooLarge
+from daemon.appkeys import NODE
+from daemon.auth import acting_agent, identify
+from daemon.http_errors import query_model, read_body, read_json
+from daemon.schemas.search import (
+    ConsolidateBody,
+    ForgetFilter,
+    GrantBody,
+    ImportBody,
+    LineageQuery,
+    LinkBody,
+    RecallBody,
+    RecallQuery,
+    RevokeBody,
+    SearchBody,
+    SearchQuery,
+)
+from daemon.services import admin, links
+from daemon.services import search as svc
+from daemon.validation import validate
+
+
+def _who(request: web.Request, claimed: str | None = None) -> str | None:
+    return acting_agent(identify(request, request.app[NODE].settings.auth), claimed,
+                        required=False)
+
+
+async def _optional_object(request: web.Request) -> dict[str, Any]:
+    """A JSON object body that may be absent (the SDK sends none for some calls)."""
+    if not request.body_exists:
+        return {}
+    if request.content_length is not None and request.content_length > limits.request_body_max_bytes:
+        raise PayloadTooLarge(f"request body over {limits.request_body_max_bytes} bytes "
+                              "(limits.request_body_max_bytes)")
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError:
+        raise BadRequest("request body is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise BadRequest("JSON nested too deeply") from None
+    if not isinstance(data, dict):
+        raise BadRequest("request body must be a JSON object")
+    return data
+
+
+# -- search / recall -------------------------------------------------------------------
+
+async def search_get(request: web.Request) -> web.Response:
+    _who(request)
+    q = query_model(request, SearchQuery)
+    body = SearchBody.model_construct(**q.model_dump())
+    return web.json_response(await svc.search(request.app[NODE], body))
+
+
+async def search_post(request: web.Request) -> web.Response:
+    _who(request)
+    req = await read_json(request, SearchBody)
+    return web.json_response(await svc.search(request.app[NODE], req))
+
+
+async def recall_post(request: web.Request) -> web.Response:
+    _who(request)
+    req = await read_json(request, RecallBody)
+    return web.json_response(await svc.recall(request.app[NODE], req))
+
+
+async def recall_get(request: web.Request) -> web.Response:
+    _who(request)
+    q = query_model(request, RecallQuery)
+    body = RecallBody.model_construct(**q.model_dump())
+    return web.json_response(await svc.recall(request.app[NODE], body))
+
+
+# -- forget / gc ---------------------------------------------------------------------------
+
+async def forget(request: web.Request) -> web.Response:
+    _who(request)
+    fields: dict[str, Any] = dict(request.query)
+    fields.update(await _optional_object(request))  # upstream sends a JSON body
+    f = validate(ForgetFilter, fields)
+    return web.json_response(await admin.forget(request.app[NODE], f))
+
+
+async def gc(request: web.Request) -> web.Response:
+    _who(request)
+    return web.json_response(await admin.gc(request.app[NODE]))
+
+
+# -- links / lineage -----------------------------------------------------------------------
+
+async def create_link(request: web.Request) -> web.Response:
+    _who(request)
+    req = await read_json(request, LinkBody)
+    return web.json_response(await links.link(request.app[NODE], req), status=201)
+
+
+async def get_links(request: web.Request) -> web.Response:
+    _who(request)
+    return web.json_response(await links.get_links(request.app[NODE], request.match_info["id"]))
+
+
+async def lineage(request: web.Request) -> web.Response:
+    _who(request)
+    q = query_model(request, LineageQuery)
+    return web.json_response(await links.lineage(request.app[NODE], request.match_info["id"], q))
+
+
+# -- stats / namespaces / export / import ---------------------------------------------------
+
+async def stats(request: web.Request) -> web.Response:
+    _who(request)
+    return web.json_response(await admin.stats(request.app[NODE]))
+
+
+async def namespaces(request: web.Request) -> web.Response:
+    _who(request)
+    return web.json_response(await admin.namespaces(request.app[NODE]))
+
+
+async def export(request: web.Request) -> web.Response:
+    _who(request)
+    return web.json_response(await admin.export(request.app[NODE]))
+
+
+async def import_(request: web.Request) -> web.Response:
+    _who(request)
+    data = await read_body(request)
+    if isinstance(data, list):  # a bare list of memories
+        data = {"memories": data}
+    if not isinstance(data, dict):
+        raise BadRequest('import body must be {"memories": [...], "links": [...]}')
+    body = validate(ImportBody, data)
+    return web.json_response(await admin.import_(request.app[NODE], body))
+
+
+# -- consolidate / grants / cluster ----------------------------------------------------------
+
+async def consolidate(request: web.Request) -> web.Response:
+    req = await read_json(request, ConsolidateBody)
+    agent = _who(request, req.agent_id)
+    return web.json_response(await admin.consolidate(request.app[NODE], req, agent=agent),
+                             status=201)
+
+
+async def grant(request: web.Request) -> web.Response:
+    _who(request)
+    req = await read_json(request, GrantBody)
+    return web.json_response(await admin.grant(request.app[NODE], request.match_info["id"], req))
+
+
+async def revoke(request: web.Request) -> web.Response:
+    _who(request)
+    req = await read_json(request, RevokeBody)
+    return web.json_response(await admin.revoke(request.app[NODE], request.match_info["id"], req))
+
+
+async def list_grants(request: web.Request) -> web.Response:
+    _who(request)
+    return web.json_response(await admin.grants(request.app[NODE], request.match_info["id"]))
+
+
+async def cluster(request: web.Request) -> web.Response:
+    _who(request)
+    body = await _optional_object(request)
+    return web.json_response(admin.cluster(request.app[NODE], body))
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/api/v1/search", search_get)
+    r.add_post("/api/v1/search", search_post)
+    r.add_get("/api/v1/recall", recall_get)
+    r.add_post("/api/v1/recall", recall_post)
+    r.add_post("/api/v1/forget", forget)
+    r.add_post("/api/v1/gc", gc)
+    r.add_post("/api/v1/links", create_link)
+    r.add_get("/api/v1/links/{id}", get_links)
+    r.add_get("/api/v1/memories/{id}/lineage", lineage)
+    r.add_get("/api/v1/stats", stats)
+    r.add_get("/api/v1/namespaces", namespaces)
+    r.add_get("/api/v1/export", export)
+    r.add_post("/api/v1/import", import_)
+    r.add_post("/api/v1/consolidate", consolidate)
+    r.add_post("/api/v1/memories/{id}/grant", grant)
+    r.add_post("/api/v1/memories/{id}/revoke", revoke)
+    r.add_get("/api/v1/memories/{id}/grants", list_grants)
+    r.add_post("/api/v1/cluster", cluster)

@@ -1,0 +1,270 @@
+"""The rest of the upstream SDK's memory surface: forget, gc, stats,
+namespaces, export / import, consolidate, per-memory grants, cluster.
+
+Every change is an ordinary replicated write through ``Node.write``:
+
+* forget and gc tombstone the memories they select (``mem.del``), in rounds
+  of at most ``limits.bulk_create_max`` ops; forget refuses (413, nothing
+  deleted) a filter that selects more than ``limits.forget_max``;
+* import re-creates each memory under its own id with its own timestamps
+  (``mem.put``) and each link (``link.put``). A memory already held with the
+  same or a newer ``updated_at`` is left alone and one deleted here stays
+  deleted, so importing the same export twice changes nothing;
+* consolidate writes the merged memory, a ``derived_from`` link to each
+  source and a tombstone for each source in one quorum round; webhooks see
+  it as ``memory_consolidate``;
+* grant / revoke write ``grant.put`` (last writer wins per memory and
+  agent). They are stored and replicated; reads do not consult them yet
+  (enforcement in keys mode arrives with per-agent identities).
+
+Reads that span records pass the cluster-wide read barrier first, as search
+does, so what was acknowledged anywhere is counted.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from common import limits
+from common.errors import BadRequest, ClientError, NotFound, PayloadTooLarge
+from daemon.schemas.ids import check_record_id, record_id
+from daemon.schemas.memories import memory_json
+from daemon.schemas.search import (
+    ConsolidateBody,
+    ForgetFilter,
+    GrantBody,
+    ImportBody,
+    ImportLink,
+    ImportMemory,
+    RevokeBody,
+)
+from daemon.schemas.timefmt import parse_rfc3339, rfc3339
+from daemon.services.links import link_json
+from daemon.validation import validate
+from store import search as S
+from store.ops import ALL_KEYS, GRANT_PUT, LINK_PUT, MEM_DEL, MEM_PUT, mem_key
+
+if TYPE_CHECKING:
+    from daemon.node import Node
+
+
+async def _write_chunked(node: Node, items: list[tuple[str, str, dict[str, Any]]]) -> None:
+    step = limits.bulk_create_max
+    for i in range(0, len(items), step):
+        await node.write(items[i:i + step])
+
+
+async def _tombstone(node: Node, ids: list[str]) -> None:
+    await _write_chunked(node, [(MEM_DEL, mem_key(i), {"id": i}) for i in ids])
+
+
+# -- forget / gc -------------------------------------------------------------------
+
+async def forget(node: Node, f: ForgetFilter) -> dict[str, Any]:
+    await node.read_barrier(ALL_KEYS)
+    ids = await S.matching_ids(node.store.reads, now_ms=node.now_ms(), limit=limits.forget_max + 1,
+                               namespace=f.namespace, tier=f.tier, pattern=f.pattern)
+    if len(ids) > limits.forget_max:
+        raise PayloadTooLarge(f"the filter selects more than {limits.forget_max} memories "
+                              "(limits.forget_max); narrow it", limit="forget_max")
+    await _tombstone(node, ids)
+    return {"deleted": len(ids), "ids": ids}
+
+
+async def gc(node: Node) -> dict[str, Any]:
+    """Tombstone expired memories cluster-wide (they are already invisible)."""
+    ids = await S.expired_ids(node.store.reads, now_ms=node.now_ms(), limit=limits.gc_batch_max)
+    await _tombstone(node, ids)
+    return {"expired_deleted": len(ids)}
+
+
+# -- stats / namespaces --------------------------------------------------------------
+
+async def stats(node: Node) -> dict[str, Any]:
+    await node.read_barrier(ALL_KEYS)
+    now = node.now_ms()
+    out = await S.stats(node.store.reads, now_ms=now,
+                        soon_ms=now + limits.expiring_soon_secs * 1000)
+    out["db_size_bytes"] = (await node.store.stats())["db_bytes"]
+    out["node_id"] = node.node_id
+    return out
+
+
+async def namespaces(node: Node) -> dict[str, Any]:
+    await node.read_barrier(ALL_KEYS)
+    ns = await S.namespaces(node.store.reads, now_ms=node.now_ms())
+    return {"namespaces": ns, "count": len(ns)}
+
+
+# -- export / import -----------------------------------------------------------------
+
+async def export(node: Node) -> dict[str, Any]:
+    await node.read_barrier(ALL_KEYS)
+    now = node.now_ms()
+    rows = await S.all_memories(node.store.reads, now_ms=now,
+                                limit=limits.export_memories_max + 1)
+    if len(rows) > limits.export_memories_max:
+        raise PayloadTooLarge(f"more than {limits.export_memories_max} memories to export "
+                              "(limits.export_memories_max)", limit="export_memories_max")
+    links = [link_json(r) for r in await S.all_links(node.store.reads)]
+    return {"memories": [memory_json(r) for r in rows], "links": links, "count": len(rows),
+            "exported_at": rfc3339(now)}
+
+
+def _import_body(m: ImportMemory, now_ms: int) -> dict[str, Any]:
+    created = parse_rfc3339(m.created_at) if m.created_at else now_ms
+    updated = parse_rfc3339(m.updated_at) if m.updated_at else created
+    meta = dict(m.metadata)
+    agent = m.agent_id or (meta.get("agent_id") if isinstance(meta.get("agent_id"), str) else None)
+    return {
+        "id": m.id, "title": m.title, "content": m.content, "tier": m.tier,
+        "namespace": m.namespace, "tags": list(m.tags), "priority": m.priority,
+        "confidence": m.confidence, "source": m.source, "metadata": meta, "agent_id": agent,
+        "access_count": m.access_count, "created_at_ms": created,
+        "updated_at_ms": max(updated, created),
+        "expires_at_ms": parse_rfc3339(m.expires_at) if m.expires_at else None,
+    }
+
+
+async def import_(node: Node, body: ImportBody) -> dict[str, Any]:
+    now = node.now_ms()
+    errors: list[str] = []
+    bodies: list[dict[str, Any]] = []
+    for index, raw in enumerate(body.memories):
+        try:
+            if not isinstance(raw, dict):
+                raise BadRequest("each memory must be a JSON object")
+            m = validate(ImportMemory, raw)
+            bodies.append(_import_body(m, now))
+        except ClientError as exc:
+            label = raw.get("id") if isinstance(raw, dict) else None
+            errors.append(f"{label or f'#{index}'}: {exc.message}")
+    links: list[dict[str, Any]] = []
+    for raw in body.links or []:
+        try:
+            if not isinstance(raw, dict):
+                raise BadRequest("each link must be a JSON object")
+            link = validate(ImportLink, raw)
+        except ClientError as exc:
+            errors.append(f"link: {exc.message}")
+            continue
+        links.append({"source_id": link.source_id, "target_id": link.target_id,
+                      "relation": link.relation,
+                      "created_at_ms": parse_rfc3339(link.created_at) if link.created_at else now})
+    await node.read_barrier(ALL_KEYS)
+    gone = await S.tombstoned(node.store.reads, [b["id"] for b in bodies])
+    to_write: list[tuple[str, str, dict[str, Any]]] = []
+    unchanged = 0
+    for b in bodies:
+        held = await node.store.get_memory(b["id"], now_ms=now)
+        if b["id"] in gone or (held is not None and held["updated_at_ms"] >= b["updated_at_ms"]):
+            unchanged += 1
+            continue
+        to_write.append((MEM_PUT, mem_key(b["id"]), b))
+    imported = len(to_write)
+    to_write += [(LINK_PUT, mem_key(lk["source_id"]), lk) for lk in links]
+    await _write_chunked(node, to_write)
+    return {"imported": imported, "unchanged": unchanged, "links": len(links), "errors": errors}
+
+
+# -- consolidate --------------------------------------------------------------------
+
+async def consolidate(node: Node, req: ConsolidateBody, *, agent: str | None) -> dict[str, Any]:
+    ids = list(dict.fromkeys(req.ids))
+    if len(ids) < 2:
+        raise BadRequest("consolidate needs at least two distinct memory ids")
+    now = node.now_ms()
+    sources = []
+    for i in ids:
+        await node.read_barrier(mem_key(i))
+        row = await node.store.get_memory(i, now_ms=now)
+        if row is None:
+            raise NotFound(f"memory {i} not found")
+        sources.append(row)
+    tags = list(req.tags) if req.tags is not None else list(
+        dict.fromkeys(t for s in sources for t in s["tags"]))[:limits.tags_max]
+    new_id = record_id("mem", agent, None)
+    meta: dict[str, Any] = {"consolidated_from": ids}
+    if agent is not None:
+        meta["agent_id"] = agent
+    body = {
+        "id": new_id, "title": req.title, "content": req.summary, "tier": req.tier,
+        "namespace": req.namespace or sources[0]["namespace"], "tags": tags,
+        "priority": max(int(s["priority"]) for s in sources),
+        "confidence": min(float(s["confidence"]) for s in sources),
+        "source": "consolidation", "metadata": meta, "agent_id": agent,
+        "created_at_ms": now, "updated_at_ms": now,
+        "expires_at_ms": None if req.tier == "long" else min(
+            (s["expires_at_ms"] for s in sources if s.get("expires_at_ms")), default=None),
+    }
+    items: list[tuple[str, str, dict[str, Any]]] = [(MEM_PUT, mem_key(new_id), body)]
+    items += [(LINK_PUT, mem_key(new_id), {"source_id": new_id, "target_id": i,
+                                           "relation": "derived_from", "created_at_ms": now})
+              for i in ids]
+    items += [(MEM_DEL, mem_key(i), {"id": i}) for i in ids]
+    await node.write(items)
+    return {"id": new_id, "consolidated": len(ids), "sources": ids,
+            "memory": memory_json({**body, "access_count": 0})}
+
+
+# -- grants -------------------------------------------------------------------------
+
+async def _held(node: Node, memory_id: str) -> None:
+    check_record_id(memory_id, "memory id")
+    await node.read_barrier(mem_key(memory_id))
+    if await node.store.get_memory(memory_id, now_ms=node.now_ms()) is None:
+        raise NotFound(f"memory {memory_id} not found")
+
+
+async def grant(node: Node, memory_id: str, req: GrantBody) -> dict[str, Any]:
+    await _held(node, memory_id)
+    body = {"memory_id": memory_id, "agent_id": req.agent_id, "permission": req.permission,
+            "granted": True, "at_ms": node.now_ms()}
+    await node.write([(GRANT_PUT, mem_key(memory_id), body)])
+    return {"granted": True, "memory_id": memory_id, "agent_id": req.agent_id,
+            "permission": req.permission}
+
+
+async def revoke(node: Node, memory_id: str, req: RevokeBody) -> dict[str, Any]:
+    await _held(node, memory_id)
+    body = {"memory_id": memory_id, "agent_id": req.agent_id, "permission": None,
+            "granted": False, "at_ms": node.now_ms()}
+    await node.write([(GRANT_PUT, mem_key(memory_id), body)])
+    return {"revoked": True, "memory_id": memory_id, "agent_id": req.agent_id}
+
+
+async def grants(node: Node, memory_id: str) -> dict[str, Any]:
+    await _held(node, memory_id)
+    rows = await S.grants_of(node.store.reads, memory_id)
+    out = [{"agent_id": r["agent_id"], "permission": r["permission"],
+            "granted_at": rfc3339(r["at_ms"])} for r in rows]
+    return {"memory_id": memory_id, "grants": out, "count": len(out)}
+
+
+# -- cluster -------------------------------------------------------------------------
+
+_CLUSTER_READ_ACTIONS = (None, "", "status", "health", "members", "list")
+
+
+def cluster(node: Node, request: dict[str, Any]) -> dict[str, Any]:
+    """The SDK's ``cluster`` call. Membership here is static (``--quorum-peers``
+    on every node), so only reading it is supported."""
+    action = request.get("action")
+    if action not in _CLUSTER_READ_ACTIONS:
+        raise BadRequest(f"cluster action {action!r} is not supported: membership is set by "
+                         "each node's --quorum-peers; send {} or {\"action\": \"status\"}")
+    status = node.status()
+    c = node.settings.cluster
+    peers = status.get("peers", {})
+    members = [{"node_id": node.node_id, "url": status.get("url"), "self": True, "alive": True}]
+    members += [{"node_id": p.node_id, "url": p.url, "self": False,
+                 "alive": bool(peers.get(p.node_id, {}).get("alive"))} for p in c.peers]
+    return {
+        "node_id": node.node_id,
+        "members": members,
+        "member_count": len(members),
+        "write_quorum": c.w,
+        "quorum_healthy": status.get("quorum_healthy"),
+        "healthy": bool(status.get("quorum_healthy")),
+        "status": status,
+    }

@@ -1,0 +1,48 @@
+"""Agents' namespace subscriptions: upstream's other shape of
+``/subscriptions`` (``{"agent_id", "namespace"}``, no URL).
+
+Each is an ``nsub.put`` op under the agent's ``agent:<id>`` key,
+last-writer-wins per (agent, namespace), so it is replicated and readable on
+every node (the list passes the read barrier for that key). Unsubscribing
+writes the same record with ``active`` false. They are records of interest
+only: no notification or webhook is generated from them yet (webhook
+subscriptions, with a URL, are what deliver events).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from daemon.schemas.timefmt import rfc3339
+from store import search as S
+from store.ops import NSUB_PUT, agent_key
+
+if TYPE_CHECKING:
+    from daemon.node import Node
+
+
+async def subscribe(node: Node, agent_id: str, namespace: str) -> dict[str, Any]:
+    now = node.now_ms()
+    await node.write([(NSUB_PUT, agent_key(agent_id), {
+        "agent_id": agent_id, "namespace": namespace, "active": True, "at_ms": now})])
+    return {"subscribed": True, "agent_id": agent_id, "namespace": namespace,
+            "created_at": rfc3339(now)}
+
+
+async def unsubscribe(node: Node, agent_id: str, namespace: str) -> dict[str, Any]:
+    await node.read_barrier(agent_key(agent_id))
+    held = {s["namespace"] for s in await S.namespace_subscriptions(node.store.reads, agent_id)}
+    if namespace in held:
+        await node.write([(NSUB_PUT, agent_key(agent_id), {
+            "agent_id": agent_id, "namespace": namespace, "active": False,
+            "at_ms": node.now_ms()})])
+    return {"unsubscribed": namespace in held, "agent_id": agent_id, "namespace": namespace}
+
+
+async def list_for(node: Node, agent_id: str, consistency: str = "quorum") -> dict[str, Any]:
+    await node.read_barrier(agent_key(agent_id), consistency)
+    rows = await S.namespace_subscriptions(node.store.reads, agent_id)
+    subs = [{"agent_id": r["agent_id"], "namespace": r["namespace"],
+             "created_at": rfc3339(r["at_ms"])} for r in rows]
+    return {"agent_id": agent_id, "subscriptions": subs,
+            "namespaces": [s["namespace"] for s in subs], "count": len(subs)}

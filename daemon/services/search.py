@@ -1,0 +1,79 @@
+"""Search and recall over the memories' full-text index.
+
+Both are reads that span records, so before querying they pass the node's
+read barrier for :data:`store.ops.ALL_KEYS`: R-1 peers (R + W > N, the same
+read quorum the inbox uses) hand over every op this node lacks, so a memory
+acknowledged on any node is found on every node at once. ``consistency=local``
+skips the barrier.
+
+``search`` requires every word of ``q`` (AND) and answers the SDK's shape
+(``memories``) plus upstream's (``results``, ``query``); ``recall`` accepts
+any word (OR), ranks the same way, and trims to ``budget_tokens`` (about
+four characters a token) when given. Unlike upstream, a recall here does not
+write (no access-count bump, no TTL extension): a read that replicates a
+write per hit would turn every recall into a quorum round.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from daemon.schemas.memories import memory_json
+from daemon.schemas.search import RecallBody, SearchBody
+from daemon.schemas.timefmt import parse_rfc3339
+from store import search as S
+from store.ops import ALL_KEYS
+
+if TYPE_CHECKING:
+    from daemon.node import Node
+
+_CHARS_PER_TOKEN = 4
+
+
+def _ms(value: str | None) -> int | None:
+    return None if value is None else parse_rfc3339(value)
+
+
+def _scored(row: dict[str, Any]) -> dict[str, Any]:
+    out = memory_json(row)
+    out["score"] = row["score"]
+    return out
+
+
+async def search(node: Node, req: SearchBody) -> dict[str, Any]:
+    text = req.q or req.query or ""
+    match = S.fts_query(text)
+    rows: list[dict[str, Any]] = []
+    if match is not None:
+        await node.read_barrier(ALL_KEYS, req.consistency)
+        rows = await S.search(
+            node.store.reads, match, limit=req.limit, now_ms=node.now_ms(),
+            namespace=req.namespace, tier=req.tier, tags=req.tags, min_priority=req.min_priority,
+            agent_id=req.agent_id, since_ms=_ms(req.since), until_ms=_ms(req.until))
+    memories = [_scored(r) for r in rows]
+    return {"memories": memories, "results": memories, "count": len(memories), "query": text}
+
+
+async def recall(node: Node, req: RecallBody) -> dict[str, Any]:
+    match = S.fts_query(req.context, any_word=True)
+    rows: list[dict[str, Any]] = []
+    if match is not None:
+        await node.read_barrier(ALL_KEYS, req.consistency)
+        rows = await S.search(
+            node.store.reads, match, limit=req.limit, now_ms=node.now_ms(),
+            namespace=req.namespace, tier=req.tier, tags=req.tags, min_priority=req.min_priority,
+            since_ms=_ms(req.since), until_ms=_ms(req.until))
+    memories = [_scored(r) for r in rows]
+    out: dict[str, Any] = {"memories": memories, "count": len(memories)}
+    if req.budget_tokens is not None:
+        kept: list[dict[str, Any]] = []
+        used = 0
+        for m in memories:
+            cost = (len(m["title"]) + len(m["content"])) // _CHARS_PER_TOKEN + 1
+            if kept and used + cost > req.budget_tokens:
+                break
+            kept.append(m)
+            used += cost
+        out = {"memories": kept, "count": len(kept), "tokens_used": used,
+               "budget_tokens": req.budget_tokens}
+    return out
