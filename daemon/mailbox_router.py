@@ -28,7 +28,7 @@ from common.errors import AiMemoryError, Unavailable
 from daemon.effect_runner import EffectRunner
 from daemon.forwarding import (
     decode_error,
-    decode_request,
+    decode_forward,
     decode_result,
     encode_error,
     encode_request,
@@ -125,11 +125,11 @@ class MailboxRouter:
         if not isinstance(raw, dict) or not isinstance(raw.get("ok"), dict):
             raise Unavailable("the mailbox owner's answer was unreadable; retry with the same "
                               "request id", retry_after=0.5)
-        return decode_result(raw["ok"])
+        return decode_result(raw["ok"], type(req))
 
     async def handle_forwarded(self, raw: dict[str, Any]) -> dict[str, Any]:
-        req = decode_request(raw["req"])
+        req, hops = decode_forward(raw)
         try:
-            return {"ok": encode_result(await self.route(req, hops=int(raw.get("hops", 1))))}
+            return {"ok": encode_result(await self.route(req, hops=hops))}
         except AiMemoryError as exc:
             return {"err": encode_error(exc)}
