@@ -105,14 +105,18 @@ _BODY = _mapping(_STR, (_same, _same))
 
 
 def _op_from_wire(raw: Any) -> Op:
-    raw = _as_list(raw, "an op")
-    if len(raw) != 7:
-        raise WireError(f"an op is [origin, seq, hlc, kind, key, epoch, body], got {len(raw)} items")
+    # The hot path of replication (every op of every batch): checks inlined.
+    if not isinstance(raw, list | tuple) or len(raw) != 7:
+        raise WireError("an op is [origin, seq, hlc, kind, key, epoch, body]")
     origin, seq, hlc, kind, key, epoch, body = raw
     if kind not in KINDS:
         raise WireError(f"unknown op kind {kind!r}")
-    return Op(origin=_STR[1](origin), seq=_INT[1](seq), hlc=_INT[1](hlc), kind=kind,
-              key=_STR[1](key), body=_BODY[1](body), epoch=_INT[1](epoch))
+    if not (isinstance(origin, str) and isinstance(key, str) and type(seq) is int
+            and type(hlc) is int and type(epoch) is int):
+        raise WireError("an op's origin and key are strings, its seq, hlc and epoch ints")
+    if not isinstance(body, dict) or not all(isinstance(k, str) for k in body):
+        raise WireError("an op's body is a map with string keys")
+    return Op(origin=origin, seq=seq, hlc=hlc, kind=kind, key=key, body=dict(body), epoch=epoch)
 
 
 OP: Conv = (Op.to_wire, _op_from_wire)
