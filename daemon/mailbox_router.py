@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from common import limits
 from common.errors import AiMemoryError, Unavailable
+from common.lifecycle import PENDING
 from daemon.effect_runner import EffectRunner
 from daemon.forwarding import (
     decode_error,
@@ -101,7 +102,7 @@ class MailboxRouter:
             # A send retried with the id of a message decided long ago (beyond
             # the history an owner loads) must not become a second pending copy.
             row = await self.store.message(str(req.body.get("id")))
-            if row is not None and row.get("state") != "pending":
+            if row is not None and row.get("state") != PENDING:
                 return Op(origin=row["order"][1], seq=0, hlc=row["order"][0], kind=MSG_SEND,
                           key=req.mailbox, body={k: row.get(k) for k in req.body}, epoch=0)
         token, fut = self.runner.waiter()

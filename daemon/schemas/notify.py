@@ -10,11 +10,12 @@ out, so either kind of client finds its fields.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, StringConstraints, model_validator
 
 from common import limits
+from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.schemas.ids import RECORD_ID_RE
 from daemon.schemas.memories import Timestamp
 from daemon.schemas.timefmt import rfc3339
@@ -58,7 +59,7 @@ class InboxQuery(Lenient):
     min_priority: Priority | None = None
     since: Timestamp | None = None
     mark_read: bool = False
-    consistency: Literal["quorum", "local"] = "quorum"
+    consistency: Consistency = CONSISTENCY_DEFAULT
 
 
 class MarkReadRequest(Strict):
@@ -67,7 +68,7 @@ class MarkReadRequest(Strict):
 
 
 class MarkReadQuery(Lenient):
-    consistency: Literal["quorum", "local"] = "quorum"
+    consistency: Consistency = CONSISTENCY_DEFAULT
 
 
 def inbox_namespace(agent_id: str) -> str:
