@@ -27,12 +27,12 @@ REQUESTS = Registry("mailbox request", typing.get_args(claim.MailRequest), layou
                     tag=lambda cls: cls.__name__)
 
 # What the owner answers each request kind with: a send its ``msg.send`` op;
-# a pop ``{"message": row, "claim": body}`` or None ("nothing pending"); a
-# cancel the ids it cancelled; a hold or release ``{"message": row, ...}``
-# (the hold record, the decision's rank).
+# a pop ``{"message": row, "claim": body, "rank": ...}`` or None ("nothing
+# pending"); a cancel the ids it cancelled; a hold or release
+# ``{"message": row, ...}`` (the hold record, the decision's rank).
 RESULTS: dict[type, Any] = {
     claim.MailSend: Op,
-    claim.MailPop: dict[str, dict[str, Any]] | None,
+    claim.MailPop: dict[str, Any] | None,
     claim.MailCancel: list[str],
     claim.MailHold: dict[str, Any],
     claim.MailRelease: dict[str, Any],

@@ -200,3 +200,34 @@ def test_a_field_type_without_a_converter_fails_when_the_codec_is_built() -> Non
 
     with pytest.raises(TypeError, match="no wire converter"):
         Codec(Odd, "odd")
+
+
+def test_the_owners_real_answers_to_every_request_kind_pass_the_result_codec() -> None:
+    # RESULTS is written down beside the codec; this holds it to what the
+    # core (federation/claim.py) actually answers, through real msgpack.
+    from store.ops import mailbox_key
+    from tests.federation.cluster import Cluster
+
+    mb = mailbox_key("w", "p")
+    cl = Cluster(3)
+    owner = cl.cores["n0"].owner_for(mb, cl.now)
+    body = {"id": "m1", "to_workspace": "w", "to_project": "p", "to_agent": None,
+            "from_workspace": "w", "from_project": "q", "subject": "s", "body": "b"}
+    requests = [
+        claim.MailSend(mb, body),
+        claim.MailHold(mb, "m1", holder={"holder_session": "s1", "holder_agent": "web"}),
+        claim.MailRelease(mb, "m1", content={"subject": "s2", "body": "b2"}),
+        claim.MailPop(mb, request_id="r1", claimer={"claimer_session": "s1"}),
+        claim.MailPop(mb, request_id="r2"),  # nothing pending
+        claim.MailSend(mb, {**body, "id": "m2"}),
+        claim.MailCancel(mb, ("m2",), by_workspace="w", by_project="q"),
+    ]
+    assert {type(r) for r in requests} == set(REQUEST_KINDS)
+    for token, req in enumerate(requests):
+        cl.call(owner, "mailbox_request", token, req)
+        cl.deliver()
+        answer = cl.replies[token]
+        assert not isinstance(answer, Exception), (req, answer)
+        wire = through_msgpack(forwarding.encode_result(answer))
+        decoded = forwarding.decode_result(wire, type(req))
+        assert through_msgpack(forwarding.encode_result(decoded)) == wire, req
