@@ -13,7 +13,8 @@ wire form follows:
 * ``dict[K, V]``: a map (a version vector is ``{origin: seq}``); ``Any``
   values are plain msgpack data, passed through;
 * :class:`store.ops.Op`: :meth:`Op.to_wire`, each element checked on the
-  way in.
+  way in (a kind this build does not know passes if its name is well
+  formed: a newer peer's ops are kept, see :mod:`store.ops`).
 
 A field may name its own converter in ``field(metadata={"wire": (encode,
 decode)})``. Two layouts carry the fields: ``list`` (``[tag, f1, f2, ...]``,
@@ -36,7 +37,7 @@ import typing
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from store.ops import KINDS, Op
+from store.ops import Op, valid_kind_name
 
 Encode = Callable[[Any], Any]
 Decode = Callable[[Any], Any]
@@ -109,8 +110,8 @@ def _op_from_wire(raw: Any) -> Op:
     if not isinstance(raw, list | tuple) or len(raw) != 7:
         raise WireError("an op is [origin, seq, hlc, kind, key, epoch, body]")
     origin, seq, hlc, kind, key, epoch, body = raw
-    if kind not in KINDS:
-        raise WireError(f"unknown op kind {kind!r}")
+    if not valid_kind_name(kind):  # unknown but well-formed kinds are kept (store/ops.py)
+        raise WireError(f"malformed op kind {kind!r}")
     if not (isinstance(origin, str) and isinstance(key, str) and type(seq) is int
             and type(hlc) is int and type(epoch) is int):
         raise WireError("an op's origin and key are strings, its seq, hlc and epoch ints")
