@@ -29,8 +29,8 @@ from cli.scope import Scope, resolve_scope
 from cli.state import CliState, pass_state
 from common import limits
 from common.errors import Unavailable
-
-NATURES = ("measured", "reported", "inferred", "unknown")
+from common.lifecycle import PENDING
+from common.vocab import NATURE_DEFAULT, NATURES
 
 
 def scope_options(fn: Any) -> Any:
@@ -109,7 +109,7 @@ def send(
     recipient = where(reply.get("to_workspace", to_workspace), reply.get("to_project", to_project))
     if reply.get("to_agent"):
         recipient += f" (for {reply['to_agent']})"
-    click.echo(f"sent {reply.get('message_id')} to {recipient}: {reply.get('state', 'pending')}")
+    click.echo(f"sent {reply.get('message_id')} to {recipient}: {reply.get('state', PENDING)}")
     truncated = [k for k, v in (reply.get("truncated") or {}).items() if v]
     if truncated:
         note(f"warning: the daemon truncated the {' and '.join(truncated)} to its size limit")
@@ -127,7 +127,7 @@ def render_listed(row: dict[str, Any]) -> str:
     lines = [
         f"[{row.get('state', '?')}] {row.get('id')}  {sender} -> {recipient}  at {row.get('created_at', '?')}",
         f"  subject: {row.get('subject') or '-'}",
-        f"  nature: {row.get('nature') or 'unknown'}"
+        f"  nature: {row.get('nature') or NATURE_DEFAULT}"
         + (f"  evidence: {row['evidence']}" if row.get("evidence") else ""),
     ]
     if row.get("body"):
@@ -192,7 +192,7 @@ def render_popped(reply: dict[str, Any]) -> str:
     lines = [
         f"claimed {msg.get('id')} from {sender}" + (f" ({', '.join(extras)})" if extras else ""),
         f"subject: {msg.get('subject') or '-'}",
-        f"nature: {msg.get('nature') or 'unknown'}"
+        f"nature: {msg.get('nature') or NATURE_DEFAULT}"
         + (f"  evidence: {msg['evidence']}" if msg.get("evidence") else ""),
     ]
     if reply.get("security_notice"):

@@ -2,50 +2,90 @@
 
 A node that is not a mailbox's owner sends the request to the owner's
 ``/peer/v1/mailbox`` as msgpack and gets back either ``{"ok": result}`` or
-``{"err": error}``. Requests are the dataclasses of :mod:`federation.claim`;
-results are an ``Op`` or plain data; errors keep their class, message,
-details and code (``common.errors.from_body`` is the inverse of
-``to_body``), so a client sees the same error whichever node it asked.
+``{"err": error}``. Requests are the dataclasses of :mod:`federation.claim`
+(the :data:`federation.claim.MailRequest` union), coded by the same
+mechanism as peer messages (:mod:`federation.wire`), in its map layout:
+``{"type": "MailPop", "fields": {name: value}}``; a field an older node
+does not send takes its default. Results are ``{"op": op}`` (a send) or
+``{"value": v}``, with ``v`` checked against :data:`RESULTS`, the result
+type of each request kind. Errors keep their class, message, details and
+code (``common.errors.from_body`` is the inverse of ``to_body``), so a
+client sees the same error whichever node it asked.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import typing
 from typing import Any
 
 from common.errors import AiMemoryError, BadRequest, Unavailable, from_body
 from federation import claim
+from federation.wire import OP, Conv, Registry, WireError, converter
 from store.ops import Op
 
+REQUESTS = Registry("mailbox request", typing.get_args(claim.MailRequest), layout="map",
+                    tag=lambda cls: cls.__name__)
 
-def encode_request(req: Any) -> dict[str, Any]:
-    return {"type": type(req).__name__, "fields": dataclasses.asdict(req)}
+# What the owner answers each request kind with: a send its ``msg.send`` op;
+# a pop ``{"message": row, "claim": body, "rank": ...}`` or None ("nothing
+# pending"); a cancel the ids it cancelled; a hold or release
+# ``{"message": row, ...}`` (the hold record, the decision's rank).
+RESULTS: dict[type, Any] = {
+    claim.MailSend: Op,
+    claim.MailPop: dict[str, Any] | None,
+    claim.MailCancel: list[str],
+    claim.MailHold: dict[str, Any],
+    claim.MailRelease: dict[str, Any],
+}
+_RESULT_CONVS: dict[type, Conv] = {cls: converter(tp) for cls, tp in RESULTS.items()}
 
 
-def decode_request(raw: dict[str, Any]) -> Any:
-    cls = getattr(claim, str(raw.get("type")), None)
-    if cls is None or not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
-        raise BadRequest(f"unknown mailbox request {raw.get('type')!r}")
-    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["fields"].items()}
-    return cls(**fields)
+def encode_request(req: claim.MailRequest) -> dict[str, Any]:
+    out: dict[str, Any] = REQUESTS.encode(req)
+    return out
+
+
+def decode_request(raw: Any) -> claim.MailRequest:
+    """The request a forwarding node sent; BadRequest if malformed."""
+    try:
+        req: claim.MailRequest = REQUESTS.decode(raw)
+    except WireError as exc:
+        raise BadRequest(str(exc)) from None
+    return req
+
+
+def decode_forward(raw: Any) -> tuple[claim.MailRequest, int]:
+    """The request and hop count of a ``/peer/v1/mailbox`` body; BadRequest
+    if either is malformed."""
+    hops = raw.get("hops", 1) if isinstance(raw, dict) else None
+    if isinstance(hops, bool) or not isinstance(hops, int) or hops < 0:
+        raise BadRequest("a forwarded mailbox request is {req, hops}, hops a count")
+    return decode_request(raw.get("req")), hops
 
 
 def encode_result(value: Any) -> dict[str, Any]:
     if isinstance(value, Op):
-        return {"op": value.to_wire()}
+        return {"op": OP[0](value)}
     return {"value": value}
 
 
-def decode_result(raw: dict[str, Any]) -> Any:
-    """The owner's answer. Only an explicit ``value`` (None: "nothing
-    pending", decided by the owner) or ``op`` is an answer; anything else is
+def decode_result(raw: Any, request: type | None = None) -> Any:
+    """The owner's answer to a request of kind ``request``. Only an explicit
+    ``value`` (None: "nothing pending", decided by the owner) or ``op`` is
+    an answer, and only of the kind's result type; anything else is
     indeterminate, and the caller retries with the same request id."""
-    if "op" in raw:
-        return Op.from_wire(raw["op"])
-    if "value" not in raw:
-        raise Unavailable("the mailbox owner's answer was unreadable; retry with the same "
-                          "request id", retry_after=0.5)
-    return raw["value"]
+    try:
+        if isinstance(raw, dict) and "op" in raw:
+            if request is not None and RESULTS.get(request) is not Op:
+                raise WireError(f"an op is not an answer to {request.__name__}")
+            return OP[1](raw["op"])
+        if isinstance(raw, dict) and "value" in raw:
+            conv = _RESULT_CONVS.get(request) if request is not None else None
+            return raw["value"] if conv is None else conv[1](raw["value"])
+    except WireError:
+        pass
+    raise Unavailable("the mailbox owner's answer was unreadable; retry with the same "
+                      "request id", retry_after=0.5)
 
 
 def encode_error(exc: AiMemoryError) -> dict[str, Any]:

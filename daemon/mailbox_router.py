@@ -25,10 +25,11 @@ from typing import Any, Protocol
 
 from common import limits
 from common.errors import AiMemoryError, Unavailable
+from common.lifecycle import PENDING
 from daemon.effect_runner import EffectRunner
 from daemon.forwarding import (
     decode_error,
-    decode_request,
+    decode_forward,
     decode_result,
     encode_error,
     encode_request,
@@ -101,7 +102,7 @@ class MailboxRouter:
             # A send retried with the id of a message decided long ago (beyond
             # the history an owner loads) must not become a second pending copy.
             row = await self.store.message(str(req.body.get("id")))
-            if row is not None and row.get("state") != "pending":
+            if row is not None and row.get("state") != PENDING:
                 return Op(origin=row["order"][1], seq=0, hlc=row["order"][0], kind=MSG_SEND,
                           key=req.mailbox, body={k: row.get(k) for k in req.body}, epoch=0)
         token, fut = self.runner.waiter()
@@ -125,11 +126,11 @@ class MailboxRouter:
         if not isinstance(raw, dict) or not isinstance(raw.get("ok"), dict):
             raise Unavailable("the mailbox owner's answer was unreadable; retry with the same "
                               "request id", retry_after=0.5)
-        return decode_result(raw["ok"])
+        return decode_result(raw["ok"], type(req))
 
     async def handle_forwarded(self, raw: dict[str, Any]) -> dict[str, Any]:
-        req = decode_request(raw["req"])
+        req, hops = decode_forward(raw)
         try:
-            return {"ok": encode_result(await self.route(req, hops=int(raw.get("hops", 1))))}
+            return {"ok": encode_result(await self.route(req, hops=hops))}
         except AiMemoryError as exc:
             return {"err": encode_error(exc)}

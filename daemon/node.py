@@ -31,6 +31,7 @@ from typing import Any
 
 from common import limits
 from common.errors import QuorumNotMet, Unavailable
+from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.admission import Admission
 from daemon.anti_entropy import Pusher
 from daemon.backpressure import Backpressure
@@ -144,7 +145,7 @@ class Node:
         self.metrics.inc("writes_total", len(items))
         return result
 
-    async def read_barrier(self, key: str, consistency: str = "quorum") -> None:
+    async def read_barrier(self, key: str, consistency: Consistency = CONSISTENCY_DEFAULT) -> None:
         await self.reads.barrier(key, consistency)
 
     async def mailbox(self, req: Any) -> Any:

@@ -26,6 +26,7 @@ from typing import Any
 
 from common import limits
 from common.errors import QuorumNotMet
+from common.vocab import CONSISTENCY_DEFAULT, LOCAL, Consistency
 from daemon.effect_runner import EffectRunner
 from daemon.metrics import Metrics
 from daemon.peer_client import PeerClient, PeerUnreachable
@@ -63,9 +64,9 @@ class ReadQuorum:
         rotated = [p.node_id for p in c.peers[self._rr:] + c.peers[:self._rr]]
         return sorted(rotated, key=lambda p: not self.runner.core.detector.alive(p, now))
 
-    async def barrier(self, key: str, consistency: str = "quorum") -> None:
+    async def barrier(self, key: str, consistency: Consistency = CONSISTENCY_DEFAULT) -> None:
         need = self.peers_needed
-        if consistency == "local" or need <= 0 or not self.cluster.peers:
+        if consistency == LOCAL or need <= 0 or not self.cluster.peers:
             return
         got, reasons = await self._hear_from(need, key)
         if got < need:

@@ -23,6 +23,8 @@ from store import deferred
 from store import ops as K
 from store.ops import Op
 from store.records import (
+    MEMORY_FIELDS,
+    MESSAGE_FIELDS,
     empty_row,
     grant_row,
     hold_row,
@@ -42,9 +44,7 @@ def to_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
-_MEM_COLS = ("id", "tier", "namespace", "title", "content", "tags", "priority", "confidence",
-             "source", "access_count", "created_at_ms", "updated_at_ms", "expires_at_ms",
-             "agent_id", "metadata", "hlc", "origin", "seq")
+_MEM_COLS = (*MEMORY_FIELDS, "hlc", "origin", "seq")
 # A tombstoned id inserts nothing: the SELECT yields no row.
 _MEM_UPSERT = (
     f"INSERT INTO memories ({', '.join(_MEM_COLS)}) "
@@ -113,9 +113,7 @@ _STATE_OF = (
     f" '{PENDING}')"
 )
 
-_MSG_COLS = ("id", "to_workspace", "to_project", "to_agent", "from_workspace", "from_project",
-             "from_agent", "from_owner_user", "subject", "body", "nature", "evidence",
-             "created_at_ms", "send_epoch", "hlc", "origin", "seq")
+_MSG_COLS = (*MESSAGE_FIELDS, "send_epoch", "hlc", "origin", "seq")
 _MSG_UPSERT = (
     f"INSERT INTO messages ({', '.join(_MSG_COLS)}, state) "
     f"VALUES ({', '.join(':' + c for c in _MSG_COLS)}, {_STATE_OF.format(id=':id')}) "

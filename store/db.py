@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from common import limits
+from common.lifecycle import CANCELLED, CLAIMED, PENDING
 from store import deferred
 from store import queries as Q
 from store.apply import apply_op
@@ -437,12 +438,12 @@ class Store:
         for r in rows:
             body = {name: r[name] for name in MESSAGE_FIELDS}
             out.append(Op(r["origin"], r["seq"], r["hlc"], MSG_SEND, key, body, r["send_epoch"]))
-            if r["t_state"] == "claimed":
+            if r["t_state"] == CLAIMED:
                 out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CLAIM, key, {
                     "id": body["id"], "claimer_session": r["claimed_by_session"],
                     "claimer_agent": r["claimed_by_agent"], "request_id": r["request_id"],
                     "at_ms": r["claimed_at_ms"]}, r["t_epoch"]))
-            elif r["t_state"] == "cancelled":
+            elif r["t_state"] == CANCELLED:
                 out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CANCEL, key, {
                     "id": body["id"], "by_workspace": body["from_workspace"],
                     "by_project": body["from_project"], "at_ms": r["cancelled_at_ms"]},
@@ -464,7 +465,7 @@ class Store:
                               agent: str | None = None) -> list[dict[str, Any]]:
         """Pending messages of a mailbox, oldest send first; with ``agent``,
         only those addressed to nobody in particular or to that agent."""
-        where = "m.to_workspace = ? AND m.to_project = ? AND m.state = 'pending'"
+        where = f"m.to_workspace = ? AND m.to_project = ? AND m.state = '{PENDING}'"
         params: list[Any] = [workspace, project]
         if agent is not None:
             where += " AND (m.to_agent IS NULL OR m.to_agent = ?)"
@@ -477,7 +478,7 @@ class Store:
         for_agent = " AND (to_agent IS NULL OR to_agent = ?)" if agent is not None else ""
         row = await self._reads.fetchone(
             "SELECT count(*) FROM messages WHERE to_workspace = ? AND to_project = ?"
-            f" AND state = 'pending'{for_agent}",
+            f" AND state = '{PENDING}'{for_agent}",
             (workspace, project) if agent is None else (workspace, project, agent))
         return int(row[0]) if row else 0
 
@@ -492,7 +493,7 @@ class Store:
                      pending_only: bool = True) -> list[dict[str, Any]]:
         where = "m.from_workspace = ? AND m.from_project = ?"
         if pending_only:
-            where += " AND m.state = 'pending'"
+            where += f" AND m.state = '{PENDING}'"
         return await self._messages(where, (from_workspace, from_project), Q.FIFO, limit)
 
     async def claim_by_request(self, workspace: str, project: str,
@@ -500,7 +501,7 @@ class Store:
         """The message of this mailbox claimed under ``request_id``, if any."""
         found = await self._messages(
             "m.to_workspace = ? AND m.to_project = ? AND t.request_id = ?"
-            " AND t.state = 'claimed'", (workspace, project, request_id), Q.FIFO, 1)
+            f" AND t.state = '{CLAIMED}'", (workspace, project, request_id), Q.FIFO, 1)
         return found[0] if found else None
 
     # -- status ----------------------------------------------------------------------

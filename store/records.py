@@ -2,7 +2,9 @@
 
 Both :mod:`store.merge` and :mod:`store.db` turn op bodies into the same
 plain dicts and order conflicting ops the same way, so this module holds
-the field lists, the body-to-row conversions and the rank functions once.
+the body-to-row conversions and the rank functions once; the field lists
+of op bodies are :mod:`common.vocab`'s (re-exported here), the states
+:mod:`common.lifecycle`'s.
 Everything here is pure: no I/O, no clock.
 
 Ranks break every tie down to the op id, so two replicas that hold the same
@@ -23,6 +25,9 @@ from typing import Any, Final
 
 from common import lifecycle
 from common.lifecycle import CANCELLED, CLAIMED, EDITING, PENDING
+from common.vocab import EMPTY_FIELDS as EMPTY_FIELDS
+from common.vocab import MESSAGE_FIELDS as MESSAGE_FIELDS
+from common.vocab import NOTE_FIELDS as NOTE_FIELDS
 from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_HOLD, MSG_RELEASE, Op
 
 # Mirrors federation.hlc.LOGICAL_BITS; store/ may not import federation/.
@@ -32,15 +37,6 @@ MEMORY_FIELDS: Final = (
     "id", "tier", "namespace", "title", "content", "tags", "priority", "confidence",
     "source", "access_count", "created_at_ms", "updated_at_ms", "expires_at_ms",
     "agent_id", "metadata",
-)
-NOTE_FIELDS: Final = (
-    "id", "from", "to", "namespace", "title", "payload", "priority", "tier",
-    "created_at_ms", "expires_at_ms",
-)
-MESSAGE_FIELDS: Final = (
-    "id", "to_workspace", "to_project", "to_agent", "from_workspace", "from_project",
-    "from_agent", "from_owner_user", "subject", "body", "nature", "evidence",
-    "created_at_ms",
 )
 SESSION_FIELDS: Final = (
     "workspace", "project", "harness", "session_id", "owner_user", "started_at_ms",
@@ -175,9 +171,6 @@ def terminal_row(op: Op) -> dict[str, Any]:
         "claimed_at_ms": at_ms if claim else None,
         "cancelled_at_ms": None if claim else at_ms,
     }
-
-
-EMPTY_FIELDS: Final = ("request_id", "claimer_session", "claimer_agent", "at_ms")
 
 
 def empty_row(op: Op) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from pydantic import Field, StringConstraints
 
 from common import limits
 from common.randomid import uuid4
+from common.vocab import CONSISTENCY_DEFAULT, NATURE_DEFAULT, Box, Consistency, Nature
 from daemon.appkeys import NODE
 from daemon.auth import identify
 from daemon.http_errors import query_model, read_json
@@ -17,7 +18,6 @@ from daemon.schemas.ids import check_idempotency_key
 from daemon.services import mail
 from daemon.validation import AgentId, Lenient, RequestId, ScopeName, Strict, text
 
-Consistency = Annotated[str, StringConstraints(pattern=r"^(quorum|local)$")]
 MessageId = Annotated[str, StringConstraints(min_length=1, max_length=64,
                                              pattern=r"^[A-Za-z0-9\-]+$")]
 
@@ -39,19 +39,18 @@ class SendIn(Strict):
     from_agent: ScopeName | None = None
     subject: text(10 * limits.message_subject_max_chars) | None = None  # type: ignore[valid-type]
     body: text(limits.request_body_max_bytes, min_chars=1)  # type: ignore[valid-type]
-    nature: Annotated[str, StringConstraints(pattern=r"^(measured|reported|inferred|unknown)$")] = (
-        "unknown")
+    nature: Nature = NATURE_DEFAULT
     evidence: text(10 * limits.message_evidence_max_chars) | None = None  # type: ignore[valid-type]
 
 
 class ListIn(Lenient):
-    box: Annotated[str, StringConstraints(pattern=r"^(inbox|outbox)$")] = "inbox"
+    box: Box = "inbox"
     workspace: ScopeName | None = None
     project: ScopeName | None = None
     limit: Annotated[int, Field(ge=1, le=limits.message_list_limit_max)] = (
         limits.message_list_limit_default)
     agent: ScopeName | None = None
-    consistency: Consistency = "quorum"
+    consistency: Consistency = CONSISTENCY_DEFAULT
 
 
 class PopIn(Strict):

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from common.errors import AiMemoryError, BadRequest, Forbidden
 from daemon.appkeys import NODE
-from daemon.forwarding import decode_request
+from daemon.forwarding import decode_forward
 from daemon.http_errors import refuse_unread
 from daemon.peer_auth import BOOT_HEADER, BootMismatch
 from daemon.peer_client import PROTOCOL_HEADER
@@ -120,12 +120,7 @@ async def pull(request: web.Request) -> web.Response:
 
 async def mailbox(request: web.Request) -> web.Response:
     _, body = await _peer_body(request)
-    try:
-        if not isinstance(body, dict) or type(body.get("hops", 1)) is not int:
-            raise TypeError
-        decode_request(body["req"])  # the router decodes it again; a bad one fails here, as a 400
-    except Exception:
-        raise BadRequest("undecodable forwarded mailbox request") from None
+    decode_forward(body)  # BadRequest naming the fault; the router decodes it again
     return _packed(await request.app[NODE].router.handle_forwarded(body))
 
 

@@ -30,13 +30,11 @@ from pydantic import Field
 
 from common import limits
 from common.errors import BadRequest, Unavailable
+from common.vocab import CONSISTENCY_DEFAULT, Box, Consistency, Nature
 from daemon.mcp.node_client import NodeClient
 from daemon.mcp.settings import McpSettings
 
 Tier = Literal["short", "mid", "long"]
-Nature = Literal["measured", "reported", "inferred", "unknown"]
-Box = Literal["inbox", "outbox"]
-Consistency = Literal["quorum", "local"]
 _CONSISTENCY_HELP = ("quorum (default): also consult enough other nodes that a write acknowledged "
                      "anywhere is seen; local: this node only, faster, may miss the newest writes.")
 Priority = Annotated[int, Field(ge=limits.notify_priority_min, le=limits.notify_priority_max)]
@@ -221,7 +219,7 @@ class Tools:
             bool,
             Field(description="Mark the returned notifications read, so they are not shown again."),
         ] = False,
-        consistency: Annotated[Consistency, Field(description=_CONSISTENCY_HELP)] = "quorum",
+        consistency: Annotated[Consistency, Field(description=_CONSISTENCY_HELP)] = CONSISTENCY_DEFAULT,
         since: Annotated[
             str | None,
             Field(description="Only notifications received at or after this RFC 3339 time."),
@@ -247,7 +245,7 @@ class Tools:
             limit=limit,
             min_priority=min_priority,
             mark_read=mark_read or None,
-            consistency=None if consistency == "quorum" else consistency,
+            consistency=None if consistency == CONSISTENCY_DEFAULT else consistency,
             since=since,
             tier=tier,
         )
@@ -325,7 +323,7 @@ class Tools:
         agent: Annotated[
             Scope | None, Field(description="Only mail this harness could claim.")
         ] = None,
-        consistency: Annotated[Consistency, Field(description=_CONSISTENCY_HELP)] = "quorum",
+        consistency: Annotated[Consistency, Field(description=_CONSISTENCY_HELP)] = CONSISTENCY_DEFAULT,
     ) -> dict[str, Any]:
         """List the pending mail of a project without claiming anything (read-only).
 
@@ -336,7 +334,7 @@ class Tools:
         """
         reply: dict[str, Any] = await self.client.get(
             "/api/v1/messages", box=box, limit=limit, agent=agent,
-            consistency=None if consistency == "quorum" else consistency,
+            consistency=None if consistency == CONSISTENCY_DEFAULT else consistency,
             **self._scope(workspace, project)
         )
         return reply

@@ -10,11 +10,12 @@ out, so either kind of client finds its fields.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, StringConstraints, model_validator
 
 from common import limits
+from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.schemas.ids import RECORD_ID_RE
 from daemon.schemas.memories import Timestamp
 from daemon.schemas.timefmt import rfc3339
@@ -78,7 +79,7 @@ class InboxQuery(Lenient):
     since: Timestamp | None = None
     tier: Tier | None = None
     mark_read: bool = False
-    consistency: Literal["quorum", "local"] = "quorum"
+    consistency: Consistency = CONSISTENCY_DEFAULT
 
 
 class MarkReadRequest(Strict):
@@ -87,7 +88,7 @@ class MarkReadRequest(Strict):
 
 
 class MarkReadQuery(Lenient):
-    consistency: Literal["quorum", "local"] = "quorum"
+    consistency: Consistency = CONSISTENCY_DEFAULT
 
 
 def inbox_namespace(agent_id: str) -> str:

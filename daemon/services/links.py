@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from common import limits
 from common.errors import NotFound
+from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.schemas.ids import check_record_id
 from daemon.schemas.search import LineageQuery, LinkBody
 from daemon.schemas.timefmt import rfc3339
@@ -50,7 +51,7 @@ async def link(node: Node, req: LinkBody) -> dict[str, Any]:
     return {"linked": True, **link_json(body)}
 
 
-async def links_of(node: Node, memory_id: str, consistency: str = "quorum") -> list[dict[str, Any]]:
+async def links_of(node: Node, memory_id: str, consistency: Consistency = CONSISTENCY_DEFAULT) -> list[dict[str, Any]]:
     check_record_id(memory_id, "memory id")
     await node.read_barrier(ALL_KEYS, consistency)
     rows = await S.links_of(node.store.reads, memory_id, limit=limits.links_per_memory_max)

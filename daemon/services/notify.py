@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from common import limits
 from common.errors import Conflict, NotFound, PayloadTooLarge
+from common.vocab import CONSISTENCY_DEFAULT, NOTE_FIELDS, Consistency
 from daemon.schemas.ids import record_id
 from daemon.schemas.notify import (
     InboxQuery,
@@ -44,8 +45,6 @@ from store.ops import ALL_KEYS, NOTE_NEW, NOTE_READ, inbox_key
 if TYPE_CHECKING:
     from daemon.node import Node
 
-_NOTE_FIELDS = ("id", "from", "to", "namespace", "title", "payload", "priority", "tier",
-                "created_at_ms", "expires_at_ms")
 _SAME_REQUEST = ("from", "to", "title", "payload", "priority", "tier")
 
 
@@ -115,7 +114,7 @@ async def _note_body(node: Node, req: NotifyRequest, target: str, *, sender: str
             if any(first.get(f) != body[f] for f in _SAME_REQUEST):
                 raise Conflict("Idempotency-Key already used for a different notification",
                                id=body["id"])
-            body = {f: first.get(f) for f in _NOTE_FIELDS}
+            body = {f: first.get(f) for f in NOTE_FIELDS}
     return body
 
 
@@ -140,7 +139,7 @@ async def inbox(node: Node, q: InboxQuery, *, agent: str) -> dict[str, Any]:
 
 
 async def mark_read(node: Node, ids: list[str], *, agent: str,
-                    consistency: str = "quorum") -> dict[str, Any]:
+                    consistency: Consistency = CONSISTENCY_DEFAULT) -> dict[str, Any]:
     """Mark the given notifications read; ids addressed to someone else (or
     unknown here after the read barrier) are ignored, not reported."""
     wanted = list(dict.fromkeys(ids))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.schemas.timefmt import rfc3339
 from store import search as S
 from store.ops import NSUB_PUT, agent_key
@@ -39,7 +40,7 @@ async def unsubscribe(node: Node, agent_id: str, namespace: str) -> dict[str, An
     return {"unsubscribed": namespace in held, "agent_id": agent_id, "namespace": namespace}
 
 
-async def list_for(node: Node, agent_id: str, consistency: str = "quorum") -> dict[str, Any]:
+async def list_for(node: Node, agent_id: str, consistency: Consistency = CONSISTENCY_DEFAULT) -> dict[str, Any]:
     await node.read_barrier(agent_key(agent_id), consistency)
     rows = await S.namespace_subscriptions(node.store.reads, agent_id)
     subs = [{"agent_id": r["agent_id"], "namespace": r["namespace"],

@@ -15,19 +15,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.errors import BadRequest, Conflict
+from common.vocab import INFERRED_SOURCES, ScopeSource
 from daemon.settings import MailSettings
 from store.db import Store
 
-EXPLICIT = "explicit"
-SESSION = "session"
-INFERRED = frozenset({"shared_slot", "startup_seed", "default", "default_after_mismatch"})
+EXPLICIT: ScopeSource = "explicit"
+SESSION: ScopeSource = "session"
+INFERRED = INFERRED_SOURCES
 
 
 @dataclass(frozen=True, slots=True)
 class Scope:
     workspace: str
     project: str
-    source: str
+    source: ScopeSource
     session: dict[str, Any] | None = None  # the caller's session row, when it belongs to this scope
 
     @property

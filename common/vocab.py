@@ -1,0 +1,76 @@
+"""The words of project mail and reads, each defined once.
+
+Every layer names these the same way (a message's states and the ops that
+move it are :mod:`common.lifecycle`'s): the store (rows and SQL), the core
+(the owner's mailbox model), the services, the HTTP schemas, the MCP tools
+and the CLI import them from here rather than spelling them again. The
+enums are ``Literal`` types, so pydantic, the MCP JSON schema and mypy all
+read the same definition; the tuple beside each is its values, for
+``click.Choice`` and membership tests. Pure data: no imports beyond
+``typing``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, get_args
+
+# -- enums -----------------------------------------------------------------------
+
+Nature = Literal["measured", "reported", "inferred", "unknown"]
+"""How a sender knows what a message body claims."""
+NATURES: Final[tuple[Nature, ...]] = get_args(Nature)
+MEASURED: Final[Nature] = "measured"  # the one nature that needs evidence
+NATURE_DEFAULT: Final[Nature] = "unknown"
+
+Box = Literal["inbox", "outbox"]
+"""Which side of a project's mail a list reads."""
+BOXES: Final[tuple[Box, ...]] = get_args(Box)
+
+Consistency = Literal["quorum", "local"]
+"""How a read is served: after a read quorum (default) or from this node only."""
+CONSISTENCIES: Final[tuple[Consistency, ...]] = get_args(Consistency)
+CONSISTENCY_DEFAULT: Final[Consistency] = "quorum"
+LOCAL: Final[Consistency] = "local"
+
+ScopeSource = Literal["explicit", "session", "shared_slot", "startup_seed", "default",
+                      "default_after_mismatch"]
+"""How a mail call's project was decided (daemon/services/scope.py)."""
+SCOPE_SOURCES: Final[tuple[ScopeSource, ...]] = get_args(ScopeSource)
+INFERRED_SOURCES: Final[frozenset[ScopeSource]] = frozenset(
+    {"shared_slot", "startup_seed", "default", "default_after_mismatch"})
+
+# -- field lists -------------------------------------------------------------------
+
+SEND_FIELDS: Final = (
+    "to_workspace", "to_project", "to_agent", "from_workspace", "from_project", "from_agent",
+    "subject", "body", "nature", "evidence",
+)
+"""What a client gives to send a message (HTTP body, MCP arguments, CLI options)."""
+
+MESSAGE_FIELDS: Final = (
+    "id", "to_workspace", "to_project", "to_agent", "from_workspace", "from_project",
+    "from_agent", "from_owner_user", "subject", "body", "nature", "evidence",
+    "created_at_ms",
+)
+"""The body of a ``msg.send`` op, and the message columns of the store."""
+
+CLAIMER_FIELDS: Final = ("claimer_session", "claimer_agent")
+"""Who popped: carried by ``msg.claim`` and ``msg.empty`` op bodies."""
+
+EMPTY_FIELDS: Final = ("request_id", *CLAIMER_FIELDS, "at_ms")
+"""The body of a ``msg.empty`` op (pop ``request_id`` found nothing)."""
+
+NOTE_FIELDS: Final = (
+    "id", "from", "to", "namespace", "title", "payload", "priority", "tier",
+    "created_at_ms", "expires_at_ms",
+)
+"""The body of a ``note.new`` op, and the notification columns of the store."""
+
+
+def message_body(**fields: Any) -> dict[str, Any]:
+    """A ``msg.send`` body, in :data:`MESSAGE_FIELDS` order; TypeError if a
+    field is missing or unknown, so a new field cannot be half added."""
+    if set(fields) != set(MESSAGE_FIELDS):
+        odd = sorted(set(fields) ^ set(MESSAGE_FIELDS))
+        raise TypeError(f"a msg.send body has exactly MESSAGE_FIELDS; differs in {odd}")
+    return {name: fields[name] for name in MESSAGE_FIELDS}

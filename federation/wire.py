@@ -1,0 +1,239 @@
+"""Wire codecs derived from dataclass fields: one mechanism for every message.
+
+A :class:`Codec` reads a frozen dataclass's fields (``dataclasses.fields``
+and their resolved type hints) once and builds a converter per field from
+its type, so a message kind is written down once, as its dataclass, and its
+wire form follows:
+
+* ``str``, ``int``, ``bool``: themselves, checked strictly (``True`` is not
+  an int here);
+* ``X | None``: ``None`` or the wire form of ``X``;
+* ``tuple[X, ...]`` / ``list[X]``: a list; ``tuple[A, B]``: a list of
+  exactly two (an op id ``(origin, seq)`` is ``[origin, seq]``);
+* ``dict[K, V]``: a map (a version vector is ``{origin: seq}``); ``Any``
+  values are plain msgpack data, passed through;
+* :class:`store.ops.Op`: :meth:`Op.to_wire`, each element checked on the
+  way in (a kind this build does not know passes if its name is well
+  formed: a newer peer's ops are kept, see :mod:`store.ops`).
+
+A field may name its own converter in ``field(metadata={"wire": (encode,
+decode)})``. Two layouts carry the fields: ``list`` (``[tag, f1, f2, ...]``,
+positional, the compact form of peer messages) and ``map``
+(``{"type": tag, "fields": {name: value}}``, the form of forwarded mailbox
+requests). Trailing fields with defaults may be absent on the way in, so a
+node that knows a newer field still reads an older peer's message; unknown
+extra fields are refused. A :class:`Registry` maps tags to codecs.
+
+Anything malformed raises :class:`WireError` (a ``ValueError``) that names
+the kind and the field, never a ``TypeError`` from deep inside. Pure: no
+I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+from store.ops import Op, valid_kind_name
+
+Encode = Callable[[Any], Any]
+Decode = Callable[[Any], Any]
+Conv = tuple[Encode, Decode]
+Layout = Literal["list", "map"]
+
+
+class WireError(ValueError):
+    """A message that does not match its kind's wire form."""
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _scalar(kind: type) -> Conv:
+    def decode(raw: Any) -> Any:
+        if (isinstance(raw, bool) and kind is not bool) or not isinstance(raw, kind):
+            raise WireError(f"expected {kind.__name__}, got {type(raw).__name__}")
+        return raw
+    return _same, decode
+
+
+def _optional(inner: Conv) -> Conv:
+    enc, dec = inner
+    return (lambda v: None if v is None else enc(v)), (lambda r: None if r is None else dec(r))
+
+
+def _as_list(raw: Any, what: str) -> list[Any] | tuple[Any, ...]:
+    if not isinstance(raw, list | tuple):
+        raise WireError(f"expected a list ({what}), got {type(raw).__name__}")
+    return raw
+
+
+def _sequence(inner: Conv, make: Callable[[Iterable[Any]], Any]) -> Conv:
+    enc, dec = inner
+    return (lambda v: [enc(x) for x in v]), (lambda r: make(dec(x) for x in _as_list(r, "items")))
+
+
+def _fixed(items: tuple[Conv, ...]) -> Conv:
+    def encode(value: Any) -> list[Any]:
+        return [enc(x) for (enc, _), x in zip(items, value, strict=True)]
+
+    def decode(raw: Any) -> tuple[Any, ...]:
+        raw = _as_list(raw, f"{len(items)} items")
+        if len(raw) != len(items):
+            raise WireError(f"expected {len(items)} items, got {len(raw)}")
+        return tuple(dec(x) for (_, dec), x in zip(items, raw, strict=True))
+    return encode, decode
+
+
+def _mapping(key: Conv, val: Conv) -> Conv:
+    kenc, kdec = key
+    venc, vdec = val
+
+    def decode(raw: Any) -> dict[Any, Any]:
+        if not isinstance(raw, dict):
+            raise WireError(f"expected a map, got {type(raw).__name__}")
+        return {kdec(k): vdec(v) for k, v in raw.items()}
+    return (lambda v: {kenc(k): venc(x) for k, x in v.items()}), decode
+
+
+_STR = _scalar(str)
+_INT = _scalar(int)
+_BODY = _mapping(_STR, (_same, _same))
+
+
+def _op_from_wire(raw: Any) -> Op:
+    # The hot path of replication (every op of every batch): checks inlined.
+    if not isinstance(raw, list | tuple) or len(raw) != 7:
+        raise WireError("an op is [origin, seq, hlc, kind, key, epoch, body]")
+    origin, seq, hlc, kind, key, epoch, body = raw
+    if not valid_kind_name(kind):  # unknown but well-formed kinds are kept (store/ops.py)
+        raise WireError(f"malformed op kind {kind!r}")
+    if not (isinstance(origin, str) and isinstance(key, str) and type(seq) is int
+            and type(hlc) is int and type(epoch) is int):
+        raise WireError("an op's origin and key are strings, its seq, hlc and epoch ints")
+    if not isinstance(body, dict) or not all(isinstance(k, str) for k in body):
+        raise WireError("an op's body is a map with string keys")
+    return Op(origin=origin, seq=seq, hlc=hlc, kind=kind, key=key, body=dict(body), epoch=epoch)
+
+
+OP: Conv = (Op.to_wire, _op_from_wire)
+
+
+def converter(tp: Any) -> Conv:
+    """The converter for a (resolved) field type; TypeError if none fits,
+    raised when the codec is built, not when a message arrives."""
+    if tp is Any:
+        return _same, _same
+    if tp is Op:
+        return OP
+    if tp in (str, int, bool, float):
+        return _scalar(tp)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(args) == 2:
+            return _optional(converter(rest[0]))
+    elif origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return _sequence(converter(args[0]), tuple)
+        return _fixed(tuple(converter(a) for a in args))
+    elif origin is list:
+        return _sequence(converter(args[0]), list)
+    elif origin is dict:
+        return _mapping(converter(args[0]), converter(args[1]))
+    raise TypeError(f"no wire converter for {tp!r}")
+
+
+class Codec:
+    """The wire form of one dataclass, from its fields."""
+
+    def __init__(self, cls: type, tag: str, layout: Layout = "list") -> None:
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"{cls.__name__} is not a dataclass")
+        hints = typing.get_type_hints(cls)
+        self.cls, self.tag, self.layout = cls, tag, layout
+        self.fields: list[tuple[str, Conv, bool]] = []
+        for f in dataclasses.fields(cls):
+            conv = f.metadata.get("wire") or converter(hints[f.name])
+            optional = (f.default is not dataclasses.MISSING
+                        or f.default_factory is not dataclasses.MISSING)
+            self.fields.append((f.name, conv, optional))
+        self.convs = {name: conv for name, conv, _ in self.fields}
+        self.required = sum(1 for _, _, optional in self.fields if not optional)
+
+    def encode(self, obj: Any) -> Any:
+        if self.layout == "list":
+            return [self.tag, *(enc(getattr(obj, name)) for name, (enc, _), _ in self.fields)]
+        return {"type": self.tag,
+                "fields": {name: enc(getattr(obj, name)) for name, (enc, _), _ in self.fields}}
+
+    def decode(self, raw: Any) -> Any:
+        """The object ``raw`` (as :meth:`encode` makes it) describes."""
+        values: dict[str, Any] = {}
+        for name, item in self._items(raw).items():
+            try:
+                values[name] = self.convs[name][1](item)
+            except WireError as exc:
+                raise WireError(f"malformed {self.tag!r} message, field {name}: {exc}") from None
+        missing = [n for n, _, optional in self.fields if not optional and n not in values]
+        if missing:
+            raise WireError(f"malformed {self.tag!r} message: missing {', '.join(missing)}")
+        return self.cls(**values)
+
+    def _items(self, raw: Any) -> dict[str, Any]:
+        """Field name -> raw value, for the fields ``raw`` carries."""
+        names = [n for n, _, _ in self.fields]
+        if self.layout == "list":
+            if not isinstance(raw, list | tuple) or not raw or raw[0] != self.tag:
+                raise WireError(f"malformed {self.tag!r} message: not a list tagged {self.tag!r}")
+            if not self.required <= len(raw) - 1 <= len(names):
+                raise WireError(f"malformed {self.tag!r} message: {len(raw) - 1} fields, "
+                                f"expected {self.required}..{len(names)}")
+            return dict(zip(names, raw[1:], strict=False))
+        if not isinstance(raw, dict) or raw.get("type") != self.tag or not isinstance(
+                raw.get("fields"), dict):
+            raise WireError(f"malformed {self.tag!r} message: not a map of type and fields")
+        extra = set(raw["fields"]) - set(names)
+        if extra:
+            raise WireError(f"malformed {self.tag!r} message: unknown fields "
+                            f"{', '.join(sorted(map(str, extra)))}")
+        return dict(raw["fields"])
+
+
+class Registry:
+    """Tags -> codecs for one family of messages (``what`` names it in errors)."""
+
+    def __init__(self, what: str, classes: Iterable[type], *, layout: Layout = "list",
+                 tag: Callable[[type], str] = lambda cls: str(cls.TAG)) -> None:  # type: ignore[attr-defined]
+        self.what = what
+        self.by_tag: dict[str, Codec] = {}
+        self.by_class: dict[type, Codec] = {}
+        for cls in classes:
+            codec = Codec(cls, tag(cls), layout)
+            if codec.tag in self.by_tag:
+                raise TypeError(f"two {what} kinds tagged {codec.tag!r}")
+            self.by_tag[codec.tag] = self.by_class[cls] = codec
+
+    def encode(self, obj: Any) -> Any:
+        codec = self.by_class.get(type(obj))
+        if codec is None:
+            raise TypeError(f"{type(obj).__name__} is not a {self.what}")
+        return codec.encode(obj)
+
+    def decode(self, raw: Any) -> Any:
+        """The message ``raw`` describes; :class:`WireError` if it is malformed
+        or of an unknown kind."""
+        if isinstance(raw, list | tuple):
+            tag = raw[0] if raw else None
+        elif isinstance(raw, dict):
+            tag = raw.get("type")
+        else:
+            raise WireError(f"a {self.what} is a list or map, got {type(raw).__name__}")
+        codec = self.by_tag.get(tag) if isinstance(tag, str) else None
+        if codec is None:
+            raise WireError(f"unknown {self.what} kind {tag!r}")
+        return codec.decode(raw)
