@@ -87,7 +87,13 @@ def up(
     specs = plan_cluster(nodes, base_port, (host,), DbPath(data_dir.resolve()))
     data_dir.mkdir(parents=True, exist_ok=True)
     command = shlex.split(exe) if exe else [sys.executable, "-m", "cli"]
-    children = [ChildSpec(s.node_id, serve_argv(command, s, specs), s.url) for s in specs]
+    # A new cluster (no member has a database yet) bootstraps; once the files
+    # exist the flag has no effect, and a member whose file went missing
+    # later is seeded from a peer and recovers (docs/federation.md).
+    bootstrap = ["--initial-cluster-state", "new"] if not any(
+        Path(s.db).exists() for s in specs) else []
+    children = [ChildSpec(s.node_id, serve_argv(command, s, specs) + bootstrap, s.url)
+                for s in specs]
     env = {**os.environ, SECRET_ENV: secret or new_secret(), "PYTHONUNBUFFERED": "1"}
     if host in ("127.0.0.1", "localhost", "::1"):
         # A local cluster is for trying things out: let it call hooks on this host.

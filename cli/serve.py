@@ -22,6 +22,10 @@ from common.errors import AiMemoryError
               help="Anti-entropy interval (default 2).")
 @click.option("--cluster-secret", default=None, envvar="AI_MEMORY_CLUSTER_SECRET",
               help="Shared secret that signs peer requests.")
+@click.option("--initial-cluster-state", type=click.Choice(["new", "existing"]), default=None,
+              help="existing (default): a member whose database is created empty recovers "
+                   "from every other member before it votes in claims; new: bootstrapping "
+                   "a cluster, an empty database is a new member.")
 @click.option("--config", "config", default=None, type=click.Path(exists=True, dir_okay=False),
               help="TOML config file.")
 @click.option("--log-level", default=None, help="debug, info, warning, error.")

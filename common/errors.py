@@ -101,6 +101,14 @@ class Unavailable(ServerError):
         self.retry_after = retry_after
 
 
+class MemberRecovering(Unavailable):
+    """This member lost its state (a new or restored database) and does not
+    coordinate writes or own mailboxes until it has caught up with every
+    other member; another member can serve the request now."""
+
+    code = "recovering"
+
+
 class QuorumNotMet(Unavailable):
     """Fewer than W members held a write before the timeout.
 

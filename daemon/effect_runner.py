@@ -48,6 +48,8 @@ from federation.effects import (
     Persist,
     PersistPromise,
     PushMissing,
+    Recovered,
+    Recovering,
     Reply,
     Send,
     SendPromise,
@@ -69,6 +71,7 @@ class EffectStore(Protocol):
     async def mailbox_state_ops(self, workspace: str, project: str, *,
                                 history_max: int) -> list[Op]: ...
     async def gc(self, floor_vv: dict[str, int]) -> int: ...
+    async def set_recovering(self, recovering: bool) -> None: ...
 
 
 @dataclass(slots=True)
@@ -228,6 +231,14 @@ class EffectRunner:
             self.metrics.inc("membership_mismatch_total", peer=eff.peer)
             log.error("membership mismatch with %s: theirs %s, ours %s",
                       eff.peer, eff.theirs, eff.ours)
+        elif isinstance(eff, Recovering):
+            self.metrics.inc("recoveries_total")
+            log.warning("this member lost state (%s): recovering from every other member "
+                        "before it votes in claim rounds again", eff.reason)
+            await self.store.set_recovering(True)
+        elif isinstance(eff, Recovered):
+            await self.store.set_recovering(False)
+            log.info("recovered: every member's state merged; voting in claim rounds again")
         else:
             log.error("unknown effect %r", eff)
 

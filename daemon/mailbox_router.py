@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from common import limits
-from common.errors import AiMemoryError, Unavailable
+from common.errors import AiMemoryError, MemberRecovering, Unavailable
 from common.lifecycle import PENDING
 from daemon.effect_runner import EffectRunner
 from daemon.forwarding import (
@@ -79,6 +79,8 @@ class MailboxRouter:
         key = req.mailbox
         tried: set[str] = set()
         order = core.membership.rendezvous(key)
+        if core.recovering:
+            tried.add(self.node_id)  # a recovering member owns nothing; a peer serves it
         for _ in range(len(order)):
             owner = core.owner_for(key, self.now_ms())
             if owner in tried:
@@ -90,6 +92,9 @@ class MailboxRouter:
             except PeerUnreachable:
                 tried.add(owner)
                 await self.runner.send_failed(owner)
+                continue
+            except MemberRecovering:
+                tried.add(owner)  # it lost its state and is catching up: ask the next one
                 continue
             await self._hold_sent(owner, result)
             return result

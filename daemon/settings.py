@@ -53,6 +53,10 @@ class ClusterSettings:
     quorum_timeout_ms: int = limits.quorum_timeout_ms_default
     catchup_interval_secs: float = limits.catchup_interval_secs_default
     secret: str | None = None  # shared secret that signs peer requests
+    # "existing" (default): a database created empty at start means this member
+    # may have lost one, so it recovers from the others before it votes.
+    # "new": bootstrapping a cluster; an empty database is a new member.
+    initial_state: str = "existing"
     # Derived once (it is read on every peer request), not a setting.
     _members: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -162,7 +166,11 @@ def _cluster_settings(pick: Pick, c_cluster: Mapping[str, Any], node_id: str,
                  "catchup_interval_secs", limits.catchup_interval_secs_default)
         ),
         secret=pick("cluster_secret", "CLUSTER_SECRET", c_cluster, "secret", None),
+        initial_state=str(pick("initial_cluster_state", "INITIAL_CLUSTER_STATE", c_cluster,
+                               "initial_state", "existing")),
     )
+    if cluster.initial_state not in ("new", "existing"):
+        raise BadRequest("--initial-cluster-state must be new or existing")
     n = len(cluster.member_ids)
     if cluster.write_quorum is not None and not 1 <= cluster.write_quorum <= n:
         raise BadRequest(f"--quorum-writes must be between 1 and {n} (members: {n})")

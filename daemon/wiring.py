@@ -34,6 +34,7 @@ from daemon.peer_auth import Verifier
 from daemon.peer_client import PeerClient
 from daemon.peer_link import PeerLink
 from daemon.read_quorum import ReadQuorum
+from daemon.seeding import needs_seed, seed_from_peers
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
 from daemon.tasks import Background
@@ -64,13 +65,23 @@ class _WebhookHost:
 async def _load_core(settings: Settings, store: Store) -> NodeCore:
     state = await store.load_core_state()
     c = settings.cluster
+    recovering = await store.recovering()
+    if recovering and ((store.created and c.initial_state == "new") or not c.peers):
+        # Bootstrapping (an empty database is a new member), or a single node:
+        # there is nobody to recover from, nor anyone it could contradict.
+        await store.set_recovering(False)
+        recovering = False
+    if recovering:
+        log.warning("this member's database is new or restored: it recovers from every other "
+                    "member before it votes in claim rounds (docs/federation.md)")
     return NodeCore(
         c.node_id, list(c.member_ids), c.w,
         quorum_timeout_ms=c.quorum_timeout_ms,
         claim_timeout_ms=limits.claim_timeout_ms,
         catchup_interval_ms=int(c.catchup_interval_secs * 1000),
         vv=dict(state.vv), last_hlc=state.max_hlc, own_max_seq=state.own_max_seq,
-        promises=dict(state.promises), rng=random.Random())
+        promises=dict(state.promises), rng=random.Random(),
+        recovering=recovering, incarnation=await store.incarnation())
 
 
 def _admission(settings: Settings, metrics: Metrics, clock: Clock) -> Admission:
@@ -86,6 +97,8 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
     node_clock = Clock(clock, settings.clock_offset_ms)
     metrics = Metrics()
     c = settings.cluster
+    if needs_seed(settings):
+        await seed_from_peers(settings)
     store = await Store.open(settings.store.db_path, c.node_id)
     try:
         core = await _load_core(settings, store)

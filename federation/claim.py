@@ -734,6 +734,22 @@ class Claims:
                                 f"{self.claim_timeout_ms} ms (limits.claim_timeout_ms)"), now_ms)
         return out
 
+    # -- recovery ----------------------------------------------------------------
+    def seen_epochs(self) -> dict[str, int]:
+        """The highest epoch this node has seen per mailbox."""
+        return dict(self._seen)
+
+    def see(self, key: str, epoch: int) -> None:
+        self._see(key, epoch)
+
+    def abandon_all(self) -> list[Effect]:
+        """Give up every term and candidacy (this node stops voting)."""
+        out: list[Effect] = []
+        for slot in list(self.slots.values()):
+            out += self._step_down(slot, Unavailable(
+                "this member is recovering; retry", retry_after=self._retry_after()))
+        return out
+
     # -- introspection ---------------------------------------------------------
     def owned(self) -> dict[str, int]:
         return {k: s.epoch for k, s in self.slots.items() if s.role == OWNER}

@@ -24,8 +24,18 @@ What it composes:
   owner placement and fail-fast answers.
 * :class:`~federation.claim.Claims` -- mailbox ownership and claim-once.
 
+* recovery -- a member whose store was created empty or restored from a
+  backup (``recovering=True``), or that finds peers holding more of its own
+  ops than it does, has forgotten promises and accepts. Until it has the
+  state of every other member (their version vectors, caught up through
+  anti-entropy, and their promise tables) it gives no promise and no accept,
+  coordinates no write and owns no mailbox; then it raises its promises to
+  the highest any member knows and its op counter past every op of its own
+  the others hold (docs/federation.md, "A member that lost its disk").
+
 Constructor state comes from the store at start (``vv``, ``last_hlc``,
-``own_max_seq``, ``promises``); nothing else survives a restart, by design.
+``own_max_seq``, ``promises``, ``recovering``); nothing else survives a
+restart, by design.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from common import limits
-from common.errors import BadRequest
+from common.errors import BadRequest, MemberRecovering
 from federation.claim import Claims, MailRequest
 from federation.detector import FailureDetector
 from federation.effects import (
@@ -43,7 +53,10 @@ from federation.effects import (
     Effect,
     MembershipMismatch,
     Persist,
+    PersistPromise,
     PushMissing,
+    Recovered,
+    Recovering,
     Reply,
     Send,
 )
@@ -57,13 +70,15 @@ from federation.messages import (
     Prepare,
     Promise,
     PromiseNack,
+    RecoveryQuery,
+    RecoveryState,
     Rejected,
     Replicate,
     SyncOffer,
 )
 from federation.quorum import Completion, QuorumTracker
 from federation.versions import VersionVector, vv_floor, vv_lag
-from store.ops import MAILBOX_KINDS, Op, known_kind
+from store.ops import MAILBOX_KINDS, OP_GAP, Op, known_kind
 
 
 class NodeCore:
@@ -72,7 +87,8 @@ class NodeCore:
                  vv: dict[str, int], last_hlc: int, own_max_seq: int,
                  promises: dict[str, int], rng: random.Random,
                  gc_interval_ms: int = int(limits.gc_interval_secs * 1000),
-                 down_after_ms: int = int(limits.peer_down_after_secs * 1000)) -> None:
+                 down_after_ms: int = int(limits.peer_down_after_secs * 1000),
+                 recovering: bool = False, incarnation: str = "") -> None:
         self.node_id = node_id
         self.membership = Membership(node_id, members)
         if not 1 <= write_quorum <= self.membership.n:
@@ -83,9 +99,12 @@ class NodeCore:
         self.gc_interval_ms = gc_interval_ms
         self.rng = rng
         self._seen = VersionVector(vv)
-        # Own ops are persisted in seq order, so 1..own_max_seq are all held.
-        for seq in range(self._seen.mark(node_id) + 1, own_max_seq + 1):
-            self._seen.add(node_id, seq)
+        # Own ops are persisted in seq order, so 1..own_max_seq are all held --
+        # unless the store is a copy seeded from another member (recovering),
+        # which may miss some of ours: those must still be asked for.
+        if not recovering:
+            for seq in range(self._seen.mark(node_id) + 1, own_max_seq + 1):
+                self._seen.add(node_id, seq)
         self._seq = max(own_max_seq, self._seen.mark(node_id))
         self.hlc = HLC(last_hlc)
         self.promises: dict[str, int] = dict(promises)
@@ -102,6 +121,11 @@ class NodeCore:
         self._next_sync_ms: int | None = None
         self._collected: dict[str, int] = {}
         self._last_collect_ms: int | None = None
+        self.recovering = recovering and bool(self.membership.peers)  # alone: nothing to recover
+        self.incarnation = incarnation
+        self._recovery: dict[str, RecoveryState] = {}  # what each peer held when asked
+        self._next_recovery_query_ms: int | None = None
+        self.peers_recovering: dict[str, int] = {}  # peer -> when it last asked to recover
 
     # -- small accessors ------------------------------------------------------
     @property
@@ -124,9 +148,19 @@ class NodeCore:
         return [p for p in self.membership.peers if p not in self._mismatched]
 
     # -- quorum writes ----------------------------------------------------------
+    def _refuse_recovering(self, token: Any) -> list[Effect]:
+        missing = [p for p in self._peers() if p not in self._recovery]
+        why = (f"waiting for the state of {', '.join(missing)}" if missing
+               else "catching up with the other members")
+        return [Reply(token, MemberRecovering(
+            f"this member is recovering (its database is new or restored): {why}",
+            retry_after=1.0))]
+
     def write(self, token: Any, items: list[tuple[str, str, dict[str, Any]]],
               now_ms: int) -> list[Effect]:
         self.detector.observe_time(now_ms)
+        if self.recovering:
+            return self._refuse_recovering(token)
         for kind, _key, _body in items:
             if not known_kind(kind) or kind in MAILBOX_KINDS:
                 return [Reply(token, BadRequest(
@@ -157,6 +191,8 @@ class NodeCore:
     def mailbox_request(self, token: Any, req: MailRequest, now_ms: int) -> list[Effect]:
         """Serve ``req`` as the owner of ``req.mailbox`` (becoming it first if needed)."""
         self.detector.observe_time(now_ms)
+        if self.recovering:
+            return self._refuse_recovering(token)
         return self.claims.request(token, req, now_ms)
 
     def on_mailbox_loaded(self, mailbox: str, ops: Sequence[Op], now_ms: int) -> list[Effect]:
@@ -193,6 +229,17 @@ class NodeCore:
             return self._on_replicate(peer, msg, now_ms)
         if isinstance(msg, Ack):
             return self._complete(self.quorum.ack(peer, msg.op_ids))
+        if isinstance(msg, RecoveryQuery):
+            self.peers_recovering[peer] = now_ms
+            return [Send(peer, RecoveryState(self.vv, self._promise_table(),
+                                             tuple(self._seen.held(peer))))]
+        if isinstance(msg, RecoveryState):
+            if self.recovering:
+                self._recovery[peer] = msg
+                return self._maybe_recovered(now_ms)
+            return []
+        if self.recovering and isinstance(msg, Prepare | Accept):
+            return []  # no vote until recovered: it may have forgotten what it promised
         if isinstance(msg, Prepare):
             return self.claims.on_prepare(peer, msg)
         if isinstance(msg, Promise):
@@ -211,6 +258,76 @@ class NodeCore:
         if isinstance(msg, Rejected):
             return self.claims.on_rejected(msg)
         return []
+
+    # -- recovery ----------------------------------------------------------------
+    def _promise_table(self) -> dict[str, int]:
+        """Per mailbox, the highest epoch this node promised or saw."""
+        table = dict(self.claims.seen_epochs())
+        for key, epoch in self.promises.items():
+            table[key] = max(table.get(key, 0), epoch)
+        return table
+
+    def _start_recovery(self, reason: str) -> list[Effect]:
+        self.recovering = True
+        self._recovery.clear()
+        self._next_recovery_query_ms = None
+        return [Recovering(reason), *self.claims.abandon_all()]
+
+    def _maybe_recovered(self, now_ms: int) -> list[Effect]:
+        """Done once every other member's state is in and caught up with."""
+        peers = self._peers()
+        if any(p not in self._recovery for p in peers):
+            return []
+        if not all(self._seen.covers(self._recovery[p].vv) for p in peers):
+            return []
+        out: list[Effect] = []
+        merged: dict[str, int] = {}
+        for p in peers:
+            for key, epoch in self._recovery[p].promises.items():
+                merged[key] = max(merged.get(key, 0), int(epoch))
+        for key, epoch in sorted(merged.items()):
+            self.claims.see(key, epoch)
+            if epoch > self.promises.get(key, 0):
+                self.promises[key] = epoch
+                out.append(PersistPromise(key, epoch))
+        out += self._fill_lost_ids(now_ms)
+        self.recovering = False
+        self._recovery.clear()
+        return [*out, Recovered()]
+
+    def _fill_lost_ids(self, now_ms: int) -> list[Effect]:
+        """Ops of our own that no member holds were lost with our disk (they
+        were never acknowledged). Their ids get ``op.gap`` fillers, so every
+        version vector can move past them; new ops are numbered after every
+        op of ours anyone holds, never over one."""
+        me = self.node_id
+        known: set[int] = set()
+        top = self._seen.max_seq(me)
+        for state in self._recovery.values():
+            top = max(top, state.vv.get(me, 0), *state.held_yours)
+            known.update(state.held_yours)
+        floor = max([0, *(s.vv.get(me, 0) for s in self._recovery.values())])
+        lost = [seq for seq in range(floor + 1, top + 1)
+                if (me, seq) not in self._seen and seq not in known]
+        self._seq = max(self._seq, top)
+        fillers = []
+        for seq in lost:
+            self._seen.add(me, seq)
+            fillers.append(Op(origin=me, seq=seq, hlc=self.hlc.now(now_ms), kind=OP_GAP,
+                              key="gap:", body={}, epoch=0))
+        return [Persist(tuple(fillers))] if fillers else []
+
+    def _recovery_tick(self, now_ms: int) -> list[Effect]:
+        if not self.recovering:
+            return []
+        out = self._maybe_recovered(now_ms)
+        if not self.recovering:
+            return out
+        if self._next_recovery_query_ms is not None and now_ms < self._next_recovery_query_ms:
+            return out
+        self._next_recovery_query_ms = now_ms + limits.recovery_query_interval_ms
+        query = RecoveryQuery(self.incarnation)
+        return out + [Send(p, query) for p in self._peers() if p not in self._recovery]
 
     def on_foreign_push(self, peer: str, msg: Message, now_ms: int) -> list[Effect]:
         """A standalone node (started with no peers) accepts replication pushed
@@ -237,6 +354,14 @@ class NodeCore:
         self._mismatched.discard(peer)
         self.detector.heard(peer, now_ms)
         self.peer_vv[peer] = dict(msg.vv)
+        if not self.recovering and msg.vv.get(self.node_id, 0) > self._seq:
+            # The peer holds ops of ours we do not: our disk was lost or
+            # rolled back behind our back. Stop voting until we recover.
+            out = self._start_recovery(
+                f"{peer} holds our ops up to {msg.vv[self.node_id]}, we only up to {self._seq}")
+            if self._seen.lacks_from(msg.vv):
+                out.append(PushMissing(peer, dict(msg.vv)))
+            return out
         if self._seen.lacks_from(msg.vv):
             return [PushMissing(peer, dict(msg.vv))]
         return []
@@ -252,6 +377,7 @@ class NodeCore:
     def tick(self, now_ms: int) -> list[Effect]:
         self.detector.observe_time(now_ms)
         out = self._complete(self.quorum.expire(now_ms))
+        out += self._recovery_tick(now_ms)
         out += self.claims.tick(now_ms)
         if self._next_sync_ms is None:
             # Spread the members' offers over the interval instead of in lockstep.
@@ -289,6 +415,8 @@ class NodeCore:
                 "vv": theirs,
                 "lag_ops": None if theirs is None else vv_lag(ours, theirs),
                 "ahead_ops": None if theirs is None else vv_lag(theirs, ours),
+                "recovering": (p in self.peers_recovering and now_ms - self.peers_recovering[p]
+                               <= 3 * limits.recovery_query_interval_ms),
             }
         return {
             "node_id": self.node_id,
@@ -307,4 +435,7 @@ class NodeCore:
             "writes_in_flight": len(self.quorum),
             "claims_in_flight": self.claims.in_flight(),
             "gc_floor": dict(self._collected),
+            "recovering": self.recovering,
+            "recovery_waiting_for": ([p for p in self._peers() if p not in self._recovery]
+                                     if self.recovering else []),
         }

@@ -84,10 +84,11 @@ class Reply:
 
 @dataclass(frozen=True, slots=True)
 class Collect:
-    """Every member holds every op covered by ``floor_vv``: the op log and
-    tombstones behind it may be garbage-collected -- except mailbox ops
-    (``store.ops.MAILBOX_KINDS``), which mailbox ownership reloads from the
-    log (``LoadMailbox``, ``SendPromise``) and so must be kept."""
+    """Every member holds every op covered by ``floor_vv``: those ops may
+    leave the op log (their ids stay in the version vector, memory
+    tombstones stay). Mailbox ops go too: ``LoadMailbox`` rebuilds a mailbox
+    from the merged state tables, and a ``SendPromise`` only needs ops the
+    candidate's vector does not cover, which collection never removes."""
 
     floor_vv: dict[str, int]
 
@@ -102,5 +103,20 @@ class MembershipMismatch:
     ours: str
 
 
+@dataclass(frozen=True, slots=True)
+class Recovering:
+    """This member must recover before it votes again: it found that peers
+    hold more of its own ops than it does (its disk was lost or rolled
+    back). Record it durably, so a restart in the middle recovers again."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """Recovery finished (every member's state merged, promises raised and
+    persisted before this effect): clear the durable mark."""
+
+
 Effect = (Persist | PersistPromise | Send | PushMissing | SendPromise | LoadMailbox | Reply
-          | Collect | MembershipMismatch)
+          | Collect | MembershipMismatch | Recovering | Recovered)

@@ -16,7 +16,9 @@ The vocabulary, by protocol:
   ``Ack``), ``Ack``, ``SyncOffer`` (a periodic "this is what I hold");
 * mailbox ownership (a Paxos-like prepare/accept over epochs, see
   docs/federation.md): ``Prepare`` -> ``Promise`` | ``PromiseNack``, then
-  ``Accept`` -> ``Accepted`` | ``Rejected``.
+  ``Accept`` -> ``Accepted`` | ``Rejected``;
+* recovery of a member that lost its state: ``RecoveryQuery`` ->
+  ``RecoveryState`` (docs/federation.md, "A member that lost its disk").
 
 A malformed message raises :class:`ValueError`; the adapter turns that into
 a 400 for the sending peer.
@@ -151,7 +153,30 @@ class Rejected(_Wire):
     TAG = "rej"
 
 
-Message = Replicate | Ack | SyncOffer | Prepare | Promise | PromiseNack | Accept | Accepted | Rejected
+@dataclass(frozen=True, slots=True)
+class RecoveryQuery(_Wire):
+    """A member that lost its disk (or came back from a backup) asks what the
+    receiver holds before it votes in claim rounds again; ``incarnation`` is
+    its database's new incarnation id."""
+
+    incarnation: str
+    TAG = "recq"
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryState(_Wire):
+    """The answer: the receiver's version vector, the asker's own op seqs it
+    holds beyond that vector's watermark and, per mailbox, the highest epoch
+    it has promised or seen."""
+
+    vv: dict[str, int]
+    promises: dict[str, int]
+    held_yours: tuple[int, ...]  # the asker's op seqs held beyond its watermark here
+    TAG = "recs"
+
+
+Message = (Replicate | Ack | SyncOffer | Prepare | Promise | PromiseNack | Accept | Accepted
+           | Rejected | RecoveryQuery | RecoveryState)
 
 PEER = Registry("peer message", typing.get_args(Message))
 

@@ -49,6 +49,20 @@ class VersionVector:
     def mark(self, origin: str) -> int:
         return self._marks.get(origin, 0)
 
+    def held(self, origin: str) -> list[int]:
+        """Seqs of ``origin`` held beyond its watermark (after a gap)."""
+        return sorted(self._held.get(origin, ()))
+
+    def max_seq(self, origin: str) -> int:
+        """The greatest seq held of ``origin``, gap or not."""
+        held = self._held.get(origin)
+        mark = self._marks.get(origin, 0)
+        return max(mark, max(held)) if held else mark
+
+    def covers(self, other: Mapping[str, int]) -> bool:
+        """True if this vector holds every op ``other`` covers."""
+        return all(self._marks.get(o, 0) >= s for o, s in other.items())
+
     def to_dict(self) -> dict[str, int]:
         return dict(self._marks)
 

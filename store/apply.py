@@ -303,6 +303,7 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.LINK_PUT: _link_put,
     K.GRANT_PUT: _grant_put,
     K.NSUB_PUT: _nsub_put,
+    K.OP_GAP: lambda c, op, now_ms: None,  # a lost op id, filled: nothing to apply
 }
 
 

@@ -105,8 +105,11 @@ def online_backup(db_path: str, dest: str, node_id: str) -> BackupInfo:
                       seconds=time.monotonic() - started, **info)
 
 
-def restore(backup: str | Path, db_path: str | Path, *, force: bool = False) -> dict[str, Any]:
-    """Write ``backup`` as the database ``db_path`` under a new incarnation."""
+def restore(backup: str | Path, db_path: str | Path, *, force: bool = False,
+            foreign: bool = False) -> dict[str, Any]:
+    """Write ``backup`` as the database ``db_path`` under a new incarnation.
+    ``foreign``: the copy is another member's (seeding a member that lost
+    its disk), so its promises, which are that member's, are dropped."""
     backup, db_path = Path(backup), Path(db_path)
     if not backup.is_file():
         raise BadRequest(f"no backup file at {backup}")
@@ -131,9 +134,15 @@ def restore(backup: str | Path, db_path: str | Path, *, force: bool = False) -> 
             out.execute("BEGIN IMMEDIATE")
             out.execute("UPDATE store_meta SET value = ? WHERE name = 'incarnation'",
                         (incarnation,))
+            # The restored member may have promised and accepted more than the
+            # copy holds: it recovers (docs/federation.md, "Amnesia") first.
+            out.execute("INSERT OR REPLACE INTO store_meta (name, value)"
+                        " VALUES ('recovering', '1')")
             out.execute("INSERT INTO store_meta (name, value) VALUES ('restored_from', ?)"
                         " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                         (before["incarnation"],))
+            if foreign:
+                out.execute("DELETE FROM promises")
             out.execute("COMMIT")
             _check(out, "the restored database")
         finally:

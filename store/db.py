@@ -50,10 +50,15 @@ class CoreState:
     promises: dict[str, int]
 
 
-def _open_writer(path: str) -> tuple[sqlite3.Connection, SeenSet, int]:
+def _open_writer(path: str) -> tuple[sqlite3.Connection, SeenSet, int, bool]:
     conn = connect(path)
     try:
-        migrate(conn)
+        created = 1 in migrate(conn)
+        if created:
+            # A database created now: this member may have had another one
+            # before (a wiped disk), so it recovers before it votes in claims.
+            conn.execute("INSERT OR REPLACE INTO store_meta (name, value)"
+                         " VALUES ('recovering', '1')")
         deferred.replay(conn, apply_op, int(time.time() * 1000))
         marks = dict(conn.execute("SELECT origin, watermark FROM vv").fetchall())
         held: dict[str, set[int]] = {}
@@ -63,7 +68,7 @@ def _open_writer(path: str) -> tuple[sqlite3.Connection, SeenSet, int]:
     except BaseException:
         conn.close()
         raise
-    return conn, SeenSet(marks, held), row[0] if row else 0
+    return conn, SeenSet(marks, held), row[0] if row else 0, created
 
 
 def _op(row: sqlite3.Row) -> Op:
@@ -88,6 +93,7 @@ class Store:
         self._writer = writer
         self._reads = reads
         self._closed = False
+        self.created = False  # the file was created (empty) by this open
         # Highest seq per origin logged under each key that read quorums pull
         # (inboxes, mailboxes, projects): lets an in-sync pull answer from
         # memory. Upper bounds are enough, so collection never lowers them.
@@ -103,7 +109,8 @@ class Store:
         loop = asyncio.get_running_loop()
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
         try:
-            conn, seen, max_hlc = await loop.run_in_executor(executor, _open_writer, path)
+            conn, seen, max_hlc, created = await loop.run_in_executor(
+                executor, _open_writer, path)
         except BaseException:
             executor.shutdown(wait=False)
             raise
@@ -116,6 +123,7 @@ class Store:
             raise
         writer.start()
         store = cls(path, node_id, executor, conn, writer, reads)
+        store.created = created
         ranges = " OR ".join("key >= ? AND key < ?" for _ in _PULLED_PREFIXES)
         bounds = [b for p in _PULLED_PREFIXES for b in (p, p[:-1] + chr(ord(p[-1]) + 1))]
         rows = await reads.fetchall(
@@ -241,6 +249,19 @@ class Store:
         return result
 
     # -- incarnation ------------------------------------------------------------------
+
+    async def recovering(self) -> bool:
+        """Does this database still have to recover (created empty, or
+        restored) before its member may promise or accept in claim rounds?"""
+        row = await self._reads.fetchone(
+            "SELECT value FROM store_meta WHERE name = 'recovering'")
+        return row is not None and row[0] == "1"
+
+    async def set_recovering(self, recovering: bool) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO store_meta (name, value) VALUES ('recovering', ?)",
+                         ("1" if recovering else "0",))
+        await self._writer.call(run)
 
     async def incarnation(self) -> str:
         """This database's incarnation id: created with the database, replaced

@@ -39,6 +39,7 @@ expired is not stored) and :meth:`Replica.gc`.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -185,6 +186,8 @@ class Replica:
             revision = revision_row(op)
             if revision is not None:
                 _keep_highest(self._revisions, msg_id, {**revision, **stamp})
+        elif kind == K.OP_GAP:
+            pass  # a lost op id, filled: nothing to merge
         elif kind == K.MSG_EMPTY:
             slot = (op.key, str(op.body["request_id"]))
             cur_empty = self._empties.get(slot)
@@ -281,6 +284,14 @@ class Replica:
 
     def promises(self) -> dict[str, int]:
         return dict(self._promises)
+
+    def seed_copy(self) -> Replica:
+        """A copy of this replica's replicated state to seed a member that
+        lost its disk (what a backup restored on another member holds):
+        everything but the promises, which are this member's own."""
+        out = copy.deepcopy(self)
+        out._promises = {}
+        return out
 
     # -- the op log ------------------------------------------------------------
 

@@ -37,6 +37,9 @@ msg.release     id, at_ms, content (None: discard; else the saved subject
                 Holds and releases: the greatest (epoch, hlc, origin, seq)
                 decides, and any terminal op outranks them all
                 (:mod:`common.lifecycle` is the table of states).
+op.gap          (no fields). Stands in for an op id that was lost with a
+                member's disk before any other member held it, so every
+                version vector can move past it. Changes no state.
 msg.empty       request_id, claimer_session, claimer_agent, at_ms. The
                 owner's decision that pop ``request_id`` found nothing to
                 claim. Per (mailbox, request id) the greatest
@@ -101,6 +104,7 @@ MSG_CANCEL: Final = lifecycle.MSG_CANCEL
 MSG_HOLD: Final = lifecycle.MSG_HOLD
 MSG_RELEASE: Final = lifecycle.MSG_RELEASE
 MSG_EMPTY: Final = "msg.empty"
+OP_GAP: Final = "op.gap"  # fills an op id lost with a member's disk; changes no state
 LINK_PUT: Final = "link.put"
 GRANT_PUT: Final = "grant.put"
 NSUB_PUT: Final = "nsub.put"
@@ -108,7 +112,7 @@ NSUB_PUT: Final = "nsub.put"
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
      MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY, LINK_PUT, GRANT_PUT,
-     NSUB_PUT}
+     NSUB_PUT, OP_GAP}
 )
 _KIND_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 _registered: set[str] = set(KINDS)

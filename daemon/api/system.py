@@ -18,6 +18,7 @@ async def health(request: web.Request) -> web.Response:
         "version": node.settings.version,
         "node_id": node.node_id,
         "federation_enabled": node.settings.cluster.enabled,
+        "recovering": node.core.recovering,
     })
 
 

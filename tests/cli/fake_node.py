@@ -29,6 +29,7 @@ def main() -> int:
     parser.add_argument("--db", required=True)
     parser.add_argument("--quorum-writes", type=int, required=True)
     parser.add_argument("--quorum-peers", default="")
+    parser.add_argument("--initial-cluster-state", default="existing")
     args = parser.parse_args()
     mode, _, target = os.environ.get("FAKE_NODE_MODE", "").partition(":")
     mine = target == args.node_id

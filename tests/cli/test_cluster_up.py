@@ -114,6 +114,8 @@ def test_up_starts_nodes_with_their_flags_and_stops_them_on_ctrl_c(tmp_path: Pat
         "2",
         "--quorum-peers",
         f"node1=http://127.0.0.1:{up.base},node3=http://127.0.0.1:{up.base + 2}",
+        "--initial-cluster-state",  # no member had a database yet: a new cluster
+        "new",
     ]
     secrets = {
         json.loads((up.data / f"node{i}.db.args.json").read_text())["secret"] for i in (1, 2, 3)

@@ -152,7 +152,7 @@ def test_peerless_nodes_accept_pushes_from_a_node_with_peers(tmp_path) -> None: 
             cmd = [sys.executable, "-m", "cli", "serve", "--port", str(port),
                    "--db", str(tmp_path / f"n{i}.db")]
             if i == 0:
-                cmd += ["--quorum-writes", "2", "--quorum-peers",
+                cmd += ["--quorum-writes", "2", "--initial-cluster-state", "new", "--quorum-peers",
                         ",".join(f"http://127.0.0.1:{p}" for p in ports[1:])]
             procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))
@@ -205,7 +205,7 @@ def test_mismatched_membership_is_detected_and_reported(tmp_path) -> None:  # ty
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "cli", "serve", "--port", str(port), "--node-id", nid,
                  "--db", str(tmp_path / f"{nid}.db"), "--quorum-peers", ",".join(peers[nid]),
-                 "--catchup-interval-secs", "0.3"],
+                 "--catchup-interval-secs", "0.3", "--initial-cluster-state", "new"],
                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         deadline = time.monotonic() + 20
         while True:

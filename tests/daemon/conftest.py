@@ -17,7 +17,8 @@ from daemon.wiring import build_node
 
 def make_settings(db: Path, **cluster: object) -> Settings:
     return Settings(store=StoreSettings(db_path=str(db)),
-                    cluster=ClusterSettings(node_id="node1", **cluster))  # type: ignore[arg-type]
+                    cluster=ClusterSettings(node_id="node1", initial_state="new",
+                                            **cluster))  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -93,7 +93,8 @@ async def test_quorum_read_waits_for_persists_already_counted_in_the_vector(
     peer = await aiohttp_server(app)
     url = f"http://127.0.0.1:{peer.port}"
     settings = Settings(store=StoreSettings(db_path=str(tmp_path / "r.db")), cluster=ClusterSettings(
-        node_id="node1", peers=(Member("node2", url), Member("node3", url))))
+        node_id="node1", peers=(Member("node2", url), Member("node3", url)),
+        initial_state="new"))
     node = await build_node(settings)
     await node.start()
     try:
@@ -137,7 +138,8 @@ async def test_read_waits_for_ops_counted_by_a_concurrent_intake(
     peer = await aiohttp_server(app)
     url = f"http://127.0.0.1:{peer.port}"
     settings = Settings(store=StoreSettings(db_path=str(tmp_path / "i.db")), cluster=ClusterSettings(
-        node_id="node1", peers=(Member("node2", url), Member("node3", url))))
+        node_id="node1", peers=(Member("node2", url), Member("node3", url)),
+        initial_state="new"))
     node = await build_node(settings)
     await node.start()
     try:

@@ -25,7 +25,8 @@ PATH = "/peer/v1/msgs"
 async def secured(tmp_path: Path, aiohttp_client):  # type: ignore[no-untyped-def]
     settings = Settings(store=StoreSettings(db_path=str(tmp_path / "n.db")), cluster=ClusterSettings(
         node_id="node1", secret=SECRET,
-        peers=(Member("node2", "http://127.0.0.1:9"), Member("node3", "http://127.0.0.1:9"))))
+        peers=(Member("node2", "http://127.0.0.1:9"), Member("node3", "http://127.0.0.1:9")),
+        initial_state="new"))
     node = await build_node(settings)
     await node.start()
     try:

@@ -20,7 +20,7 @@ from tests.daemon.procdaemon import Proc, daemon_process
 
 SECRET = "forgery-test-secret"
 PATH = "/peer/v1/msgs"
-ARGS = ("--cluster-secret", SECRET, "--quorum-peers",
+ARGS = ("--cluster-secret", SECRET, "--initial-cluster-state", "new", "--quorum-peers",
         "node2=http://127.0.0.1:9,node3=http://127.0.0.1:9")
 pytestmark = pytest.mark.slow
 

@@ -20,6 +20,8 @@ from federation.effects import (
     Persist,
     PersistPromise,
     PushMissing,
+    Recovered,
+    Recovering,
     Reply,
     Send,
     SendPromise,
@@ -42,16 +44,23 @@ class Cluster:
         self.effects: dict[str, list[Effect]] = {i: [] for i in self.ids}
         self.now = 1_000_000
 
-    def _core(self, node: str) -> NodeCore:
+    def _core(self, node: str, recovering: bool = False) -> NodeCore:
         d = self.disks[node]
         return NodeCore(node, self.ids, self.w, quorum_timeout_ms=self.timeout_ms,
                         claim_timeout_ms=self.timeout_ms, catchup_interval_ms=500,
                         vv=d.version_vector(), last_hlc=d.max_hlc(),
                         own_max_seq=d.max_seq(node), promises=d.promises(),
-                        rng=random.Random(node), gc_interval_ms=0, down_after_ms=3000)
+                        rng=random.Random(node), gc_interval_ms=0, down_after_ms=3000,
+                        recovering=recovering)
 
     def restart(self, node: str) -> None:
         self.cores[node] = self._core(node)
+        self.queue = [m for m in self.queue if node not in (m[0], m[1])]
+
+    def wipe(self, node: str, disk: Replica | None = None) -> None:
+        """The node comes back with an empty disk (or ``disk``), recovering."""
+        self.disks[node] = disk if disk is not None else Replica()
+        self.cores[node] = self._core(node, recovering=disk is None)
         self.queue = [m for m in self.queue if node not in (m[0], m[1])]
 
     def run(self, node: str, effects: list[Effect]) -> None:
@@ -76,7 +85,7 @@ class Cluster:
             elif isinstance(eff, PushMissing):
                 ops = tuple(d.ops_missing(dict(eff.vv), 10_000))
                 self.queue.append((node, eff.peer, Replicate(ops, ack=False)))
-            elif isinstance(eff, Collect | MembershipMismatch):
+            elif isinstance(eff, Collect | MembershipMismatch | Recovering | Recovered):
                 pass
             else:
                 raise AssertionError(eff)

@@ -132,6 +132,12 @@ class Monitor:
                 if mid in self.popped:
                     self.fail(f"message {mid} acked as popped and as cancelled")
 
+    def forget(self, node_id: str) -> None:
+        """The node lost its disk: what it showed before is gone with it (the
+        other members still hold every acknowledged state)."""
+        for key in [k for k in self.seen_states if k[0] == node_id]:
+            del self.seen_states[key]
+
     def on_persist(self, node_id: str, ops: Any) -> None:
         """Every op a node persists passes here: the releases it issues."""
         for op in ops:

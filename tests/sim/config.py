@@ -33,6 +33,7 @@ class SimConfig:
     fault_every_ms: int = 150  # mean gap between fault events
     client_every_ms: int = 15  # mean gap between client requests
     hold_pop_p: float = 0.05  # a forwarded pop's link is held (one-way, loses nothing)
+    wipe_p: float = 0.3  # a crashed member comes back without its disk (when that loses no ack)
     mailboxes: int = 2
     pending_cap: int = 6
 

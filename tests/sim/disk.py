@@ -21,6 +21,11 @@ from store.ops import Op
 
 
 class SimDisk(Replica):
+    def seed_copy(self) -> SimDisk:
+        out = super().seed_copy()
+        assert isinstance(out, SimDisk)
+        return out
+
     def load_mailbox(self, mailbox: str) -> list[Op]:
         ws, _, proj = mailbox.removeprefix("mbox:").partition("/")
         return self.mailbox_state_ops(ws, proj, history_max=limits.mailbox_history_load_max)

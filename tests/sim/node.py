@@ -28,6 +28,8 @@ from federation.effects import (
     Persist,
     PersistPromise,
     PushMissing,
+    Recovered,
+    Recovering,
     Reply,
     Send,
     SendPromise,
@@ -51,6 +53,7 @@ class SimNode:
         self.paused = False
         self.inbox: list[Any] = []  # messages that arrived while paused
         self.incarnation = 0
+        self.recovering = False  # the disk was lost: the core must recover before it votes
         self.restart()
 
     @property
@@ -60,8 +63,14 @@ class SimNode:
     def clock(self, now_ms: int) -> int:
         return now_ms + self.skew_ms
 
-    def restart(self) -> None:
+    def restart(self, *, seed: SimDisk | None = None) -> None:
+        """Start a core from the disk; with ``seed``: from a copy of another
+        member's replicated state, as a member whose disk was lost and that
+        was seeded from a peer (it recovers before it votes)."""
         cfg: SimConfig = self.sim.cfg
+        if seed is not None:
+            self.disk = seed
+            self.recovering = True
         d = self.disk
         self.incarnation += 1
         self.core = NodeCore(
@@ -71,7 +80,8 @@ class SimNode:
             vv=d.version_vector(), last_hlc=d.max_hlc(), own_max_seq=d.max_seq(self.id),
             promises=d.promises(),
             rng=random.Random(f"{cfg.seed}:{self.id}:{self.incarnation}"),
-            gc_interval_ms=cfg.gc_interval_ms, down_after_ms=cfg.down_after_ms)
+            gc_interval_ms=cfg.gc_interval_ms, down_after_ms=cfg.down_after_ms,
+            recovering=self.recovering, incarnation=f"{self.id}-{self.incarnation}")
 
     def crash(self) -> None:
         self.core = None
@@ -106,6 +116,12 @@ class SimNode:
                 self.sim.stats["gc_ops"] += self.disk.gc(dict(eff.floor_vv))
             elif isinstance(eff, MembershipMismatch):
                 raise AssertionError(f"membership mismatch on {self.id}: {eff}")
+            elif isinstance(eff, Recovering):
+                self.recovering = True
+                self.sim.stats["recoveries"] += 1
+            elif isinstance(eff, Recovered):
+                self.recovering = False
+                self.sim.stats["recovered"] += 1
             else:
                 raise AssertionError(f"unknown effect {eff!r}")
 

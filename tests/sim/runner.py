@@ -92,6 +92,7 @@ class Sim:
         self._tokens = 0
         self._heal_at = self.now + cfg.fault_ms
         self._next_check = self.now + CHECK_EVERY_MS
+        self._wiping: set[str] = set()  # crashed members that come back without their disk
 
     # -- plumbing used by nodes ------------------------------------------------------
     def later(self, at_ms: int, fn: Callable[..., None], *args: Any) -> None:
@@ -229,6 +230,10 @@ class Sim:
             if node.up:
                 node.crash()
                 self.stats["crashes"] += 1
+                wipe = rng.random() < cfg.wipe_p and self._may_wipe()
+                if wipe:
+                    self._wiping.add(victim)
+                    self.stats["disks_lost"] += 1
                 self.later(now_ms + rng.randint(50, 1000), self._restart, victim)
         elif r < 0.77:
             victim = rng.choice(self.ids)
@@ -250,11 +255,36 @@ class Sim:
         if now_ms < self._heal_at:
             self._fault(now_ms)
 
+    def _may_wipe(self) -> bool:
+        """A disk may be lost only while every acknowledged write is on two
+        live disks at least: W >= 2, and no other member is still without
+        its data (down with a lost disk, or recovering)."""
+        return (self.cfg.write_quorum >= 2 and not self._wiping
+                and not any(n.recovering for n in self.nodes.values()))
+
     def _restart(self, node_id: str, now_ms: int) -> None:
         node = self.nodes[node_id]
-        if not node.up:
+        if node.up:
+            return
+        if node_id not in self._wiping:
             node.restart()
             self.stats["restarts"] += 1
+            return
+        # A lost disk: the member starts from a copy of a reachable peer's
+        # replicated state (the daemon fetches a backup), or waits for one.
+        donors = [p for p in self.ids if p != node_id and self.nodes[p].up
+                  and not self.nodes[p].paused and not self.nodes[p].recovering
+                  and (p, node_id) not in self.net.blocked
+                  and (node_id, p) not in self.net.blocked]
+        if not donors:
+            self.later(now_ms + 100, self._restart, node_id)
+            return
+        donor = self.rng.choice(donors)
+        self._wiping.discard(node_id)
+        self.monitor.forget(node_id)
+        node.restart(seed=self.nodes[donor].disk.seed_copy())
+        self.stats["restarts"] += 1
+        self.stats["seeded"] += 1
 
     def _resume(self, node_id: str, now_ms: int) -> None:
         node = self.nodes[node_id]
@@ -279,11 +309,11 @@ class Sim:
     def heal(self) -> None:
         self.net.heal(self.now)
         for node in self.nodes.values():
-            if not node.up:
-                node.restart()
-                self.stats["restarts"] += 1
             if node.paused:
                 self._resume(node.id, self.now)
+        for node in self.nodes.values():
+            if not node.up:
+                self._restart(node.id, self.now)
 
     def retry_unknown(self) -> None:
         """Clients retry, once, every pop and send they never heard back about."""

@@ -29,7 +29,8 @@ FAST = WebhookSettings(allow_loopback_webhooks=True, backoff_base_secs=0.05,
 
 def hooked_settings(db: Path, hooks: WebhookSettings = FAST, **cluster: Any) -> Settings:
     return Settings(store=StoreSettings(db_path=str(db)),
-                          cluster=ClusterSettings(node_id="node1", **cluster), webhooks=hooks)
+                          cluster=ClusterSettings(node_id="node1", initial_state="new", **cluster),
+                          webhooks=hooks)
 
 
 class Daemon:

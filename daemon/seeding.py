@@ -1,0 +1,87 @@
+"""Seeding a member that lost its disk from a copy of a peer's database.
+
+A member started with no database file while its cluster already exists
+(``--initial-cluster-state existing``, the default) cannot rebuild what
+the others garbage-collected from their op logs: anti-entropy only streams
+ops still in a log. So before it opens a store it asks each peer in turn
+for a consistent online backup (``POST /api/v1/admin/backup``, signed like
+any peer request), installs the first one that arrives as its database
+under a new incarnation, without that peer's promises, and marked as
+recovering (:func:`store.backup.restore`). The core then recovers from
+every member before it votes (docs/federation.md, "A member that lost its
+disk"). With no peer reachable it gives up with a clear error; systemd (or
+``cluster up``) starts it again later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+
+import aiohttp
+
+from common import limits
+from common.errors import Unavailable
+from daemon.api.backup import BACKUP_PATH
+from daemon.peer_auth import BOOT_HEADER, sign
+from daemon.settings import Settings
+from store.backup import restore
+
+log = logging.getLogger("ai_memory.node")
+
+
+async def _download(session: aiohttp.ClientSession, settings: Settings, peer: str, url: str,
+                    dest: Path) -> None:
+    c = settings.cluster
+    boot = ""
+    for attempt in (1, 2):
+        headers = {"Content-Type": "application/octet-stream", "X-AIM-Node": c.node_id}
+        if c.secret:
+            headers.update(sign(c.secret, c.node_id, peer, "POST", BACKUP_PATH, b"",
+                                time.time() + settings.clock_offset_ms / 1000, boot))
+        async with session.post(url + BACKUP_PATH, data=b"", headers=headers) as resp:
+            if resp.status == 401 and resp.headers.get(BOOT_HEADER) and attempt == 1:
+                boot = resp.headers[BOOT_HEADER]
+                continue
+            if resp.status != 200:
+                raise Unavailable(f"{peer} answered {resp.status}: {(await resp.text())[:200]}")
+            fh = await asyncio.to_thread(open, dest, "wb")
+            try:
+                async for chunk in resp.content.iter_chunked(limits.backup_chunk_bytes):
+                    await asyncio.to_thread(fh.write, chunk)
+            finally:
+                fh.close()
+            return
+
+
+async def seed_from_peers(settings: Settings) -> str:
+    """Install a peer's copy as this member's database; returns the peer."""
+    db = Path(settings.store.db_path)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    part = db.with_name(db.name + ".seed")
+    timeout = aiohttp.ClientTimeout(total=limits.backup_http_timeout_secs)
+    errors = []
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for member in settings.cluster.peers:
+            try:
+                await _download(session, settings, member.node_id, member.url.rstrip("/"), part)
+                await asyncio.to_thread(restore, part, db, foreign=True)
+                log.warning("no database at %s: seeded from %s's copy; recovering from every "
+                            "member before voting", db, member.node_id)
+                return member.node_id
+            except (aiohttp.ClientError, OSError, TimeoutError, Unavailable) as exc:
+                errors.append(f"{member.node_id}: {exc}")
+            finally:
+                part.unlink(missing_ok=True)
+    raise Unavailable("this member has no database and no peer could seed it ("
+                      + "; ".join(errors) + "); start it again once a peer is up, or pass "
+                      "--initial-cluster-state new when bootstrapping a new cluster")
+
+
+def needs_seed(settings: Settings) -> bool:
+    c = settings.cluster
+    return (bool(c.peers) and c.initial_state == "existing"
+            and not os.path.exists(settings.store.db_path))

@@ -1,0 +1,142 @@
+"""A member that lost its disk (or came back from an old copy) recovers
+before it votes: the acceptor-amnesia path to a double claim, in the core."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from common.errors import MemberRecovering
+from federation.claim import MailPop, MailSend
+from federation.effects import Recovered, Recovering
+from federation.messages import Accept, Prepare, RecoveryQuery, SyncOffer
+from store.ops import mailbox_key
+from tests.federation.cluster import Cluster
+
+MB = mailbox_key("w", "inbox")
+
+
+def body(mid: str) -> dict[str, Any]:
+    return {"id": mid, "to_workspace": "w", "to_project": "inbox", "to_agent": None,
+            "from_workspace": "w", "from_project": "p0", "subject": mid, "body": f"b-{mid}"}
+
+
+def ask(cl: Cluster, node: str, token: Any, req: Any, drop: Any = None) -> Any:
+    cl.call(node, "mailbox_request", token, req)
+    cl.deliver(drop=drop)
+    return cl.replies.get(token, "pending")
+
+
+def owner_and_others(cl: Cluster) -> tuple[str, list[str]]:
+    owner = cl.cores["n0"].owner_for(MB, cl.now)
+    return owner, [n for n in cl.ids if n != owner]
+
+
+def recover(cl: Cluster, node: str, drop: Any = None) -> None:
+    for _ in range(5):
+        cl.tick(250)
+        cl.deliver(drop=drop)
+
+
+def test_a_wiped_member_refuses_to_vote_write_or_own_until_it_recovers() -> None:
+    cl = Cluster()
+    owner, (a, b) = owner_and_others(cl)
+    ask(cl, owner, 1, MailSend(MB, body("m1")))
+    cl.wipe(a)
+    core = cl.cores[a]
+    assert core.recovering
+    # No vote: a Prepare or an Accept gets no answer from it.
+    assert core.on_message(b, Prepare(MB, 5 * 1024 + 2, {}), cl.now) == []
+    assert core.on_message(owner, Accept(MB, 10 ** 6, ()), cl.now) == []
+    cl.call(a, "write", "w1", [("note.new", "inbox:x", {"id": "n1", "from": "a", "to": "x"})])
+    assert isinstance(cl.replies["w1"], MemberRecovering)
+    cl.call(a, "mailbox_request", "p1", MailPop(MB, request_id="r"))
+    assert isinstance(cl.replies["p1"], MemberRecovering)
+
+
+def test_recovery_needs_every_other_member_then_raises_promises_and_counter() -> None:
+    cl = Cluster()
+    owner, (a, _b) = owner_and_others(cl)
+    for i in range(3):
+        cl.call(a, "write", f"w{i}", [("note.new", "inbox:x",
+                                       {"id": f"n{i}", "from": "a", "to": "x"})])
+        cl.deliver()
+    ask(cl, owner, "s", MailSend(MB, body("m1")))
+    promised = max(cl.cores[n].promises.get(MB, 0) for n in cl.ids)
+    assert promised > 0
+    cl.wipe(a)
+    # With one member cut off it keeps waiting: a majority is not enough.
+    cut = lambda src, dst, msg: owner in (src, dst)  # noqa: E731
+    recover(cl, a, drop=cut)
+    assert cl.cores[a].recovering
+    assert cl.cores[a].status(cl.now)["recovery_waiting_for"] == [owner]
+    recover(cl, a)
+    core = cl.cores[a]
+    assert not core.recovering
+    assert core.promises[MB] >= promised  # at least what it may have promised before
+    assert cl.disks[a].get_promised(MB) >= promised  # and durably
+    assert core.vv.get(a) == 3  # its own ops came back from the others
+    cl.call(a, "write", "w9", [("note.new", "inbox:x", {"id": "n9", "from": "a", "to": "x"})])
+    cl.deliver()
+    op = cl.replies["w9"][0]
+    assert op.seq == 4  # numbered after every op of its own the others hold, never over one
+
+
+def test_a_forgotten_promise_cannot_let_a_deposed_owner_complete_a_claim() -> None:
+    # Owner o holds the mailbox at e1; a takes it over at e2 with b's promise
+    # and its own... then a is wiped. o's Accepts at e1 must not gather a
+    # majority through the amnesiac a: it gives no accept until recovered.
+    cl = Cluster()
+    o, (a, b) = owner_and_others(cl)
+    ask(cl, o, 1, MailSend(MB, body("m1")))
+    e1 = cl.cores[o].claims.owned()[MB]
+    ask(cl, b, 2, MailPop(MB, request_id="rb"),
+        drop=lambda src, dst, msg: o in (src, dst))  # b takes over at e2 via a
+    assert cl.cores[b].claims.owned()[MB] > e1
+    assert cl.replies[2]["message"]["id"] == "m1"
+    cl.wipe(a)
+    # o still believes it owns e1; its pop's Accept reaches a and b.
+    cl.call(o, "mailbox_request", 3, MailPop(MB, request_id="ro"))
+    cl.deliver()
+    got = cl.replies[3]
+    assert not (isinstance(got, dict) and got.get("message")), got  # never granted twice
+
+
+def test_an_old_copy_of_the_disk_is_found_out_by_the_peers_vectors() -> None:
+    cl = Cluster()
+    _owner, (a, b) = owner_and_others(cl)
+    old = copy.deepcopy(cl.disks[a])  # a backup taken now
+    for i in range(2):
+        cl.call(a, "write", f"w{i}", [("note.new", "inbox:x",
+                                       {"id": f"n{i}", "from": "a", "to": "x"})])
+        cl.deliver()
+    cl.wipe(a, disk=old)  # restored behind the cluster's back, not marked
+    assert not cl.cores[a].recovering
+    effects = cl.cores[a].on_message(b, SyncOffer(cl.cores[b].vv, cl.cores[b]._fingerprint),
+                                     cl.now)
+    assert any(isinstance(e, Recovering) for e in effects)
+    assert cl.cores[a].recovering
+    recover(cl, a)
+    assert not cl.cores[a].recovering and cl.cores[a].vv.get(a) == 2
+
+
+def test_peers_answer_a_recovery_query_and_show_the_member_recovering() -> None:
+    cl = Cluster()
+    _, (a, b) = owner_and_others(cl)
+    effects = cl.cores[b].on_message(a, RecoveryQuery("inc-2"), cl.now)
+    assert len(effects) == 1
+    assert cl.cores[b].status(cl.now)["peers"][a]["recovering"] is True
+
+
+def test_a_single_node_has_nobody_to_recover_from() -> None:
+    cl = Cluster(n=1, w=1)
+    cl.wipe("n0")
+    assert not cl.cores["n0"].recovering
+
+
+def test_recovery_ends_with_the_durable_mark_cleared() -> None:
+    cl = Cluster()
+    _, (a, _) = owner_and_others(cl)
+    cl.wipe(a)
+    recover(cl, a)
+    assert any(isinstance(e, Recovered) for e in cl.effects[a])
