@@ -32,7 +32,7 @@ from daemon.schemas.timefmt import rfc3339 as iso_ms
 from daemon.services import scrub
 from daemon.services.scope import Scope, refuse_inferred, resolve
 from federation.claim import MailCancel, MailPop, MailSend
-from store.ops import SESSION_START, mailbox_key, project_key
+from store.ops import ALL_KEYS, SESSION_START, mailbox_key, project_key
 
 MAIL_NS = uuid.UUID("6f1d3c2e-8b7a-4f0e-9a51-2c4d8e7b9a10")
 SECURITY_NOTICE = (
@@ -260,11 +260,19 @@ async def cancel(node: Node, *, workspace: str | None, project: str | None,
     if message_id:
         row = await node.store.message(message_id)
         if row is None:
+            # Sent through another node a moment ago? Hear from R members first
+            # (the send was acknowledged by W), then look again.
+            await node.read_barrier(ALL_KEYS)
+            row = await node.store.message(message_id)
+        if row is None:
             raise NotFound(f"no message {message_id}")
         if (row["from_workspace"], row["from_project"]) != (scope.workspace, scope.project):
             raise Forbidden("only the sending project can cancel a message")
         groups[mailbox_key(row["to_workspace"], row["to_project"])] = [message_id]
     else:
+        # The outbox spans mailboxes and its sends may have gone through any
+        # node: a read quorum first, so every acknowledged send is seen here.
+        await node.read_barrier(ALL_KEYS)
         rows = await node.store.outbox(scope.workspace, scope.project,
                                        limit=limits.mailbox_pending_max * 64)
         for r in rows:
