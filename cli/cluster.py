@@ -87,9 +87,9 @@ def up(
     specs = plan_cluster(nodes, base_port, (host,), DbPath(data_dir.resolve()))
     data_dir.mkdir(parents=True, exist_ok=True)
     command = shlex.split(exe) if exe else [sys.executable, "-m", "cli"]
-    # A new cluster (no member has a database yet) bootstraps; once the files
-    # exist the flag has no effect, and a member whose file went missing
-    # later is seeded from a peer and recovers (docs/federation.md).
+    # A new cluster (no member has a database yet) bootstraps on its first
+    # start; the supervisor drops the flag for every restart, so a member
+    # whose file went missing later is seeded from a peer and recovers.
     bootstrap = ["--initial-cluster-state", "new"] if not any(
         Path(s.db).exists() for s in specs) else []
     children = [ChildSpec(s.node_id, serve_argv(command, s, specs) + bootstrap, s.url)

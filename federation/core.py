@@ -149,7 +149,7 @@ class NodeCore:
 
     # -- quorum writes ----------------------------------------------------------
     def _refuse_recovering(self, token: Any) -> list[Effect]:
-        missing = [p for p in self._peers() if p not in self._recovery]
+        missing = [p for p in self.membership.peers if p not in self._recovery]
         why = (f"waiting for the state of {', '.join(missing)}" if missing
                else "catching up with the other members")
         return [Reply(token, MemberRecovering(
@@ -231,8 +231,11 @@ class NodeCore:
             return self._complete(self.quorum.ack(peer, msg.op_ids))
         if isinstance(msg, RecoveryQuery):
             self.peers_recovering[peer] = now_ms
+            # The answer, and every op the asker lacks, held seqs past a gap
+            # included (a SyncOffer's watermark would not show those).
             return [Send(peer, RecoveryState(self.vv, self._promise_table(),
-                                             tuple(self._seen.held(peer))))]
+                                             tuple(self._seen.held(peer)))),
+                    PushMissing(peer, dict(msg.vv))]
         if isinstance(msg, RecoveryState):
             if self.recovering:
                 self._recovery[peer] = msg
@@ -275,10 +278,17 @@ class NodeCore:
 
     def _maybe_recovered(self, now_ms: int) -> list[Effect]:
         """Done once every other member's state is in and caught up with."""
-        peers = self._peers()
+        peers = self.membership.peers  # every member, a mismatched one included
         if any(p not in self._recovery for p in peers):
             return []
         if not all(self._seen.covers(self._recovery[p].vv) for p in peers):
+            return []
+        me = self.node_id
+        if any((me, seq) not in self._seen
+               for p in peers for seq in self._recovery[p].held_yours):
+            # Ours, held by a peer past a gap (an accept of ours that reached
+            # only it, say): not covered by its vector, but it may be the one
+            # copy of an acknowledged claim besides the one we lost. Wait for it.
             return []
         out: list[Effect] = []
         merged: dict[str, int] = {}
@@ -326,8 +336,8 @@ class NodeCore:
         if self._next_recovery_query_ms is not None and now_ms < self._next_recovery_query_ms:
             return out
         self._next_recovery_query_ms = now_ms + limits.recovery_query_interval_ms
-        query = RecoveryQuery(self.incarnation)
-        return out + [Send(p, query) for p in self._peers() if p not in self._recovery]
+        query = RecoveryQuery(self.incarnation, self.vv)
+        return out + [Send(p, query) for p in self.membership.peers if p not in self._recovery]
 
     def on_foreign_push(self, peer: str, msg: Message, now_ms: int) -> list[Effect]:
         """A standalone node (started with no peers) accepts replication pushed
@@ -436,6 +446,6 @@ class NodeCore:
             "claims_in_flight": self.claims.in_flight(),
             "gc_floor": dict(self._collected),
             "recovering": self.recovering,
-            "recovery_waiting_for": ([p for p in self._peers() if p not in self._recovery]
-                                     if self.recovering else []),
+            "recovery_waiting_for": ([p for p in self.membership.peers
+                                      if p not in self._recovery] if self.recovering else []),
         }

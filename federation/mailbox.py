@@ -115,29 +115,49 @@ class MailboxModel:
         if cur is not None:
             self._unlist(cur)
         self._sends[mid] = op
-        self._relist(mid)
+        term = self._terminals.get(mid)
+        for other in {mid, *([] if term is None else self._request_peers(term))}:
+            self._relist(other)
 
     def _apply_terminal(self, op: Op) -> None:
         mid = str(op.body["id"])
         cur = self._terminals.get(mid)
         if cur is not None and _terminal_rank(cur) >= _terminal_rank(op):
             return
+        affected = {mid}
         if cur is not None:
+            affected.update(self._request_peers(cur))
             self._forget_request(cur)
         self._terminals[mid] = op
         if op.kind == MSG_CLAIM and op.body.get("request_id") is not None:
             rid = str(op.body["request_id"])
             self._by_request.setdefault(rid, {})[mid] = _terminal_rank(op)
-        self._relist(mid)
+        affected.update(self._request_peers(op))
+        for other in affected:
+            self._relist(other)
+
+    def _request_peers(self, term: Op) -> list[str]:
+        """Messages whose claims carry the same request id as ``term``."""
+        rid = term.body.get("request_id") if term.kind == MSG_CLAIM else None
+        return [] if rid is None else list(self._by_request.get(str(rid), ()))
 
     def _void(self, term: Op) -> bool:
-        """A claim outranked by its own request id's "nothing pending"
-        decision: an unacknowledged claim of a deposed owner whose request
-        was answered empty by a later one (an acknowledged claim is never
-        outranked so). Nobody holds that message, so it is pending again."""
+        """A claim outranked by another decision of its own request id: the
+        request's "nothing pending", or a claim of another message for the
+        same request id. Such a claim is an unacknowledged one of a deposed
+        owner (the acknowledged decision of a request id is never outranked:
+        later owners only re-issue it). Nobody holds that message, so it is
+        pending again."""
         rid = term.body.get("request_id") if term.kind == MSG_CLAIM else None
-        empty = None if rid is None else self._empties.get(str(rid))
-        return empty is not None and _terminal_rank(empty) > _terminal_rank(term)
+        if rid is None:
+            return False
+        rank = _terminal_rank(term)
+        empty = self._empties.get(str(rid))
+        if empty is not None and _terminal_rank(empty) > rank:
+            return True
+        mid = str(term.body["id"])
+        return any(other != mid and other_rank > rank and other in self._sends
+                   for other, other_rank in self._by_request.get(str(rid), {}).items())
 
     def _decided(self, mid: str) -> bool:
         term = self._terminals.get(mid)

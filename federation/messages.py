@@ -160,6 +160,7 @@ class RecoveryQuery(_Wire):
     its database's new incarnation id."""
 
     incarnation: str
+    vv: dict[str, int]  # what the asker holds: the peer pushes it the rest
     TAG = "recq"
 
 

@@ -262,3 +262,11 @@ def test_a_port_held_by_another_daemon_is_detected(tmp_path: Path) -> None:
     # node2 of the second cluster wants the first cluster's node1 port: either it fails to
     # bind, or the first node answers health as "node1" and is recognised as a stranger.
     assert ("answered as node 'node1'" in clash.stdout) or ("node2 exited" in clash.stdout)
+
+
+def test_restarts_never_bootstrap() -> None:
+    from cli.supervisor import without_bootstrap
+
+    argv = ["serve", "--db", "n1.db", "--initial-cluster-state", "new", "--port", "9"]
+    assert without_bootstrap(argv) == ["serve", "--db", "n1.db", "--port", "9"]
+    assert without_bootstrap(["serve"]) == ["serve"]

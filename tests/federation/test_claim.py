@@ -370,3 +370,31 @@ def test_held_messages_count_against_the_cap_and_edits_change_only_text() -> Non
     bad = ask(cl, o, 3, _release(content={"to_project": "elsewhere"}))
     assert bad.status == 400
     assert isinstance(ask(cl, o, 4, _hold(mid="nope")), NotFound)
+
+
+def test_a_claim_outranked_by_another_claim_of_its_request_id_frees_the_message() -> None:
+    # Found in review: m1's send reaches only the owner a, which claims m1
+    # for r; that round fails too. b, which never saw m1, answers the retry
+    # of r with m2. After the heal every store shows m1 claimed by r, whose
+    # client only ever got m2: the owner must treat that claim as void and
+    # hand m1 to the next pop.
+    cl, a = owner_cluster()
+    ask(cl, a, "s0", MailSend(MB, body("m0")))
+    cut_a = lambda s, d, m: a in (s, d)  # noqa: E731
+    ask(cl, a, "s1", MailSend(MB, body("m1")), drop=cut_a)
+    cl.tick(cl.timeout_ms + 100)
+    cl.deliver(drop=cut_a)
+    assert ask(cl, a, "p0", MailPop(MB, request_id="r0"))["message"]["id"] == "m0"
+    ask(cl, a, "s2", MailSend(MB, body("m2")))
+    ask(cl, a, "p1", MailPop(MB, request_id="r"), drop=cut_a)  # r -> m1, only at a
+    cl.tick(cl.timeout_ms + 100)
+    cl.deliver(drop=cut_a)
+    b = next(n for n in cl.ids if n != a)
+    got = ask(cl, b, "p1b", MailPop(MB, request_id="r"), drop=cut_a)
+    assert got["message"]["id"] == "m2"
+    for _ in range(10):
+        cl.tick(300)
+        cl.deliver()
+    owner = cl.cores[b].owner_for(MB, cl.now)
+    nxt = ask(cl, owner, "p2", MailPop(MB, request_id="r2"))
+    assert isinstance(nxt, dict) and nxt["message"]["id"] == "m1", nxt

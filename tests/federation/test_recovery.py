@@ -9,7 +9,7 @@ from typing import Any
 from common.errors import MemberRecovering
 from federation.claim import MailPop, MailSend
 from federation.effects import Recovered, Recovering
-from federation.messages import Accept, Prepare, RecoveryQuery, SyncOffer
+from federation.messages import Accept, Prepare, RecoveryQuery, Replicate, SyncOffer
 from store.ops import mailbox_key
 from tests.federation.cluster import Cluster
 
@@ -123,8 +123,8 @@ def test_an_old_copy_of_the_disk_is_found_out_by_the_peers_vectors() -> None:
 def test_peers_answer_a_recovery_query_and_show_the_member_recovering() -> None:
     cl = Cluster()
     _, (a, b) = owner_and_others(cl)
-    effects = cl.cores[b].on_message(a, RecoveryQuery("inc-2"), cl.now)
-    assert len(effects) == 1
+    effects = cl.cores[b].on_message(a, RecoveryQuery("inc-2", {}), cl.now)
+    assert len(effects) == 2  # the answer, and a push of what the asker lacks
     assert cl.cores[b].status(cl.now)["peers"][a]["recovering"] is True
 
 
@@ -140,3 +140,27 @@ def test_recovery_ends_with_the_durable_mark_cleared() -> None:
     cl.wipe(a)
     recover(cl, a)
     assert any(isinstance(e, Recovered) for e in cl.effects[a])
+
+
+def test_recovery_waits_for_its_own_ops_a_peer_holds_past_a_gap() -> None:
+    # Found in review: R's write reaches only p2, then R's claim of m1 only
+    # p1 (acknowledged: R + p1), so p1 holds R's claim past a gap in R's ops
+    # and its watermark does not show it. R is wiped. Had R recovered on
+    # watermarks alone, p2 could take over with {p2, R} and claim m1 again.
+    cl = Cluster()
+    r, (p1, p2) = owner_and_others(cl)
+    ask(cl, r, "s1", MailSend(MB, body("m1")))
+    cl.call(r, "write", "w1", [("note.new", "inbox:x", {"id": "n1", "from": "a", "to": "x"})])
+    cl.deliver(drop=lambda s, d, m: s == r and d == p1)
+    got = ask(cl, r, "c1", MailPop(MB, request_id="r1"), drop=lambda s, d, m: {s, d} == {r, p2})
+    assert got["message"]["id"] == "m1"
+    assert cl.cores[p1]._seen.held(r)  # p1 holds R's claim past a gap
+    cl.wipe(r)
+    lost = lambda s, d, m: {s, d} == {p1, p2} or (s == p1 and d == r  # noqa: E731
+                                                  and isinstance(m, Replicate))
+    recover(cl, r, drop=lost)
+    assert cl.cores[r].recovering  # the claim has not reached it: it keeps waiting
+    recover(cl, r, drop=lambda s, d, m: {s, d} == {p1, p2})
+    assert not cl.cores[r].recovering
+    again = ask(cl, p2, "c2", MailPop(MB, request_id="r2"), drop=lambda s, d, m: p1 in (s, d))
+    assert not (isinstance(again, dict) and (again.get("message") or {}).get("id") == "m1")
