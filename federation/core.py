@@ -88,7 +88,8 @@ class NodeCore:
                  promises: dict[str, int], rng: random.Random,
                  gc_interval_ms: int = int(limits.gc_interval_secs * 1000),
                  down_after_ms: int = int(limits.peer_down_after_secs * 1000),
-                 recovering: bool = False, incarnation: str = "") -> None:
+                 recovering: bool = False, incarnation: str = "",
+                 recovery_grace_ms: int = limits.recovery_grace_ms) -> None:
         self.node_id = node_id
         self.membership = Membership(node_id, members)
         if not 1 <= write_quorum <= self.membership.n:
@@ -125,6 +126,8 @@ class NodeCore:
         self.incarnation = incarnation
         self._recovery: dict[str, RecoveryState] = {}  # what each peer held when asked
         self._next_recovery_query_ms: int | None = None
+        self.recovery_grace_ms = recovery_grace_ms
+        self._recovery_round = f"{rng.getrandbits(64):016x}"  # this process's queries
         self.peers_recovering: dict[str, int] = {}  # peer -> when it last asked to recover
 
     # -- small accessors ------------------------------------------------------
@@ -233,11 +236,11 @@ class NodeCore:
             self.peers_recovering[peer] = now_ms
             # The answer, and every op the asker lacks, held seqs past a gap
             # included (a SyncOffer's watermark would not show those).
-            return [Send(peer, RecoveryState(self.vv, self._promise_table(),
+            return [Send(peer, RecoveryState(msg.round, self.vv, self._promise_table(),
                                              tuple(self._seen.held(peer)))),
                     PushMissing(peer, dict(msg.vv))]
         if isinstance(msg, RecoveryState):
-            if self.recovering:
+            if self.recovering and msg.round == self._recovery_round:
                 self._recovery[peer] = msg
                 return self._maybe_recovered(now_ms)
             return []
@@ -274,6 +277,7 @@ class NodeCore:
         self.recovering = True
         self._recovery.clear()
         self._next_recovery_query_ms = None
+        self._recovery_round = f"{self.rng.getrandbits(64):016x}"
         return [Recovering(reason), *self.claims.abandon_all()]
 
     def _maybe_recovered(self, now_ms: int) -> list[Effect]:
@@ -333,10 +337,14 @@ class NodeCore:
         out = self._maybe_recovered(now_ms)
         if not self.recovering:
             return out
-        if self._next_recovery_query_ms is not None and now_ms < self._next_recovery_query_ms:
+        if self._next_recovery_query_ms is None:
+            # Let what the member's previous process still had in flight land
+            # (or be dropped) before the others describe what they hold.
+            self._next_recovery_query_ms = now_ms + self.recovery_grace_ms
+        if now_ms < self._next_recovery_query_ms:
             return out
         self._next_recovery_query_ms = now_ms + limits.recovery_query_interval_ms
-        query = RecoveryQuery(self.incarnation, self.vv)
+        query = RecoveryQuery(self.incarnation, self._recovery_round, self.vv)
         return out + [Send(p, query) for p in self.membership.peers if p not in self._recovery]
 
     def on_foreign_push(self, peer: str, msg: Message, now_ms: int) -> list[Effect]:

@@ -160,6 +160,7 @@ class RecoveryQuery(_Wire):
     its database's new incarnation id."""
 
     incarnation: str
+    round: str  # echoed by the answer: an answer to an earlier process's query is ignored
     vv: dict[str, int]  # what the asker holds: the peer pushes it the rest
     TAG = "recq"
 
@@ -170,6 +171,7 @@ class RecoveryState(_Wire):
     holds beyond that vector's watermark and, per mailbox, the highest epoch
     it has promised or seen."""
 
+    round: str
     vv: dict[str, int]
     promises: dict[str, int]
     held_yours: tuple[int, ...]  # the asker's op seqs held beyond its watermark here

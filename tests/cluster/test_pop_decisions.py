@@ -31,19 +31,31 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 RUNS = int(os.environ.get("AI_MEMORY_POP_DECISION_RUNS", "1"))
 
 
+def _owner_alive_at(c: Cluster, entry: str, owner: str, timeout: float = 10.0) -> None:
+    """The entry node must believe the owner is up, or it would not forward
+    the pop to it at all (and there would be nothing to hold)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if c.status(entry)["peers"][owner]["alive"]:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{entry} never saw {owner} alive")
+
+
 def _one_round(c: Cluster, h: History, tag: str) -> None:
     owner, second, third = owner_order(c, B)
     entry = third
     rid = f"pop-{tag}-{uuid.uuid4().hex[:8]}"
+    _owner_alive_at(c, entry, owner)
     c.net.set(entry, owner, BLACKHOLE)  # entry -> owner: held, delivered after the heal
     try:
         started = time.monotonic()
         code, body = pop(c, entry, rid, timeout=30)
-        waited = time.monotonic() - started
         for _ in range(3):  # 503: outcome unknown (a slow machine); retry with the same id
             if code != 503:
                 break
             code, body = pop(c, entry, rid, timeout=30)
+        waited = time.monotonic() - started
         # The entry node waited out its forward, then asked the next member.
         assert code == 200 and body["message"] is None, (code, body)
         assert waited > 2, f"answered after {waited:.1f} s: the forward was not held"

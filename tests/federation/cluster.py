@@ -51,7 +51,7 @@ class Cluster:
                         vv=d.version_vector(), last_hlc=d.max_hlc(),
                         own_max_seq=d.max_seq(node), promises=d.promises(),
                         rng=random.Random(node), gc_interval_ms=0, down_after_ms=3000,
-                        recovering=recovering)
+                        recovering=recovering, recovery_grace_ms=0)
 
     def restart(self, node: str) -> None:
         self.cores[node] = self._core(node)

@@ -123,7 +123,7 @@ def test_an_old_copy_of_the_disk_is_found_out_by_the_peers_vectors() -> None:
 def test_peers_answer_a_recovery_query_and_show_the_member_recovering() -> None:
     cl = Cluster()
     _, (a, b) = owner_and_others(cl)
-    effects = cl.cores[b].on_message(a, RecoveryQuery("inc-2", {}), cl.now)
+    effects = cl.cores[b].on_message(a, RecoveryQuery("inc-2", "r1", {}), cl.now)
     assert len(effects) == 2  # the answer, and a push of what the asker lacks
     assert cl.cores[b].status(cl.now)["peers"][a]["recovering"] is True
 

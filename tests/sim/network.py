@@ -87,12 +87,17 @@ class Network:
         else:
             self.held.discard(link)
         keep: list[Envelope] = []
+        last: dict[tuple[str, str], int] = {}
         for env in self._parked:
-            if (env.src, env.dst) in self.held:
+            link = (env.src, env.dst)
+            if link in self.held:
                 keep.append(env)
                 continue
+            # Like the bytes of a connection that was held: in order.
             self._serial += 1
-            env.at_ms = now_ms + self.rng.randint(self.delay_min_ms, self.delay_max_ms)
+            at = max(now_ms + self.rng.randint(self.delay_min_ms, self.delay_max_ms),
+                     last.get(link, 0))
+            last[link] = env.at_ms = at
             heapq.heappush(self._queue, (env.at_ms, self._serial, env))
         self._parked = keep
 

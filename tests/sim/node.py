@@ -81,7 +81,8 @@ class SimNode:
             promises=d.promises(),
             rng=random.Random(f"{cfg.seed}:{self.id}:{self.incarnation}"),
             gc_interval_ms=cfg.gc_interval_ms, down_after_ms=cfg.down_after_ms,
-            recovering=self.recovering, incarnation=f"{self.id}-{self.incarnation}")
+            recovering=self.recovering, incarnation=f"{self.id}-{self.incarnation}",
+            recovery_grace_ms=2 * cfg.delay_max_ms + cfg.tick_ms)
 
     def crash(self) -> None:
         self.core = None
