@@ -44,7 +44,7 @@ TERMINAL: Final = frozenset({CLAIMED, CANCELLED})
 # States that occupy a place in the mailbox (and count against its cap).
 QUEUED: Final = frozenset({PENDING, EDITING})
 
-# Operation kinds (their wire names; :mod:`store.ops` registers them).
+# Operation kinds (their wire names; :mod:`common.ops` registers them).
 MSG_SEND: Final = "msg.send"
 MSG_CLAIM: Final = "msg.claim"
 MSG_CANCEL: Final = "msg.cancel"

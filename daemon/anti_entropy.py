@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from common import limits
+from common.ops import Op
 from daemon.metrics import Metrics
 from daemon.peer_client import PeerClient, PeerUnreachable
 from daemon.peer_link import Spawn
 from federation.messages import Replicate, decode_msg
-from store.ops import Op
 
 
 class MissingOps(Protocol):

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 from common import limits
 from common.errors import Unavailable
+from common.ops import Op, known_kind
 from daemon.metrics import Metrics
 from daemon.peer_link import coalesce
 from federation.core import NodeCore
@@ -55,7 +56,6 @@ from federation.effects import (
     SendPromise,
 )
 from federation.messages import Promise
-from store.ops import Op, known_kind
 
 log = logging.getLogger("ai_memory.node")
 

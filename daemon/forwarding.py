@@ -19,9 +19,9 @@ import typing
 from typing import Any
 
 from common.errors import AiMemoryError, BadRequest, Unavailable, from_body
+from common.ops import Op
 from federation import claim
 from federation.wire import OP, Conv, Registry, WireError, converter
-from store.ops import Op
 
 REQUESTS = Registry("mailbox request", typing.get_args(claim.MailRequest), layout="map",
                     tag=lambda cls: cls.__name__)

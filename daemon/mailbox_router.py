@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from common import limits
 from common.errors import AiMemoryError, MemberRecovering, Unavailable
 from common.lifecycle import PENDING
+from common.ops import MSG_SEND, Op
 from daemon.effect_runner import EffectRunner
 from daemon.forwarding import (
     decode_error,
@@ -39,7 +40,6 @@ from daemon.metrics import Metrics
 from daemon.peer_client import PeerClient, PeerUnreachable
 from federation import claim as claim_mod
 from federation.messages import Replicate
-from store.ops import MSG_SEND, Op
 
 
 class MessageLookup(Protocol):

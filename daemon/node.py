@@ -31,6 +31,7 @@ from typing import Any
 
 from common import limits
 from common.errors import QuorumNotMet, Unavailable
+from common.ops import Op
 from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.admission import Admission
 from daemon.anti_entropy import Pusher
@@ -50,7 +51,6 @@ from daemon.tasks import Background
 from daemon.webhooks.service import Webhooks
 from federation.core import NodeCore
 from store.db import Store
-from store.ops import Op
 
 log = logging.getLogger("ai_memory.node")
 

@@ -26,13 +26,13 @@ from typing import Any
 
 from common import limits
 from common.errors import QuorumNotMet
+from common.ops import Op
 from common.vocab import CONSISTENCY_DEFAULT, LOCAL, Consistency
 from daemon.effect_runner import EffectRunner
 from daemon.metrics import Metrics
 from daemon.peer_client import PeerClient, PeerUnreachable
 from daemon.settings import ClusterSettings
 from federation.messages import Replicate
-from store.ops import Op
 
 
 def _consume(task: asyncio.Task[Any]) -> None:

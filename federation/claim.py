@@ -68,6 +68,17 @@ from common.errors import (
     Unavailable,
 )
 from common.lifecycle import CANCELLED, CLAIMED, EDITABLE_FIELDS, EDITING, PENDING, allowed
+from common.ops import (
+    MAILBOX_KINDS,
+    MSG_CANCEL,
+    MSG_CLAIM,
+    MSG_EMPTY,
+    MSG_HOLD,
+    MSG_RELEASE,
+    MSG_SEND,
+    Op,
+    mailbox_key,
+)
 from federation.effects import (
     Effect,
     LoadMailbox,
@@ -86,17 +97,6 @@ from federation.messages import (
     Promise,
     PromiseNack,
     Rejected,
-)
-from store.ops import (
-    MAILBOX_KINDS,
-    MSG_CANCEL,
-    MSG_CLAIM,
-    MSG_EMPTY,
-    MSG_HOLD,
-    MSG_RELEASE,
-    MSG_SEND,
-    Op,
-    mailbox_key,
 )
 
 OpId = tuple[str, int]

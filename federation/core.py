@@ -46,6 +46,7 @@ from typing import Any
 
 from common import limits
 from common.errors import BadRequest, MemberRecovering
+from common.ops import MAILBOX_KINDS, OP_GAP, Op, known_kind
 from federation.claim import Claims, MailRequest
 from federation.detector import FailureDetector
 from federation.effects import (
@@ -78,7 +79,6 @@ from federation.messages import (
 )
 from federation.quorum import Completion, QuorumTracker
 from federation.versions import VersionVector, vv_floor, vv_lag
-from store.ops import MAILBOX_KINDS, OP_GAP, Op, known_kind
 
 
 class NodeCore:

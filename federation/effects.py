@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from common.ops import Op
 from federation.messages import Message
-from store.ops import Op
 
 
 @dataclass(frozen=True, slots=True)

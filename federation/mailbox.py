@@ -36,7 +36,7 @@ from typing import Any
 
 from common import limits
 from common.lifecycle import CANCELLED, CLAIMED, EDITABLE_FIELDS, EDITING, PENDING
-from store.ops import HOLD_KINDS, MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_HOLD, MSG_SEND, Op
+from common.ops import HOLD_KINDS, MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_HOLD, MSG_SEND, Op
 
 _FifoEntry = tuple[int, str, int, str]  # (hlc, origin, seq, message id)
 

@@ -5,7 +5,7 @@ derived from its fields by :mod:`federation.wire` (the :data:`PEER`
 registry, built from the :data:`Message` union): ``[tag, field1, field2,
 ...]`` in field order. ``to_wire()`` makes it, :func:`decode_msg`
 dispatches on the tag and checks every field's shape and type. Ops travel
-as :meth:`store.ops.Op.to_wire` lists, op ids as ``[origin, seq]`` pairs
+as :meth:`common.ops.Op.to_wire` lists, op ids as ``[origin, seq]`` pairs
 and version vectors as ``{origin: seq}`` maps, so a whole message is plain
 lists, maps, strings and ints. A new kind is a new dataclass added to
 :data:`Message`; nothing else is written by hand.
@@ -27,7 +27,7 @@ Versions: every peer request says which protocol its sender speaks
 (:data:`PROTOCOL_VERSION`; the HTTP adapter sends it as ``X-AIM-Protocol``,
 absent means 1). 1 is the protocol before versions were sent; 2 adds the
 header and the forward-compatibility rules: an op of an unknown kind is kept
-and forwarded, not refused (:mod:`store.ops`), and a message whose tag this
+and forwarded, not refused (:mod:`common.ops`), and a message whose tag this
 version does not know is skipped and counted (:func:`is_known_tag`) rather
 than failing the batch it came in. A receiver refuses senders older than
 :data:`PROTOCOL_MIN`.
@@ -39,8 +39,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+from common.ops import Op
 from federation.wire import Registry
-from store.ops import Op
 
 OpId = tuple[str, int]
 

@@ -12,9 +12,9 @@ wire form follows:
   exactly two (an op id ``(origin, seq)`` is ``[origin, seq]``);
 * ``dict[K, V]``: a map (a version vector is ``{origin: seq}``); ``Any``
   values are plain msgpack data, passed through;
-* :class:`store.ops.Op`: :meth:`Op.to_wire`, each element checked on the
+* :class:`common.ops.Op`: :meth:`Op.to_wire`, each element checked on the
   way in (a kind this build does not know passes if its name is well
-  formed: a newer peer's ops are kept, see :mod:`store.ops`).
+  formed: a newer peer's ops are kept, see :mod:`common.ops`).
 
 A field may name its own converter in ``field(metadata={"wire": (encode,
 decode)})``. Two layouts carry the fields: ``list`` (``[tag, f1, f2, ...]``,
@@ -37,7 +37,7 @@ import typing
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from store.ops import Op, valid_kind_name
+from common.ops import Op, valid_kind_name
 
 Encode = Callable[[Any], Any]
 Decode = Callable[[Any], Any]

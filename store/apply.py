@@ -18,10 +18,10 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+from common import ops as K
 from common.lifecycle import EDITING, PENDING
+from common.ops import Op
 from store import deferred
-from store import ops as K
-from store.ops import Op
 from store.records import (
     MEMORY_FIELDS,
     MESSAGE_FIELDS,
@@ -309,7 +309,7 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
 
 def register(kind: str, fn: Callable[[sqlite3.Connection, Op, int], None]) -> None:
     """Add the apply rule of a kind this build did not ship with (a newer
-    build, or a test standing in for one); see :func:`store.ops.register_kind`."""
+    build, or a test standing in for one); see :func:`common.ops.register_kind`."""
     K.register_kind(kind)
     _APPLY[kind] = fn
 

@@ -20,9 +20,9 @@ import statistics
 import tempfile
 import time
 
-from store import ops as K
+from common import ops as K
+from common.ops import Op
 from store.db import Store
-from store.ops import Op
 from store.queries import NOTE_COLS
 
 NOW_MS = 1_000_000_000

@@ -27,10 +27,10 @@ from typing import Any
 
 from common import limits
 from common.lifecycle import CANCELLED, CLAIMED, PENDING
+from common.ops import MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_SEND, Op, mailbox_key, unpack_body
 from store import deferred
 from store import queries as Q
 from store.apply import apply_op
-from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_SEND, Op, mailbox_key, unpack_body
 from store.reader import ReadPool
 from store.records import EMPTY_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS, edit_ops
 from store.schema import connect, migrate

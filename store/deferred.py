@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from store.ops import Op, known_kind, pack_body, unpack_body
+from common.ops import Op, known_kind, pack_body, unpack_body
 
 
 def defer(conn: sqlite3.Connection, op: Op) -> None:

@@ -1,4 +1,4 @@
-"""The reference replica: every merge rule of :mod:`store.ops`, in memory.
+"""The reference replica: every merge rule of :mod:`common.ops`, in memory.
 
 :class:`Replica` holds the same state as one node's SQLite file, as plain
 dicts, and answers the same reads with the same dict shapes. It does no I/O
@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import lifecycle, limits
+from common import ops as K
 from common.lifecycle import CLAIMED, PENDING
-from store import ops as K
-from store.ops import Op
+from common.ops import Op
 from store.records import (
     EMPTY_FIELDS,
     Rank,

@@ -16,7 +16,7 @@ ops always pick the same winner, whatever order the ops came in:
   session) keep the op with the smallest ``(hlc, origin, seq)``, so a retry
   that re-creates the same id on another node can never swap the body;
 * terminal mailbox ops keep the greatest ``(epoch, hlc, origin, seq)``,
-  which is :attr:`store.ops.Op.rank` with the seq as the last tie-break.
+  which is :attr:`common.ops.Op.rank` with the seq as the last tie-break.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from typing import Any, Final
 
 from common import lifecycle
 from common.lifecycle import CANCELLED, CLAIMED, EDITING, PENDING
+from common.ops import MSG_CANCEL, MSG_CLAIM, MSG_HOLD, MSG_RELEASE, Op
 from common.vocab import EMPTY_FIELDS as EMPTY_FIELDS
 from common.vocab import MESSAGE_FIELDS as MESSAGE_FIELDS
 from common.vocab import NOTE_FIELDS as NOTE_FIELDS
-from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_HOLD, MSG_RELEASE, Op
 
 # Mirrors federation.hlc.LOGICAL_BITS; store/ may not import federation/.
 _HLC_LOGICAL_BITS: Final = 16

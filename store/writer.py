@@ -39,8 +39,8 @@ from typing import Any
 
 from common import limits
 from common.errors import AiMemoryError, BadRequest, Unavailable
+from common.ops import Op, pack_body
 from store.apply import apply_op
-from store.ops import Op, pack_body
 from store.seen import SeenSet
 
 

@@ -89,3 +89,25 @@ def test_daemon_imports_nothing_from_cli(path: Path) -> None:
     names = [name for _, name in _imported(ast.parse(path.read_text()))]
     assert not [n for n in names if n.split(".")[0] == "cli"], (
         f"{path.relative_to(ROOT)} imports cli: the daemon must not depend on its client")
+
+
+# Which first-party packages each package may import: the layers of
+# docs/architecture.md. The protocol's vocabulary (common.ops) sits below both
+# the store that applies it and the core that issues it.
+ALLOWED_LAYERS = {
+    "common": {"common"},
+    "store": {"common", "store"},
+    "federation": {"common", "federation"},
+}
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED_LAYERS))
+def test_lower_layers_import_only_what_they_may(package: str) -> None:
+    first_party = set(PACKAGES)
+    offenders = []
+    for path in _modules(package):
+        for line, name in _imported(ast.parse(path.read_text())):
+            top = name.split(".")[0]
+            if top in first_party and top not in ALLOWED_LAYERS[package]:
+                offenders.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    assert offenders == [], "layering broken:\n" + "\n".join(offenders)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from common import limits
 from common.errors import BadRequest, ClientError, NotFound, PayloadTooLarge
+from common.ops import ALL_KEYS, GRANT_PUT, LINK_PUT, MEM_DEL, MEM_PUT, mem_key
 from daemon.schemas.ids import check_record_id, record_id
 from daemon.schemas.memories import memory_json
 from daemon.schemas.search import (
@@ -42,7 +43,6 @@ from daemon.schemas.timefmt import parse_rfc3339, rfc3339
 from daemon.services.links import link_json
 from daemon.validation import validate
 from store import search as S
-from store.ops import ALL_KEYS, GRANT_PUT, LINK_PUT, MEM_DEL, MEM_PUT, mem_key
 
 if TYPE_CHECKING:
     from daemon.node import Node

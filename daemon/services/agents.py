@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from common import limits
 from common.errors import AiMemoryError
+from common.ops import AGENT_REG, AGENT_SEEN, agent_key
 from daemon.schemas.agents import RegisterAgent, agent_json
-from store.ops import AGENT_REG, AGENT_SEEN, agent_key
 
 if TYPE_CHECKING:
     from daemon.node import Node

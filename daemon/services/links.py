@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from common import limits
 from common.errors import NotFound
+from common.ops import ALL_KEYS, LINK_PUT, mem_key
 from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.schemas.ids import check_record_id
 from daemon.schemas.search import LineageQuery, LinkBody
 from daemon.schemas.timefmt import rfc3339
 from store import search as S
-from store.ops import ALL_KEYS, LINK_PUT, mem_key
 
 if TYPE_CHECKING:
     from daemon.node import Node

@@ -25,6 +25,7 @@ from typing import Any
 from common import limits
 from common.errors import BadRequest, Forbidden, NotFound
 from common.lifecycle import CLAIMED, PENDING
+from common.ops import ALL_KEYS, SESSION_START, mailbox_key, project_key
 from common.randomid import token_hex, uuid4
 from common.vocab import MEASURED, NATURE_DEFAULT, NATURES, Consistency, Nature, message_body
 from daemon.node import Node
@@ -32,7 +33,6 @@ from daemon.schemas.timefmt import rfc3339 as iso_ms
 from daemon.services import scrub
 from daemon.services.scope import Scope, refuse_inferred, resolve
 from federation.claim import MailCancel, MailPop, MailSend
-from store.ops import ALL_KEYS, SESSION_START, mailbox_key, project_key
 
 MAIL_NS = uuid.UUID("6f1d3c2e-8b7a-4f0e-9a51-2c4d8e7b9a10")
 SECURITY_NOTICE = (

@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from common import limits
 from common.errors import BadRequest, ClientError, Conflict, NotFound, PayloadTooLarge
+from common.ops import MEM_DEL, MEM_PUT, mem_key
 from daemon.schemas.ids import check_record_id, record_id
 from daemon.schemas.memories import CreateMemory, ListMemoriesQuery, UpdateMemory, memory_json
 from daemon.schemas.timefmt import parse_rfc3339
 from daemon.services.links import link_json
 from daemon.validation import validate
 from store import search as search_store
-from store.ops import MEM_DEL, MEM_PUT, mem_key
 
 if TYPE_CHECKING:
     from daemon.node import Node

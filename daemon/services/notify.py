@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from common import limits
 from common.errors import Conflict, NotFound, PayloadTooLarge
+from common.ops import ALL_KEYS, NOTE_NEW, NOTE_READ, inbox_key
 from common.vocab import CONSISTENCY_DEFAULT, NOTE_FIELDS, Consistency
 from daemon.schemas.ids import record_id
 from daemon.schemas.notify import (
@@ -40,7 +41,6 @@ from daemon.schemas.notify import (
     notified_json,
 )
 from daemon.schemas.timefmt import parse_rfc3339
-from store.ops import ALL_KEYS, NOTE_NEW, NOTE_READ, inbox_key
 
 if TYPE_CHECKING:
     from daemon.node import Node

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from common.ops import NSUB_PUT, agent_key
 from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.schemas.timefmt import rfc3339
 from store import search as S
-from store.ops import NSUB_PUT, agent_key
 
 if TYPE_CHECKING:
     from daemon.node import Node

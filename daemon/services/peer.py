@@ -4,7 +4,7 @@
 with no peers, only stores replication pushed at it; see
 ``NodeCore.on_foreign_push``); ``pull`` answers a read-quorum pull with the
 ops for one key that the caller's version vector lacks, or for
-:data:`store.ops.ALL_KEYS` every op it lacks (at most
+:data:`common.ops.ALL_KEYS` every op it lacks (at most
 ``limits.all_keys_pull_max``; reads that span records, such as a search).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from common import limits
-from store.ops import ALL_KEYS, Op
+from common.ops import ALL_KEYS, Op
 
 if TYPE_CHECKING:
     from daemon.node import Node

@@ -1,7 +1,7 @@
 """Search and recall over the memories' full-text index.
 
 Both are reads that span records, so before querying they pass the node's
-read barrier for :data:`store.ops.ALL_KEYS`: R-1 peers (R + W > N, the same
+read barrier for :data:`common.ops.ALL_KEYS`: R-1 peers (R + W > N, the same
 read quorum the inbox uses) hand over every op this node lacks, so a memory
 acknowledged on any node is found on every node at once. ``consistency=local``
 skips the barrier.
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from common.ops import ALL_KEYS
 from daemon.schemas.memories import memory_json
 from daemon.schemas.search import RecallBody, SearchBody
 from daemon.schemas.timefmt import parse_rfc3339
 from store import search as S
-from store.ops import ALL_KEYS
 
 if TYPE_CHECKING:
     from daemon.node import Node

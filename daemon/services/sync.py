@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from common.errors import BadRequest
+from common.ops import MEM_DEL, MEM_PUT, mem_key
 from daemon.schemas.memories import memory_json
 from daemon.schemas.timefmt import parse_rfc3339, rfc3339
-from store.ops import MEM_DEL, MEM_PUT, mem_key
 
 if TYPE_CHECKING:
     from daemon.node import Node

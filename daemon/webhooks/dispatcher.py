@@ -35,6 +35,7 @@ import aiohttp
 
 from common import limits
 from common.errors import BadRequest
+from common.ops import Op
 from daemon.webhooks import intake, outbox
 from daemon.webhooks.config import WebhookSettings
 from daemon.webhooks.db import WebhookDB
@@ -42,7 +43,6 @@ from daemon.webhooks.events import EVENT_KINDS, MEMORY_KINDS
 from daemon.webhooks.registry import Registry, Subscription
 from daemon.webhooks.signing import delivery_headers
 from daemon.webhooks.ssrf import AddressPolicy, GuardedResolver, RefusedAddress, check_literal
-from store.ops import Op
 
 log = logging.getLogger("ai_memory.webhooks")
 

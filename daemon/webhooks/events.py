@@ -39,9 +39,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from common import ops as K
+from common.ops import Op
 from daemon.schemas.timefmt import rfc3339
-from store import ops as K
-from store.ops import Op
 from store.records import lww_rank, physical_ms
 
 MEMORY_STORE: Final = "memory_store"

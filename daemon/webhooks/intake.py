@@ -19,12 +19,12 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from common.ops import Op
 from common.randomid import uuid4
 from daemon.webhooks import outbox
 from daemon.webhooks.db import transaction
 from daemon.webhooks.events import MEMORY_KINDS, MemoryVersion, classify, matches, next_version
 from daemon.webhooks.registry import Subscription
-from store.ops import Op
 
 log = logging.getLogger("ai_memory.webhooks")
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from common import limits
 from common.errors import Conflict, NotFound, Unavailable
+from common.ops import Op
 from daemon.schemas.ids import record_id
 from daemon.webhooks import outbox
 from daemon.webhooks.config import WebhookSettings, side_db_path
@@ -29,7 +30,6 @@ from daemon.webhooks.dispatcher import Dispatcher
 from daemon.webhooks.registry import Registry, Subscription
 from daemon.webhooks.signing import new_secret
 from daemon.webhooks.ssrf import Resolve, check_url, system_resolve
-from store.ops import Op
 
 
 class Webhooks:

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
+from common.ops import mailbox_key
 from federation.membership import Membership
-from store.ops import mailbox_key
 from tests.cluster.harness import Cluster
 from tests.cluster.proxy import BLACKHOLE
 

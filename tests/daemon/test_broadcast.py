@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from common import limits
-from store.ops import NOTE_NEW
+from common.ops import NOTE_NEW
 from tests.daemon._fixtures_handlers import Bad, assert_refused
 
 V1 = "/api/v1"

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
+from common.ops import MSG_SEND, Op, mailbox_key
 from daemon.node import Node
 from daemon.wiring import build_node
 from federation.effects import Persist, PersistPromise, SendPromise
 from federation.messages import Promise
-from store.ops import MSG_SEND, Op, mailbox_key
 
 KEY = mailbox_key("default", "p")
 

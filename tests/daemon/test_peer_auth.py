@@ -163,8 +163,8 @@ def test_an_evicted_nonce_cannot_be_replayed(monkeypatch: pytest.MonkeyPatch) ->
 
 async def test_unknown_message_tags_are_skipped_and_old_protocols_refused(  # type: ignore[no-untyped-def]
         secured) -> None:
+    from common.ops import NOTE_NEW, Op, inbox_key
     from federation.messages import Replicate
-    from store.ops import NOTE_NEW, Op, inbox_key
 
     op = Op(origin="node2", seq=1, hlc=5, kind=NOTE_NEW, key=inbox_key("bob"),
             body={"id": "n-1", "from": "alice", "to": "bob", "namespace": None, "title": "t",

@@ -3,10 +3,10 @@ from __future__ import annotations
 from typing import Any
 
 from common.errors import Conflict, Forbidden, LimitExceeded, NoMajority, NotFound, Unavailable
+from common.ops import MSG_CLAIM, Op, mailbox_key
 from federation.claim import MailCancel, MailPop, MailSend
 from federation.effects import LoadMailbox, PersistPromise, Send, SendPromise
 from federation.messages import Accept, Accepted, Prepare, PromiseNack, Rejected
-from store.ops import MSG_CLAIM, Op, mailbox_key
 from tests.federation.cluster import Cluster
 
 MB = mailbox_key("w", "inbox")

@@ -5,10 +5,10 @@ import random
 import pytest
 
 from common.errors import BadRequest, QuorumNotMet
+from common.ops import NOTE_NEW, Op
 from federation.core import NodeCore
 from federation.effects import Collect, MembershipMismatch, Persist, PushMissing, Reply, Send
 from federation.messages import Ack, Replicate, SyncOffer
-from store.ops import NOTE_NEW, Op
 from tests.federation.cluster import Cluster
 
 NOTE = (NOTE_NEW, "inbox:bob", {"id": "n1", "from": "al", "to": "bob", "title": "t"})

@@ -5,9 +5,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.ops import MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op
 from federation.mailbox import CANCELLED, CLAIMED, PENDING, MailboxModel
 from store.merge import Replica
-from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op
 
 KEY = "mbox:w/p"
 
@@ -147,7 +147,7 @@ def test_merge_is_order_free_and_matches_the_store_reference(
 
 
 def empty(rid: str, origin: str = "b", seq: int = 1, hlc: int = 30, epoch: int = 2) -> Op:
-    from store.ops import MSG_EMPTY
+    from common.ops import MSG_EMPTY
     return Op(origin, seq, hlc, MSG_EMPTY, KEY,
               {"request_id": rid, "claimer_session": f"s-{rid}", "claimer_agent": None,
                "at_ms": 1}, epoch)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from common.ops import Op
 from federation.messages import (
     Accept,
     Accepted,
@@ -15,7 +16,6 @@ from federation.messages import (
     SyncOffer,
     decode_msg,
 )
-from store.ops import Op
 
 OP = Op(origin="a", seq=3, hlc=123 << 16, kind="msg.send", key="mbox:w/p",
         body={"id": "m1", "body": "héllo", "to_agent": None}, epoch=1025)

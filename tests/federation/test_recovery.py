@@ -7,10 +7,10 @@ import copy
 from typing import Any
 
 from common.errors import MemberRecovering
+from common.ops import mailbox_key
 from federation.claim import MailPop, MailSend
 from federation.effects import Recovered, Recovering
 from federation.messages import Accept, Prepare, RecoveryQuery, Replicate, SyncOffer
-from store.ops import mailbox_key
 from tests.federation.cluster import Cluster
 
 MB = mailbox_key("w", "inbox")

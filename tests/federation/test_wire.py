@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.errors import BadRequest, Unavailable
+from common.ops import KINDS, Op
 from daemon import forwarding
 from federation import claim
 from federation.messages import PEER, Message, decode_msg
 from federation.wire import Codec, WireError
-from store.ops import KINDS, Op
 
 INT = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 TEXT = st.text(max_size=12)
@@ -206,7 +206,7 @@ def test_a_field_type_without_a_converter_fails_when_the_codec_is_built() -> Non
 def test_the_owners_real_answers_to_every_request_kind_pass_the_result_codec() -> None:
     # RESULTS is written down beside the codec; this holds it to what the
     # core (federation/claim.py) actually answers, through real msgpack.
-    from store.ops import mailbox_key
+    from common.ops import mailbox_key
     from tests.federation.cluster import Cluster
 
     mb = mailbox_key("w", "p")

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from common.lifecycle import EDITABLE_FIELDS, TERMINAL
-from store.ops import MEM_DEL, MSG_RELEASE, NOTE_NEW, NOTE_READ, Op
+from common.ops import MEM_DEL, MSG_RELEASE, NOTE_NEW, NOTE_READ, Op
 from store.records import MESSAGE_FIELDS
 from tests.sim.workload import Attempt
 

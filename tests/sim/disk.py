@@ -16,8 +16,8 @@ ops included, and an owner rebuilds a mailbox from the merged state
 from __future__ import annotations
 
 from common import limits
+from common.ops import Op
 from store.merge import Replica
-from store.ops import Op
 
 
 class SimDisk(Replica):

@@ -18,8 +18,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.ops import MEM_DEL, MEM_PUT, NOTE_NEW, NOTE_READ, inbox_key, mailbox_key, mem_key
 from federation.claim import MailCancel, MailHold, MailPop, MailRelease, MailSend
-from store.ops import MEM_DEL, MEM_PUT, NOTE_NEW, NOTE_READ, inbox_key, mailbox_key, mem_key
 
 AGENTS = ("alice", "bob", "carol")
 SENDERS = (("w", "p0"), ("w", "p1"), ("w", "p2"))

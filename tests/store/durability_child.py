@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from store import ops as K
+from common import ops as K
+from common.ops import Op
 from store.db import Store
-from store.ops import Op
 
 
 async def writer(store: Store, origin: str) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from store import ops as K
-from store.ops import Op
+from common import ops as K
+from common.ops import Op
 
 ORIGINS = ("n1", "n2", "n3")
 AGENTS = ("alice", "bob")

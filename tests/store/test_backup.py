@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from common.errors import BadRequest, Conflict
+from common.ops import AGENT_SEEN, Op, agent_key
 from store.backup import describe, online_backup, restore
 from store.db import Store
-from store.ops import AGENT_SEEN, Op, agent_key
 
 
 async def test_every_database_gets_its_own_incarnation_and_keeps_it(tmp_path: Path) -> None:

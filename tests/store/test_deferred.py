@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from common import ops as K
+from common.ops import NOTE_NEW, Op, inbox_key
 from store import apply as A
-from store import ops as K
 from store.db import Store
-from store.ops import NOTE_NEW, Op, inbox_key
 
 KIND = "widget.put"
 

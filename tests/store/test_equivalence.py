@@ -15,9 +15,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.ops import Op
 from store.db import Store
 from store.merge import Replica
-from store.ops import Op
 from tests.store.store_opgen import (
     AGENTS,
     APPLY_NOW,

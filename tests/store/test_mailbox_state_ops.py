@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common.ops import MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op, mailbox_key
 from federation.mailbox import MailboxModel
 from store.db import Store
-from store.ops import MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op, mailbox_key
 
 KEY = mailbox_key("default", "proj-b")
 
@@ -48,7 +48,7 @@ async def test_state_ops_after_gc_rebuild_the_same_model(tmp_path: Path) -> None
 
 
 async def test_pull_heads_answer_in_sync_callers_and_never_hide_ops(tmp_path: Path) -> None:
-    from store.ops import NOTE_NEW, inbox_key
+    from common.ops import NOTE_NEW, inbox_key
 
     key = inbox_key("bob")
 

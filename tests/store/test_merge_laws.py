@@ -10,9 +10,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import ops as K
+from common import ops as K
+from common.ops import Op
 from store.merge import Replica
-from store.ops import Op
 from tests.store.store_opgen import APPLY_NOW, histories, shuffled_batches
 
 LAWS = settings(max_examples=150, deadline=None)

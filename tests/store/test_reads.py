@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from store import ops as K
+from common import ops as K
+from common.ops import Op
 from store.db import Store
-from store.ops import Op
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from common import ops as K
 from common.errors import BadRequest, Unavailable
-from store import ops as K
+from common.ops import Op
 from store.db import Store
-from store.ops import Op
 from store.schema import migrations
 
 

@@ -11,11 +11,11 @@ from typing import Any
 from ai_memory.webhooks import verify_webhook_signature
 from aiohttp import web
 
+from common import ops as K
+from common.ops import Op
 from daemon.settings import Member
 from daemon.webhooks import signing
 from federation.messages import Replicate
-from store import ops as K
-from store.ops import Op
 from tests.webhooks.conftest import Daemon, Receiver, hooks_with, wait_until
 
 AGENT = {"X-Agent-Id": "alice"}

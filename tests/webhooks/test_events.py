@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from common import ops as K
+from common.ops import Op
 from daemon.webhooks import events as E
 from daemon.webhooks.events import MemoryVersion, classify, matches, next_version
-from store import ops as K
-from store.ops import Op
 
 T0 = 1_777_267_800_000
 

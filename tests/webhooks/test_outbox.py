@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from common import ops as K
 from common.errors import LimitExceeded
+from common.ops import Op
 from daemon.webhooks import intake, outbox
 from daemon.webhooks.db import WebhookDB
 from daemon.webhooks.registry import Registry, Subscription
-from store import ops as K
-from store.ops import Op
 
 T0 = 1_777_267_800_000
 
