@@ -18,6 +18,7 @@ from aiohttp import web
 
 from common import limits
 from common.errors import BadRequest, Forbidden, Unauthorized
+from common.policy import KEYS, Principal
 from daemon.settings import AuthSettings
 from daemon.validation import AGENT_ID_RE
 
@@ -66,3 +67,16 @@ def acting_agent(identity: Identity, claimed: str | None, *, required: bool = Tr
     if agent is None and required:
         raise BadRequest("agent identity required: send X-Agent-Id or agent_id")
     return agent
+
+
+def principal_of(request: web.Request, auth: AuthSettings) -> Principal:
+    """The request's :class:`common.policy.Principal`, for :func:`common.policy.check`.
+
+    Without keys, the caller is anonymous and the agent is the claimed one.
+    A static ``[auth].api_keys`` key proves its agent and, as the operator's
+    own configuration, carries root rights.
+    """
+    who = identify(request, auth)
+    if not who.verified:
+        return Principal.anonymous(who.agent_id)
+    return Principal(mode=KEYS, root=True, agent=who.agent_id, agent_bound=True)

@@ -1,0 +1,68 @@
+"""The policy table (common/policy.py): every row allowed and refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from common import policy
+from common.errors import Forbidden
+from common.policy import Principal, ProjectGrant
+
+A = ("ws", "alpha")
+B = ("ws", "beta")
+COORDS = {"box": A, "from": A, "to": B}
+
+
+def keyed(*grants: ProjectGrant, root: bool = False) -> Principal:
+    return Principal(mode="keys", user="u", root=root, grants=grants)
+
+
+@pytest.mark.parametrize("action", sorted(policy.ACTIONS))
+def test_every_row_is_refused_without_grants_and_allowed_with_write(action: str) -> None:
+    with pytest.raises(Forbidden):
+        policy.check(keyed(), action, COORDS)
+    everything = keyed(ProjectGrant("ws", None, "write"))
+    policy.check(everything, action, COORDS)
+    policy.check(keyed(root=True), action, COORDS)
+    policy.check(Principal.anonymous("agent-1"), action, COORDS)
+
+
+@pytest.mark.parametrize("action", sorted(policy.ACTIONS))
+def test_read_grants_allow_exactly_the_read_rows(action: str) -> None:
+    reader = keyed(ProjectGrant("ws", None, "read"))
+    needs_write = any(access == "write" for _, access in policy.ACTIONS[action])
+    if needs_write:
+        with pytest.raises(Forbidden):
+            policy.check(reader, action, COORDS)
+    else:
+        policy.check(reader, action, COORDS)
+
+
+def test_send_needs_write_on_both_projects() -> None:
+    only_from = keyed(ProjectGrant("ws", "alpha", "write"))
+    with pytest.raises(Forbidden) as refused:
+        policy.check(only_from, "message.send", COORDS)
+    assert refused.value.details == {"workspace": "ws", "project": "beta", "access": "write"}
+    both = keyed(ProjectGrant("ws", "alpha", "write"), ProjectGrant("ws", "beta", "write"))
+    policy.check(both, "message.send", COORDS)
+
+
+def test_a_grant_names_its_workspace_and_project() -> None:
+    other_ws = keyed(ProjectGrant("other", None, "write"))
+    other_project = keyed(ProjectGrant("ws", "gamma", "write"))
+    for who in (other_ws, other_project):
+        with pytest.raises(Forbidden):
+            policy.check(who, "message.pop", {"box": A})
+
+
+@pytest.mark.parametrize("action", sorted(policy.ROOT_ONLY))
+def test_root_only_actions(action: str) -> None:
+    with pytest.raises(Forbidden):
+        policy.check(keyed(ProjectGrant("ws", None, "write")), action)
+    policy.check(keyed(root=True), action)
+    policy.check(Principal.anonymous(), action)
+
+
+def test_an_unknown_action_is_a_programming_error() -> None:
+    with pytest.raises(KeyError):
+        policy.check(keyed(root=True), "message.teleport", COORDS)
