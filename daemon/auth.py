@@ -16,7 +16,7 @@ By mode (``[auth] mode``):
 
 * ``keys`` -- every request needs a key, except ``GET /api/v1/health``,
   the peer routes (``/peer/v1/*``, signed with the cluster secret,
-  :mod:`daemon.peer_auth`) and the routes an operator may also sign with
+  :mod:`daemon.peer_auth`; refused outright on a node without a secret) and the routes an operator may also sign with
   the cluster secret instead (:data:`SIGNED_ROUTES`: backups and the
   upstream sync endpoints), whose handlers check that signature themselves.
 * ``anonymous`` -- a request without a key is
@@ -117,6 +117,12 @@ async def resolve(request: web.Request) -> Principal:
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
     if not _is_open(request):
         request[PRINCIPAL] = await resolve(request)
+    elif request.path.startswith("/peer/"):
+        settings = request.app[NODE].settings
+        if settings.auth.keys_mode and not settings.cluster.secret:
+            # Without a secret nothing signs peer requests: in keys mode nobody may send them.
+            raise Unauthorized("peer routes need the cluster secret in keys mode",
+                               code="peer_secret_required")
     return await handler(request)
 
 

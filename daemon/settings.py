@@ -333,8 +333,12 @@ def is_loopback_host(host: str) -> bool:
 
 
 def check_exposure(settings: Settings) -> None:
-    """Refuse anonymous mode on a non-loopback address unless the operator insisted."""
+    """Refuse what would leave a node open: anonymous mode on a non-loopback
+    address (unless the operator insisted), keys mode with unsigned peers."""
     auth, host = settings.auth, settings.server.host
+    if auth.keys_mode and settings.cluster.peers and not settings.cluster.secret:
+        raise BadRequest("keys mode with peers needs a cluster secret (--cluster-secret or "
+                         "[cluster] secret): unsigned peer requests would bypass every key")
     if auth.keys_mode or auth.insecure_anonymous or is_loopback_host(host):
         return
     raise BadRequest(

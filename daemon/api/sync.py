@@ -25,7 +25,8 @@ from common.errors import BadRequest, Forbidden, Unauthorized
 from common.policy import ANONYMOUS, check
 from daemon.appkeys import NODE
 from daemon.auth import NOBODY, is_loopback, principal_of
-from daemon.http_errors import decode_json, query_model, read_json
+from daemon.http_errors import Handler, decode_json, error_response, query_model, read_json
+from daemon.peer_auth import BOOT_HEADER, BootMismatch
 from daemon.schemas.memories import Confidence, Metadata, Source, Tags, Title
 from daemon.services import sync
 from daemon.validation import AgentId, Lenient, Namespace, Priority, Strict, Tier, text, validate
@@ -71,8 +72,11 @@ async def _operator(request: web.Request, action: str) -> bytes | None:
     if principal is NOBODY:  # no key, a signature instead: check it
         if not node.settings.cluster.secret:
             raise Unauthorized("this node has no cluster secret to check a signature with")
+        length = request.content_length
+        if length is None and request.method == "GET":
+            length = 0  # a GET carries no body (the request guard saw to that)
         checked = node.verifier.verify_headers(request.headers, request.method, request.path,
-                                               request.content_length, node.now_ms() / 1000)
+                                               length, node.now_ms() / 1000)
         raw = await request.read()
         node.verifier.check_body(checked, raw)
         return raw
@@ -103,6 +107,20 @@ async def since(request: web.Request) -> web.Response:
     return web.json_response(await sync.since(request.app[NODE], q.since, q.limit))
 
 
+def _telling_boot(handler: Handler) -> Handler:
+    """A signature for another boot of this node is refused with the boot id
+    to sign for (as :mod:`daemon.api.backup` does)."""
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except BootMismatch as exc:
+            refused = error_response(exc)
+            refused.headers[BOOT_HEADER] = request.app[NODE].verifier.boot
+            return refused
+    wrapped.__name__ = wrapped.__qualname__ = handler.__name__
+    return wrapped
+
+
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/api/v1/sync/push", push)
-    app.router.add_get("/api/v1/sync/since", since)
+    app.router.add_post("/api/v1/sync/push", _telling_boot(push))
+    app.router.add_get("/api/v1/sync/since", _telling_boot(since))
