@@ -131,7 +131,7 @@ def principal_of(request: web.Request, auth: AuthSettings | None = None) -> Prin
 
     (``auth`` is accepted for the callers written before the middleware; the
     principal no longer depends on it.)"""
-    found = request.get(PRINCIPAL)
+    found: Principal | None = request.get(PRINCIPAL)
     if found is None:
         raise Unauthorized("this route resolves no caller")
     return found

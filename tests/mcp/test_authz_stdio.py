@@ -24,7 +24,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 from mcp.client.session import ClientSession
@@ -123,13 +123,18 @@ def keyed_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         yield d
 
 
+def _errlog(cwd: Path) -> TextIO:
+    """Where the server's stderr goes (the SDK needs a real file for the child's stderr)."""
+    return open(cwd / "mcp-stderr.log", "a")  # the caller closes it
+
+
 @asynccontextmanager
 async def mcp_session(url: str, cwd: Path, *args: str,
                       env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "cli", "mcp", "--url", url, *args],
         env={"PYTHONPATH": str(ROOT), **(env or {})}, cwd=cwd)
-    with open(cwd / "mcp-stderr.log", "a") as errlog:
+    with _errlog(cwd) as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
