@@ -97,7 +97,8 @@ async def resolve(request: web.Request) -> Principal:
     if secret is None:
         if not auth.keys_mode:
             return Principal.anonymous(claimed)
-        if request.path in SIGNED_ROUTES and SIGNATURE_HEADER in request.headers:
+        if (request.path in SIGNED_ROUTES and SIGNATURE_HEADER in request.headers
+                and node.settings.cluster.secret):
             return NOBODY  # the handler checks the signature
         raise Unauthorized("this node requires a key: send Authorization: Bearer <key> "
                            "(or X-API-Key)", code="key_required")

@@ -28,10 +28,10 @@ from aiohttp import web
 
 from common import limits
 from common.errors import Conflict, Forbidden
-from common.policy import KEYS
+from common.policy import KEYS, check
 from common.randomid import token_hex
 from daemon.appkeys import NODE
-from daemon.auth import principal_of
+from daemon.auth import NOBODY, principal_of
 from daemon.http_errors import error_response
 from daemon.logs import HEADER as REQUEST_ID_HEADER
 from daemon.logs import request_id
@@ -45,8 +45,9 @@ BUSY: web.AppKey[asyncio.Lock] = web.AppKey("backup_lock")
 def _authorize(request: web.Request, body: bytes) -> None:
     node = request.app[NODE]
     principal = principal_of(request)
-    if principal.mode == KEYS and principal.root:
-        return  # a root key (keys mode's other way in; policy: admin.backup)
+    if principal.mode == KEYS and principal is not NOBODY:
+        check(principal, "admin.backup")  # a key: root's, or a 403
+        return
     if node.settings.cluster.secret:
         checked = node.verifier.verify_headers(request.headers, request.method, request.path,
                                                request.content_length, node.now_ms() / 1000)

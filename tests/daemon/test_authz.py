@@ -447,3 +447,21 @@ async def test_both_key_headers_must_agree(keyed: Any) -> None:
     assert r.status == 401
     r = await keyed.get("/api/v1/projects", headers={**bearer(ROOT_KEY), "X-API-Key": ROOT_KEY})
     assert r.status == 200
+
+
+async def test_a_signature_header_is_no_way_in_without_a_cluster_secret(
+        tmp_path: Path, aiohttp_client: Any) -> None:
+    node = await running(settings_for(tmp_path / "nosig.db", keys_auth(), secret=None))
+    try:
+        c = await aiohttp_client(build_app(node))
+        fake = {"X-AIM-Sig": "0" * 64, "X-AIM-Node": "tool"}
+        for method, path in (("POST", "/api/v1/admin/backup"), ("GET", "/api/v1/sync/since")):
+            r = await c.request(method, path, headers=fake)
+            assert r.status == 401 and (await r.json())["code"] == "key_required", path
+        r = await c.post("/api/v1/admin/backup", headers=bearer(ROOT_KEY))
+        assert r.status == 200 and r.headers["Content-Type"] == "application/vnd.sqlite3"
+        await r.read()
+        r = await c.post("/api/v1/admin/backup", headers=bearer(key_of("workspace-write")))
+        assert r.status == 403
+    finally:
+        await node.stop()
