@@ -16,9 +16,10 @@ By mode (``[auth] mode``):
 
 * ``keys`` -- every request needs a key, except ``GET /api/v1/health``,
   the peer routes (``/peer/v1/*``, signed with the cluster secret,
-  :mod:`daemon.peer_auth`; refused outright on a node without a secret) and the routes an operator may also sign with
-  the cluster secret instead (:data:`SIGNED_ROUTES`: backups and the
-  upstream sync endpoints), whose handlers check that signature themselves.
+  :mod:`daemon.peer_auth`; refused outright on a node without a secret)
+  and the routes an operator may also sign with the cluster secret
+  instead (:data:`SIGNED_ROUTES`: backups and the upstream sync
+  endpoints), whose handlers check that signature themselves.
 * ``anonymous`` -- a request without a key is
   :meth:`Principal.anonymous` with the claimed ``X-Agent-Id``; a key, when
   presented, is resolved and believed as in keys mode.

@@ -76,7 +76,8 @@ def parse_grant(text: str) -> ProjectGrant:
     if not sep or not slash or not workspace or not project or access not in ("read", "write"):
         raise BadRequest(f"grant {text!r} must read WORKSPACE/PROJECT:read|write "
                          "(PROJECT * for every project of the workspace)")
-    return ProjectGrant(workspace, None if project == "*" else project, access)  # type: ignore[arg-type]
+    return ProjectGrant(workspace, None if project == "*" else project,
+                        access)  # type: ignore[arg-type]
 
 
 def static_principal(key: StaticKey, auth: AuthSettings) -> Principal:

@@ -110,35 +110,38 @@ async def send(request: web.Request) -> web.Response:
 async def list_messages(request: web.Request) -> web.Response:
     node = request.app[NODE]
     q = query_model(request, ListIn)
-    out = await mail.list_box(node, principal_of(request), box=q.box, workspace=q.workspace, project=q.project,
-                              session_id=_session(request), limit=q.limit, agent=q.agent,
-                              consistency=q.consistency)
+    out = await mail.list_box(node, principal_of(request), box=q.box, workspace=q.workspace,
+                              project=q.project, session_id=_session(request), limit=q.limit,
+                              agent=q.agent, consistency=q.consistency)
     return web.json_response(out)
 
 
 async def pop(request: web.Request) -> web.Response:
     node = request.app[NODE]
     body = await read_json(request, PopIn)
-    out = await mail.pop(node, principal_of(request), workspace=body.workspace, project=body.project,
-                         session_id=_session(request), message_id=body.message_id,
-                         agent=body.agent, request_id=body.request_id)
+    out = await mail.pop(node, principal_of(request), workspace=body.workspace,
+                         project=body.project, session_id=_session(request),
+                         message_id=body.message_id, agent=body.agent,
+                         request_id=body.request_id)
     return web.json_response(out)
 
 
 async def cancel(request: web.Request) -> web.Response:
     node = request.app[NODE]
     body = await read_json(request, CancelIn)
-    out = await mail.cancel(node, principal_of(request), workspace=body.workspace, project=body.project,
-                            session_id=_session(request), message_id=body.message_id,
-                            cancel_all=body.all)
+    out = await mail.cancel(node, principal_of(request), workspace=body.workspace,
+                            project=body.project, session_id=_session(request),
+                            message_id=body.message_id, cancel_all=body.all)
     return web.json_response(out)
 
 
 async def handoff(request: web.Request) -> web.Response:
     node = request.app[NODE]
     q = query_model(request, ScopeQuery)
-    out = await mail.handoff_notice(node, principal_of(request), workspace=q.workspace, project=q.project,
-                                    session_id=_session(request), harness=q.harness)
+    out = await mail.handoff_notice(
+        node, principal_of(request), workspace=q.workspace, project=q.project,
+        session_id=_session(request), harness=q.harness,
+        inbox_only=(q.inbox_only or "").lower() in ("1", "true", "yes"))
     return web.json_response(out)
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import limits
-from common.errors import BadRequest, Forbidden, NotFound
+from common.errors import BadRequest, Conflict, Forbidden, NotFound
 from common.lifecycle import CLAIMED, PENDING
 from common.ops import ALL_KEYS, SESSION_START, mailbox_key, project_key
 from common.policy import KEYS, Principal, check
@@ -114,6 +114,26 @@ async def list_projects(node: Node, principal: Principal) -> dict[str, Any]:
     return {"projects": rows, "count": len(rows)}
 
 
+def _check_scope(principal: Principal, action: str, scope: Scope) -> None:
+    """``check`` on the scope's project; a scope the server inferred is not
+    named in the refusal unless the caller may read it."""
+    try:
+        check(principal, action, {"box": (scope.workspace, scope.project)})
+    except Forbidden:
+        if scope.inferred:
+            raise Forbidden(f"{action}: the project this call resolved by {scope.source} is not "
+                            "one this key may use; pass workspace and project") from None
+        raise
+
+
+def _refuse_inferred(principal: Principal, scope: Scope, verb: str) -> None:
+    """:func:`refuse_inferred`, naming the guessed project only to a caller who may read it."""
+    if scope.inferred and not principal.may(scope.workspace, scope.project, "read"):
+        raise Conflict(f"refusing to {verb} a project resolved by {scope.source}, not named; "
+                       "pass workspace and project", scope_source=scope.source)
+    refuse_inferred(scope, verb)
+
+
 def _hide(row: dict[str, Any], principal: Principal, workspace_key: str,
           project_key_: str) -> dict[str, Any]:
     """The row with the other project's name taken out if the caller may not read it."""
@@ -128,7 +148,7 @@ def _hide(row: dict[str, Any], principal: Principal, workspace_key: str,
 async def send(node: Node, principal: Principal, req: SendRequest, *, session_id: str | None,
                owner_user: str | None, idempotency_key: str | None) -> dict[str, Any]:
     sender = await scope_for(node, req.from_workspace, req.from_project, session_id, principal)
-    refuse_inferred(sender, "send as")
+    _refuse_inferred(principal, sender, "send as")
     check(principal, "message.send", {"to": (req.to_workspace, req.to_project),
                                       "from": (sender.workspace, sender.project)})
     if req.nature not in NATURES:
@@ -230,8 +250,8 @@ async def list_box(node: Node, principal: Principal, *, box: str, workspace: str
                    project: str | None, session_id: str | None, limit: int, agent: str | None,
                    consistency: Consistency) -> dict[str, Any]:
     scope = await scope_for(node, workspace, project, session_id, principal)
-    check(principal, "message.list_inbox" if box == "inbox" else "message.list_outbox",
-          {"box": (scope.workspace, scope.project)})
+    _check_scope(principal, "message.list_inbox" if box == "inbox" else "message.list_outbox",
+                 scope)
     if box == "inbox":
         await node.read_barrier(mailbox_key(scope.workspace, scope.project), consistency)
         rows = await node.store.mailbox_pending(scope.workspace, scope.project, limit=limit,
@@ -264,7 +284,7 @@ async def pop(node: Node, principal: Principal, *, workspace: str | None, projec
               session_id: str | None, message_id: str | None, agent: str | None,
               request_id: str | None) -> dict[str, Any]:
     scope = await scope_for(node, workspace, project, session_id, principal)
-    refuse_inferred(scope, "pop from")
+    _refuse_inferred(principal, scope, "pop from")
     check(principal, "message.pop", {"box": (scope.workspace, scope.project)})
     session = scope.session
     harness = agent or (session or {}).get("harness")
@@ -302,7 +322,7 @@ async def cancel(node: Node, principal: Principal, *, workspace: str | None,
                  project: str | None, session_id: str | None, message_id: str | None,
                  cancel_all: bool) -> dict[str, Any]:
     scope = await scope_for(node, workspace, project, session_id, principal)
-    refuse_inferred(scope, "cancel from")
+    _refuse_inferred(principal, scope, "cancel from")
     check(principal, "message.cancel", {"from": (scope.workspace, scope.project)})
     if bool(message_id) == bool(cancel_all):
         raise BadRequest("give exactly one of message_id or all")
@@ -345,9 +365,10 @@ async def pending_count(node: Node, scope: Scope, harness: str | None) -> int:
 
 async def handoff_notice(node: Node, principal: Principal, *, workspace: str | None,
                          project: str | None, session_id: str | None,
-                         harness: str | None) -> dict[str, Any]:
+                         harness: str | None, inbox_only: bool = False) -> dict[str, Any]:
     scope = await scope_for(node, workspace, project, session_id, principal)
-    check(principal, "handoff.read", {"box": (scope.workspace, scope.project)})
+    # The prompt hook's count-only notice is authorized like a session start.
+    _check_scope(principal, "session.start" if inbox_only else "handoff.read", scope)
     harness = harness or (scope.session or {}).get("harness")
     count = await pending_count(node, scope, harness)
     notice = None
@@ -365,7 +386,7 @@ async def handoff_notice(node: Node, principal: Principal, *, workspace: str | N
 async def briefing(node: Node, principal: Principal, *, workspace: str | None,
                    project: str | None, session_id: str | None) -> dict[str, Any]:
     scope = await scope_for(node, workspace, project, session_id, principal)
-    check(principal, "briefing.read", {"box": (scope.workspace, scope.project)})
+    _check_scope(principal, "briefing.read", scope)
     harness = (scope.session or {}).get("harness")
     return {
         "scope": {"workspace": scope.workspace, "project": scope.project, "source": scope.source},

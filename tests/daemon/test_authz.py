@@ -465,3 +465,29 @@ async def test_a_signature_header_is_no_way_in_without_a_cluster_secret(
         assert r.status == 403
     finally:
         await node.stop()
+
+
+async def test_the_prompt_hooks_notice_is_authorized_like_a_session_start(keyed: Any) -> None:
+    notice = {**BOX, "inbox_only": "1"}
+    r = await keyed.get("/api/v1/handoff", headers=bearer(key_of("alpha-read")), params=notice)
+    assert r.status == 403 and (await r.json())["access"] == "write"
+    r = await keyed.get("/api/v1/handoff", headers=bearer(key_of("alpha-read")), params=BOX)
+    assert r.status == 200  # the session-start handoff itself needs read
+    r = await keyed.get("/api/v1/handoff", headers=bearer(key_of("alpha-write")), params=notice)
+    assert r.status == 200
+
+
+async def test_a_guessed_scope_is_not_named_to_who_may_not_read_it(keyed: Any) -> None:
+    # The last active project is gamma (the fixture started it last).
+    outsider = bearer(key_of("both-write"))
+    for method, path, body in (
+            ("POST", "/api/v1/messages/pop", {}),
+            ("POST", "/api/v1/messages/cancel", {"all": True}),
+            ("POST", "/api/v1/messages", {"to_workspace": WS, "to_project": BETA, "body": "x"}),
+            ("GET", "/api/v1/briefing", None), ("GET", "/api/v1/messages", None)):
+        r = await keyed.request(method, path, headers=outsider, json=body)
+        text = await r.text()
+        assert r.status in (403, 409), (path, text)
+        assert "gamma" not in text, (path, text)
+    r = await keyed.post("/api/v1/messages/pop", headers=bearer(ROOT_KEY), json={})
+    assert r.status == 409 and (await r.json())["resolved_scope"]["project"] == "gamma"
