@@ -1,0 +1,70 @@
+"""A three-node cluster in keys mode (real processes, signed peers): the
+policy is decided where the request enters, and mail sent through one node
+with a key is popped through another with a key, while a key without the
+grant is refused on every node and nothing answers without a key."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.harness import Cluster
+from tests.daemon.authz_fixtures import ALPHA, BETA, ROOT_KEY, WS, key_of, toml_keys
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def keyed_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    conf = tmp_path / "auth.toml"
+    conf.write_text(toml_keys())
+    c = Cluster(tmp_path)
+    for proc in c.procs.values():
+        proc.extra_env["AI_MEMORY_CONFIG"] = str(conf)
+    try:
+        c.start()
+        yield c
+    except Exception:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_keys_mode_across_the_cluster(keyed_cluster: Cluster) -> None:
+    c = keyed_cluster
+    for nid in c.ids:
+        assert c.call(nid, "GET", "/api/v1/health")[0] == 200
+        assert c.call(nid, "GET", "/api/v1/cluster/status")[0] == 401
+        code, status = c.call(nid, "GET", "/api/v1/cluster/status", headers=bearer(ROOT_KEY))
+        assert code == 200 and len(status["peers"]) == 2
+    for project, harness in ((ALPHA, "kimi"), (BETA, "claude-code")):
+        code, body = c.call("node1", "POST", "/api/v1/sessions",
+                            {"workspace": WS, "project": project, "harness": harness},
+                            headers=bearer(ROOT_KEY))
+        assert code == 201, body
+    send = {"to_workspace": WS, "to_project": BETA, "from_workspace": WS,
+            "from_project": ALPHA, "body": "across the cluster"}
+    for nid in c.ids:  # a key without write on the recipient is refused everywhere
+        code, body = c.call(nid, "POST", "/api/v1/messages", send,
+                            headers=bearer(key_of("alpha-write")))
+        assert code == 403 and body["project"] == BETA, body
+    code, sent = c.call("node1", "POST", "/api/v1/messages", send,
+                        headers=bearer(key_of("both-write")))
+    assert code == 201, sent
+    pop = {"workspace": WS, "project": BETA}
+    code, body = c.call("node3", "POST", "/api/v1/messages/pop", pop,
+                        headers=bearer(key_of("alpha-write")))
+    assert code == 403, body
+    code, popped = c.call("node3", "POST", "/api/v1/messages/pop", pop,
+                          headers=bearer(key_of("beta-write")))
+    assert code == 200 and popped["message"]["id"] == sent["message_id"], popped
+    assert popped["message"]["from_owner_user"] == "user-both-write"
+    # beta's writer may not read alpha: the sender's name is hidden from it
+    assert popped["message"]["from_project_id"] is None and popped["message"]["hidden"]
