@@ -68,3 +68,35 @@ def test_keys_mode_across_the_cluster(keyed_cluster: Cluster) -> None:
     assert popped["message"]["from_owner_user"] == "user-both-write"
     # beta's writer may not read alpha: the sender's name is hidden from it
     assert popped["message"]["from_project_id"] is None and popped["message"]["hidden"]
+
+
+def test_the_cli_with_a_key(keyed_cluster: Cluster, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.cluster.harness import ROOT
+
+    c = keyed_cluster
+    for project, harness in ((ALPHA, "kimi"), (BETA, "claude-code")):
+        assert c.call("node2", "POST", "/api/v1/sessions",
+                      {"workspace": WS, "project": project, "harness": harness},
+                      headers=bearer(ROOT_KEY))[0] == 201
+
+    def cli(key: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+        if key:
+            env["AI_MEMORY_API_KEY"] = key
+        return subprocess.run([sys.executable, "-m", "cli", "--url", c.url("node2"), *args],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+
+    send = ("message", "send", "--to-workspace", WS, "--to-project", BETA, "--from-workspace",
+            WS, "--from-project", ALPHA, "from the terminal")
+    refused = cli(key_of("alpha-read"), *send)
+    assert refused.returncode == 2 and "needs write" in refused.stderr, refused
+    assert cli(None, *send).returncode == 2
+    done = cli(key_of("both-write"), *send)
+    assert done.returncode == 0, done.stderr
+    listed = cli(key_of("both-read"), "message", "list", "--workspace", WS, "--project", BETA,
+                 "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert "from the terminal" in listed.stdout
