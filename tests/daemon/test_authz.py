@@ -22,6 +22,7 @@ import pytest
 from common import policy
 from common.policy import Principal
 from daemon.app import build_app
+from daemon.appkeys import NODE
 from daemon.directory import MemoryDirectory
 from daemon.node import Node
 from daemon.peer_auth import sign
@@ -131,7 +132,9 @@ def test_every_row_has_an_endpoint_here_or_says_where() -> None:
 async def test_every_row_over_http_in_keys_mode(keyed: Any, action: str) -> None:
     call = ROW_CALLS[action]
     seen = {}
+    node = keyed.server.app[NODE]
     for name in GRANT_SETS:
+        before = dict(node.store.version_vector())
         r = await call(keyed, bearer(key_of(name)))
         body = await r.json()
         seen[name] = r.status
@@ -139,6 +142,7 @@ async def test_every_row_over_http_in_keys_mode(keyed: Any, action: str) -> None
             assert r.status in (200, 201), (name, body)
         else:
             assert r.status == 403 and body["code"] == "forbidden", (name, body)
+            assert dict(node.store.version_vector()) == before, f"{name}: a refusal wrote"
     r = await call(keyed, bearer(ROOT_KEY))
     assert r.status in (200, 201), await r.text()  # root needs no grants
     r = await call(keyed, {})
