@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from aiohttp import web
 
@@ -37,7 +37,7 @@ from common import limits
 from common.errors import BadRequest, Forbidden, Unauthorized
 from common.policy import KEYS, Principal
 from daemon.appkeys import NODE
-from daemon.http_errors import Handler
+from daemon.http_errors import Handler, closing_error_response, refuse_unread
 from daemon.settings import AuthSettings
 from daemon.validation import AGENT_ID_RE
 
@@ -49,12 +49,6 @@ SIGNATURE_HEADER = "X-AIM-Sig"
 # A principal with no rights at all: a signed request on a SIGNED_ROUTE
 # before its handler has checked the signature.
 NOBODY = Principal(mode=KEYS)
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    agent_id: str | None
-    verified: bool
 
 
 def check_agent_id(value: str, what: str = "agent_id") -> str:
@@ -78,7 +72,7 @@ def presented_key(request: web.Request) -> str | None:
         raise Unauthorized("Authorization and X-API-Key carry different keys")
     key = bearer or api_key
     if key is not None and len(key) > limits.api_key_max_chars:
-        raise Unauthorized("unknown API key")
+        raise Unauthorized("unknown or revoked API key", code="unknown_key")
     return key
 
 
@@ -117,14 +111,20 @@ async def resolve(request: web.Request) -> Principal:
 
 @web.middleware
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Put the caller on the request. A caller without a valid key is
+    answered at once and its connection closed, so its body is not read
+    beyond aiohttp's lingering bound (a refused peer's not at all)."""
     if not _is_open(request):
-        request[PRINCIPAL] = await resolve(request)
+        try:
+            request[PRINCIPAL] = await resolve(request)
+        except Unauthorized as exc:
+            return closing_error_response(exc)
     elif request.path.startswith("/peer/"):
         settings = request.app[NODE].settings
         if settings.auth.keys_mode and not settings.cluster.secret:
             # Without a secret nothing signs peer requests: in keys mode nobody may send them.
-            raise Unauthorized("peer routes need the cluster secret in keys mode",
-                               code="peer_secret_required")
+            return await refuse_unread(request, Unauthorized(
+                "peer routes need the cluster secret in keys mode", code="peer_secret_required"))
     return await handler(request)
 
 
@@ -139,21 +139,15 @@ def principal_of(request: web.Request, auth: AuthSettings | None = None) -> Prin
     return found
 
 
-def identify(request: web.Request, auth: AuthSettings | None = None) -> Identity:
-    """The acting agent as the older handlers ask for it: (agent, verified by a key)."""
-    p = principal_of(request)
-    return Identity(p.agent, p.agent_bound)
-
-
-def acting_agent(identity: Identity | Principal, claimed: str | None, *,
+def acting_agent(principal: Principal, claimed: str | None, *,
                  required: bool = True) -> str | None:
-    """The agent a request acts as: the identity and the claimed id must agree.
+    """The agent a request acts as: the caller's and the claimed id must agree.
 
     A key bound to an agent fixes it; otherwise ``X-Agent-Id`` (already on
     the principal) and a body/query ``agent_id`` must not differ."""
     if claimed is not None:
         check_agent_id(claimed)
-    agent = identity.agent if isinstance(identity, Principal) else identity.agent_id
+    agent = principal.agent
     if agent and claimed and claimed != agent:
         raise Forbidden(f"agent_id {claimed!r} differs from the caller's identity {agent!r}")
     agent = agent or claimed
