@@ -141,12 +141,18 @@ async def mcp_session(url: str, cwd: Path, *args: str,
                 yield session
 
 
+# Five of the grant sets already allow and refuse every row that has a tool
+# (each MCP server is a process of its own, so fewer is faster).
+MCP_SETS = ("both-write", "both-read", "alpha-write", "beta-write", "none")
+
+
 def test_every_row_with_a_tool_is_driven_both_ways() -> None:
+    assert set(MCP_SETS) <= set(GRANT_SETS)
     for action in TOOL_ROWS:
-        assert {allowed(name, action) for name in GRANT_SETS} == {True, False}, action
+        assert {allowed(name, action) for name in MCP_SETS} == {True, False}, action
 
 
-@pytest.mark.parametrize("name", sorted(GRANT_SETS))
+@pytest.mark.parametrize("name", MCP_SETS)
 async def test_every_tool_row_over_mcp_in_keys_mode(keyed_node: Daemon, tmp_path: Path,
                                                     name: str) -> None:
     # One key comes from the environment, the others from the flag.
