@@ -100,3 +100,26 @@ def test_the_cli_with_a_key(keyed_cluster: Cluster, tmp_path: Path) -> None:
                  "--json")
     assert listed.returncode == 0, listed.stderr
     assert "from the terminal" in listed.stdout
+
+
+def test_a_backup_with_a_root_key_from_a_node_without_a_secret(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.cluster.harness import ROOT
+    from tests.daemon.procdaemon import daemon_process
+
+    (tmp_path / "node.toml").write_text(toml_keys())
+    with daemon_process(tmp_path / "data", "--config", str(tmp_path / "node.toml")) as node:
+        def backup(key: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "cli", "--url", node.url, "--api-key", key, "backup",
+                 "--out", str(tmp_path / f"{key}.db")],
+                cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                capture_output=True, text=True, timeout=60)
+
+        refused = backup(key_of("workspace-write"))
+        assert refused.returncode == 2 and "root" in refused.stderr, refused
+        done = backup(ROOT_KEY)
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / f"{ROOT_KEY}.db").stat().st_size > 0
