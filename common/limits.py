@@ -21,6 +21,7 @@ bulk_create_max = 1000  # memories per POST /memories/bulk
 agent_id_max_chars = 128  # agent ids: 1..128 of [A-Za-z0-9_\-:@./]
 scope_name_max_chars = 128  # workspace / project / harness names
 request_id_max_chars = 128  # pop request ids, Idempotency-Key values
+api_key_max_chars = 512  # a presented key longer than this is unknown without a lookup
 op_kind_max_chars = 64  # an op kind name (a newer version's kinds are kept, not applied)
 namespace_max_chars = 512
 tag_max_chars = 128

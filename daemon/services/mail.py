@@ -13,7 +13,12 @@ The rules of the project-messaging source document, in one place:
 * mailbox order, the 256-pending cap and the claim itself are decided by the
   mailbox's owner node (:meth:`daemon.node.Node.mailbox`), never here;
 * a popped body is returned fenced as untrusted input, with provenance
-  outside the fence and a security notice.
+  outside the fence and a security notice;
+* who may do each of these is :func:`common.policy.check`'s to say, asked
+  here once the projects are known (the caller's :class:`Principal` comes
+  from :mod:`daemon.auth`): a session belongs to the user who started it
+  and another user's session id is ignored, project names the caller may
+  not read are listed as ``null`` with ``hidden: true``.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import limits
-from common.errors import BadRequest, Forbidden, NotFound
+from common.errors import BadRequest, Conflict, Forbidden, NotFound
 from common.lifecycle import CLAIMED, PENDING
 from common.ops import ALL_KEYS, SESSION_START, mailbox_key, project_key
+from common.policy import KEYS, Principal, check
 from common.randomid import token_hex, uuid4
 from common.vocab import MEASURED, NATURE_DEFAULT, NATURES, Consistency, Nature, message_body
 from daemon.node import Node
@@ -60,9 +66,18 @@ class SendRequest:
 
 # -- sessions -----------------------------------------------------------------
 
-async def start_session(node: Node, *, workspace: str, project: str, harness: str,
-                        session_id: str, owner_user: str | None) -> dict[str, Any]:
+async def start_session(node: Node, principal: Principal, *, workspace: str, project: str,
+                        harness: str, session_id: str, owner_user: str | None) -> dict[str, Any]:
+    check(principal, "session.start", {"box": (workspace, project)})
+    if principal.mode == KEYS:
+        if owner_user is not None and owner_user != principal.user and not principal.root:
+            raise Forbidden(f"a session started with this key belongs to {principal.user!r}")
+        owner_user = owner_user if principal.root and owner_user else principal.user
     await node.read_barrier(project_key(workspace, project))
+    if principal.mode == KEYS:
+        earlier = await node.store.get_session(session_id)
+        if earlier is not None and earlier.get("owner_user") != owner_user and not principal.root:
+            raise Forbidden("that session id belongs to another user")
     existed = await node.store.project_exists(workspace, project)
     body = {"workspace": workspace, "project": project, "harness": harness,
             "session_id": session_id, "owner_user": owner_user, "at_ms": node.now_ms()}
@@ -71,25 +86,71 @@ async def start_session(node: Node, *, workspace: str, project: str, harness: st
             "session_id": session_id, "created": not existed}
 
 
+async def own_session(node: Node, principal: Principal, session_id: str | None) -> str | None:
+    """``session_id`` if the caller may use it: in keys mode a session is the
+    user's who started it, and another user's id is ignored (it decides
+    neither the scope nor ``from_agent``). Anonymous callers claim any."""
+    if session_id is None or principal.mode != KEYS:
+        return session_id
+    session = await node.store.get_session(session_id)
+    if session is None or session.get("owner_user") != principal.user:
+        return None
+    return session_id
+
+
 async def scope_for(node: Node, workspace: str | None, project: str | None,
-                    session_id: str | None) -> Scope:
+                    session_id: str | None, principal: Principal | None = None) -> Scope:
+    if principal is not None:
+        session_id = await own_session(node, principal, session_id)
     return await resolve(node.store, node.settings.mail, workspace, project, session_id)
 
 
-async def list_projects(node: Node) -> dict[str, Any]:
+async def list_projects(node: Node, principal: Principal) -> dict[str, Any]:
     rows = [{"workspace": r["workspace"], "project": r["project"], "harnesses": r["harnesses"],
              "first_seen_at": iso_ms(r.get("first_at_ms")),
              "last_active_at": iso_ms(r.get("last_active_at_ms"))}
-            for r in await node.store.list_projects()]
+            for r in await node.store.list_projects()
+            if principal.may(r["workspace"], r["project"], "read")]
     return {"projects": rows, "count": len(rows)}
+
+
+def _check_scope(principal: Principal, action: str, scope: Scope) -> None:
+    """``check`` on the scope's project; a scope the server inferred is not
+    named in the refusal unless the caller may read it."""
+    try:
+        check(principal, action, {"box": (scope.workspace, scope.project)})
+    except Forbidden:
+        if scope.inferred:
+            raise Forbidden(f"{action}: the project this call resolved by {scope.source} is not "
+                            "one this key may use; pass workspace and project") from None
+        raise
+
+
+def _refuse_inferred(principal: Principal, scope: Scope, verb: str) -> None:
+    """:func:`refuse_inferred`, naming the guessed project only to a caller who may read it."""
+    if scope.inferred and not principal.may(scope.workspace, scope.project, "read"):
+        raise Conflict(f"refusing to {verb} a project resolved by {scope.source}, not named; "
+                       "pass workspace and project", scope_source=scope.source)
+    refuse_inferred(scope, verb)
+
+
+def _hide(row: dict[str, Any], principal: Principal, workspace_key: str,
+          project_key_: str) -> dict[str, Any]:
+    """The row with the other project's name taken out if the caller may not read it."""
+    ws, proj = row.get(workspace_key), row.get(project_key_)
+    if ws is None or proj is None or principal.may(str(ws), str(proj), "read"):
+        return row
+    return {**row, project_key_: None, "hidden": True}
 
 
 # -- send -----------------------------------------------------------------------
 
-async def send(node: Node, req: SendRequest, *, session_id: str | None,
+async def send(node: Node, principal: Principal, req: SendRequest, *, session_id: str | None,
                owner_user: str | None, idempotency_key: str | None) -> dict[str, Any]:
-    sender = await scope_for(node, req.from_workspace, req.from_project, session_id)
-    refuse_inferred(sender, "send as")
+    sender = await scope_for(node, req.from_workspace, req.from_project, session_id, principal)
+    _refuse_inferred(principal, sender, "send as")
+    check(principal, "message.send", {"to": (req.to_workspace, req.to_project),
+                                      "from": (sender.workspace, sender.project)})
     if req.nature not in NATURES:
         raise BadRequest(f"nature must be one of {', '.join(NATURES)}")
     # Projects and their harnesses only ever appear, so a local hit is final;
@@ -185,10 +246,12 @@ def public_message(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def list_box(node: Node, *, box: str, workspace: str | None, project: str | None,
-                   session_id: str | None, limit: int, agent: str | None,
+async def list_box(node: Node, principal: Principal, *, box: str, workspace: str | None,
+                   project: str | None, session_id: str | None, limit: int, agent: str | None,
                    consistency: Consistency) -> dict[str, Any]:
-    scope = await scope_for(node, workspace, project, session_id)
+    scope = await scope_for(node, workspace, project, session_id, principal)
+    _check_scope(principal, "message.list_inbox" if box == "inbox" else "message.list_outbox",
+                 scope)
     if box == "inbox":
         await node.read_barrier(mailbox_key(scope.workspace, scope.project), consistency)
         rows = await node.store.mailbox_pending(scope.workspace, scope.project, limit=limit,
@@ -197,7 +260,10 @@ async def list_box(node: Node, *, box: str, workspace: str | None, project: str 
         rows = await node.store.outbox(scope.workspace, scope.project, limit=limit)
     out: dict[str, Any] = {
         "box": box, "workspace": scope.workspace, "project": scope.project,
-        "count": len(rows), "messages": [public_message(r) for r in rows],
+        "count": len(rows), "messages": [
+            _hide(public_message(r), principal, "from_workspace_id", "from_project_id")
+            if box == "inbox" else _hide(public_message(r), principal, "to_workspace", "to_project")
+            for r in rows],
     }
     if scope.inferred:
         out["resolved_scope"] = {"workspace": scope.workspace, "project": scope.project}
@@ -214,11 +280,12 @@ def fence(body: str) -> str:
             f"</untrusted-input id=\"{tag}\">")
 
 
-async def pop(node: Node, *, workspace: str | None, project: str | None,
+async def pop(node: Node, principal: Principal, *, workspace: str | None, project: str | None,
               session_id: str | None, message_id: str | None, agent: str | None,
               request_id: str | None) -> dict[str, Any]:
-    scope = await scope_for(node, workspace, project, session_id)
-    refuse_inferred(scope, "pop from")
+    scope = await scope_for(node, workspace, project, session_id, principal)
+    _refuse_inferred(principal, scope, "pop from")
+    check(principal, "message.pop", {"box": (scope.workspace, scope.project)})
     session = scope.session
     harness = agent or (session or {}).get("harness")
     claimer = {"claimer_session": (session or {}).get("session_id"), "claimer_agent": harness}
@@ -233,16 +300,17 @@ async def pop(node: Node, *, workspace: str | None, project: str | None,
         return {"message": None, "request_id": rid, "workspace": scope.workspace,
                 "project": scope.project}
     msg, claim = result["message"], result["claim"]
-    row = public_message({**msg, "state": CLAIMED})
+    row = _hide(public_message({**msg, "state": CLAIMED}), principal, "from_workspace_id",
+                "from_project_id")
     row["body"] = fence(msg.get("body") or "")
     row["claimed_at"] = iso_ms(claim.get("at_ms"))
     row["request_id"] = claim.get("request_id")
     return {
         "message": row,
-        "provenance": {
+        "provenance": _hide({
             "from_workspace": msg.get("from_workspace"), "from_project": msg.get("from_project"),
             "from_agent": msg.get("from_agent"), "from_owner_user": msg.get("from_owner_user"),
-        },
+        }, principal, "from_workspace", "from_project"),
         "security_notice": SECURITY_NOTICE,
         "workspace": scope.workspace, "project": scope.project,
     }
@@ -250,10 +318,12 @@ async def pop(node: Node, *, workspace: str | None, project: str | None,
 
 # -- cancel -----------------------------------------------------------------------
 
-async def cancel(node: Node, *, workspace: str | None, project: str | None,
-                 session_id: str | None, message_id: str | None, cancel_all: bool) -> dict[str, Any]:
-    scope = await scope_for(node, workspace, project, session_id)
-    refuse_inferred(scope, "cancel from")
+async def cancel(node: Node, principal: Principal, *, workspace: str | None,
+                 project: str | None, session_id: str | None, message_id: str | None,
+                 cancel_all: bool) -> dict[str, Any]:
+    scope = await scope_for(node, workspace, project, session_id, principal)
+    _refuse_inferred(principal, scope, "cancel from")
+    check(principal, "message.cancel", {"from": (scope.workspace, scope.project)})
     if bool(message_id) == bool(cancel_all):
         raise BadRequest("give exactly one of message_id or all")
     groups: dict[str, list[str] | None] = {}
@@ -293,9 +363,12 @@ async def pending_count(node: Node, scope: Scope, harness: str | None) -> int:
     return await node.store.mailbox_pending_count(scope.workspace, scope.project, harness)
 
 
-async def handoff_notice(node: Node, *, workspace: str | None, project: str | None,
-                         session_id: str | None, harness: str | None) -> dict[str, Any]:
-    scope = await scope_for(node, workspace, project, session_id)
+async def handoff_notice(node: Node, principal: Principal, *, workspace: str | None,
+                         project: str | None, session_id: str | None,
+                         harness: str | None, inbox_only: bool = False) -> dict[str, Any]:
+    scope = await scope_for(node, workspace, project, session_id, principal)
+    # The prompt hook's count-only notice is authorized like a session start.
+    _check_scope(principal, "session.start" if inbox_only else "handoff.read", scope)
     harness = harness or (scope.session or {}).get("harness")
     count = await pending_count(node, scope, harness)
     notice = None
@@ -310,9 +383,10 @@ async def handoff_notice(node: Node, *, workspace: str | None, project: str | No
             "workspace": scope.workspace, "project": scope.project, "scope_source": scope.source}
 
 
-async def briefing(node: Node, *, workspace: str | None, project: str | None,
-                   session_id: str | None) -> dict[str, Any]:
-    scope = await scope_for(node, workspace, project, session_id)
+async def briefing(node: Node, principal: Principal, *, workspace: str | None,
+                   project: str | None, session_id: str | None) -> dict[str, Any]:
+    scope = await scope_for(node, workspace, project, session_id, principal)
+    _check_scope(principal, "briefing.read", scope)
     harness = (scope.session or {}).get("harness")
     return {
         "scope": {"workspace": scope.workspace, "project": scope.project, "source": scope.source},
