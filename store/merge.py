@@ -436,6 +436,11 @@ class Replica:
         term = self._live_terminal(msg_id)
         return None if term is None else term.rank
 
+    def hold_rank(self, msg_id: str) -> TerminalRank | None:
+        """The rank of the message's winning hold or release, if any."""
+        hold = self._holds.get(msg_id)
+        return None if hold is None else _row_rank(hold)
+
     def terminal_stands(self, msg_id: str) -> bool:
         """Is the message decided by a terminal op no hold or release outranks?"""
         return self._live_terminal(msg_id) is not None

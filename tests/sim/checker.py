@@ -135,15 +135,20 @@ class Monitor:
                 if mid in self.popped:
                     self.fail(f"message {mid} acked as popped and as cancelled")
 
-    def _after_holds(self, node_id: str, mid: str, rank: Any) -> None:
-        """Monotonic: once a hold is acknowledged, no node ever shows the
-        message claimed or cancelled by an op that does not follow a release
-        of that hold (an older, unacknowledged claim must stay void)."""
-        if rank is None:
+    def _after_holds(self, node_id: str, mid: str, rank: Any, known_hold: Any) -> None:
+        """Monotonic: once a node holds an acknowledged hold (or a later
+        hold or release), it never shows the message claimed or cancelled by
+        an op that does not follow a release of that hold (an older,
+        unacknowledged claim must stay void). A node that has not heard of
+        the hold yet may still show what it knew before, as it may for any
+        decision it has not received."""
+        if rank is None or known_hold is None:
             return
-        rank = list(rank)
+        rank, known_hold = list(rank), list(known_hold)
         released = self.releases.get(mid, [])
         for h_rank, session, _asked in self.holds[mid]:
+            if known_hold < h_rank:
+                continue
             if rank < h_rank:
                 self.fail(f"{node_id}: {mid} shows a terminal op {rank} ranked below "
                           f"the acknowledged hold {h_rank} by {session}")
@@ -186,7 +191,7 @@ class Monitor:
                     self.fail(f"{node_id}: message {mid} reverted from {last} to {state}")
                 seq.append((self.sim.now, state))
                 if state is not None and state[0] in TERMINAL and mid in self.holds:
-                    self._after_holds(node_id, mid, disk.decided_rank(mid))
+                    self._after_holds(node_id, mid, disk.decided_rank(mid), disk.hold_rank(mid))
             for op in self.acked_reads:
                 if op.op_id in disk.seen:
                     for note in disk.notifications(op.body["ids"]):
