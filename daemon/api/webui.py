@@ -29,7 +29,6 @@ from daemon.http_errors import query_model, read_json
 from daemon.node import Node
 from daemon.services import mail
 from daemon.services.websession import (
-    COOKIE,
     WRITE_TOKEN_HEADER,
     WebSession,
     WebSessions,
@@ -135,7 +134,7 @@ async def verify_password(node: Node, user: str, password: str) -> Principal:
 
 
 def _session(request: web.Request) -> WebSession | None:
-    return request.app[SESSIONS].get(request.cookies.get(COOKIE))
+    return request.app[SESSIONS].get(request.cookies.get(request.app[SESSIONS].cookie))
 
 
 def _basic_key(request: web.Request) -> str | None:
@@ -188,7 +187,7 @@ async def inbox_page(request: web.Request) -> web.Response:
         s = request.app[SESSIONS].create(Principal.anonymous("web"), login="anonymous",
                                          name="anonymous")
         resp = _page("inbox")
-        set_cookie(request, resp, s)
+        set_cookie(request, resp, s, request.app[SESSIONS].cookie)
         return resp
     raise web.HTTPFound("/web/login")
 
@@ -229,7 +228,7 @@ async def login(request: web.Request) -> web.Response:
         raise BadRequest("give user and password, or key")
     s = request.app[SESSIONS].create(principal, login=how, name=name)
     resp = web.json_response({"ok": True, "name": name, "login": how}, status=201)
-    set_cookie(request, resp, s)
+    set_cookie(request, resp, s, request.app[SESSIONS].cookie)
     return resp
 
 
@@ -237,7 +236,7 @@ async def logout(request: web.Request) -> web.Response:
     s = check_write(request, _session(request))
     request.app[SESSIONS].drop(s.sid)
     resp = web.json_response({"ok": True})
-    clear_cookie(resp)
+    clear_cookie(resp, request.app[SESSIONS].cookie)
     return resp
 
 
@@ -369,7 +368,7 @@ async def _headers(request: web.Request, resp: web.StreamResponse) -> None:
 
 
 def add_routes(app: web.Application) -> None:
-    app[SESSIONS] = WebSessions()
+    app[SESSIONS] = WebSessions(app[NODE].settings.cluster.node_id)
     app.on_response_prepare.append(_headers)
     r = app.router
     r.add_get("/web", root)

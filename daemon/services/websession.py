@@ -31,6 +31,7 @@ field and clears it after the answer), and it cannot edit.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 import time
@@ -43,7 +44,7 @@ from common import limits
 from common.errors import Forbidden
 from common.policy import ANONYMOUS, Principal
 
-COOKIE = "aim_web"
+COOKIE_PREFIX = "aim_web_"
 UI_HEADER = "X-AI-Memory-UI"
 CSRF_HEADER = "X-CSRF-Token"
 WRITE_TOKEN_HEADER = "X-AI-Memory-Write-Token"
@@ -73,8 +74,11 @@ class WebSession:
 class WebSessions:
     """This node's browser sessions, bounded and expiring."""
 
-    def __init__(self, max_sessions: int = limits.web_sessions_max,
+    def __init__(self, node_id: str = "", max_sessions: int = limits.web_sessions_max,
                  idle_secs: float = limits.web_session_idle_secs) -> None:
+        # Cookies are not kept apart by port: nodes on one host (a test
+        # cluster on loopback) each need a cookie name of their own.
+        self.cookie = COOKIE_PREFIX + hashlib.sha256(node_id.encode()).hexdigest()[:10]
         self._by_id: OrderedDict[str, WebSession] = OrderedDict()
         self._max = max_sessions
         self._idle = idle_secs
@@ -136,10 +140,11 @@ def check_write(request: web.Request, session: WebSession | None) -> WebSession:
     return session
 
 
-def set_cookie(request: web.Request, resp: web.StreamResponse, session: WebSession) -> None:
-    resp.set_cookie(COOKIE, session.sid, httponly=True, samesite="Strict", path="/web",
+def set_cookie(request: web.Request, resp: web.StreamResponse, session: WebSession,
+               name: str) -> None:
+    resp.set_cookie(name, session.sid, httponly=True, samesite="Strict", path="/web",
                     secure=request.secure, max_age=int(limits.web_session_idle_secs))
 
 
-def clear_cookie(resp: web.StreamResponse) -> None:
-    resp.del_cookie(COOKIE, path="/web")
+def clear_cookie(resp: web.StreamResponse, name: str) -> None:
+    resp.del_cookie(name, path="/web")

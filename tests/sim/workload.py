@@ -63,6 +63,10 @@ class Workload:
         self._n = 0
         self.retryable: list[Attempt] = []
         self.holders: dict[str, list[dict[str, str]]] = {}  # message id -> holders asked
+        # Who releases is drawn from a stream of its own, derived from (not
+        # drawn from) the main one, so every other request of a seed is the
+        # same as before releases named their holder.
+        self.editors = random.Random(hash(rng.getstate()))
 
     def _next(self, prefix: str) -> str:
         self._n += 1
@@ -99,7 +103,7 @@ class Workload:
         if r < 0.90 and mine:
             mid = self.rng.choice(mine)
             holder = {"holder_session": self._next("ed"),
-                      "holder_user": self.rng.choice(EDITORS)}
+                      "holder_user": self.editors.choice(EDITORS)}
             self.holders.setdefault(mid, []).append(holder)
             return "hold", MailHold(key, mid, holder=holder)
         if r < 0.94 and mine:
@@ -110,10 +114,11 @@ class Workload:
         # Mostly one of the message's editors (its latest, or an earlier one
         # whose hold may have lost), sometimes a stranger the owner must refuse.
         known = self.holders.get(mid, [])
-        if known and self.rng.random() < 0.9:
-            holder = dict(known[-1] if self.rng.random() < 0.8 else self.rng.choice(known))
+        if known and self.editors.random() < 0.9:
+            holder = dict(known[-1] if self.editors.random() < 0.8 else self.editors.choice(known))
         else:
-            holder = {"holder_session": self._next("ed"), "holder_user": "mallory"}
+            holder = {"holder_session": f"stranger-{self.editors.random():.6f}",
+                      "holder_user": "mallory"}
         if self.rng.random() < 0.5:
             return MailRelease(key, mid, holder=holder)
         n = self._next("edit")
