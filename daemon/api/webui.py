@@ -173,6 +173,8 @@ async def root(request: web.Request) -> web.Response:
 
 
 async def login_page(request: web.Request) -> web.Response:
+    if anonymous_mode(request.app[NODE]) and from_loopback(request):
+        raise web.HTTPFound("/web/inbox")  # nothing to log in to
     return _page("login")
 
 
