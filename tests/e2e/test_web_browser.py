@@ -360,3 +360,42 @@ def test_key_login_and_logout(keyed_daemon: Any, tab: Page) -> None:
     page.wait_for_url("**/web/login")
     page.goto(f"{keyed_daemon.url}/web/inbox")
     page.wait_for_url("**/web/login")
+
+
+def test_legacy_login_sends_only_with_a_write_token_it_then_forgets(
+        keyed_daemon: Any, browser: Any) -> None:
+    from tests.cluster.harness import http
+    for proj, harness in (("legacy-a", "kimi"), ("legacy-b", "codex")):
+        code, body = http("POST", keyed_daemon.url + "/api/v1/sessions",
+                          {"workspace": WS, "project": proj, "harness": harness},
+                          {"X-API-Key": "aim_web_test_key"})
+        assert code == 201, body
+    ctx = browser.new_context(http_credentials={"username": "ops",
+                                                "password": "aim_web_test_key"})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(10_000)
+        page.goto(f"{keyed_daemon.url}/web/legacy#{WS}/legacy-a")
+        sync_api.expect(page.get_by_text("legacy login", exact=False)).to_be_visible()
+        page.locator(f'nav li:has(a[data-project="{WS}/legacy-a"])').get_by_role(
+            "button", name="Message").click()
+        composer = page.get_by_role("region", name="Message")
+        composer.get_by_label("To project").select_option(f"{WS}/legacy-b")
+        composer.get_by_label("Message text").fill("sent from the legacy login")
+        composer.get_by_role("button", name="Send").click()  # no write token: refused
+        sync_api.expect(composer.get_by_role("alert")).to_contain_text("Not sent")
+        composer.get_by_label("Write token").fill("aim_web_test_key")
+        composer.get_by_role("button", name="Send").click()
+        sync_api.expect(composer.get_by_role("alert")).to_contain_text("Sent")
+        sync_api.expect(composer.get_by_label("Write token")).to_have_value("")
+        assert page.evaluate("() => document.cookie + localStorage.length + "
+                             "sessionStorage.length") == "00"
+        assert "aim_web_test_key" not in page.url
+        assert not any(c["name"].startswith("aim_web_") for c in ctx.cookies())
+        code, out = http("GET", keyed_daemon.url + f"/api/v1/messages?workspace={WS}"
+                                                   "&project=legacy-b&box=inbox",
+                         headers={"X-API-Key": "aim_web_test_key"})
+        assert code == 200 and [m["body"] for m in out["messages"]] == [
+            "sent from the legacy login"]
+    finally:
+        ctx.close()
