@@ -171,6 +171,14 @@ mcp_http_timeout_secs = 30.0  # one forwarded HTTP request to the node, connect 
 mcp_retry_wait_max_secs = 5.0  # longest Retry-After honoured before the one retry of a pop / create
 
 
+# --- web inbox (/web) --------------------------------------------------------
+web_page_size = 50  # messages per page of a Received / Sent history
+web_history_pages_max = 200  # deepest page offered (page * size rows skipped at most)
+web_sessions_max = 1_000  # browser sessions one node keeps (the oldest go first)
+web_session_idle_secs = 8 * 3600  # a session unused this long is forgotten
+web_login_body_max_bytes = 4_096  # a login request's JSON body
+web_held_max = 256  # held messages the banner lists per project (the mailbox cap)
+
 # --- how limits relate (checked at import) ---------------------------------
 # A forwarded mailbox request must outlive the owner's claim round.
 assert forward_timeout_secs > claim_timeout_ms / 1000

@@ -44,6 +44,10 @@ from daemon.validation import AGENT_ID_RE
 _AGENT_RE = re.compile(AGENT_ID_RE.strip("^$"))
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
 OPEN_ROUTES = frozenset({"/api/v1/health"})
+# The web inbox resolves its callers itself, from its cookie sessions (a key
+# or a password at /web/login; daemon/api/webui.py), so keys mode lets its
+# paths through here and the web routes refuse a request without a session.
+WEB_ROOT = "/web"
 SIGNED_ROUTES = frozenset({"/api/v1/admin/backup", "/api/v1/sync/push", "/api/v1/sync/since"})
 SIGNATURE_HEADER = "X-AIM-Sig"
 # A principal with no rights at all: a signed request on a SIGNED_ROUTE
@@ -78,7 +82,8 @@ def presented_key(request: web.Request) -> str | None:
 
 def _is_open(request: web.Request) -> bool:
     path = request.path
-    return (path in OPEN_ROUTES and request.method in ("GET", "HEAD")) or path.startswith("/peer/")
+    return ((path in OPEN_ROUTES and request.method in ("GET", "HEAD"))
+            or path.startswith("/peer/") or path == WEB_ROOT or path.startswith(WEB_ROOT + "/"))
 
 
 async def resolve(request: web.Request) -> Principal:

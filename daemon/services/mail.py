@@ -27,9 +27,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from common import limits
+from common import limits, policy
 from common.errors import BadRequest, Conflict, Forbidden, NotFound
-from common.lifecycle import CLAIMED, PENDING
+from common.lifecycle import CLAIMED, EDITING, PENDING
 from common.ops import ALL_KEYS, SESSION_START, mailbox_key, project_key
 from common.policy import KEYS, Principal, check
 from common.randomid import token_hex, uuid4
@@ -38,7 +38,8 @@ from daemon.node import Node
 from daemon.schemas.timefmt import rfc3339 as iso_ms
 from daemon.services import scrub
 from daemon.services.scope import Scope, refuse_inferred, resolve
-from federation.claim import MailCancel, MailPop, MailSend
+from federation.claim import MailCancel, MailHold, MailPop, MailRelease, MailSend
+from store.records import MESSAGE_FIELDS
 
 MAIL_NS = uuid.UUID("6f1d3c2e-8b7a-4f0e-9a51-2c4d8e7b9a10")
 SECURITY_NOTICE = (
@@ -145,6 +146,20 @@ def _hide(row: dict[str, Any], principal: Principal, workspace_key: str,
 
 # -- send -----------------------------------------------------------------------
 
+def clean_text(subject: str | None, body: str) -> tuple[str, bool, str, bool, int]:
+    """A message's subject and body as they are stored: secrets scrubbed,
+    then capped with a visible marker (subject one line). Returns (subject,
+    subject cut?, body, body cut?, secrets scrubbed). Sends and saved edits
+    both pass here."""
+    subject_s, n_subject = scrub.scrub(scrub.one_line(subject or ""))
+    body_s, n_body = scrub.scrub(body)
+    subject_s, subject_cut = scrub.cap_line(subject_s, limits.message_subject_max_chars)
+    body_s, body_cut = scrub.cap(body_s, limits.message_body_max_chars)
+    if not body_s.strip():
+        raise BadRequest("body must not be empty")
+    return subject_s, subject_cut, body_s, body_cut, n_subject + n_body
+
+
 async def send(node: Node, principal: Principal, req: SendRequest, *, session_id: str | None,
                owner_user: str | None, idempotency_key: str | None) -> dict[str, Any]:
     sender = await scope_for(node, req.from_workspace, req.from_project, session_id, principal)
@@ -171,12 +186,7 @@ async def send(node: Node, principal: Principal, req: SendRequest, *, session_id
                 f"{req.to_agent!r} has no session in {req.to_workspace}/{req.to_project}; "
                 f"registered harnesses: {', '.join(sorted(harnesses)) or 'none'}")
 
-    scrubbed = 0
-    subject_raw = scrub.one_line(req.subject or "")
-    subject, n = scrub.scrub(subject_raw)
-    scrubbed += n
-    body, n = scrub.scrub(req.body)
-    scrubbed += n
+    subject, subject_cut, body, body_cut, scrubbed = clean_text(req.subject, req.body)
     evidence = None
     if req.evidence is not None:
         evidence, n = scrub.scrub(req.evidence.strip())
@@ -185,13 +195,9 @@ async def send(node: Node, principal: Principal, req: SendRequest, *, session_id
     if req.nature == MEASURED and not evidence:
         raise BadRequest("a measured claim needs non-empty evidence (command, query, file:line, or "
                          "source message id)")
-    subject, subject_cut = scrub.cap_line(subject, limits.message_subject_max_chars)
-    body, body_cut = scrub.cap(body, limits.message_body_max_chars)
     evidence_cut = False
     if evidence is not None:
         evidence, evidence_cut = scrub.cap(evidence, limits.message_evidence_max_chars)
-    if not body.strip():
-        raise BadRequest("body must not be empty")
 
     # A recorded session of the sending project names the harness; a static
     # client may name it itself; otherwise "other".
@@ -392,3 +398,147 @@ async def briefing(node: Node, principal: Principal, *, workspace: str | None,
         "scope": {"workspace": scope.workspace, "project": scope.project, "source": scope.source},
         "pending_message_count": await pending_count(node, scope, harness),
     }
+
+
+# -- editing and history (the web inbox) ---------------------------------------------
+#
+# Editing is decided by the mailbox's owner like a pop (federation/claim.py:
+# MailHold / MailRelease): a hold and a pop of one message never both win,
+# and only the holder (its session, or its user) releases. The rights are
+# those of a send: write on the mailbox project and on the sender project
+# (common.policy "message.edit").
+
+HIDDEN = "hidden"
+
+
+async def _message_for_edit(node: Node, principal: Principal, message_id: str) -> dict[str, Any]:
+    row = await node.store.message(message_id)
+    if row is None:
+        await node.read_barrier(ALL_KEYS)
+        row = await node.store.message(message_id)
+    if row is None:
+        raise NotFound(f"no message {message_id}", id=message_id)
+    policy.check(principal, "message.edit", {
+        "box": (row["to_workspace"], row["to_project"]),
+        "from": (row["from_workspace"], row["from_project"])})
+    return row
+
+
+async def hold(node: Node, principal: Principal, *, message_id: str,
+               holder: dict[str, Any]) -> dict[str, Any]:
+    """Take a queued message out of the queue for an edit (Edit)."""
+    row = await _message_for_edit(node, principal, message_id)
+    res = await node.mailbox(MailHold(mailbox_key(row["to_workspace"], row["to_project"]),
+                                      message_id, holder=holder))
+    out = web_message(principal, {**row, **res["message"], "state": EDITING})
+    out["editing_by_user"] = res["hold"].get("holder_user")
+    out["editing_since"] = iso_ms(res["hold"].get("at_ms"))
+    return {"message": out}
+
+
+async def release(node: Node, principal: Principal, *, message_id: str, holder: dict[str, Any],
+                  subject: str | None = None, body: str | None = None,
+                  save: bool) -> dict[str, Any]:
+    """Save and requeue (``save``: new subject and body through the scrubber,
+    the caps and the admission hooks, like a send) or discard the changes.
+    Either way the message keeps its id and its place in the queue."""
+    row = await _message_for_edit(node, principal, message_id)
+    content = None
+    truncated = {"subject": False, "body": False}
+    scrubbed = 0
+    if save:
+        if body is None:
+            raise BadRequest("a save needs the body")
+        subj, subject_cut, text_, body_cut, scrubbed = clean_text(subject, body)
+        truncated = {"subject": subject_cut, "body": body_cut}
+        content = {"subject": subj or None, "body": text_}
+        if node.admission is not None:
+            await node.admission.check({**{k: row.get(k) for k in MESSAGE_FIELDS}, **content})
+    res = await node.mailbox(MailRelease(mailbox_key(row["to_workspace"], row["to_project"]),
+                                         message_id, content=content, holder=holder))
+    out = web_message(principal, {**row, **res["message"], "state": PENDING})
+    return {"message": out, "saved": save, "truncated": truncated, "scrubbed": scrubbed}
+
+
+def _readable(principal: Principal, workspace: str | None, project: str | None) -> bool:
+    return workspace is not None and project is not None and principal.may(
+        workspace, project, policy.READ)
+
+
+def web_message(principal: Principal, row: dict[str, Any]) -> dict[str, Any]:
+    """A message as the web inbox shows it: :func:`public_message` plus who
+    edits it, and the names of projects the viewer may not read left out."""
+    out = public_message(row)
+    out.update(
+        from_workspace=row.get("from_workspace"), from_project=row.get("from_project"),
+        editing_by_user=row.get("editing_by_user"),
+        editing_since=iso_ms(row.get("editing_since_ms")),
+        edited_at=iso_ms(row.get("edited_at_ms")),
+        claimed_by_agent=row.get("claimed_by_agent"),
+        claimed_at=iso_ms(row.get("claimed_at_ms")),
+        cancelled_at=iso_ms(row.get("cancelled_at_ms")),
+        from_hidden=False, to_hidden=False)
+    if not _readable(principal, row.get("from_workspace"), row.get("from_project")):
+        out.update(from_workspace=None, from_project=None, from_workspace_id=None,
+                   from_project_id=None, from_hidden=True)
+    if not _readable(principal, row.get("to_workspace"), row.get("to_project")):
+        out.update(to_workspace=None, to_project=None, to_hidden=True)
+    return out
+
+
+async def history(node: Node, principal: Principal, *, box: str, workspace: str, project: str,
+                  page: int) -> dict[str, Any]:
+    """A project's Received (its mailbox) or Sent (its outbox across
+    mailboxes) history, every state, newest first, paged at
+    ``limits.web_page_size``. Reading never claims or cancels."""
+    if box not in ("received", "sent"):
+        raise BadRequest("box must be received or sent")
+    if not 0 <= page < limits.web_history_pages_max:
+        raise BadRequest(f"page must be 0-{limits.web_history_pages_max - 1}")
+    action = "message.list_inbox" if box == "received" else "message.list_outbox"
+    policy.check(principal, action, {"box": (workspace, project)})
+    size = limits.web_page_size
+    if box == "received":
+        await node.read_barrier(mailbox_key(workspace, project))
+        rows = await node.store.mailbox_messages(workspace, project, limit=size + 1,
+                                                 offset=page * size)
+    else:
+        await node.read_barrier(ALL_KEYS)  # the outbox spans mailboxes
+        rows = await node.store.sent_messages(workspace, project, limit=size + 1,
+                                              offset=page * size)
+    return {"box": box, "workspace": workspace, "project": project, "page": page,
+            "page_size": size, "has_previous": page > 0, "has_next": len(rows) > size,
+            "messages": [web_message(principal, r) for r in rows[:size]]}
+
+
+async def held(node: Node, principal: Principal, *, workspace: str,
+               project: str) -> dict[str, Any]:
+    """Messages of a mailbox held for an edit (the banner)."""
+    policy.check(principal, "message.list_inbox", {"box": (workspace, project)})
+    await node.read_barrier(mailbox_key(workspace, project))
+    rows = await node.store.mailbox_editing(workspace, project, limit=limits.web_held_max)
+    return {"workspace": workspace, "project": project, "count": len(rows),
+            "messages": [web_message(principal, r) for r in rows]}
+
+
+async def readable_projects(node: Node, principal: Principal) -> list[dict[str, Any]]:
+    """The projects the principal may read, with the harnesses that have
+    sessions there and whether the principal may write (send from / to)."""
+    out = []
+    for r in await node.store.list_projects():
+        ws, proj = r["workspace"], r["project"]
+        if principal.may(ws, proj, policy.READ):
+            out.append({"workspace": ws, "project": proj, "harnesses": sorted(r["harnesses"]),
+                        "writable": principal.may(ws, proj, policy.WRITE)})
+    return out
+
+
+async def harnesses(node: Node, principal: Principal, *, workspace: str,
+                    project: str) -> dict[str, Any]:
+    """The harnesses with a session in a project (the composer's To agent)."""
+    policy.check(principal, "project.read", {"box": (workspace, project)})
+    found = await node.store.project_harnesses(workspace, project)
+    if not found:
+        await node.read_barrier(project_key(workspace, project))
+        found = await node.store.project_harnesses(workspace, project)
+    return {"workspace": workspace, "project": project, "harnesses": sorted(found)}
