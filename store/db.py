@@ -37,7 +37,7 @@ from store.schema import connect, migrate
 from store.seen import SeenSet
 from store.writer import Writer
 
-_PULLED_PREFIXES = ("inbox:", "mbox:", "proj:")
+_PULLED_PREFIXES = ("inbox:", "mbox:", "proj:", "ident:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -602,4 +602,18 @@ class Store:
                 "active": bool(r["active"]), "at_ms": r["at_ms"]}
                 for r in await fetch(
                     "SELECT * FROM namespace_subscriptions ORDER BY agent_id, namespace")},
+            "users": {r["name"]: {
+                "name": r["name"], "root": bool(r["root"]), "password_hash": r["password_hash"],
+                "removed": bool(r["removed"]), "created_at_ms": r["created_at_ms"]}
+                for r in await fetch("SELECT * FROM users ORDER BY name")},
+            "apikeys": {r["id"]: {
+                "id": r["id"], "user": r["user"], "agent": r["agent"], "label": r["label"],
+                "hash": r["hash"], "created_at_ms": r["created_at_ms"],
+                "revoked": bool(r["revoked"])}
+                for r in await fetch("SELECT * FROM api_keys ORDER BY id")},
+            "pgrants": {f"{r['user']}|{r['workspace']}|{r['project']}": {
+                "user": r["user"], "workspace": r["workspace"], "project": r["project"] or None,
+                "access": r["access"], "granted": bool(r["granted"]), "at_ms": r["at_ms"]}
+                for r in await fetch(
+                    "SELECT * FROM project_grants ORDER BY user, workspace, project")},
         }
