@@ -38,6 +38,7 @@ from daemon.anti_entropy import Pusher
 from daemon.backpressure import Backpressure
 from daemon.clock import Clock
 from daemon.effect_runner import EffectRunner
+from daemon.identity.directory import ReplicatedDirectory
 from daemon.mailbox_router import MailboxRouter
 from daemon.metrics import Metrics
 from daemon.peer_auth import Verifier
@@ -61,7 +62,8 @@ class Node:
                  background: Background, runner: EffectRunner, pusher: Pusher,
                  backpressure: Backpressure,
                  reads: ReadQuorum, router: MailboxRouter, admission: Admission,
-                 webhooks: Webhooks, verifier: Verifier, seen_throttle: SeenThrottle) -> None:
+                 webhooks: Webhooks, verifier: Verifier, seen_throttle: SeenThrottle,
+                 directory: ReplicatedDirectory) -> None:
         self.settings = settings
         self.node_id = settings.cluster.node_id
         self.clock = clock
@@ -81,6 +83,7 @@ class Node:
         self.verifier = verifier
         self.peer_protocols: dict[str, int] = {}  # the protocol each peer last spoke to us
         self.seen_throttle = seen_throttle
+        self.directory = directory  # users, keys and grants: common.policy.Directory
         self.started_at_ms = clock.now_ms()
 
     # -- lifecycle ------------------------------------------------------

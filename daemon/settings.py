@@ -84,6 +84,11 @@ class AuthSettings:
     # must match the key's agent (or be absent).
     api_keys: Mapping[str, str] = field(default_factory=dict)
     require_api_key: bool = False
+    # What from_owner_user reports for a root key (issue 7); empty: nothing.
+    root_username: str = ""
+    # A root key created at start if absent (AI_MEMORY_ROOT_KEY, or the file
+    # [auth].bootstrap_root_key_file names); see daemon/identity/bootstrap.py.
+    bootstrap_root_key: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +247,9 @@ def load_settings(
         server=ServerSettings(host=host, port=port),
         store=StoreSettings(db_path=db_path),
         cluster=cluster,
-        auth=AuthSettings(api_keys=keys, require_api_key=bool(c_auth.get("require_api_key", False))),
+        auth=AuthSettings(api_keys=keys, require_api_key=bool(c_auth.get("require_api_key", False)),
+                          root_username=str(c_auth.get("root_username", "")),
+                          bootstrap_root_key=_bootstrap_root_key(c_auth, env)),
         mail=MailSettings(
             default_workspace=str(c_mail.get("default_workspace", "default")),
             default_project=c_mail.get("default_project"),
@@ -254,6 +261,19 @@ def load_settings(
         log_format=_log_format(str(pick("log_format", "LOG_FORMAT", conf, "log_format", "text"))),
         clock_offset_ms=int(_env(env, "DEBUG_CLOCK_OFFSET_MS") or 0),
     )
+
+
+def _bootstrap_root_key(c_auth: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    from daemon.identity.bootstrap import check_root_secret
+
+    secret = _env(env, "ROOT_KEY")
+    path = c_auth.get("bootstrap_root_key_file")
+    if secret is None and path:
+        try:
+            secret = Path(str(path)).read_text("utf-8")
+        except OSError as exc:
+            raise BadRequest(f"cannot read [auth].bootstrap_root_key_file {path!r}: {exc}") from None
+    return None if secret is None else check_root_secret(secret)
 
 
 def _log_format(value: str) -> str:
