@@ -78,7 +78,8 @@ class ReplicatedDirectory:
         self._lease_until = float("-inf")
         self._cache: dict[str, Principal] = {}
         self._gen = 0
-        self._inflight: tuple[float, asyncio.Future[None]] | None = None
+        self._issued = 0  # quorum reads started so far (orders them against requests)
+        self._inflight: tuple[int, asyncio.Future[None]] | None = None
         self._refresh: asyncio.Task[None] | None = None
         self.last_used_ms: dict[str, int] = {}  # key id -> when this node last accepted it
         self.stats = {"hits": 0, "loads": 0, "confirms": 0, "refused": 0}
@@ -90,7 +91,7 @@ class ReplicatedDirectory:
         node cannot confirm its copy with a read quorum."""
         if not looks_like_key(secret) or len(secret) > limits.api_key_max_chars:
             return None
-        arrived = self._mono()
+        arrived = self._issued
         digest = hash_secret(secret)
         await self._ensure_lease(arrived)
         found = self._cache.get(digest)
@@ -112,7 +113,7 @@ class ReplicatedDirectory:
         """The principal of a user logging in with a password (the web
         inbox): no key, no bound agent. None for a wrong password, an unknown
         or removed user, or a user without a password."""
-        arrived = self._mono()
+        arrived = self._issued
         await self._ensure_lease(arrived)
         user = await I.user(self._reads(), name)
         if user is None:
@@ -142,11 +143,12 @@ class ReplicatedDirectory:
             return float("inf")
         return max(0.0, self._lease_until - self._mono())
 
-    async def _ensure_lease(self, arrived: float) -> None:
+    async def _ensure_lease(self, arrived: int) -> None:
         if not self.has_peers:
             return
-        if arrived < self._lease_until:
-            if arrived > self._lease_until - self.lease_s / 2:
+        now = self._mono()
+        if now < self._lease_until:
+            if now > self._lease_until - self.lease_s / 2:
                 self._renew_in_background()
             return
         await self._confirm(arrived)
@@ -157,23 +159,24 @@ class ReplicatedDirectory:
 
         async def renew() -> None:
             try:
-                await self._confirm(self._mono())
+                await self._confirm(self._issued)
             except Exception as exc:  # the next request that needs it retries in line
                 log.debug("identity lease renewal failed: %s", exc)
         self._refresh = asyncio.ensure_future(renew())
 
-    async def _confirm(self, after: float) -> None:
-        """A read quorum of the identity records that started at or after
-        ``after``; joins one already running if it qualifies."""
+    async def _confirm(self, arrived: int) -> None:
+        """A read quorum of the identity records started after a request
+        that saw ``arrived`` reads started; joins one already running if it
+        qualifies (one started later than the request arrived)."""
         if not self.has_peers:
             return
         current = self._inflight
-        if current is None or current[0] < after or (
+        if current is None or current[0] <= arrived or (
                 current[1].done() and current[1].exception() is not None):
-            started = self._mono()
-            fut = asyncio.ensure_future(self._read_quorum(started))
+            self._issued += 1
+            fut = asyncio.ensure_future(self._read_quorum(self._mono()))
             fut.add_done_callback(lambda f: f.cancelled() or f.exception())
-            self._inflight = current = (started, fut)
+            self._inflight = current = (self._issued, fut)
         await asyncio.shield(current[1])
 
     async def _read_quorum(self, started: float) -> None:
