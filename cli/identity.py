@@ -19,7 +19,7 @@ import click
 
 from cli.output import print_json, table
 from cli.state import CliState, pass_state
-from common.errors import BadRequest
+from common.errors import BadRequest, Conflict
 
 
 @click.group()
@@ -45,6 +45,7 @@ def add_user(state: CliState, name: str, root: bool, db: str | None, node_id: st
     if db is not None:
         if not root:
             raise BadRequest("--db bootstraps a root user: pass --root")
+        _refuse_if_served(db)
         out = asyncio.run(_bootstrap(db, name, node_id, config))
         if as_json:
             print_json(out)
@@ -60,6 +61,16 @@ def add_user(state: CliState, name: str, root: bool, db: str | None, node_id: st
         click.echo(f"added user {name}" + (" (root)" if root else ""))
 
 
+def _refuse_if_served(db: str) -> None:
+    import os
+
+    from store.schema import in_use
+
+    if os.path.exists(db) and in_use(db):
+        raise Conflict(f"{db} is open in another process (a running node?); with the cluster "
+                       "running, add users through its API with a root key instead")
+
+
 async def _bootstrap(db: str, name: str, node_id: str | None, config: str | None) -> dict[str, Any]:
     from daemon.identity.bootstrap import add_root_offline
     from daemon.settings import load_settings
@@ -70,9 +81,9 @@ async def _bootstrap(db: str, name: str, node_id: str | None, config: str | None
     store = await Store.open(db, nid)
     try:
         out = await add_root_offline(store, nid, name)
-        if store.created:
-            await store.mark_created_offline()
     finally:
+        if store.created:  # no node has served it yet: the first node's open is its creation
+            await store.mark_created_offline()
         await store.close()
     return {**out, "node_id": nid}
 
