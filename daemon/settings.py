@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from common import limits
 from common.errors import BadRequest
 from daemon.admission import AdmissionHook, parse_hooks
+from daemon.identity.secrets import check_root_secret
 from daemon.webhooks.config import WebhookSettings
 
 
@@ -264,8 +265,6 @@ def load_settings(
 
 
 def _bootstrap_root_key(c_auth: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
-    from daemon.identity.bootstrap import check_root_secret
-
     secret = _env(env, "ROOT_KEY")
     path = c_auth.get("bootstrap_root_key_file")
     if secret is None and path:

@@ -25,12 +25,11 @@ import logging
 import time
 from typing import Any
 
-from common.errors import BadRequest, Conflict
+from common.errors import Conflict
 from common.ops import APIKEY_PUT, IDENT_KEY, USER_PUT, Op
 from daemon.identity.secrets import (
     hash_secret,
     key_id_for_hash,
-    looks_like_key,
     new_key_id,
     new_secret,
 )
@@ -40,15 +39,6 @@ from store.db import Store
 log = logging.getLogger("ai_memory.identity")
 
 BOOTSTRAP_LABEL = "bootstrap"
-_MIN_SECRET_CHARS = 32  # after the prefix: a given root key must carry real entropy
-
-
-def check_root_secret(secret: str) -> str:
-    secret = secret.strip()
-    if not looks_like_key(secret) or len(secret) - 4 < _MIN_SECRET_CHARS or len(secret) > 128:
-        raise BadRequest("a bootstrap root key must be 'aim_' followed by 32-124 characters "
-                         "(make one with: ai-memory key generate)")
-    return secret
 
 
 async def _write_own(store: Store, node_id: str, items: list[tuple[str, dict[str, Any]]]) -> None:

@@ -21,11 +21,15 @@ import hmac
 import uuid
 from typing import Final
 
+from common import limits
+from common.errors import BadRequest
 from common.randomid import random_bytes, token_hex
 
 KEY_PREFIX: Final = "aim_"
 _KEY_BYTES: Final = 32  # 256 bits
 _KEY_NAMESPACE: Final = uuid.UUID("6b3f8f4e-9a51-4c1e-8f2e-2f6a6f1d0a7c")
+_MIN_GIVEN_CHARS: Final = 32  # after the prefix: a given root key must carry real entropy
+_MAX_GIVEN_CHARS: Final = limits.api_key_max_chars - len(KEY_PREFIX)
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P, _SCRYPT_LEN = 2**14, 8, 1, 32
 
 
@@ -37,6 +41,16 @@ def new_secret() -> str:
 def looks_like_key(secret: str) -> bool:
     """A replicated-directory key (as opposed to a static ``[auth].api_keys`` one)."""
     return secret.startswith(KEY_PREFIX)
+
+
+def check_root_secret(secret: str) -> str:
+    """A root key given to a node at start (``AI_MEMORY_ROOT_KEY``), checked."""
+    secret = secret.strip()
+    body = len(secret) - len(KEY_PREFIX)
+    if not looks_like_key(secret) or not _MIN_GIVEN_CHARS <= body <= _MAX_GIVEN_CHARS:
+        raise BadRequest("a bootstrap root key must be 'aim_' followed by 32-124 characters "
+                         "(make one with: ai-memory key generate)")
+    return secret
 
 
 def hash_secret(secret: str) -> str:

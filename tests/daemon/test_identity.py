@@ -175,3 +175,38 @@ async def test_bad_input_is_a_json_4xx_and_writes_nothing(
     oplog = "node.db:oplog"  # collected in the background (single member): may only shrink
     assert after.pop(oplog) <= before.pop(oplog)
     assert after == before and node.store.version_vector() == vv
+
+
+async def test_root_key_given_at_start(tmp_path: Path, aiohttp_client: Any) -> None:
+    from dataclasses import replace
+
+    from common.errors import BadRequest
+    from daemon.app import build_app
+    from daemon.identity.secrets import new_secret
+    from daemon.settings import load_settings
+    from daemon.wiring import build_node
+    from tests.daemon.conftest import make_settings
+
+    secret = new_secret()
+    key_file = tmp_path / "root.key"
+    key_file.write_text(secret + "\n")
+    conf = tmp_path / "node.toml"
+    conf.write_text(f'[auth]\nbootstrap_root_key_file = "{key_file}"\nroot_username = "ops"\n')
+    loaded = load_settings({}, env={}, config_path=conf)
+    assert loaded.auth.bootstrap_root_key == secret and secret not in repr(loaded)
+    with pytest.raises(BadRequest):
+        load_settings({}, env={"AI_MEMORY_ROOT_KEY": "aim_short"})
+
+    base = make_settings(tmp_path / "node.db")
+    settings = replace(base, auth=loaded.auth)
+    for _ in range(2):  # the second start finds the records and writes nothing
+        n = await build_node(settings)
+        await n.start()
+        try:
+            client = await aiohttp_client(build_app(n))
+            who = await _json(await client.get("/api/v1/whoami", headers=bearer(secret)), 200)
+            assert who["root"] is True and who["user"] == "ops" and who["owner_user"] == "ops"
+            assert n.store.max_seq("node1") == 2
+            await client.close()
+        finally:
+            await n.stop()
