@@ -136,7 +136,7 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
     directory = ReplicatedDirectory(lambda: store.reads, lambda: reads.barrier(IDENT_KEY),
                                     has_peers=bool(c.peers),
                                     root_username=settings.auth.root_username,
-                                    now_ms=node_clock.now_ms)
+                                    now_ms=node_clock.now_ms, count=metrics.inc)
     runner.applied_listeners.append(directory.on_applied)
     backpressure = Backpressure(store, background, metrics)
     router = MailboxRouter(c.node_id, runner=runner, store=store, peers=peers, metrics=metrics,

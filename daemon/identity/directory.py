@@ -57,6 +57,16 @@ from store.reader import ReadPool
 log = logging.getLogger("ai_memory.identity")
 
 _CACHE_MAX = 10_000
+
+
+def _failed(fut: asyncio.Future[None]) -> bool:
+    return fut.done() and (fut.cancelled() or fut.exception() is not None)
+
+
+def _consume(fut: asyncio.Future[None]) -> None:
+    """Retrieve a shared read's outcome so it is never reported as lost."""
+    if not fut.cancelled():
+        fut.exception()
 _DUMMY_HASH = hash_password("not a password of anyone")  # equalises the time of a miss
 
 
@@ -66,7 +76,8 @@ class ReplicatedDirectory:
                  lease_ms: int = limits.identity_lease_ms,
                  margin_ms: int = limits.identity_lease_margin_ms,
                  monotonic: Callable[[], float] = time.monotonic,
-                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 count: Callable[[str], None] = lambda name: None) -> None:
         self._reads = reads
         self._barrier = barrier
         self.has_peers = has_peers
@@ -75,11 +86,13 @@ class ReplicatedDirectory:
         self.margin_s = margin_ms / 1000
         self._mono = monotonic
         self._now_ms = now_ms
+        self._count = count  # a metrics counter, by name
         self._lease_until = float("-inf")
         self._cache: dict[str, Principal] = {}
         self._gen = 0
         self._issued = 0  # quorum reads started so far (orders them against requests)
         self._inflight: tuple[int, asyncio.Future[None]] | None = None
+        self._queued: asyncio.Future[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
         self.last_used_ms: dict[str, int] = {}  # key id -> when this node last accepted it
         self.stats = {"hits": 0, "loads": 0, "confirms": 0, "refused": 0}
@@ -104,6 +117,7 @@ class ReplicatedDirectory:
                 found = await self._lookup(digest)
         if found is None:
             self.stats["refused"] += 1
+            self._count("identity_keys_refused_total")
             return None
         if found.key_id is not None:
             self.last_used_ms[found.key_id] = self._now_ms()
@@ -165,25 +179,44 @@ class ReplicatedDirectory:
         self._refresh = asyncio.ensure_future(renew())
 
     async def _confirm(self, arrived: int) -> None:
-        """A read quorum of the identity records started after a request
-        that saw ``arrived`` reads started; joins one already running if it
-        qualifies (one started later than the request arrived)."""
+        """Wait for a read quorum of the identity records that started after
+        a request that saw ``arrived`` reads started. One running read
+        serves every request that arrived before it started; requests that
+        arrive while it runs share one read queued behind it, so a flood of
+        unknown keys costs at most one read in flight and one waiting."""
         if not self.has_peers:
             return
         current = self._inflight
-        if current is None or current[0] <= arrived or (
-                current[1].done() and current[1].exception() is not None):
-            self._issued += 1
-            fut = asyncio.ensure_future(self._read_quorum(self._mono()))
-            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
-            self._inflight = current = (self._issued, fut)
-        await asyncio.shield(current[1])
+        if current is not None and current[0] > arrived and not _failed(current[1]):
+            await asyncio.shield(current[1])
+            return
+        if current is not None and not current[1].done():
+            if self._queued is None:
+                self._queued = asyncio.ensure_future(self._after(current[1]))
+                self._queued.add_done_callback(_consume)
+            await asyncio.shield(self._queued)
+            return
+        await asyncio.shield(self._start())
+
+    def _start(self) -> asyncio.Future[None]:
+        self._issued += 1
+        fut = asyncio.ensure_future(self._read_quorum(self._mono()))
+        fut.add_done_callback(_consume)
+        self._inflight = (self._issued, fut)
+        return fut
+
+    async def _after(self, running: asyncio.Future[None]) -> None:
+        await asyncio.wait([running])
+        self._queued = None
+        await self._start()
 
     async def _read_quorum(self, started: float) -> None:
         self.stats["confirms"] += 1
+        self._count("identity_quorum_reads_total")
         try:
             await self._barrier()
         except QuorumNotMet as exc:
+            self._count("identity_unconfirmed_total")
             raise DirectoryUnconfirmed(
                 "this node cannot confirm its users and keys with a read quorum; retry, or "
                 "ask another member", got=exc.details.get("got"),

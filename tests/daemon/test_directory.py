@@ -30,6 +30,7 @@ class Clock:
 class Barrier:
     def __init__(self, store: Store) -> None:
         self.calls = 0
+        self.delay = 0.0
         self.fail = False
         self.deliver: list[Op] = []  # ops "a peer" hands over during the read
         self.store = store
@@ -37,6 +38,8 @@ class Barrier:
 
     async def __call__(self) -> None:
         self.calls += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
         if self.fail:
             raise QuorumNotMet(1, 2, "unreachable")
         if self.deliver:
@@ -127,6 +130,26 @@ async def test_a_key_this_node_lacks_is_fetched_by_a_quorum_read(parts) -> None:
     assert got is not None and got.user == "late" and barrier.calls == calls + 1
     assert await d.resolve("not-a-directory-key") is None
     assert await d.resolve("aim_" + "x" * 200) is None
+
+
+async def test_a_flood_of_unknown_keys_shares_quorum_reads(parts) -> None:  # type: ignore[no-untyped-def]
+    _store, _clock, barrier, d = parts
+    assert await d.resolve(new_secret()) is None  # lease taken
+    barrier.calls, barrier.delay = 0, 0.05
+    results = await asyncio.gather(*(d.resolve(new_secret()) for _ in range(50)))
+    assert results == [None] * 50
+    # one read for those that arrived first, one shared by all the others
+    assert barrier.calls <= 2
+    # and a key delivered by that shared read is found by a request that
+    # arrived while an earlier read was running
+    secret = new_secret()
+    calls = barrier.calls
+    first = asyncio.ensure_future(d.resolve(new_secret()))
+    await asyncio.sleep(0.01)  # its read is running
+    barrier.deliver = [user_op("q"), key_op(secret, "key_q", "q")]
+    second = await d.resolve(secret)
+    assert await first is None and second is not None and second.user == "q"
+    assert barrier.calls == calls + 2  # the second waited for a read queued behind the first
 
 
 def test_warm_resolve_cost(tmp_path: Path) -> None:
