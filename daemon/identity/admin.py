@@ -9,9 +9,11 @@ local copy: "already exists", "unknown user" and "already revoked" are
 cluster-wide answers.
 
 Actions that take rights away (remove a user, revoke a key, revoke or
-narrow a grant) wait out every member's directory lease after their write
-(:meth:`ReplicatedDirectory.outwait_leases`) before they answer, so once
-acknowledged they are refused on every member.
+narrow a grant) answer only once they are refused on every member
+(:func:`refused_everywhere`): every peer confirms it holds the ops (a pull
+of ``ident:dir`` below their seqs, which a peer answers only after its
+directory applied what it shows), or else the directory lease of the
+members that did not confirm has run out.
 
 A removed user's name is not reused (removal is a tombstone); a removed
 user's keys are revoked with it. Secrets exist only in the answer to
@@ -24,7 +26,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from common.errors import Conflict, NotFound
-from common.ops import APIKEY_PUT, IDENT_KEY, PGRANT_PUT, USER_PUT
+from common.ops import APIKEY_PUT, IDENT_KEY, PGRANT_PUT, USER_PUT, Op
 from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.identity.secrets import hash_password, hash_secret, new_key_id, new_secret
 from daemon.schemas.timefmt import rfc3339
@@ -70,8 +72,36 @@ async def _sync(node: Node, consistency: Consistency = CONSISTENCY_DEFAULT) -> N
     await node.read_barrier(IDENT_KEY, consistency)
 
 
-async def _write(node: Node, items: list[Item]) -> None:
-    await node.write(items)
+async def _write(node: Node, items: list[Item]) -> list[Op]:
+    return await node.write(items)
+
+
+async def _outwait(node: Node) -> None:
+    await node.directory.outwait_leases(node.directory.monotonic())
+
+
+async def refused_everywhere(node: Node, ops: list[Op]) -> None:
+    """Return once every member acts on ``ops`` (just written by quorum)."""
+    directory = node.directory
+    if not directory.has_peers:
+        return
+    held_since = directory.monotonic()
+    mine = {op.op_id for op in ops}
+    floor = dict(node.core.vv)
+    for origin, seq in mine:
+        floor[origin] = min(floor.get(origin, seq), seq - 1)
+    timeout = node.settings.cluster.quorum_timeout_ms / 1000
+
+    async def holds(peer: str) -> bool:
+        raw = await node.peers.call(peer, "/peer/v1/pull", {"key": IDENT_KEY, "vv": floor},
+                                    timeout_s=timeout)
+        return mine <= {(str(w[0]), int(w[1])) for w in raw or []}
+
+    peers = [p.node_id for p in node.settings.cluster.peers]
+    answers = await asyncio.gather(*(holds(p) for p in peers), return_exceptions=True)
+    if all(a is True for a in answers):
+        return
+    await directory.outwait_leases(held_since)
 
 
 async def _live_user(node: Node, name: str) -> dict[str, Any]:
@@ -110,8 +140,7 @@ async def remove_user(node: Node, name: str) -> dict[str, Any]:
     keys = [k for k in await I.keys(node.store.reads, user=name) if not k["revoked"]]
     items: list[Item] = [(USER_PUT, IDENT_KEY, user_body(row, removed=True))]
     items += [(APIKEY_PUT, IDENT_KEY, key_body(k, revoked=True)) for k in keys]
-    await _write(node, items)
-    await node.directory.outwait_leases()
+    await refused_everywhere(node, await _write(node, items))
     return {"name": name, "removed": True, "keys_revoked": [k["id"] for k in keys]}
 
 
@@ -149,8 +178,10 @@ async def revoke_key(node: Node, key_id: str) -> dict[str, Any]:
     if row is None:
         raise NotFound(f"no key {key_id!r}", key_id=key_id)
     if not row["revoked"]:
-        await _write(node, [(APIKEY_PUT, IDENT_KEY, key_body(row, revoked=True))])
-    await node.directory.outwait_leases()
+        await refused_everywhere(
+            node, await _write(node, [(APIKEY_PUT, IDENT_KEY, key_body(row, revoked=True))]))
+    else:  # revoked by someone else, perhaps not yet acknowledged: outwait it too
+        await _outwait(node)
     return {"id": key_id, "revoked": True}
 
 
@@ -172,13 +203,14 @@ async def revoke(node: Node, user: str, workspace: str, project: str | None,
     await _sync(node)
     cur = await I.grant(node.store.reads, user, workspace, project)
     if cur is None or not cur["granted"] or (access == "write" and cur["access"] == "read"):
+        if cur is not None:  # taken away by someone else, perhaps not yet acknowledged
+            await _outwait(node)
         return {"user": user, "workspace": workspace, "project": project, "access": None,
                 "changed": False}
     keep = "read" if access == "write" else None
     body = {"user": user, "workspace": workspace, "project": project,
             "access": keep or cur["access"], "granted": keep is not None, "at_ms": node.now_ms()}
-    await _write(node, [(PGRANT_PUT, IDENT_KEY, body)])
-    await node.directory.outwait_leases()
+    await refused_everywhere(node, await _write(node, [(PGRANT_PUT, IDENT_KEY, body)]))
     return {"user": user, "workspace": workspace, "project": project, "access": keep,
             "changed": True}
 

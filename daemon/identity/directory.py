@@ -28,8 +28,10 @@ How a key resolves (``resolve``):
    answer None (401).
 
 Why a revocation acknowledged anywhere is refused everywhere: the admin
-action writes the revocation to W members and then waits
-``identity_lease_ms + identity_lease_margin_ms`` before it answers. A member
+action writes the revocation to W members and then answers once every
+member has confirmed that it applied it (:mod:`daemon.identity.admin`), or,
+if one does not confirm in time, once ``identity_lease_ms +
+identity_lease_margin_ms`` have passed since W members held it. A member
 that accepts the key after that holds a lease whose read quorum started
 after the revocation was on W members; R + W > N, so that read met a holder
 and brought the revocation along. A member that was down, paused or cut off
@@ -146,11 +148,18 @@ class ReplicatedDirectory:
             self._gen += 1
             self._cache.clear()
 
-    async def outwait_leases(self) -> None:
-        """What a revocation waits after its quorum write, so that no member
-        still trusts a copy read before the revocation was on W members."""
+    async def outwait_leases(self, since: float) -> None:
+        """What a revocation waits when a member did not confirm that it
+        applied it: until ``identity_lease_ms + identity_lease_margin_ms``
+        after ``since`` (monotonic; when W members held the revocation), so
+        that no member still trusts a copy read before then."""
         if self.has_peers:
-            await asyncio.sleep(self.lease_s + self.margin_s)
+            remaining = since + self.lease_s + self.margin_s - self._mono()
+            if remaining > 0:
+                await asyncio.sleep(remaining)
+
+    def monotonic(self) -> float:
+        return self._mono()
 
     def lease_remaining_s(self) -> float:
         if not self.has_peers:
