@@ -4,9 +4,9 @@ The admin endpoints need a root principal (:func:`common.policy.check` with
 ``admin.users`` / ``admin.keys`` / ``admin.grants``). The caller is resolved
 by :func:`caller`: a directory key (``Authorization: Bearer aim_...`` or
 ``X-API-Key: aim_...``) through the node's :class:`ReplicatedDirectory`
-(unknown, revoked or removed: 401); otherwise
-:func:`daemon.auth.principal_of` (a static ``[auth].api_keys`` key, or
-anonymous). An anonymous caller is accepted for administration only from
+(unknown, revoked or removed: 401); a static ``[auth].api_keys`` key (as
+Bearer, or through :func:`daemon.auth.principal_of` as ``X-API-Key``) is
+root, as that function says; no key is anonymous. An anonymous caller is accepted for administration only from
 loopback, whatever mode the node runs in.
 
 ``GET /api/v1/whoami`` answers the caller's principal (user, root, bound
@@ -22,7 +22,7 @@ from aiohttp import web
 from pydantic import TypeAdapter, ValidationError
 
 from common.errors import BadRequest, Forbidden, Unauthorized
-from common.policy import ANONYMOUS, Principal, check
+from common.policy import ANONYMOUS, KEYS, Principal, check
 from daemon.appkeys import NODE
 from daemon.auth import principal_of
 from daemon.http_errors import query_model, read_json
@@ -56,7 +56,11 @@ async def caller(request: web.Request) -> Principal:
             raise Unauthorized("unknown, revoked or removed API key")
         return found
     if secret is not None and request.headers.get("X-API-Key") is None:
-        raise Unauthorized("unknown API key")  # a Bearer value that is no directory key
+        # a Bearer value that is no directory key: a static [auth].api_keys key, or nothing
+        agent = node.settings.auth.api_keys.get(secret)
+        if agent is None:
+            raise Unauthorized("unknown API key")
+        return Principal(mode=KEYS, root=True, agent=agent, agent_bound=True)
     return principal_of(request, node.settings.auth)
 
 

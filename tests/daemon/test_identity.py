@@ -210,3 +210,28 @@ async def test_root_key_given_at_start(tmp_path: Path, aiohttp_client: Any) -> N
             await client.close()
         finally:
             await n.stop()
+
+
+async def test_a_static_key_is_root_as_bearer_or_x_api_key(tmp_path: Path,
+                                                           aiohttp_client: Any) -> None:
+    from dataclasses import replace
+
+    from daemon.app import build_app
+    from daemon.settings import AuthSettings
+    from daemon.wiring import build_node
+    from tests.daemon.conftest import make_settings
+
+    settings = replace(make_settings(tmp_path / "node.db"),
+                       auth=AuthSettings(api_keys={"static-k": "ops-bot"}))
+    n = await build_node(settings)
+    await n.start()
+    try:
+        client = await aiohttp_client(build_app(n))
+        for headers in ({"Authorization": "Bearer static-k"}, {"X-API-Key": "static-k"}):
+            who = await _json(await client.get("/api/v1/whoami", headers=headers), 200)
+            assert who["root"] is True and who["agent"] == "ops-bot", headers
+            await _json(await client.get("/api/v1/admin/users", headers=headers), 200)
+        await _json(await client.get("/api/v1/whoami", headers=bearer("nope")), 401)
+        await client.close()
+    finally:
+        await n.stop()
