@@ -132,6 +132,7 @@ class ApiClient:
         *,
         agent_id: str | None = None,
         api_key: str | None = None,
+        key: str | None = None,
         transport: Transport | None = None,
         timeout: float = limits.cli_http_timeout_secs,
         sleep: Callable[[float], None] = time.sleep,
@@ -139,6 +140,7 @@ class ApiClient:
         self.base_url = base_url.rstrip("/")
         self.agent_id = agent_id
         self.api_key = api_key
+        self.key = key  # sent as Authorization: Bearer
         self.transport = transport or UrllibTransport()
         self.timeout = timeout
         self.sleep = sleep
@@ -163,6 +165,8 @@ class ApiClient:
             sent_headers["X-Agent-Id"] = self.agent_id
         if self.api_key:
             sent_headers["X-API-Key"] = self.api_key
+        if self.key:
+            sent_headers["Authorization"] = f"Bearer {self.key}"
         body: bytes | None = None
         if json_body is not None:
             body = json.dumps(json_body).encode("utf-8")
@@ -202,6 +206,9 @@ class ApiClient:
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
+
+    def delete_with(self, path: str, **params: Any) -> Any:
+        return self.request("DELETE", path, params=params)
 
 
 def _param(value: Any) -> str:

@@ -3,7 +3,8 @@
 Global options say where the daemon is and who is asking: ``--url``
 (``AI_MEMORY_URL``, default http://127.0.0.1:9077), ``--agent-id``
 (``AI_MEMORY_AGENT_ID``, sent as ``X-Agent-Id``) and ``--api-key``
-(``AI_MEMORY_API_KEY``, sent as ``X-API-Key``).
+(``AI_MEMORY_API_KEY``, sent as ``X-API-Key``) and ``--key``
+(``AI_MEMORY_KEY``, a directory key sent as ``Authorization: Bearer``).
 
 Any :class:`common.errors.AiMemoryError` raised by a command is printed on
 stderr and ends the process with its ``exit_code``: 2 client error, 3 not
@@ -25,6 +26,7 @@ from cli.backup import backup, restore
 from cli.client import DEFAULT_URL
 from cli.cluster import cluster
 from cli.health import health
+from cli.identity import grant, key, revoke, user
 from cli.inbox import inbox
 from cli.memories import memories
 from cli.message import message
@@ -90,14 +92,22 @@ class RootGroup(click.Group):
     show_envvar=True,
     help="Sent as X-API-Key when the daemon requires keys.",
 )
+@click.option(
+    "--key",
+    envvar="AI_MEMORY_KEY",
+    show_envvar=True,
+    help="An API key (aim_...), sent as Authorization: Bearer.",
+)
 @click.pass_context
-def cli(ctx: click.Context, url: str, agent_id: str | None, api_key: str | None) -> None:
+def cli(ctx: click.Context, url: str, agent_id: str | None, api_key: str | None,
+        key: str | None) -> None:
     """ai-memory: notify agents, exchange claim-once project mail, run a cluster."""
-    ctx.obj = CliState(url=url, agent_id=agent_id or None, api_key=api_key or None)
+    ctx.obj = CliState(url=url, agent_id=agent_id or None, api_key=api_key or None,
+                       key=key or None)
 
 
 for _command in (notify, inbox, agents, session, message, memories, health, cluster, backup,
-                 restore):
+                 restore, user, key, grant, revoke):
     cli.add_command(_command)
 
 

@@ -14,6 +14,7 @@
     └── ServerError                    ours or the cluster's; a retry may help
         ├── Unavailable          503   overloaded, shutting down
         ├── QuorumNotMet         503   fewer than W members acknowledged
+        ├── DirectoryUnconfirmed 503   keys not yet confirmed by a read quorum
         └── NoMajority           503   this side of a partition cannot claim
 
 Each boundary translates once: HTTP (``daemon/http_errors.py``) uses
@@ -124,6 +125,14 @@ class QuorumNotMet(Unavailable):
 
     def to_body(self) -> dict[str, Any]:
         return {"error": "quorum_not_met", "code": self.code, **self.details}
+
+
+class DirectoryUnconfirmed(Unavailable):
+    """This node could not confirm its copy of the users and keys with a
+    read quorum (just started, or cut off), so it refuses to accept keys for
+    now; another member, or a retry, can serve the request."""
+
+    code = "identity_unconfirmed"
 
 
 class NoMajority(Unavailable):

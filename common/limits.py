@@ -170,6 +170,15 @@ cluster_status_timeout_secs = 3.0  # `cluster status`: per-member status request
 mcp_http_timeout_secs = 30.0  # one forwarded HTTP request to the node, connect + response
 mcp_retry_wait_max_secs = 5.0  # longest Retry-After honoured before the one retry of a pop / create
 
+# --- users, API keys and project grants (daemon/identity/) -----------------
+user_name_max_chars = 64  # a user name: [A-Za-z0-9_.@-]
+key_label_max_chars = 200  # an API key's free-text label
+password_min_chars = 8  # a web inbox password
+password_max_chars = 1024  # longer passwords are refused before they are hashed
+api_key_max_chars = 128  # a presented key longer than this is unknown without a lookup
+identity_lease_ms = 1500  # a node trusts its copy of the directory this long after a quorum read
+identity_lease_margin_ms = 250  # a revocation waits the lease plus this before it is acknowledged
+identity_list_max = 10_000  # users, keys or grants one admin list returns
 
 # --- web inbox (/web) --------------------------------------------------------
 web_page_size = 50  # messages per page of a Received / Sent history
@@ -203,3 +212,5 @@ assert peer_down_after_secs * 1000 > read_hedge_ms
 # the sender's and the decider's by that skew again.
 assert mailbox_request_ttl_secs > auth_clock_skew_max_secs
 assert pop_empty_keep_secs > mailbox_request_ttl_secs + 2 * auth_clock_skew_max_secs
+# A revocation outwaits every member's lease, and the lease outlasts a read quorum.
+assert identity_lease_margin_ms > 0 and identity_lease_ms >= read_hedge_ms

@@ -56,6 +56,18 @@ nsub.put        agent_id, namespace, active, at_ms. An agent's subscription
                 to a namespace (upstream's namespace shape of
                 /subscriptions), last-writer-wins per (agent_id, namespace);
                 an unsubscribe is a put with active = false.
+user.put        name, root, password_hash, removed, created_at_ms. A user
+                (issue 7): root and password hash last-writer-wins;
+                removed never flips back (a removed name stays removed);
+                created_at = min.
+apikey.put      id, user, agent, label, hash, created_at_ms, revoked. An API
+                key (only the sha256 of its secret): the identity fields are
+                insert-once (the lowest-ranked op wins); revoked never flips
+                back. A revocation is an apikey.put with revoked = true.
+pgrant.put      user, workspace, project, access, granted, at_ms. A project
+                grant (project None: the whole workspace; access read or
+                write), last-writer-wins per (user, workspace, project); a
+                revoke is a put with granted = false.
 ==============  ===========================================================
 
 A message's state: pending until any terminal op (claim or cancel) is
@@ -67,7 +79,8 @@ acknowledged terminal op is never outranked (docs/federation.md).
 
 ``key`` groups ops for targeted pulls: ``mem:<id>`` (links by their source,
 grants by their memory), ``inbox:<agent>``, ``agent:<id>``,
-``proj:<ws>/<project>``, ``mbox:<ws>/<project>``. A pull for
+``proj:<ws>/<project>``, ``mbox:<ws>/<project>``, and :data:`IDENT_KEY` for
+every user, key and grant (one pull fetches the whole directory). A pull for
 :data:`ALL_KEYS` asks for every op the caller lacks (a read that spans
 records, such as a search).
 
@@ -108,11 +121,14 @@ OP_GAP: Final = "op.gap"  # fills an op id lost with a member's disk; changes no
 LINK_PUT: Final = "link.put"
 GRANT_PUT: Final = "grant.put"
 NSUB_PUT: Final = "nsub.put"
+USER_PUT: Final = "user.put"
+APIKEY_PUT: Final = "apikey.put"
+PGRANT_PUT: Final = "pgrant.put"
 
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
      MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY, LINK_PUT, GRANT_PUT,
-     NSUB_PUT, OP_GAP}
+     NSUB_PUT, USER_PUT, APIKEY_PUT, PGRANT_PUT, OP_GAP}
 )
 _KIND_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 _registered: set[str] = set(KINDS)
@@ -141,6 +157,8 @@ MAILBOX_KINDS: Final = frozenset(
 TERMINAL_KINDS: Final = lifecycle.TERMINAL_KINDS
 HOLD_KINDS: Final = lifecycle.HOLD_KINDS
 ALL_KEYS: Final = "*"
+IDENT_KEY: Final = "ident:dir"
+IDENTITY_KINDS: Final = frozenset({USER_PUT, APIKEY_PUT, PGRANT_PUT})
 
 
 def mem_key(memory_id: str) -> str:

@@ -39,6 +39,7 @@ from daemon.anti_entropy import Pusher
 from daemon.backpressure import Backpressure
 from daemon.clock import Clock
 from daemon.effect_runner import EffectRunner
+from daemon.identity.directory import ReplicatedDirectory
 from daemon.mailbox_router import MailboxRouter
 from daemon.metrics import Metrics
 from daemon.peer_auth import Verifier
@@ -63,7 +64,7 @@ class Node:
                  backpressure: Backpressure,
                  reads: ReadQuorum, router: MailboxRouter, admission: Admission,
                  webhooks: Webhooks, verifier: Verifier, seen_throttle: SeenThrottle,
-                 directory: Directory) -> None:
+                 directory: Directory, identity: ReplicatedDirectory) -> None:
         self.settings = settings
         self.node_id = settings.cluster.node_id
         self.clock = clock
@@ -84,6 +85,7 @@ class Node:
         self.peer_protocols: dict[str, int] = {}  # the protocol each peer last spoke to us
         self.seen_throttle = seen_throttle
         self.directory = directory  # where keys resolve to principals (daemon/auth.py)
+        self.identity = identity  # the replicated users, keys and grants (daemon/identity/)
         self.started_at_ms = clock.now_ms()
 
     # -- lifecycle ------------------------------------------------------

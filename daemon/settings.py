@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from common import limits
 from common.errors import BadRequest
 from daemon.admission import AdmissionHook, parse_hooks
+from daemon.identity.secrets import check_root_secret
 from daemon.webhooks.config import WebhookSettings
 
 
@@ -104,6 +105,9 @@ class AuthSettings:
     require_api_key: bool = False
     static_keys: tuple[StaticKey, ...] = ()
     root_username: str | None = None  # what from_owner_user says for a root key
+    # A root key created at start if absent (AI_MEMORY_ROOT_KEY, or the file
+    # [auth].bootstrap_root_key_file names); see daemon/identity/bootstrap.py.
+    bootstrap_root_key: str | None = field(default=None, repr=False)
     # Serve anonymous mode on a non-loopback address anyway (--insecure-anonymous).
     insecure_anonymous: bool = False
 
@@ -268,7 +272,8 @@ def load_settings(
     peers = tuple(p for p in peers if p.node_id != node_id)
     cluster = _cluster_settings(pick, c_cluster, node_id, peers)
     ttl = _tier_ttl(c_notify)
-    auth = _auth_settings(pick, c_auth)
+    auth = replace(_auth_settings(pick, c_auth),
+                   bootstrap_root_key=_bootstrap_root_key(c_auth, env))
     webhooks = _webhook_settings(conf, env)
     return Settings(
         server=ServerSettings(host=host, port=port),
@@ -346,6 +351,17 @@ def check_exposure(settings: Settings) -> None:
         "address may claim to be any agent and read or pop any project's mail. Use --auth keys "
         "(with [auth] keys), bind to 127.0.0.1, or pass --insecure-anonymous if this network "
         "is trusted (docs/security.md)")
+
+
+def _bootstrap_root_key(c_auth: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    secret = _env(env, "ROOT_KEY")
+    path = c_auth.get("bootstrap_root_key_file")
+    if secret is None and path:
+        try:
+            secret = Path(str(path)).read_text("utf-8")
+        except OSError as exc:
+            raise BadRequest(f"cannot read [auth].bootstrap_root_key_file {path!r}: {exc}") from None
+    return None if secret is None else check_root_secret(secret)
 
 
 def _log_format(value: str) -> str:

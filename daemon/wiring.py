@@ -4,10 +4,11 @@ Everything a node is made of is constructed here, in dependency order, and
 nowhere else: the clock and metrics; the store (opened, so the core can be
 loaded from it); the pure core; the peer client and one link per peer; the
 background task owner; the effect runner, the anti-entropy pusher, the read
-quorum and the mailbox router; admission hooks; webhooks (registered as an
-applied-ops listener before anything can apply an op); the peer request
-verifier, the last-seen throttle and the key directory (:func:`directory_for`).
-Route modules receive the finished
+quorum and the mailbox router; admission hooks; webhooks and the identity
+directory (registered as applied-ops listeners before anything can apply an
+op); the peer request verifier, the last-seen throttle and the key directory
+(the static keys of ``[auth]`` chained before the replicated ones). Route
+modules receive the finished
 node and build nothing themselves.
 """
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import limits
+from common.ops import IDENT_KEY
 from common.policy import Directory
 from daemon.admission import Admission
 from daemon.anti_entropy import Pusher
@@ -30,6 +32,8 @@ from daemon.backpressure import Backpressure
 from daemon.clock import Clock
 from daemon.directory import ChainDirectory, static_directory
 from daemon.effect_runner import EffectRunner
+from daemon.identity.bootstrap import ensure_root_key
+from daemon.identity.directory import ReplicatedDirectory
 from daemon.mailbox_router import MailboxRouter
 from daemon.metrics import Metrics
 from daemon.node import Node
@@ -111,6 +115,9 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
         await seed_from_peers(settings)
     store = await Store.open(settings.store.db_path, c.node_id)
     try:
+        if settings.auth.bootstrap_root_key:
+            await ensure_root_key(store, c.node_id, settings.auth.bootstrap_root_key,
+                                  settings.auth.root_username or "admin")
         core = await _load_core(settings, store)
     except BaseException:
         await store.close()
@@ -137,6 +144,11 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
     reads = ReadQuorum(c, runner=runner, peers=peers, metrics=metrics, now_ms=node_clock.now_ms)
     webhooks = Webhooks(_WebhookHost(settings, c.node_id, metrics, node_clock.now_ms))
     runner.applied_listeners.append(webhooks.on_applied)
+    identity = ReplicatedDirectory(lambda: store.reads, lambda: reads.barrier(IDENT_KEY),
+                                    has_peers=bool(c.peers),
+                                    root_username=settings.auth.root_username or "",
+                                    now_ms=node_clock.now_ms, count=metrics.inc)
+    runner.applied_listeners.append(identity.on_applied)
     backpressure = Backpressure(store, background, metrics)
     router = MailboxRouter(c.node_id, runner=runner, store=store, peers=peers, metrics=metrics,
                            now_ms=node_clock.now_ms, admit=backpressure.check)
@@ -145,4 +157,6 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
                 pusher=pusher, backpressure=backpressure, reads=reads, router=router,
                 admission=_admission(settings, metrics, node_clock), webhooks=webhooks,
                 verifier=Verifier(c.secret, settings.cluster.node_id), seen_throttle=SeenThrottle(),
-                directory=directory if directory is not None else directory_for(settings))
+                directory=directory if directory is not None
+                else ChainDirectory(static_directory(settings.auth), identity),
+                identity=identity)

@@ -25,6 +25,7 @@ from store import deferred
 from store.records import (
     MEMORY_FIELDS,
     MESSAGE_FIELDS,
+    apikey_row,
     empty_row,
     grant_row,
     hold_row,
@@ -34,9 +35,11 @@ from store.records import (
     message_row,
     note_row,
     nsub_row,
+    pgrant_row,
     physical_ms,
     revision_row,
     terminal_row,
+    user_row,
 )
 
 
@@ -176,6 +179,49 @@ _NSUB_UPSERT = (
 )
 
 
+_STAMP_GT = "(excluded.hlc, excluded.origin, excluded.seq) > ({t}.hlc, {t}.origin, {t}.seq)"
+_STAMP_LT = "(excluded.hlc, excluded.origin, excluded.seq) < ({t}.hlc, {t}.origin, {t}.seq)"
+
+# Users: root and password hash last-writer-wins; removed is sticky (max);
+# created_at is the minimum.
+_USER_COLS = ("name", "root", "password_hash", "removed", "created_at_ms", "hlc", "origin", "seq")
+_USER_NEWER = _STAMP_GT.format(t="users")
+_USER_UPSERT = (
+    f"INSERT INTO users ({', '.join(_USER_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in _USER_COLS)}) "
+    "ON CONFLICT (name) DO UPDATE SET "
+    + ", ".join(f"{c} = CASE WHEN {_USER_NEWER} THEN excluded.{c} ELSE users.{c} END"
+                for c in ("root", "password_hash", "hlc", "origin", "seq"))
+    + ", removed = max(users.removed, excluded.removed)"
+    ", created_at_ms = min(users.created_at_ms, excluded.created_at_ms)"
+)
+
+# API keys: identity fields from the lowest-ranked op (insert-once); revoked
+# is sticky.
+_KEY_COLS = ("id", "user", "agent", "label", "hash", "created_at_ms", "revoked", "hlc", "origin",
+             "seq")
+_KEY_OLDER = _STAMP_LT.format(t="api_keys")
+_KEY_UPSERT = (
+    f"INSERT INTO api_keys ({', '.join(_KEY_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in _KEY_COLS)}) "
+    "ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = CASE WHEN {_KEY_OLDER} THEN excluded.{c} ELSE api_keys.{c} END"
+                for c in ("user", "agent", "label", "hash", "created_at_ms", "hlc", "origin",
+                          "seq"))
+    + ", revoked = max(api_keys.revoked, excluded.revoked)"
+)
+
+_PGRANT_COLS = ("user", "workspace", "project", "access", "granted", "at_ms", "hlc", "origin",
+                "seq")
+_PGRANT_UPSERT = (
+    f"INSERT INTO project_grants ({', '.join(_PGRANT_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in _PGRANT_COLS)}) "
+    "ON CONFLICT (user, workspace, project) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _PGRANT_COLS[3:])
+    + " WHERE " + _STAMP_GT.format(t="project_grants")
+)
+
+
 def _stamp(op: Op) -> dict[str, Any]:
     return {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
 
@@ -289,6 +335,23 @@ def _nsub_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     c.execute(_NSUB_UPSERT, {**row, **_stamp(op), "active": int(row["active"])})
 
 
+def _user_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    row = user_row(op)
+    c.execute(_USER_UPSERT, {**row, **_stamp(op), "root": int(row["root"]),
+                             "removed": int(row["removed"])})
+
+
+def _apikey_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    row = apikey_row(op)
+    c.execute(_KEY_UPSERT, {**row, **_stamp(op), "revoked": int(row["revoked"])})
+
+
+def _pgrant_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    row = pgrant_row(op)
+    c.execute(_PGRANT_UPSERT, {**row, **_stamp(op), "project": row["project"] or "",
+                               "granted": int(row["granted"])})
+
+
 _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MEM_PUT: _mem_put,
     K.MEM_DEL: _mem_del,
@@ -306,6 +369,9 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.LINK_PUT: _link_put,
     K.GRANT_PUT: _grant_put,
     K.NSUB_PUT: _nsub_put,
+    K.USER_PUT: _user_put,
+    K.APIKEY_PUT: _apikey_put,
+    K.PGRANT_PUT: _pgrant_put,
     K.OP_GAP: lambda c, op, now_ms: None,  # a lost op id, filled: nothing to apply
 }
 

@@ -37,7 +37,7 @@ from store.schema import connect, migrate
 from store.seen import SeenSet
 from store.writer import Writer
 
-_PULLED_PREFIXES = ("inbox:", "mbox:", "proj:")
+_PULLED_PREFIXES = ("inbox:", "mbox:", "proj:", "ident:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,13 @@ def _open_writer(path: str) -> tuple[sqlite3.Connection, SeenSet, int, bool]:
     conn = connect(path)
     try:
         created = 1 in migrate(conn)
+        offline = conn.execute(
+            "SELECT 1 FROM store_meta WHERE name = 'created_offline'").fetchone()
+        if offline is not None:
+            # Made by a command before any node served it (user add --db):
+            # this is the node's first open of a database created empty.
+            conn.execute("DELETE FROM store_meta WHERE name = 'created_offline'")
+            created = True
         if created:
             # A database created now: this member may have had another one
             # before (a wiped disk), so it recovers before it votes in claims.
@@ -256,6 +263,14 @@ class Store:
         row = await self._reads.fetchone(
             "SELECT value FROM store_meta WHERE name = 'recovering'")
         return row is not None and row[0] == "1"
+
+    async def mark_created_offline(self) -> None:
+        """This database was created by a command, not a node: the first node
+        to open it treats it as created by that open (see :mod:`store.schema`)."""
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO store_meta (name, value)"
+                         " VALUES ('created_offline', '1')")
+        await self._writer.call(run)
 
     async def set_recovering(self, recovering: bool) -> None:
         def run(conn: sqlite3.Connection) -> None:
@@ -619,4 +634,18 @@ class Store:
                 "active": bool(r["active"]), "at_ms": r["at_ms"]}
                 for r in await fetch(
                     "SELECT * FROM namespace_subscriptions ORDER BY agent_id, namespace")},
+            "users": {r["name"]: {
+                "name": r["name"], "root": bool(r["root"]), "password_hash": r["password_hash"],
+                "removed": bool(r["removed"]), "created_at_ms": r["created_at_ms"]}
+                for r in await fetch("SELECT * FROM users ORDER BY name")},
+            "apikeys": {r["id"]: {
+                "id": r["id"], "user": r["user"], "agent": r["agent"], "label": r["label"],
+                "hash": r["hash"], "created_at_ms": r["created_at_ms"],
+                "revoked": bool(r["revoked"])}
+                for r in await fetch("SELECT * FROM api_keys ORDER BY id")},
+            "pgrants": {f"{r['user']}|{r['workspace']}|{r['project']}": {
+                "user": r["user"], "workspace": r["workspace"], "project": r["project"] or None,
+                "access": r["access"], "granted": bool(r["granted"]), "at_ms": r["at_ms"]}
+                for r in await fetch(
+                    "SELECT * FROM project_grants ORDER BY user, workspace, project")},
         }

@@ -30,6 +30,10 @@ How each rule is kept order-free (ranks are defined in :mod:`store.records`):
   ``created_at`` is the minimum seen; ``grant.put`` is last-writer-wins per
   (memory, agent), a revoke being a put with ``granted`` false; ``nsub.put``
   likewise per (agent, namespace);
+* users keep root and password hash last-writer-wins and ``removed`` as a
+  sticky flag; API keys keep their identity fields from the lowest-ranked
+  op and ``revoked`` as a sticky flag; project grants are last-writer-wins
+  per (user, workspace, project);
 * agents merge type/capabilities last-writer-wins, ``registered_at`` by min
   and ``last_seen_at`` by max; sessions keep their first identity fields,
   min start and max activity; a project exists once any session named it.
@@ -54,6 +58,7 @@ from store.records import (
     EMPTY_FIELDS,
     Rank,
     TerminalRank,
+    apikey_row,
     edit_ops,
     empty_row,
     grant_row,
@@ -66,10 +71,12 @@ from store.records import (
     message_view,
     note_row,
     nsub_row,
+    pgrant_row,
     physical_ms,
     revision_row,
     terminal_rank,
     terminal_row,
+    user_row,
 )
 from store.seen import SeenSet
 
@@ -133,6 +140,10 @@ class Replica:
         self._links: dict[tuple[str, str, str], int] = {}
         self._grants: dict[tuple[str, str], _Ranked] = {}
         self._nsubs: dict[tuple[str, str], _Ranked] = {}
+        # identity (issue 7): name -> user; key id -> key; (user, ws, project or "")
+        self._users: dict[str, _Ranked] = {}
+        self._apikeys: dict[str, _Ranked] = {}
+        self._pgrants: dict[tuple[str, str, str], _Ranked] = {}
 
     # -- applying ops --------------------------------------------------------
 
@@ -212,8 +223,42 @@ class Replica:
             cur_sub = self._nsubs.get(skey)
             if cur_sub is None or lww_rank(op) > cur_sub.rank:
                 self._nsubs[skey] = _Ranked(lww_rank(op), nsub)
+        elif kind == K.USER_PUT:
+            self._user_put(op)
+        elif kind == K.APIKEY_PUT:
+            self._apikey_put(op)
+        elif kind == K.PGRANT_PUT:
+            pg = pgrant_row(op)
+            pkey = (pg["user"], pg["workspace"], pg["project"] or "")
+            cur_pg = self._pgrants.get(pkey)
+            if cur_pg is None or lww_rank(op) > cur_pg.rank:
+                self._pgrants[pkey] = _Ranked(lww_rank(op), pg)
         else:
             raise ValueError(f"unknown op kind {kind!r}")
+
+    def _user_put(self, op: Op) -> None:
+        row = user_row(op)
+        cur = self._users.get(row["name"])
+        if cur is None:
+            self._users[row["name"]] = _Ranked(lww_rank(op), row)
+            return
+        removed = cur.row["removed"] or row["removed"]
+        created = min(cur.row["created_at_ms"], row["created_at_ms"])
+        if lww_rank(op) > cur.rank:
+            cur.rank = lww_rank(op)
+            cur.row.update(root=row["root"], password_hash=row["password_hash"])
+        cur.row.update(removed=removed, created_at_ms=created)
+
+    def _apikey_put(self, op: Op) -> None:
+        row = apikey_row(op)
+        cur = self._apikeys.get(row["id"])
+        if cur is None:
+            self._apikeys[row["id"]] = _Ranked(lww_rank(op), row)
+            return
+        revoked = cur.row["revoked"] or row["revoked"]
+        if lww_rank(op) < cur.rank:
+            self._apikeys[row["id"]] = cur = _Ranked(lww_rank(op), row)
+        cur.row["revoked"] = revoked
 
     def _mem_put(self, op: Op) -> None:
         row = memory_row(op)
@@ -617,6 +662,9 @@ class Replica:
             "links": sorted((*k, v) for k, v in self._links.items()),
             "grants": {f"{k[0]}/{k[1]}": v.row for k, v in sorted(self._grants.items())},
             "nsubs": {f"{k[0]}|{k[1]}": v.row for k, v in sorted(self._nsubs.items())},
+            "users": {k: dict(v.row) for k, v in sorted(self._users.items())},
+            "apikeys": {k: dict(v.row) for k, v in sorted(self._apikeys.items())},
+            "pgrants": {"|".join(k): dict(v.row) for k, v in sorted(self._pgrants.items())},
         }
 
 

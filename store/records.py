@@ -148,6 +148,49 @@ def nsub_row(op: Op) -> dict[str, Any]:
     }
 
 
+def user_row(op: Op) -> dict[str, Any]:
+    """The user a ``user.put`` op describes."""
+    b = op.body
+    pw = b.get("password_hash")
+    return {
+        "name": str(b["name"]),
+        "root": bool(b.get("root", False)),
+        "password_hash": None if pw is None else str(pw),
+        "removed": bool(b.get("removed", False)),
+        "created_at_ms": int(b.get("created_at_ms", physical_ms(op.hlc))),
+    }
+
+
+def apikey_row(op: Op) -> dict[str, Any]:
+    """The API key an ``apikey.put`` op describes (the hash, never a secret)."""
+    b = op.body
+    agent, label = b.get("agent"), b.get("label")
+    return {
+        "id": str(b["id"]),
+        "user": str(b["user"]),
+        "agent": None if agent is None else str(agent),
+        "label": None if label is None else str(label),
+        "hash": str(b["hash"]),
+        "created_at_ms": int(b.get("created_at_ms", physical_ms(op.hlc))),
+        "revoked": bool(b.get("revoked", False)),
+    }
+
+
+def pgrant_row(op: Op) -> dict[str, Any]:
+    """The project grant (or revoke, ``granted`` False) a ``pgrant.put`` op
+    describes; ``project`` None is the whole workspace."""
+    b = op.body
+    project = b.get("project")
+    return {
+        "user": str(b["user"]),
+        "workspace": str(b["workspace"]),
+        "project": None if project in (None, "") else str(project),
+        "access": "write" if b.get("access") == "write" else "read",
+        "granted": bool(b.get("granted", True)),
+        "at_ms": int(b.get("at_ms", physical_ms(op.hlc))),
+    }
+
+
 def message_row(op: Op) -> dict[str, Any]:
     """The body fields of a ``msg.send`` op (absent optional fields are None)."""
     b = op.body

@@ -64,6 +64,22 @@ def connect(path: str) -> sqlite3.Connection:
     return conn
 
 
+def in_use(path: str) -> bool:
+    """Does another connection (a running node) hold the database at ``path``
+    open? Every open WAL connection keeps a shared lock on the file, so an
+    exclusive lock taken without waiting fails while one exists."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+        conn.execute("BEGIN EXCLUSIVE")
+        conn.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        conn.close()
+
+
 def migrate(conn: sqlite3.Connection) -> list[int]:
     """Apply pending migrations; return the versions applied now."""
     conn.execute(

@@ -9,6 +9,7 @@ from typing import Any
 from daemon.api import (
     agents,
     backup,
+    identity,
     mail,
     memories,
     notify,
@@ -22,5 +23,5 @@ from daemon.api import (
 )
 
 ROUTE_MODULES: list[Any] = [routing, system, memories, notify, agents, mail, subscriptions, peer,
-                            sync, search, backup, webui]
+                            sync, search, backup, webui, identity]
 MIDDLEWARES: list[Any] = [m for mod in ROUTE_MODULES for m in getattr(mod, "MIDDLEWARES", [])]

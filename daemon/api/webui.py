@@ -107,11 +107,7 @@ async def resolve_key(node: Node, key: str) -> tuple[Principal, str]:
 
 
 async def verify_password(node: Node, user: str, password: str) -> Principal:
-    verify = getattr(node.directory, "verify_password", None)
-    if verify is None:
-        raise BadRequest("this node has no user directory to check passwords against; "
-                         "log in with an API key", code="no_directory")
-    found = await verify(user, password)
+    found = await node.identity.verify_password(user, password)
     if not isinstance(found, Principal):
         raise Unauthorized("wrong user name or password")
     return found

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from common import limits
-from common.ops import ALL_KEYS, Op
+from common.ops import ALL_KEYS, IDENT_KEY, Op
 
 if TYPE_CHECKING:
     from daemon.node import Node
@@ -30,6 +30,12 @@ async def receive(node: Node, peer: str, msgs: list[Any]) -> list[Any]:
 
 
 async def pull(node: Node, key: str, vv: dict[str, int]) -> list[Op]:
+    if key == IDENT_KEY:
+        # Answer for the directory only once every persist handed over has
+        # run its applied-op listeners: an identity op this answer shows is
+        # one this node's directory already acts on (daemon/identity/admin.py
+        # acknowledges a revocation on such answers).
+        await node.runner.settle()
     if key == ALL_KEYS:
         return await node.store.ops_missing(vv, limits.all_keys_pull_max)
     return await node.store.ops_for_key(key, vv)

@@ -208,7 +208,7 @@ ROOT = Principal(mode=KEYS, user="root", root=True)
 async def keyed(tmp_path: Any, aiohttp_client: Any) -> Any:
     base = make_settings(tmp_path / "node.db")
     node = await build_node(replace(base, auth=replace(base.auth, mode=KEYS)))
-    node.directory = FakeDirectory()
+    node.directory = node.identity = FakeDirectory()  # type: ignore[assignment]
     await node.start()
     try:
         client = await aiohttp_client(build_app(node))

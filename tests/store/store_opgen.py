@@ -179,10 +179,42 @@ def _nsub_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
     return K.NSUB_PUT, K.agent_key(agent), body
 
 
+USERS = ("root", "u1")
+KEY_IDS = ("k0", "k1")
+
+
+@st.composite
+def _user_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    body = {"name": draw(st.sampled_from(USERS)), "root": draw(st.booleans()),
+            "password_hash": draw(st.sampled_from((None, "scrypt$a", "scrypt$b"))),
+            "removed": draw(st.booleans()), "created_at_ms": draw(st.integers(0, 20))}
+    return K.USER_PUT, K.IDENT_KEY, body
+
+
+@st.composite
+def _apikey_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    body = {"id": draw(st.sampled_from(KEY_IDS)), "user": draw(st.sampled_from(USERS)),
+            "agent": draw(st.sampled_from((None, *AGENTS))),
+            "label": draw(st.sampled_from((None, "ci"))),
+            "hash": draw(st.sampled_from(("h0", "h1"))), "created_at_ms": draw(st.integers(0, 20)),
+            "revoked": draw(st.booleans())}
+    return K.APIKEY_PUT, K.IDENT_KEY, body
+
+
+@st.composite
+def _pgrant_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    ws, proj = draw(st.sampled_from(SCOPES))
+    body = {"user": draw(st.sampled_from(USERS)), "workspace": ws,
+            "project": draw(st.sampled_from((None, proj))),
+            "access": draw(st.sampled_from(("read", "write"))), "granted": draw(st.booleans()),
+            "at_ms": draw(st.integers(0, 20))}
+    return K.PGRANT_PUT, K.IDENT_KEY, body
+
+
 op_content = st.one_of(_mem_put(), _mem_del(), _note_new(), _note_read(), _agent_reg(),
                        _agent_seen(), _session_start(), _msg_send(), _msg_terminal(),
                        _msg_empty(), _msg_hold(), _msg_hold(), _link_put(), _grant_put(),
-                       _nsub_put())
+                       _nsub_put(), _user_put(), _apikey_put(), _pgrant_put())
 
 
 @st.composite

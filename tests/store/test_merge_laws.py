@@ -101,6 +101,28 @@ def test_claimed_cancelled_read_deleted_never_revert(data: st.DataObject) -> Non
         prev_terminal, prev_read_views, prev_deleted = terminal, read_views, deleted
 
 
+@LAWS
+@given(st.data())
+def test_removed_users_and_revoked_keys_never_come_back(data: st.DataObject) -> None:
+    ops = data.draw(histories())
+    order = data.draw(st.permutations(ops))
+    r = Replica()
+    removed: set[str] = set()
+    revoked: set[str] = set()
+    for op in order:
+        r.apply([op], APPLY_NOW)
+        snap = r.snapshot()
+        now_removed = {n for n, u in snap["users"].items() if u["removed"]}
+        now_revoked = {k for k, key in snap["apikeys"].items() if key["revoked"]}
+        assert removed <= now_removed and revoked <= now_revoked
+        removed, revoked = now_removed, now_revoked
+    # the final state says removed/revoked exactly when some op did
+    assert removed == {op.body["name"] for op in ops
+                       if op.kind == "user.put" and op.body["removed"]}
+    assert revoked == {op.body["id"] for op in ops
+                       if op.kind == "apikey.put" and op.body["revoked"]}
+
+
 def test_read_mark_before_notification_still_applies() -> None:
     mark = Op("n1", 1, 10, K.NOTE_READ, K.inbox_key("bob"), {"to": "bob", "ids": ["x"]})
     note = Op("n2", 1, 20, K.NOTE_NEW, K.inbox_key("bob"),

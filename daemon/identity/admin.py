@@ -1,0 +1,222 @@
+"""Administering users, API keys and project grants.
+
+Every change is a quorum write of one or more identity ops through the
+node's normal write path (:meth:`daemon.node.Node.write`), so it replicates,
+is repaired by anti-entropy and survives like any other record. Each action
+first reads a quorum of the identity records (the read barrier on
+``ident:dir``), so it decides on what the cluster holds, not on a stale
+local copy: "already exists", "unknown user" and "already revoked" are
+cluster-wide answers.
+
+Actions that take rights away (remove a user, revoke a key, revoke or
+narrow a grant) answer only once they are refused on every member
+(:func:`refused_everywhere`): every peer confirms it holds the ops (a pull
+of ``ident:dir`` below their seqs, which a peer answers only after its
+directory applied what it shows), or else the directory lease of the
+members that did not confirm has run out.
+
+A removed user's name is not reused (removal is a tombstone); a removed
+user's keys are revoked with it. Secrets exist only in the answer to
+``create_key``; lists show ids, labels and hashes' owners, never a secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from common.errors import Conflict, NotFound
+from common.ops import APIKEY_PUT, IDENT_KEY, PGRANT_PUT, USER_PUT, Op
+from common.vocab import CONSISTENCY_DEFAULT, Consistency
+from daemon.identity.secrets import hash_password, hash_secret, new_key_id, new_secret
+from daemon.schemas.timefmt import rfc3339
+from store import identity as I
+
+if TYPE_CHECKING:
+    from daemon.node import Node
+
+Item = tuple[str, str, dict[str, Any]]
+
+
+def user_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {"name": row["name"], "root": row["root"], "removed": row["removed"],
+            "has_password": bool(row["password_hash"]),
+            "created_at": rfc3339(row["created_at_ms"])}
+
+
+def key_json(row: dict[str, Any], last_used_ms: int | None = None) -> dict[str, Any]:
+    return {"id": row["id"], "user": row["user"], "agent": row["agent"], "label": row["label"],
+            "created_at": rfc3339(row["created_at_ms"]), "revoked": row["revoked"],
+            "last_used_at": None if last_used_ms is None else rfc3339(last_used_ms)}
+
+
+def grant_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {"user": row["user"], "workspace": row["workspace"], "project": row["project"],
+            "access": row["access"], "granted_at": rfc3339(row["at_ms"])}
+
+
+def user_body(row: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    body = {k: row[k] for k in ("name", "root", "password_hash", "removed", "created_at_ms")}
+    body.update(changes)
+    return body
+
+
+def key_body(row: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    body = {k: row[k] for k in ("id", "user", "agent", "label", "hash", "created_at_ms",
+                                "revoked")}
+    body.update(changes)
+    return body
+
+
+async def _sync(node: Node, consistency: Consistency = CONSISTENCY_DEFAULT) -> None:
+    await node.read_barrier(IDENT_KEY, consistency)
+
+
+async def _write(node: Node, items: list[Item]) -> list[Op]:
+    return await node.write(items)
+
+
+async def _outwait(node: Node) -> None:
+    await node.identity.outwait_leases(node.identity.monotonic())
+
+
+async def refused_everywhere(node: Node, ops: list[Op]) -> None:
+    """Return once every member acts on ``ops`` (just written by quorum)."""
+    directory = node.identity
+    if not directory.has_peers:
+        return
+    held_since = directory.monotonic()
+    mine = {op.op_id for op in ops}
+    floor = dict(node.core.vv)
+    for origin, seq in mine:
+        floor[origin] = min(floor.get(origin, seq), seq - 1)
+    timeout = node.settings.cluster.quorum_timeout_ms / 1000
+
+    async def holds(peer: str) -> bool:
+        raw = await node.peers.call(peer, "/peer/v1/pull", {"key": IDENT_KEY, "vv": floor},
+                                    timeout_s=timeout)
+        return mine <= {(str(w[0]), int(w[1])) for w in raw or []}
+
+    peers = [p.node_id for p in node.settings.cluster.peers]
+    answers = await asyncio.gather(*(holds(p) for p in peers), return_exceptions=True)
+    if all(a is True for a in answers):
+        return
+    await directory.outwait_leases(held_since)
+
+
+async def _live_user(node: Node, name: str) -> dict[str, Any]:
+    row = await I.user(node.store.reads, name)
+    if row is None or row["removed"]:
+        raise NotFound(f"no user {name!r}", user=name)
+    return row
+
+
+# -- users -------------------------------------------------------------------
+async def add_user(node: Node, name: str, *, root: bool = False,
+                   password: str | None = None) -> dict[str, Any]:
+    await _sync(node)
+    existing = await I.user(node.store.reads, name)
+    if existing is not None:
+        if existing["removed"]:
+            raise Conflict(f"user {name!r} was removed; a removed name is not reused", user=name)
+        raise Conflict(f"user {name!r} already exists", user=name)
+    pw = None if password is None else await asyncio.to_thread(hash_password, password)
+    row = {"name": name, "root": root, "password_hash": pw, "removed": False,
+           "created_at_ms": node.now_ms()}
+    await _write(node, [(USER_PUT, IDENT_KEY, row)])
+    return user_json(row)
+
+
+async def list_users(node: Node, *, include_removed: bool = False,
+                     consistency: Consistency = CONSISTENCY_DEFAULT) -> dict[str, Any]:
+    await _sync(node, consistency)
+    rows = await I.users(node.store.reads, include_removed=include_removed)
+    return {"users": [user_json(r) for r in rows], "count": len(rows)}
+
+
+async def remove_user(node: Node, name: str) -> dict[str, Any]:
+    await _sync(node)
+    row = await _live_user(node, name)
+    keys = [k for k in await I.keys(node.store.reads, user=name) if not k["revoked"]]
+    items: list[Item] = [(USER_PUT, IDENT_KEY, user_body(row, removed=True))]
+    items += [(APIKEY_PUT, IDENT_KEY, key_body(k, revoked=True)) for k in keys]
+    await refused_everywhere(node, await _write(node, items))
+    return {"name": name, "removed": True, "keys_revoked": [k["id"] for k in keys]}
+
+
+async def set_password(node: Node, name: str, password: str) -> dict[str, Any]:
+    await _sync(node)
+    row = await _live_user(node, name)
+    pw = await asyncio.to_thread(hash_password, password)
+    await _write(node, [(USER_PUT, IDENT_KEY, user_body(row, password_hash=pw))])
+    return {"name": name, "password_set": True}
+
+
+# -- keys --------------------------------------------------------------------
+async def create_key(node: Node, user: str, *, agent: str | None = None,
+                     label: str | None = None) -> dict[str, Any]:
+    await _sync(node)
+    await _live_user(node, user)
+    secret = new_secret()
+    row = {"id": new_key_id(), "user": user, "agent": agent, "label": label,
+           "hash": hash_secret(secret), "created_at_ms": node.now_ms(), "revoked": False}
+    await _write(node, [(APIKEY_PUT, IDENT_KEY, row)])
+    return {**key_json(row), "key": secret}
+
+
+async def list_keys(node: Node, *, user: str | None = None,
+                    consistency: Consistency = CONSISTENCY_DEFAULT) -> dict[str, Any]:
+    await _sync(node, consistency)
+    rows = await I.keys(node.store.reads, user=user)
+    used = node.identity.last_used_ms
+    return {"keys": [key_json(r, used.get(r["id"])) for r in rows], "count": len(rows)}
+
+
+async def revoke_key(node: Node, key_id: str) -> dict[str, Any]:
+    await _sync(node)
+    row = await I.key(node.store.reads, key_id)
+    if row is None:
+        raise NotFound(f"no key {key_id!r}", key_id=key_id)
+    if not row["revoked"]:
+        await refused_everywhere(
+            node, await _write(node, [(APIKEY_PUT, IDENT_KEY, key_body(row, revoked=True))]))
+    else:  # revoked by someone else, perhaps not yet acknowledged: outwait it too
+        await _outwait(node)
+    return {"id": key_id, "revoked": True}
+
+
+# -- grants --------------------------------------------------------------------
+async def grant(node: Node, user: str, workspace: str, project: str | None,
+                access: str) -> dict[str, Any]:
+    await _sync(node)
+    await _live_user(node, user)
+    row = {"user": user, "workspace": workspace, "project": project, "access": access,
+           "granted": True, "at_ms": node.now_ms()}
+    await _write(node, [(PGRANT_PUT, IDENT_KEY, row)])
+    return grant_json(row)
+
+
+async def revoke(node: Node, user: str, workspace: str, project: str | None,
+                 access: str) -> dict[str, Any]:
+    """Take ``access`` away: revoking write leaves read; revoking read
+    removes the grant (write implies read)."""
+    await _sync(node)
+    cur = await I.grant(node.store.reads, user, workspace, project)
+    if cur is None or not cur["granted"] or (access == "write" and cur["access"] == "read"):
+        if cur is not None:  # taken away by someone else, perhaps not yet acknowledged
+            await _outwait(node)
+        return {"user": user, "workspace": workspace, "project": project, "access": None,
+                "changed": False}
+    keep = "read" if access == "write" else None
+    body = {"user": user, "workspace": workspace, "project": project,
+            "access": keep or cur["access"], "granted": keep is not None, "at_ms": node.now_ms()}
+    await refused_everywhere(node, await _write(node, [(PGRANT_PUT, IDENT_KEY, body)]))
+    return {"user": user, "workspace": workspace, "project": project, "access": keep,
+            "changed": True}
+
+
+async def list_grants(node: Node, *, user: str | None = None,
+                      consistency: Consistency = CONSISTENCY_DEFAULT) -> dict[str, Any]:
+    await _sync(node, consistency)
+    rows = await I.grants(node.store.reads, user=user)
+    return {"grants": [grant_json(r) for r in rows], "count": len(rows)}
