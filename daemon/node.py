@@ -79,7 +79,7 @@ class Node:
         self.admission = admission
         self.webhooks = webhooks
         self.verifier = verifier
-        self.peer_protocols: dict[str, int] = {}  # the protocol each peer last spoke to us
+        self.peer_protocols = router.peer_protocols  # the protocol each peer last spoke to us
         self.seen_throttle = seen_throttle
         self.started_at_ms = clock.now_ms()
 
