@@ -122,15 +122,19 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
         router.peer_lost(peer)
         await runner.send_failed(peer)
 
-    async def link_replies(peer: str, msgs: list[Any]) -> list[Any]:
-        return await runner.receive(peer, router.take_forwards(peer, msgs))
+    async def link_replies(peer: str, msgs: list[Any]) -> None:
+        # Messages a peer sent back in its HTTP response. What the core
+        # answers to them goes out on the link to that peer (no response
+        # is waiting to carry it).
+        for reply in await runner.receive(peer, router.take_forwards(peer, msgs)):
+            send(peer, reply)
 
     for peer in c.peers:
         links[peer.node_id] = PeerLink(peer.node_id, peers=peers, metrics=metrics,
                                        spawn=background.spawn, on_failed=link_failed,
                                        on_replies=link_replies)
     pusher = Pusher(store=store, peers=peers, metrics=metrics, spawn=background.spawn,
-                    on_failed=runner.send_failed, on_replies=runner.receive)
+                    on_failed=link_failed, on_replies=link_replies)
     reads = ReadQuorum(c, runner=runner, peers=peers, metrics=metrics, now_ms=node_clock.now_ms)
     webhooks = Webhooks(_WebhookHost(settings, c.node_id, metrics, node_clock.now_ms))
     runner.applied_listeners.append(webhooks.on_applied)
