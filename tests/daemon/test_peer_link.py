@@ -30,10 +30,13 @@ def _op(seq: int) -> Op:
 async def test_messages_queued_while_a_request_is_out_leave_in_one_request() -> None:
     bodies: list[list[Any]] = []
     release = asyncio.Event()
+    arrived = asyncio.Event()
+    all_acked = asyncio.Event()
 
     async def msgs(request: web.Request) -> web.Response:
         batch = msgpack.unpackb(await request.read(), raw=False)
         bodies.append(batch)
+        arrived.set()
         if len(bodies) == 1:
             await release.wait()  # the first request is held
         acks = [Ack(tuple(op.op_id for op in decode_msg(m).ops)).to_wire() for m in batch]
@@ -52,6 +55,8 @@ async def test_messages_queued_while_a_request_is_out_leave_in_one_request() -> 
 
     async def on_replies(peer: str, got: list[Any]) -> None:
         replies.extend(got)
+        if len(replies) >= 4:  # the first request's ack and the second's three
+            all_acked.set()
 
     async def on_failed(peer: str) -> None:
         failed.append(peer)
@@ -61,8 +66,7 @@ async def test_messages_queued_while_a_request_is_out_leave_in_one_request() -> 
     link.start()
     try:
         link.send(Replicate((_op(1),), ack=True))
-        while not bodies:
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(arrived.wait(), 5)
         # Sends made while the first request is out: one ack=False push among
         # quorum writes, so the batch holds more than one message.
         # They arrive one by one, the link's loop running in between.
@@ -72,8 +76,7 @@ async def test_messages_queued_while_a_request_is_out_leave_in_one_request() -> 
         await asyncio.sleep(0.1)
         assert len(bodies) == 1  # nothing else left while the slot was busy
         release.set()
-        while len(replies) < 4:
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(all_acked.wait(), 5)
         await asyncio.sleep(0.1)
         assert len(bodies) == 2, bodies
         second = [decode_msg(m) for m in bodies[1]]
