@@ -208,6 +208,12 @@ class MailboxRouter:
             if owner == peer and not fut.done():
                 fut.set_exception(PeerUnreachable(peer, "unreachable"))
 
+    def fail_forwards(self, exc: BaseException) -> None:
+        """Shutdown: every forward still waiting for its answer fails now."""
+        for _, fut in list(self._pending.values()):
+            if not fut.done():
+                fut.set_exception(exc)
+
     async def _serve(self, peer: str, msg: Forward) -> None:
         if msg.rid is not None:
             request_id.set(msg.rid)  # this task's own context: the owner's log lines

@@ -105,6 +105,7 @@ class Node:
             await link.stop()
         await self.background.stop()
         self.runner.fail_waiters(Unavailable("node shutting down"))
+        self.router.fail_forwards(Unavailable("node shutting down"))
         await self.webhooks.stop()
         await self.peers.close()
         await self.admission.close()
