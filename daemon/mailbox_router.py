@@ -9,6 +9,20 @@ rendezvous order is tried, ending with this node. Epochs, not agreement on
 who the owner is, keep claims safe, so trying another member is harmless.
 A request re-forwarded ``limits.forward_hops_max`` times runs where it is.
 
+The forward travels on the batched per-peer channel (:mod:`daemon.peer_link`)
+as a :class:`federation.messages.Forward`, beside replication and claim
+rounds, and its answer comes back the same way as a ``ForwardResult``
+(echoing the forward's random ``fid``), so many forwards and answers share
+one signed HTTP request instead of one request each. What a lost HTTP
+exchange meant still holds: a batch to the owner that fails (this one or a
+later one) fails every forward waiting on that owner with
+:class:`PeerUnreachable`, an answer not back within
+``limits.forward_timeout_secs`` is a timeout, and an owner that could not
+answer (an unexpected error) sends neither result nor error; in all three
+cases the next member is asked with the same request. A peer that has not
+spoken protocol 3 to this node yet gets the forward as its own request to
+``/peer/v1/mailbox``, as before.
+
 Read-your-writes through the entry node: a forwarded send answers with the
 stored op, and the entry node applies that op itself (as replicated from the
 owner) before it answers the client. Without that, a cancel by id sent right
@@ -18,9 +32,12 @@ replication had not reached yet and answer 404.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
+import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from common import limits
@@ -36,10 +53,20 @@ from daemon.forwarding import (
     encode_request,
     encode_result,
 )
+from daemon.logs import request_id
 from daemon.metrics import Metrics
 from daemon.peer_client import PeerClient, PeerUnreachable
 from federation import claim as claim_mod
-from federation.messages import Replicate
+from federation.messages import Forward, ForwardResult, Replicate
+
+log = logging.getLogger("ai_memory.node")
+
+FORWARD_PROTOCOL = 3  # the first peer protocol that carries Forward on the batched channel
+_fids = random.Random()  # forward ids: unique enough to match answers, not a secret
+
+
+class LinkPort(Protocol):
+    def send(self, msg: Any) -> bool: ...
 
 
 class MessageLookup(Protocol):
@@ -57,7 +84,8 @@ def _is_retryable_id(value: Any) -> bool:
 class MailboxRouter:
     def __init__(self, node_id: str, *, runner: EffectRunner, store: MessageLookup,
                  peers: PeerClient, metrics: Metrics, now_ms: Callable[[], int],
-                 admit: Callable[[], None]) -> None:
+                 admit: Callable[[], None], links: dict[str, LinkPort] | None = None,
+                 spawn: Callable[[Coroutine[Any, Any, Any]], Any] | None = None) -> None:
         self.node_id = node_id
         self.runner = runner
         self.store = store
@@ -65,6 +93,11 @@ class MailboxRouter:
         self.metrics = metrics
         self.now_ms = now_ms
         self._admit = admit  # refuses new work when the node is overloaded or stopping
+        self.links: dict[str, LinkPort] = links or {}
+        self._spawn = spawn
+        self.peer_protocols: dict[str, int] = {}  # the protocol each peer last spoke to us
+        # fid -> (owner, its answer): forwards sent on the channel, not answered yet
+        self._pending: dict[int, tuple[str, asyncio.Future[tuple[Any, Any]]]] = {}
 
     async def route(self, req: Any, hops: int = 0) -> Any:
         """Run a mailbox request at the mailbox's owner. The entry node stamps
@@ -123,6 +156,80 @@ class MailboxRouter:
 
     async def _forward(self, owner: str, req: Any, hops: int) -> Any:
         self.metrics.inc("mailbox_forwards_total", peer=owner)
+        link = self.links.get(owner)
+        if (link is None or self._spawn is None
+                or self.peer_protocols.get(owner, 1) < FORWARD_PROTOCOL):
+            return await self._forward_http(owner, req, hops)
+        fid = _fids.getrandbits(62)
+        fut: asyncio.Future[tuple[Any, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[fid] = (owner, fut)
+        try:
+            if not link.send(Forward(fid, encode_request(req), hops + 1, request_id.get())):
+                raise PeerUnreachable(owner, "unreachable")  # its queue is full
+            try:
+                async with asyncio.timeout(limits.forward_timeout_secs):
+                    ok, err = await fut
+            except TimeoutError:
+                raise PeerUnreachable(owner, "timeout") from None
+        finally:
+            self._pending.pop(fid, None)
+        if err is not None:
+            try:
+                exc = decode_error(err)
+            except (KeyError, TypeError, ValueError):
+                raise Unavailable("the mailbox owner's answer was unreadable; retry with the "
+                                  "same request id", retry_after=0.5) from None
+            raise exc
+        if ok is None:
+            raise PeerUnreachable(owner, "rejected (owner failed)")
+        return decode_result(ok, type(req))
+
+    # -- the batched channel's forwards ----------------------------------
+    def take_forwards(self, peer: str, msgs: list[Any]) -> list[Any]:
+        """Serve the forwards and answers in a batch from ``peer``; returns
+        the rest (the core's messages), in order."""
+        rest: list[Any] = []
+        for msg in msgs:
+            if isinstance(msg, Forward):
+                if self._spawn is not None:
+                    self._spawn(self._serve(peer, msg))
+            elif isinstance(msg, ForwardResult):
+                entry = self._pending.get(msg.fid)
+                if entry is not None and entry[0] == peer and not entry[1].done():
+                    entry[1].set_result((msg.ok, msg.err))
+            else:
+                rest.append(msg)
+        return rest
+
+    def peer_lost(self, peer: str) -> None:
+        """A batch to ``peer`` failed: what a dropped connection meant for a
+        forward on its own request, for every forward waiting on ``peer``."""
+        for owner, fut in list(self._pending.values()):
+            if owner == peer and not fut.done():
+                fut.set_exception(PeerUnreachable(peer, "unreachable"))
+
+    def fail_forwards(self, exc: BaseException) -> None:
+        """Shutdown: every forward still waiting for its answer fails now."""
+        for _, fut in list(self._pending.values()):
+            if not fut.done():
+                fut.set_exception(exc)
+
+    async def _serve(self, peer: str, msg: Forward) -> None:
+        if msg.rid is not None:
+            request_id.set(msg.rid)  # this task's own context: the owner's log lines
+        answer: dict[str, Any]
+        try:
+            answer = await self.handle_forwarded({"req": msg.req, "hops": msg.hops})
+        except AiMemoryError as exc:  # a malformed request
+            answer = {"err": encode_error(exc)}
+        except Exception:
+            log.exception("serving a forwarded mailbox request from %s failed", peer)
+            answer = {}
+        link = self.links.get(peer)
+        if link is not None:
+            link.send(ForwardResult(msg.fid, answer.get("ok"), answer.get("err")))
+
+    async def _forward_http(self, owner: str, req: Any, hops: int) -> Any:
         raw = await self.peers.call(
             owner, "/peer/v1/mailbox", {"req": encode_request(req), "hops": hops + 1},
             timeout_s=limits.forward_timeout_secs)

@@ -82,7 +82,7 @@ class Node:
         self.admission = admission
         self.webhooks = webhooks
         self.verifier = verifier
-        self.peer_protocols: dict[str, int] = {}  # the protocol each peer last spoke to us
+        self.peer_protocols = router.peer_protocols  # the protocol each peer last spoke to us
         self.seen_throttle = seen_throttle
         self.directory = directory  # where keys resolve to principals (daemon/auth.py)
         self.identity = identity  # the replicated users, keys and grants (daemon/identity/)
@@ -110,6 +110,7 @@ class Node:
             await link.stop()
         await self.background.stop()
         self.runner.fail_waiters(Unavailable("node shutting down"))
+        self.router.fail_forwards(Unavailable("node shutting down"))
         await self.webhooks.stop()
         await self.peers.close()
         await self.admission.close()

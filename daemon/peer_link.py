@@ -4,7 +4,14 @@ The core emits one ``Send`` per message; a :class:`PeerLink` turns a burst
 of them into one signed HTTP request (up to ``limits.replicate_batch_ops_max``
 ops, with runs of quorum ``Replicate`` merged by :func:`coalesce`), keeps at
 most ``limits.peer_link_inflight_max`` requests in flight, and hands the
-replies the peer sends back in the HTTP response to the node. A failed
+replies the peer sends back in the HTTP response to the node.
+
+Batching policy: the link waits for a free request slot *before* it takes
+what is queued, so everything that arrives while the slots are busy leaves
+in the next request. With one slot (the default) a link sends at once when
+it is idle and otherwise gathers for exactly one round trip, the way Nagle's
+algorithm does: under load a request carries many messages (sends, accepts,
+forwards and their answers), and a lone message never waits for a timer. A failed
 request is reported to the core like a lost packet (``on_send_failed``):
 quorum waits time out and anti-entropy repairs the rest.
 
@@ -58,7 +65,8 @@ class PeerLink:
     def __init__(self, peer: str, *, peers: PeerClient, metrics: Metrics, spawn: Spawn,
                  on_failed: Callable[[str], Awaitable[None]],
                  on_replies: Callable[[str, list[Any]], Awaitable[Any]],
-                 queue_ops_max: int = limits.replicate_queue_ops_max) -> None:
+                 queue_ops_max: int = limits.replicate_queue_ops_max,
+                 inflight_max: int = limits.peer_link_inflight_max) -> None:
         self.peer = peer
         self._peers = peers
         self._metrics = metrics
@@ -69,7 +77,7 @@ class PeerLink:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.queued_ops = 0
         self._shedding = False
-        self._slots = asyncio.Semaphore(limits.peer_link_inflight_max)
+        self._slots = asyncio.Semaphore(inflight_max)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -106,13 +114,15 @@ class PeerLink:
         while True:
             first = await self.queue.get()
             self.queued_ops -= op_count(first)
+            # Wait for a free slot *before* taking the rest: whatever queues
+            # while every slot is busy joins this batch instead of the next.
+            await self._slots.acquire()
             batch = [first]
             ops_in_batch = op_count(first)
             while not self.queue.empty() and ops_in_batch < limits.replicate_batch_ops_max:
                 msg = self._take()
                 batch.append(msg)
                 ops_in_batch += op_count(msg)
-            await self._slots.acquire()
             self._spawn(self._deliver(coalesce(batch)))
 
     async def _deliver(self, batch: list[Any]) -> None:

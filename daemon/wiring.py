@@ -135,12 +135,23 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
     runner = EffectRunner(store=store, core=core, metrics=metrics, now_ms=node_clock.now_ms,
                           send=send, push_missing=lambda p, vv: pusher.request(p, vv),
                           on_fatal=on_fatal)
+    async def link_failed(peer: str) -> None:
+        router.peer_lost(peer)
+        await runner.send_failed(peer)
+
+    async def link_replies(peer: str, msgs: list[Any]) -> None:
+        # Messages a peer sent back in its HTTP response. What the core
+        # answers to them goes out on the link to that peer (no response
+        # is waiting to carry it).
+        for reply in await runner.receive(peer, router.take_forwards(peer, msgs)):
+            send(peer, reply)
+
     for peer in c.peers:
         links[peer.node_id] = PeerLink(peer.node_id, peers=peers, metrics=metrics,
-                                       spawn=background.spawn, on_failed=runner.send_failed,
-                                       on_replies=runner.receive)
+                                       spawn=background.spawn, on_failed=link_failed,
+                                       on_replies=link_replies)
     pusher = Pusher(store=store, peers=peers, metrics=metrics, spawn=background.spawn,
-                    on_failed=runner.send_failed, on_replies=runner.receive)
+                    on_failed=link_failed, on_replies=link_replies)
     reads = ReadQuorum(c, runner=runner, peers=peers, metrics=metrics, now_ms=node_clock.now_ms)
     webhooks = Webhooks(_WebhookHost(settings, c.node_id, metrics, node_clock.now_ms))
     runner.applied_listeners.append(webhooks.on_applied)
@@ -151,7 +162,8 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
     runner.applied_listeners.append(identity.on_applied)
     backpressure = Backpressure(store, background, metrics)
     router = MailboxRouter(c.node_id, runner=runner, store=store, peers=peers, metrics=metrics,
-                           now_ms=node_clock.now_ms, admit=backpressure.check)
+                           now_ms=node_clock.now_ms, admit=backpressure.check,
+                           links=dict(links), spawn=background.spawn)
     return Node(settings, clock=node_clock, metrics=metrics, store=store, core=core,
                 peers=peers, links=links, background=background, runner=runner,
                 pusher=pusher, backpressure=backpressure, reads=reads, router=router,

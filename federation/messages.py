@@ -18,7 +18,11 @@ The vocabulary, by protocol:
   docs/federation.md): ``Prepare`` -> ``Promise`` | ``PromiseNack``, then
   ``Accept`` -> ``Accepted`` | ``Rejected``;
 * recovery of a member that lost its state: ``RecoveryQuery`` ->
-  ``RecoveryState`` (docs/federation.md, "A member that lost its disk").
+  ``RecoveryState`` (docs/federation.md, "A member that lost its disk");
+* mailbox requests forwarded to the owner on the batched channel:
+  ``Forward`` -> ``ForwardResult`` (protocol 3). These are the adapter's
+  (:mod:`daemon.mailbox_router`), not the core's: it takes them out of a
+  batch before the core sees the rest.
 
 A malformed message raises :class:`ValueError`; the adapter turns that into
 a 400 for the sending peer.
@@ -29,8 +33,10 @@ absent means 1). 1 is the protocol before versions were sent; 2 adds the
 header and the forward-compatibility rules: an op of an unknown kind is kept
 and forwarded, not refused (:mod:`common.ops`), and a message whose tag this
 version does not know is skipped and counted (:func:`is_known_tag`) rather
-than failing the batch it came in. A receiver refuses senders older than
-:data:`PROTOCOL_MIN`.
+than failing the batch it came in. 3 adds ``Forward``/``ForwardResult``: a
+node sends a forward on the batched channel only to a peer that spoke 3 or
+later to it, and uses ``/peer/v1/mailbox`` otherwise. A receiver refuses
+senders older than :data:`PROTOCOL_MIN`.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from federation.wire import Registry
 
 OpId = tuple[str, int]
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 PROTOCOL_MIN = 1
 
 
@@ -178,8 +184,35 @@ class RecoveryState(_Wire):
     TAG = "recs"
 
 
+@dataclass(frozen=True, slots=True)
+class Forward(_Wire):
+    """A mailbox request for the receiver, its owner, to run: ``req`` and
+    ``hops`` are the ``/peer/v1/mailbox`` body (:mod:`daemon.forwarding`),
+    ``fid`` a random id the answer echoes, ``rid`` the client's request id
+    (for the owner's logs)."""
+
+    fid: int
+    req: dict[str, Any]
+    hops: int
+    rid: str | None
+    TAG = "fwd"
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardResult(_Wire):
+    """The owner's answer to the :class:`Forward` ``fid``: ``ok`` (a result,
+    :func:`daemon.forwarding.encode_result`) or ``err`` (an error,
+    ``encode_error``); neither means the owner failed to answer (what a 500
+    of ``/peer/v1/mailbox`` means: ask the next member)."""
+
+    fid: int
+    ok: dict[str, Any] | None
+    err: dict[str, Any] | None
+    TAG = "fwdr"
+
+
 Message = (Replicate | Ack | SyncOffer | Prepare | Promise | PromiseNack | Accept | Accepted
-           | Rejected | RecoveryQuery | RecoveryState)
+           | Rejected | RecoveryQuery | RecoveryState | Forward | ForwardResult)
 
 PEER = Registry("peer message", typing.get_args(Message))
 

@@ -105,6 +105,10 @@ class Store:
         # (inboxes, mailboxes, projects): lets an in-sync pull answer from
         # memory. Upper bounds are enough, so collection never lowers them.
         self._heads: dict[str, dict[str, int]] = {}
+        # Projects seen to exist. A project only ever comes to exist (no op
+        # removes its harness rows), so a hit is final and a send needs no
+        # read of the database for a project it has seen before.
+        self._projects: set[tuple[str, str]] = set()
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], node_id: str, *,
@@ -409,10 +413,16 @@ class Store:
         return None if row is None else Q.agent(row)
 
     async def project_exists(self, workspace: str, project: str) -> bool:
+        if (workspace, project) in self._projects:
+            return True
         row = await self._reads.fetchone(
             "SELECT 1 FROM project_harnesses WHERE workspace = ? AND project = ? LIMIT 1",
             (workspace, project))
-        return row is not None
+        if row is None:
+            return False
+        if len(self._projects) < limits.known_projects_cached_max:
+            self._projects.add((workspace, project))
+        return True
 
     async def project_harnesses(self, workspace: str, project: str) -> set[str]:
         rows = await self._reads.fetchall(

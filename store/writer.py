@@ -11,7 +11,11 @@ job, so that job alone is refused and its neighbours still commit.
 
 The writer owns a plain :mod:`sqlite3` connection on a one-thread executor
 rather than an aiosqlite one: aiosqlite runs each statement as its own
-hop to its thread, while a batch here is hundreds of statements.
+hop to its thread, while a batch here is hundreds of statements. The hand-off
+is cheap too: while the writer runs, that executor's one thread runs a loop
+that takes each batch from a ``queue.SimpleQueue`` and answers it with one
+``loop.call_soon_threadsafe``, instead of an executor submit and a chained
+concurrent future per batch.
 
 Futures resolve only after ``COMMIT`` returned, so an acknowledged write is
 durable (WAL, ``synchronous=NORMAL``: it survives kill -9 of the process).
@@ -31,6 +35,7 @@ A full queue raises :class:`common.errors.Unavailable` at submit time
 from __future__ import annotations
 
 import asyncio
+import queue
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -141,10 +146,30 @@ class Writer:
         self._queue: asyncio.Queue[_Job | object] = asyncio.Queue(maxsize=queue_max)
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        # Batches for the writer thread: (the batch's future, its jobs), None to stop.
+        self._inbox: queue.SimpleQueue[tuple[asyncio.Future[Any], list[_Job]] | None] = (
+            queue.SimpleQueue())
+        self._thread: Any = None  # the executor's future for the thread loop
         self.stats = WriterStats()
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
+        loop = asyncio.get_running_loop()
+        self._thread = self._executor.submit(self._serve, loop)
+        self._task = loop.create_task(self._run(), name="store-writer")
+
+    def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The writer thread: commit each batch, answer on the event loop."""
+        while True:
+            item = self._inbox.get()
+            if item is None:
+                return
+            fut, jobs = item
+            try:
+                outcome = self._commit(jobs)
+            except BaseException as exc:  # handed to the awaiting task, whatever it is
+                loop.call_soon_threadsafe(_hand_back, fut, exc, None)
+            else:
+                loop.call_soon_threadsafe(_hand_back, fut, None, outcome)
 
     @property
     def queue_depth(self) -> int:
@@ -174,6 +199,14 @@ class Writer:
     # -- the loop --------------------------------------------------------------
 
     async def _run(self) -> None:
+        try:
+            await self._batches()
+        finally:
+            self._inbox.put(None)  # the writer thread's loop ends; the executor is free again
+            if self._thread is not None:
+                await asyncio.wrap_future(self._thread)
+
+    async def _batches(self) -> None:
         loop = asyncio.get_running_loop()
         stopping = False
         while not stopping:
@@ -189,7 +222,9 @@ class Writer:
                 jobs.append(nxt)
             batch_jobs = [j for j in jobs if isinstance(j, _Job)]
             try:
-                outcome = await loop.run_in_executor(self._executor, self._commit, batch_jobs)
+                done: asyncio.Future[Any] = loop.create_future()
+                self._inbox.put((done, batch_jobs))
+                outcome = await done
             except Exception as exc:
                 self.stats.failed_batches += 1
                 err: BaseException = exc
@@ -286,6 +321,16 @@ class Writer:
             return
         await self._queue.put(_STOP)
         await self._task
+
+
+def _hand_back(future: asyncio.Future[Any], error: BaseException | None, value: Any) -> None:
+    """On the event loop: a batch's outcome, from the writer thread."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
 
 
 def _settle(future: asyncio.Future[Any], error: BaseException | None, value: Any) -> None:

@@ -1,6 +1,7 @@
 """What the peer endpoints do with an authenticated peer's request.
 
-``receive`` feeds core messages to this node (a standalone node, started
+``receive`` hands forwarded mailbox requests and their answers to the
+mailbox router and feeds the core messages to this node (a standalone node, started
 with no peers, only stores replication pushed at it; see
 ``NodeCore.on_foreign_push``); ``pull`` answers a read-quorum pull with the
 ops for one key that the caller's version vector lacks, or for
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 
 async def receive(node: Node, peer: str, msgs: list[Any]) -> list[Any]:
+    msgs = node.router.take_forwards(peer, msgs)  # forwarded mailbox requests and answers
     if node.settings.cluster.peers:
         return await node.receive(peer, msgs)
     replies: list[Any] = []

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from federation.messages import PROTOCOL_VERSION
 from tests.cluster.harness import Cluster, http
 from tests.cluster.load import Load
 
@@ -145,8 +146,8 @@ def test_upgrade_node_by_node_under_load_loses_no_write(tmp_path: Path) -> None:
             assert not missing_links, (nid, sorted(missing_links)[:5])
             assert rows(db, "SELECT key FROM ops_deferred") == set()  # all applied now
             status = c.status(nid)
-            assert status["protocol"] == 2
-            assert set(status["peer_protocols"].values()) == {2}
+            assert status["protocol"] == PROTOCOL_VERSION
+            assert set(status["peer_protocols"].values()) == {PROTOCOL_VERSION}
         code, _ = http("GET", c.url("node1") + "/api/v1/health")
         assert code == 200
         print(f"rolling upgrade: {len(sent_notes)} notifies + {len(sent_links)} links "

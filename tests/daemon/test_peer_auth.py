@@ -15,7 +15,7 @@ from daemon.peer_auth import BOOT_HEADER, sign
 from daemon.peer_client import PeerClient, PeerUnreachable
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
 from daemon.wiring import build_node
-from federation.messages import SyncOffer
+from federation.messages import PROTOCOL_VERSION, SyncOffer
 
 SECRET = "s3cret-for-tests"
 PATH = "/peer/v1/msgs"
@@ -172,17 +172,18 @@ async def test_unknown_message_tags_are_skipped_and_old_protocols_refused(  # ty
                   "expires_at_ms": None})
     raw = msgpack.packb([["from.the.future", 1, 2], Replicate((op,), ack=True).to_wire()],
                         use_bin_type=True)
-    headers = {"Content-Type": "application/msgpack", "X-AIM-Protocol": "3",
+    headers = {"Content-Type": "application/msgpack", "X-AIM-Protocol": str(PROTOCOL_VERSION + 1),
                **sign(SECRET, "node2", "node1", "POST", "/peer/v1/msgs", raw, time.time(),
                         await boot_of(secured))}
     r = await secured.post("/peer/v1/msgs", data=raw, headers=headers)
-    assert r.status == 200 and r.headers["X-AIM-Protocol"] == "2"
+    assert r.status == 200 and r.headers["X-AIM-Protocol"] == str(PROTOCOL_VERSION)
     replies = msgpack.unpackb(await r.read(), raw=False)
     assert replies and replies[0][0] == "ack"  # the known message in the batch was served
     metrics = await (await secured.get("/api/v1/metrics")).text()
     assert 'ai_memory_peer_messages_unknown_total{peer="node2"} 1' in metrics
     status = await (await secured.get("/api/v1/cluster/status")).json()
-    assert status["peer_protocols"] == {"node2": 3} and status["protocol"] == 2
+    assert status["peer_protocols"] == {"node2": PROTOCOL_VERSION + 1}
+    assert status["protocol"] == PROTOCOL_VERSION
     old = {"Content-Type": "application/msgpack", "X-AIM-Protocol": "0",
            **sign(SECRET, "node2", "node1", "POST", "/peer/v1/msgs", body(), time.time(),
                   await boot_of(secured))}

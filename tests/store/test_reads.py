@@ -168,6 +168,9 @@ async def test_projects_sessions_agents(store: Store) -> None:
          "last_active_at_ms": 30},
         {"workspace": "w", "project": "q", "harnesses": ["claude"], "first_at_ms": 20,
          "last_active_at_ms": 20}]
+    # A miss is not remembered: the project exists as soon as a session starts there.
+    await store.apply_ops([start(6, "s4", "z", "codex", 40)], 0)
+    assert await store.project_exists("w", "z") and await store.project_exists("w", "z")
     assert await store.list_agents() == [
         {"agent_id": "bob", "agent_type": "ai", "capabilities": ["x"], "registered_at_ms": 9,
          "last_seen_at_ms": 99}]
