@@ -19,7 +19,8 @@ from daemon.api import (
     sync,
     system,
 )
+from daemon.mcp import http as mcp_http
 
 ROUTE_MODULES: list[Any] = [routing, system, memories, notify, agents, mail, subscriptions, peer,
-                            sync, search, backup]
+                            sync, search, backup, mcp_http]
 MIDDLEWARES: list[Any] = [m for mod in ROUTE_MODULES for m in getattr(mod, "MIDDLEWARES", [])]

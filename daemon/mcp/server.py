@@ -30,7 +30,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pydantic
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent
 
@@ -77,7 +77,7 @@ def at_boundary(fn: ToolFn) -> ToolFn:
     return call
 
 
-def check_arguments(server: MCPServer[Any]) -> Callable[..., Awaitable[HandlerResult]]:
+def check_arguments(server: MCPServer[Any]) -> ServerMiddleware[Any]:
     """Server middleware: a ``tools/call`` whose arguments fail the tool's schema is
     answered with the HTTP API's error body before the SDK validates (and words) it."""
 

@@ -131,8 +131,10 @@ class Tools:
             if client is None or settings is None:
                 raise ValueError("Tools needs a client and settings, or bind")
             fixed: Binding = (client, settings)
-            bind = lambda: fixed  # noqa: E731
-        self._bind = bind
+
+            def bind() -> Binding:
+                return fixed
+        self._bind: Callable[[], Binding] = bind
 
     @property
     def client(self) -> ToolClient:
