@@ -53,30 +53,15 @@ from common import __version__, limits
 from common.errors import AiMemoryError, Unavailable
 from daemon.mcp.node_client import SESSION_HEADER
 from daemon.mcp.server import INSTRUCTIONS, tool_error
+from daemon.mcp.settings import SESSION_ENV, session_from_env
+
+__all__ = ["SESSION_ENV", "Bridge", "BridgeSettings", "NoticeSchedule", "run_bridge",
+           "session_from_env"]
 
 log = logging.getLogger("ai_memory.mcp_bridge")
 
-# Where a harness puts its session id for the processes it spawns, and which
-# harness each one means. First match wins; --session-id beats them all.
-SESSION_ENV: tuple[tuple[str, str | None], ...] = (
-    ("AI_MEMORY_SESSION_ID", None),
-    ("CLAUDE_CODE_SESSION_ID", "claude-code"),
-    ("CLAUDE_SESSION_ID", "claude-code"),
-    ("CODEX_THREAD_ID", "codex"),
-    ("CODEX_SESSION_ID", "codex"),
-    ("KIMI_SESSION_ID", "kimi"),
-)
 CHANNEL_CAPABILITY = "claude/channel"
 CHANNEL_METHOD = "notifications/claude/channel"
-
-
-def session_from_env(env: Mapping[str, str]) -> tuple[str | None, str | None]:
-    """(session id, harness) from the first session variable set in ``env``."""
-    for name, harness in SESSION_ENV:
-        value = (env.get(name) or "").strip()
-        if value:
-            return value, harness
-    return None, None
 
 
 @dataclass(frozen=True, slots=True)
