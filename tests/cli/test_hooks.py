@@ -76,6 +76,7 @@ def test_session_start_registers_and_prints_the_notice_only_with_mail(
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stdout == ""  # no mail: nothing put in front of the agent
     status, projects = _http("GET", node.url + "/api/v1/projects")
+    assert status == 200, projects
     row = next(p for p in projects["projects"] if p["project"] == proj)
     assert row["harnesses"] == ["claude-code"]
 
