@@ -35,10 +35,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx2
@@ -48,6 +47,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
+from mcp_types.version import LATEST_MODERN_VERSION
 
 from common import __version__, limits
 from common.errors import AiMemoryError, Unavailable
@@ -59,6 +59,7 @@ __all__ = ["SESSION_ENV", "Bridge", "BridgeSettings", "NoticeSchedule", "run_bri
            "session_from_env"]
 
 log = logging.getLogger("ai_memory.mcp_bridge")
+T = TypeVar("T")
 
 CHANNEL_CAPABILITY = "claude/channel"
 CHANNEL_METHOD = "notifications/claude/channel"
@@ -128,35 +129,55 @@ class Upstream:
     def __init__(self, settings: BridgeSettings) -> None:
         self.settings = settings
         self.current = 0
+        self._http: dict[str, httpx2.AsyncClient] = {}
+
+    def _http_for(self, url: str) -> httpx2.AsyncClient:
+        """One pooled HTTP client per member, kept for the bridge's life."""
+        client = self._http.get(url)
+        if client is None:
+            client = httpx2.AsyncClient(headers=self.settings.headers(),
+                                        timeout=self.settings.timeout_secs)
+            self._http[url] = client
+        return client
+
+    async def aclose(self) -> None:
+        clients, self._http = list(self._http.values()), {}
+        for client in clients:
+            await client.aclose()
 
     def _order(self) -> list[int]:
         n = len(self.settings.urls)
         return [(self.current + i) % n for i in range(n)]
 
-    @asynccontextmanager
-    async def connect(self) -> AsyncIterator[Client]:
-        """An initialized MCP client of the first member that answers."""
+    async def call(self, fn: Callable[[Client], Awaitable[T]]) -> T:
+        """``fn`` with an MCP client of the member that answered last, failing over.
+
+        A member whose connection is refused (nothing was sent: ``ConnectError``)
+        is skipped for the next. Any other failure is reported as ``transport_failed``
+        (the request may have been carried out) and the next call starts one member on.
+        """
         failures: list[str] = []
         for i in self._order():
             url = self.settings.urls[i].rstrip("/")
-            http = httpx2.AsyncClient(headers=self.settings.headers(),
-                                      timeout=self.settings.timeout_secs)
-            client = Client(streamable_http_client(url + "/mcp", http_client=http))
+            client = Client(streamable_http_client(url + "/mcp", http_client=self._http_for(url)),
+                            mode=LATEST_MODERN_VERSION)
             try:
-                try:
-                    await client.__aenter__()
-                except Exception as exc:
+                async with client:
+                    result = await fn(client)
+            except AiMemoryError:
+                raise
+            except Exception as exc:
+                if _never_sent(exc):
                     failures.append(f"{url}: {_reason(exc)}")
                     log.info("%s unreachable, trying the next member: %s", url, _reason(exc))
                     continue
-                self.current = i
-                try:
-                    yield client
-                finally:
-                    await client.__aexit__(None, None, None)
-                return
-            finally:
-                await http.aclose()
+                self.current = (i + 1) % len(self.settings.urls)
+                failed = Unavailable(f"the request to {url} got no answer ({_reason(exc)}); it "
+                                     "may have taken effect")
+                failed.code = "transport_failed"
+                raise failed from exc
+            self.current = i
+            return result
         raise _unreachable(failures)
 
     async def get_json(self, path: str, params: Mapping[str, str]) -> Any:
@@ -165,9 +186,7 @@ class Upstream:
         for i in self._order():
             url = self.settings.urls[i].rstrip("/")
             try:
-                async with httpx2.AsyncClient(headers=self.settings.headers(),
-                                              timeout=self.settings.timeout_secs) as http:
-                    reply = await http.get(url + path, params=dict(params))
+                reply = await self._http_for(url).get(url + path, params=dict(params))
             except Exception as exc:
                 failures.append(f"{url}: {_reason(exc)}")
                 continue
@@ -181,6 +200,19 @@ def _unreachable(failures: list[str]) -> Unavailable:
     down = Unavailable("no ai-memory node reachable: " + "; ".join(failures))
     down.code = "cannot_connect"
     return down
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+def _never_sent(exc: BaseException) -> bool:
+    """True when every failure was a refused connection: the request never left."""
+    leaves = _leaves(exc)
+    return bool(leaves) and all(isinstance(e, httpx2.ConnectError | ConnectionRefusedError)
+                                for e in leaves)
 
 
 def _reason(exc: BaseException) -> str:
@@ -211,27 +243,27 @@ class Bridge:
 
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        async with self.upstream.connect() as client:
-            listed = await client.list_tools()
+        async def listing(client: Client) -> types.ListToolsResult:
+            return await client.list_tools()
+
+        listed = await self.upstream.call(listing)
         self._tools = types.ListToolsResult(tools=listed.tools)
         return self._tools
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
+        async def calling(client: Client) -> types.CallToolResult:
+            # The raw request: the node's result goes to the harness as it is (the harness
+            # validates it against the schemas it listed), without the SDK client listing
+            # every tool first on each new connection to do that itself.
+            return await client.session.send_request(
+                types.CallToolRequest(params=types.CallToolRequestParams(
+                    name=params.name, arguments=params.arguments or {})),
+                types.CallToolResult,
+                request_read_timeout_seconds=self.settings.timeout_secs)
+
         try:
-            async with self.upstream.connect() as client:
-                try:
-                    return await client.call_tool(params.name, params.arguments or {})
-                except AiMemoryError:
-                    raise
-                except Exception as exc:
-                    failed = Unavailable(
-                        f"{params.name} was sent to "
-                        f"{self.settings.urls[self.upstream.current]} but no answer came back "
-                        f"({_reason(exc)}); it may have taken effect")
-                    failed.code = "transport_failed"
-                    self.upstream.current = (self.upstream.current + 1) % len(self.settings.urls)
-                    return tool_error(failed)
+            return await self.upstream.call(calling)
         except AiMemoryError as exc:
             return tool_error(exc)
 
@@ -273,8 +305,11 @@ class Bridge:
         async with stdio_server() as (read, write), anyio.create_task_group() as tg:
             if self.settings.channel:
                 tg.start_soon(self.poll_notices)
-            await self.server.run(read, write, self.initialization_options())
-            tg.cancel_scope.cancel()
+            try:
+                await self.server.run(read, write, self.initialization_options())
+            finally:
+                tg.cancel_scope.cancel()
+                await self.upstream.aclose()
 
 
 def run_bridge(settings: BridgeSettings) -> None:
