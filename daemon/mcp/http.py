@@ -7,7 +7,9 @@ ASGI app and the daemon is aiohttp, so :func:`handle` is a small ASGI bridge:
 it turns the aiohttp request into an ASGI ``scope`` plus one ``receive``
 message (the body, already read under aiohttp's size cap), and writes what
 the app ``send``s back as an aiohttp :class:`~aiohttp.web.StreamResponse`.
-This keeps every protocol rule in the SDK and every HTTP rule (the error
+A request from a browser page of another origin is refused first
+(:func:`check_origin`, the MCP specification's defence against DNS
+rebinding). This keeps every protocol rule in the SDK and every HTTP rule (the error
 middleware, header guard, body cap, ``Server`` header, and whatever identity
 middleware the app grows) in the daemon, on one port, with no second server.
 
@@ -37,6 +39,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -44,7 +47,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from common import limits
-from common.errors import PayloadTooLarge, ServerError
+from common.errors import Forbidden, PayloadTooLarge, ServerError
 from daemon.appkeys import NODE
 from daemon.auth import identify, principal_of
 from daemon.mcp.direct import DirectClient
@@ -94,9 +97,27 @@ def build_http_server() -> MCPServer[None]:
     return server
 
 
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def check_origin(request: web.Request, host: str) -> None:
+    """Refuse a browser page of another site (or a DNS-rebound name) driving /mcp.
+
+    MCP clients send no ``Origin``; a browser always does on a POST. Only loopback
+    origins and the node's own configured host are accepted.
+    """
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return
+    name = urlsplit(origin).hostname if origin != "null" else None
+    if name is None or (name not in _LOOPBACK_NAMES and name != host):
+        raise Forbidden(f"/mcp does not serve pages of origin {origin!r}", code="bad_origin")
+
+
 async def handle(request: web.Request) -> web.StreamResponse:
     """One ``/mcp`` request: authenticated here, then served by the SDK's transport."""
     node = request.app[NODE]
+    check_origin(request, node.settings.server.host)
     principal_of(request, node.settings.auth)  # 401/403 as the HTTP API answers them
     if request.content_length is not None and request.content_length > limits.request_body_max_bytes:
         raise PayloadTooLarge(f"request body over {limits.request_body_max_bytes} bytes "

@@ -33,6 +33,7 @@ from common import limits
 from common.errors import BadRequest, Unavailable
 from common.vocab import CONSISTENCY_DEFAULT, Box, Consistency, Nature
 from daemon.mcp.settings import McpSettings
+from daemon.schemas.ids import RECORD_ID_RE
 
 T = TypeVar("T")
 
@@ -62,6 +63,7 @@ Scope = Annotated[str, Field(min_length=1, max_length=limits.scope_name_max_char
 AgentId = Annotated[str, Field(min_length=1, max_length=limits.agent_id_max_chars)]
 RequestId = Annotated[str, Field(min_length=1, max_length=limits.request_id_max_chars)]
 MessageId = Annotated[str, Field(min_length=1, max_length=64)]
+RecordId = Annotated[str, Field(pattern=RECORD_ID_RE)]  # a path segment: no "/"
 
 # The parameters of memory_message_send, described for the MCP client.
 _ToWorkspace = Annotated[Scope, Field(description="Workspace of the recipient project.")]
@@ -521,7 +523,7 @@ class Tools:
     async def memory_unsubscribe(
         self,
         subscription_id: Annotated[
-            str, Field(min_length=1, max_length=64, description="The id memory_subscribe returned.")
+            RecordId, Field(description="The id memory_subscribe returned.")
         ],
     ) -> dict[str, Any]:
         """Remove a webhook subscription of this node; its pending deliveries are dropped."""
@@ -635,7 +637,7 @@ class Tools:
 
     async def memory_get(
         self,
-        id: Annotated[str, Field(min_length=1, max_length=64, description="The memory's id.")],
+        id: Annotated[RecordId, Field(description="The memory's id.")],
     ) -> dict[str, Any]:
         """Fetch one stored memory by its id (title, content, tier, namespace, tags, priority)."""
         reply: dict[str, Any] = await self.client.get(f"/api/v1/memories/{id}")
@@ -667,7 +669,7 @@ class Tools:
 
     async def memory_delete(
         self,
-        id: Annotated[str, Field(min_length=1, max_length=64, description="The memory's id.")],
+        id: Annotated[RecordId, Field(description="The memory's id.")],
     ) -> dict[str, Any]:
         """Delete a memory everywhere (a tombstone replicates; it does not come back)."""
         reply: dict[str, Any] = await self.client.delete(f"/api/v1/memories/{id}")

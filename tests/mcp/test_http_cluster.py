@@ -85,6 +85,8 @@ async def test_a_missing_or_wrong_key_is_refused(keyed_cluster: Cluster) -> None
         ({}, "unauthorized", 401),
         ({"X-API-Key": "not-a-key"}, "unauthorized", 401),
         ({"X-API-Key": "key-bob", "X-Agent-Id": "alice"}, "forbidden", 403),
+        ({"X-API-Key": "key-bob", "Origin": "http://evil.example:9077"}, "bad_origin", 403),
+        ({"X-API-Key": "key-bob", "Origin": "null"}, "bad_origin", 403),
     ]:
         got, body = http("POST", url, init, {**accept, **headers})
         assert (got, body["code"]) == (status, code), (headers, body)
@@ -93,8 +95,9 @@ async def test_a_missing_or_wrong_key_is_refused(keyed_cluster: Cluster) -> None
     with pytest.raises(Exception):  # noqa: B017 - the SDK's own error type for a 401
         async with mcp(keyed_cluster.url("node2")) as client:
             await client.list_tools()
-    got, body = http("POST", url, init, {**accept, "X-API-Key": "key-bob"})
-    assert got == 200 and body["result"]["serverInfo"]["name"] == "ai-memory"
+    for extra in ({}, {"Origin": "http://127.0.0.1:3000"}):
+        got, body = http("POST", url, init, {**accept, "X-API-Key": "key-bob", **extra})
+        assert got == 200 and body["result"]["serverInfo"]["name"] == "ai-memory"
 
 
 async def test_notify_through_node1_is_read_through_node3(keyed_cluster: Cluster) -> None:
