@@ -10,6 +10,7 @@ from daemon.api import (
     agents,
     backup,
     mail,
+    mcp,
     memories,
     notify,
     peer,
@@ -19,8 +20,7 @@ from daemon.api import (
     sync,
     system,
 )
-from daemon.mcp import http as mcp_http
 
 ROUTE_MODULES: list[Any] = [routing, system, memories, notify, agents, mail, subscriptions, peer,
-                            sync, search, backup, mcp_http]
+                            sync, search, backup, mcp]
 MIDDLEWARES: list[Any] = [m for mod in ROUTE_MODULES for m in getattr(mod, "MIDDLEWARES", [])]

@@ -27,16 +27,18 @@ The tools are :class:`daemon.mcp.tools.Tools` (the same table as
 for the request being served: a server middleware finds that aiohttp
 request in the ASGI scope and sets it for the tool call.
 
-The manager's task group runs in its own task for the life of the app
-(:func:`mcp_ctx`, an aiohttp cleanup context), so it is entered and left in
-the same task whatever task serves requests.
+The route itself is :mod:`daemon.api.mcp`, which keeps the SDK off the node's
+start-up path: this module is imported in a thread after start-up, and the
+first request starts the manager (:func:`_manager`), whose task group runs in
+a task of its own, so it is entered and left in the same task whatever task
+serves requests; app cleanup stops it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,6 +50,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from common import limits
 from common.errors import Forbidden, PayloadTooLarge, ServerError
+from daemon.api.mcp import MCP_STATE
 from daemon.appkeys import NODE
 from daemon.auth import identify, principal_of
 from daemon.mcp.direct import DirectClient
@@ -56,11 +59,8 @@ from daemon.mcp.settings import McpSettings
 from daemon.mcp.tools import Binding, Tools
 from daemon.schemas.headers import session_id
 
-MCP_PATH = "/mcp"
 _SCOPE_KEY = "ai_memory.request"  # the aiohttp request, in the ASGI scope
 _bound: ContextVar[Binding] = ContextVar("ai_memory_mcp_binding")
-_MANAGER: web.AppKey[StreamableHTTPSessionManager] = web.AppKey(
-    "mcp_manager", StreamableHTTPSessionManager)
 
 
 def _binding() -> Binding:
@@ -123,7 +123,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         raise PayloadTooLarge(f"request body over {limits.request_body_max_bytes} bytes "
                               "(limits.request_body_max_bytes)")
     body = await request.read() if request.body_exists else b""
-    manager = request.app[_MANAGER]
+    manager = await _manager(request)
     peer = request.transport.get_extra_info("peername") if request.transport else None
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
     scope: dict[str, Any] = {
@@ -185,12 +185,29 @@ async def handle(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def mcp_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Run the session manager beside the app: started before it serves, stopped after."""
-    manager = StreamableHTTPSessionManager(
-        app=build_http_server()._lowlevel_server, json_response=True, stateless=True,
-        max_request_body_size=limits.request_body_max_bytes)
-    app[_MANAGER] = manager
+async def _manager(request: web.Request) -> StreamableHTTPSessionManager:
+    """The app's session manager, started by the first request that needs it."""
+    state = request.app[MCP_STATE]
+    manager = state.context.get("manager")
+    if isinstance(manager, StreamableHTTPSessionManager):
+        return manager
+    async with state.lock:
+        manager = state.context.get("manager")
+        if isinstance(manager, StreamableHTTPSessionManager):
+            return manager
+        manager = StreamableHTTPSessionManager(
+            app=build_http_server()._lowlevel_server, json_response=True, stateless=True,
+            max_request_body_size=limits.request_body_max_bytes)
+        state.stop = await _run_manager(manager)
+        state.context["manager"] = manager
+        return manager
+
+
+async def _run_manager(manager: StreamableHTTPSessionManager) -> Callable[[], Awaitable[None]]:
+    """Run the manager's task group in a task of its own; the function that stops it.
+
+    The task group is entered and left in that one task, whatever tasks serve requests.
+    """
     started, stop = asyncio.Event(), asyncio.Event()
 
     async def run() -> None:
@@ -204,14 +221,11 @@ async def mcp_ctx(app: web.Application) -> AsyncIterator[None]:
     if task.done():
         waiter.cancel()
         task.result()  # raises what stopped it
-    try:
-        yield
-    finally:
+        raise ServerError("the MCP session manager stopped at start")
+
+    async def stop_manager() -> None:
         stop.set()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-
-def add_routes(app: web.Application) -> None:
-    app.cleanup_ctx.append(mcp_ctx)
-    app.router.add_route("*", MCP_PATH, handle)
+    return stop_manager
