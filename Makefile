@@ -18,7 +18,7 @@ run: $(STAMP)
 	$(BIN)/ai-memory cluster up --nodes 3 --base-port 9077 --data ./.data
 
 # System tools the tests use, from Debian when missing: systemd-analyze (unit
-# verification). Without apt-get as root it says so and the test that needs
+# verification), npx (the MCP Inspector CLI test). Without apt-get as root it says so and the test that needs
 # the tool is skipped.
 deps:
 	@command -v systemd-analyze >/dev/null 2>&1 || { \
@@ -27,6 +27,13 @@ deps:
 	  else \
 	    echo "make deps: systemd-analyze missing and apt-get unavailable (or not root);" \
 	         "the unit verification test will be skipped"; \
+	  fi; }
+	@command -v npx >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; \
+	  else \
+	    echo "make deps: npx missing and apt-get unavailable (or not root);" \
+	         "the MCP Inspector test will be skipped"; \
 	  fi; }
 
 test: $(STAMP) deps
