@@ -39,11 +39,11 @@ async def last_seen(request: web.Request, handler: Handler) -> web.StreamRespons
     response = await handler(request)  # a refusal raises, or answers >= 400: not seen
     if response.status < 400 and request.path.startswith("/api/v1/") and (
             "X-Agent-Id" in request.headers or "X-API-Key" in request.headers):
-        _note_seen(request)
+        note_seen(request)
     return response
 
 
-def _note_seen(request: web.Request) -> None:
+def note_seen(request: web.Request) -> None:
     node = request.app[NODE]
     try:
         agent = identify(request, node.settings.auth).agent_id

@@ -18,6 +18,8 @@ from types import ModuleType
 
 from aiohttp import web
 
+from daemon.api.agents import note_seen
+
 MCP_PATH = "/mcp"
 _MODULE = "daemon.mcp.http"
 
@@ -44,6 +46,9 @@ async def _module(state: McpState) -> ModuleType:
 async def handle(request: web.Request) -> web.StreamResponse:
     module = await _module(request.app[MCP_STATE])
     response: web.StreamResponse = await module.handle(request)
+    if response.status < 400 and ("X-Agent-Id" in request.headers
+                                  or "X-API-Key" in request.headers):
+        note_seen(request)  # an MCP call shows its agent alive, as an /api/v1 call does
     return response
 
 

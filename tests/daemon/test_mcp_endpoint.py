@@ -3,6 +3,7 @@ cleanup stops it; what the HTTP boundary refuses never reaches the SDK."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 ACCEPT = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
@@ -47,3 +48,17 @@ async def test_the_http_boundary_refuses_first(client) -> None:  # type: ignore[
     garbage = await client.post("/mcp", data=b"{not json", headers={
         **ACCEPT, "Content-Type": "application/json"})
     assert garbage.status == 400  # the SDK's JSON-RPC parse error, not a crash
+
+
+async def test_an_mcp_call_refreshes_its_agents_last_seen(client, node) -> None:  # type: ignore[no-untyped-def]
+    reg = await client.post("/api/v1/agents", json={"agent_id": "carol", "agent_type": "t"})
+    assert reg.status == 201
+    node.seen_throttle._last.clear()  # the registration's own refresh does not count
+    before = (await (await client.get("/api/v1/agents")).json())["agents"][0]["last_seen_at"]
+    await client.post("/mcp", json=rpc("tools/list"), headers={**ACCEPT, "X-Agent-Id": "carol"})
+    for _ in range(100):
+        after = (await (await client.get("/api/v1/agents")).json())["agents"][0]["last_seen_at"]
+        if after > before:
+            break
+        await asyncio.sleep(0.02)
+    assert after > before
