@@ -18,24 +18,23 @@ run: $(STAMP)
 	$(BIN)/ai-memory cluster up --nodes 3 --base-port 9077 --data ./.data
 
 # System tools the tests use, from Debian when missing: systemd-analyze (unit
-# verification) and chromium (the web inbox's browser tests, driven by
-# Playwright; no browser is downloaded). Without apt-get as root it says so
-# and the tests that need the tool are skipped.
+# verification), chromium (the web inbox's browser tests, driven by
+# Playwright; no browser is downloaded) and npx (the MCP Inspector CLI test).
+# One apt-get run installs whatever is missing. Without apt-get as root it
+# says so and the tests that need the tool are skipped.
 deps:
-	@command -v systemd-analyze >/dev/null 2>&1 || { \
+	@missing=""; \
+	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v npx >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
+	if [ -n "$$missing" ]; then \
 	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else \
-	    echo "make deps: systemd-analyze missing and apt-get unavailable (or not root);" \
-	         "the unit verification test will be skipped"; \
-	  fi; }
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
-	  else \
-	    echo "make deps: chromium missing and apt-get unavailable (or not root);" \
-	         "the web inbox browser tests will be skipped"; \
-	  fi; }
+	    echo "make deps: missing Debian packages:$$missing (apt-get unavailable or not root);" \
+	         "the tests that need them will be skipped"; \
+	  fi; \
+	fi
 
 test: $(STAMP) deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

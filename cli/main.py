@@ -37,7 +37,9 @@ from cli.state import CliState
 from common import __version__
 from common.errors import AiMemoryError
 
-LAZY_COMMANDS = {"serve": ("cli.serve", "serve"), "mcp": ("cli.mcp_cmd", "mcp")}
+LAZY_COMMANDS = {"serve": ("cli.serve", "serve"), "mcp": ("cli.mcp_cmd", "mcp"),
+                 "mcp-bridge": ("cli.mcp_cmd", "mcp_bridge"), "hook": ("cli.hooks", "hook"),
+                 "install-hooks": ("cli.hooks", "install_hooks"), "skill": ("cli.skill", "skill")}
 
 
 class RootGroup(click.Group):

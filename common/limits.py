@@ -170,6 +170,10 @@ cluster_status_timeout_secs = 3.0  # `cluster status`: per-member status request
 # --- MCP server (`ai-memory mcp`) -------------------------------------------
 mcp_http_timeout_secs = 30.0  # one forwarded HTTP request to the node, connect + response
 mcp_retry_wait_max_secs = 5.0  # longest Retry-After honoured before the one retry of a pop / create
+bridge_poll_fast_secs = 5.0  # mcp-bridge --channel inbox: next notice poll after the text changed
+bridge_poll_slow_secs = 60.0  # ... doubling up to this while it stays the same
+hook_http_timeout_secs = 5.0  # a hook's requests to the node: a harness waits on it
+hook_state_files_max = 256  # per-session notice state files kept by `ai-memory hook prompt`
 
 # --- users, API keys and project grants (daemon/identity/) -----------------
 user_name_max_chars = 64  # a user name: [A-Za-z0-9_.@-]

@@ -11,6 +11,7 @@ from daemon.api import (
     backup,
     identity,
     mail,
+    mcp,
     memories,
     notify,
     peer,
@@ -23,5 +24,5 @@ from daemon.api import (
 )
 
 ROUTE_MODULES: list[Any] = [routing, system, memories, notify, agents, mail, subscriptions, peer,
-                            sync, search, backup, webui, identity]
+                            sync, search, backup, webui, identity, mcp]
 MIDDLEWARES: list[Any] = [m for mod in ROUTE_MODULES for m in getattr(mod, "MIDDLEWARES", [])]

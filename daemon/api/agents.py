@@ -36,12 +36,14 @@ async def list_(request: web.Request) -> web.Response:
 @web.middleware
 async def last_seen(request: web.Request, handler: Handler) -> web.StreamResponse:
     response = await handler(request)  # a refusal raises, or answers >= 400: not seen
-    if response.status < 400 and request.path.startswith("/api/v1/"):
-        _note_seen(request)
+    if response.status < 400 and request.path.startswith("/api/v1/") and (
+            "X-Agent-Id" in request.headers or "X-API-Key" in request.headers
+            or "Authorization" in request.headers):
+        note_seen(request)
     return response
 
 
-def _note_seen(request: web.Request) -> None:
+def note_seen(request: web.Request) -> None:
     node = request.app[NODE]
     try:
         agent = principal_of(request).agent

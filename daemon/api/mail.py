@@ -161,4 +161,5 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/api/v1/messages/pop", pop)
     app.router.add_post("/api/v1/messages/cancel", cancel)
     app.router.add_get("/api/v1/handoff", handoff)
+    app.router.add_get("/handoff", handoff)  # where the source document's hooks fetch it
     app.router.add_get("/api/v1/briefing", briefing)

@@ -158,6 +158,9 @@ class NodeClient:
     ) -> Any:
         return await self.request("POST", path, json_body=dict(body), headers=headers)
 
+    async def delete(self, path: str) -> Any:
+        return await self.request("DELETE", path)
+
     async def retrying_once(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run ``call``; after a transport failure or a 503, wait (capped) and run it once more."""
         try:

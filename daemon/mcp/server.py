@@ -29,14 +29,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pydantic
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent
 
 from common import __version__
-from common.errors import AiMemoryError
+from common.errors import AiMemoryError, BadRequest
 from daemon.mcp.node_client import NodeClient
 from daemon.mcp.settings import McpSettings
 from daemon.mcp.tools import Tools
+from daemon.validation import format_validation_error
 
 INSTRUCTIONS = (
     "ai-memory connects you to other agents through a cluster of nodes. memory_notify and "
@@ -51,7 +54,14 @@ ToolFn = Callable[..., Awaitable[Any]]
 
 def tool_error_text(exc: AiMemoryError) -> str:
     """What the agent reads for a failed call: the node's error body as JSON."""
-    return json.dumps(exc.to_body(), ensure_ascii=False, default=str)
+    body = exc.to_body()
+    body.setdefault("status", exc.status)
+    return json.dumps(body, ensure_ascii=False, default=str)
+
+
+def tool_error(exc: AiMemoryError) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=tool_error_text(exc))],
+                          is_error=True)
 
 
 def at_boundary(fn: ToolFn) -> ToolFn:
@@ -62,23 +72,36 @@ def at_boundary(fn: ToolFn) -> ToolFn:
         try:
             return await fn(*args, **kwargs)
         except AiMemoryError as exc:
-            return CallToolResult(
-                content=[TextContent(type="text", text=tool_error_text(exc))], is_error=True
-            )
+            return tool_error(exc)
 
     return call
 
 
-def build_server(settings: McpSettings, client: NodeClient | None = None) -> MCPServer[None]:
-    """An MCP server whose tools forward to the node at ``settings.url``."""
-    node = client or NodeClient(settings)
-    tools = Tools(node, settings)
+def check_arguments(server: MCPServer[Any]) -> ServerMiddleware[Any]:
+    """Server middleware: a ``tools/call`` whose arguments fail the tool's schema is
+    answered with the HTTP API's error body before the SDK validates (and words) it."""
 
-    @asynccontextmanager
-    async def lifespan(_: MCPServer[None]) -> AsyncIterator[None]:
-        async with node:
-            yield None
+    async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "tools/call" and isinstance(ctx.params, dict):
+            name, arguments = ctx.params.get("name"), ctx.params.get("arguments") or {}
+            tool = server._tool_manager.get_tool(name) if isinstance(name, str) else None
+            if tool is not None:
+                if not isinstance(arguments, dict):
+                    return tool_error(BadRequest("arguments must be a JSON object"))
+                try:
+                    tool.fn_metadata.validate_arguments(arguments)
+                except pydantic.ValidationError as exc:
+                    return tool_error(BadRequest(format_validation_error(exc)))
+        return await call_next(ctx)
 
+    return middleware
+
+
+def build_tools_server(
+    tools: Tools,
+    lifespan: Callable[[MCPServer[None]], Any] | None = None,
+) -> MCPServer[None]:
+    """An MCP server with every tool of ``Tools.ORDER``, argument errors in the API's shape."""
     server: MCPServer[None] = MCPServer(
         name="ai-memory",
         version=__version__,
@@ -91,7 +114,21 @@ def build_server(settings: McpSettings, client: NodeClient | None = None) -> MCP
         server.add_tool(
             at_boundary(method), name=name, description=inspect.cleandoc(method.__doc__ or "")
         )
+    server.middleware.append(check_arguments(server))
     return server
+
+
+def build_server(settings: McpSettings, client: NodeClient | None = None) -> MCPServer[None]:
+    """An MCP server whose tools forward to the node at ``settings.url``."""
+    node = client or NodeClient(settings)
+    tools = Tools(node, settings)
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[None]) -> AsyncIterator[None]:
+        async with node:
+            yield None
+
+    return build_tools_server(tools, lifespan)
 
 
 def run_stdio(settings: McpSettings) -> None:

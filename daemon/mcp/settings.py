@@ -14,6 +14,7 @@ node resolve the scope from ``session_id`` or refuse a guess.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from common import limits
@@ -36,3 +37,24 @@ class McpSettings:
             raise ValueError("workspace and project must be given together")
         if self.timeout_secs <= 0:
             raise ValueError("timeout_secs must be positive")
+
+
+# Where a harness puts its session id for the processes it spawns, and which
+# harness each one means. First match wins; --session-id beats them all.
+SESSION_ENV: tuple[tuple[str, str | None], ...] = (
+    ("AI_MEMORY_SESSION_ID", None),
+    ("CLAUDE_CODE_SESSION_ID", "claude-code"),
+    ("CLAUDE_SESSION_ID", "claude-code"),
+    ("CODEX_THREAD_ID", "codex"),
+    ("CODEX_SESSION_ID", "codex"),
+    ("KIMI_SESSION_ID", "kimi"),
+)
+
+
+def session_from_env(env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(session id, harness) from the first session variable set in ``env``."""
+    for name, harness in SESSION_ENV:
+        value = (env.get(name) or "").strip()
+        if value:
+            return value, harness
+    return None, None

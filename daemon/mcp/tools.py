@@ -24,15 +24,36 @@ the request id so the agent can ask again for the same message.
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any, Literal
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from pydantic import Field
 
 from common import limits
 from common.errors import BadRequest, Unavailable
 from common.vocab import CONSISTENCY_DEFAULT, Box, Consistency, Nature
-from daemon.mcp.node_client import NodeClient
 from daemon.mcp.settings import McpSettings
+from daemon.schemas.ids import RECORD_ID_RE
+
+T = TypeVar("T")
+
+
+class ToolClient(Protocol):
+    """How the tools reach a node: over HTTP (:class:`daemon.mcp.node_client.NodeClient`,
+    for ``ai-memory mcp``) or in process (:class:`daemon.mcp.direct.DirectClient`, for
+    ``/mcp``). Both take the public API's requests: path, query, JSON body."""
+
+    async def get(self, path: str, **params: Any) -> Any: ...
+
+    async def post(self, path: str, body: Mapping[str, Any], *,
+                   headers: Mapping[str, str] | None = None) -> Any: ...
+
+    async def delete(self, path: str) -> Any: ...
+
+    async def retrying_once(self, call: Callable[[], Awaitable[T]]) -> T: ...
+
+
+Binding = tuple[ToolClient, McpSettings]
 
 Tier = Literal["short", "mid", "long"]
 _CONSISTENCY_HELP = ("quorum (default): also consult enough other nodes that a write acknowledged "
@@ -42,6 +63,7 @@ Scope = Annotated[str, Field(min_length=1, max_length=limits.scope_name_max_char
 AgentId = Annotated[str, Field(min_length=1, max_length=limits.agent_id_max_chars)]
 RequestId = Annotated[str, Field(min_length=1, max_length=limits.request_id_max_chars)]
 MessageId = Annotated[str, Field(min_length=1, max_length=64)]
+RecordId = Annotated[str, Field(pattern=RECORD_ID_RE)]  # a path segment: no "/"
 
 # The parameters of memory_message_send, described for the MCP client.
 _ToWorkspace = Annotated[Scope, Field(description="Workspace of the recipient project.")]
@@ -101,11 +123,28 @@ def _new_key() -> str:
 
 
 class Tools:
-    """The tool set of one MCP server process; every call goes through ``client``."""
+    """The one table of tools. Every call goes through ``client`` with ``settings``'
+    defaults: fixed for a stdio server process, or, with ``bind``, looked up per call
+    (``/mcp``: the client and identity of the HTTP request being served)."""
 
-    def __init__(self, client: NodeClient, settings: McpSettings) -> None:
-        self.client = client
-        self.settings = settings
+    def __init__(self, client: ToolClient | None = None, settings: McpSettings | None = None,
+                 *, bind: Callable[[], Binding] | None = None) -> None:
+        if bind is None:
+            if client is None or settings is None:
+                raise ValueError("Tools needs a client and settings, or bind")
+            fixed: Binding = (client, settings)
+
+            def bind() -> Binding:
+                return fixed
+        self._bind: Callable[[], Binding] = bind
+
+    @property
+    def client(self) -> ToolClient:
+        return self._bind()[0]
+
+    @property
+    def settings(self) -> McpSettings:
+        return self._bind()[1]
 
     def _scope(self, workspace: str | None, project: str | None) -> dict[str, str]:
         """The call's own scope if it names one, else the process's configured project."""
@@ -237,7 +276,8 @@ class Tools:
         """
         agent = as_agent or self.settings.agent_id
         if not agent:
-            raise BadRequest("whose inbox? pass as_agent or start `ai-memory mcp` with --agent-id")
+            raise BadRequest("whose inbox? pass as_agent, or name yourself (X-Agent-Id on /mcp, "
+                             "--agent-id for `ai-memory mcp`)")
         reply = await self.client.get(
             "/api/v1/inbox",
             agent_id=agent,
@@ -407,19 +447,23 @@ class Tools:
             MessageId | None, Field(description="Retract this one message.")
         ] = None,
         all: Annotated[  # the source documents name this argument "all"
-            bool, Field(description="Retract every pending message the project sent.")
+            bool,
+            Field(description="Retract every pending message the project sent (the same as "
+                  "leaving out message_id)."),
         ] = False,
     ) -> dict[str, Any]:
-        """Retract mail your project sent that nobody has claimed yet: one message_id, or all=true.
+        """Retract mail your project sent that nobody has claimed yet: one message_id, or, without one, the whole outbox.
 
         A message already popped by its recipient cannot be cancelled. Returns the ids
         that were cancelled.
         """
+        if message_id is not None and all:
+            raise BadRequest("give message_id or all, not both")
         request = _drop_none(
             {
                 **self._scope(workspace, project),
                 "message_id": message_id,
-                "all": all or None,
+                "all": True if message_id is None else None,
             }
         )
         reply: dict[str, Any] = await self.client.post("/api/v1/messages/cancel", request)
@@ -473,6 +517,49 @@ class Tools:
         """
         body = _drop_none({"url": url, "events": events, "namespace": namespace, "secret": secret})
         reply: dict[str, Any] = await self.client.post("/api/v1/subscriptions", body)
+        return reply
+
+
+    async def memory_unsubscribe(
+        self,
+        subscription_id: Annotated[
+            RecordId, Field(description="The id memory_subscribe returned.")
+        ],
+    ) -> dict[str, Any]:
+        """Remove a webhook subscription of this node; its pending deliveries are dropped."""
+        reply: dict[str, Any] = await self.client.delete(
+            f"/api/v1/subscriptions/{subscription_id}")
+        return reply
+
+    async def memory_list_subscriptions(self) -> dict[str, Any]:
+        """List this node's webhook subscriptions (ids, URLs, events, namespaces; never secrets)."""
+        reply: dict[str, Any] = await self.client.get("/api/v1/subscriptions")
+        return reply
+
+    # -- agents ----------------------------------------------------------------------
+
+    async def memory_agent_register(
+        self,
+        agent_id: Annotated[AgentId, Field(description="The id other agents notify you by.")],
+        agent_type: Annotated[
+            str,
+            Field(min_length=1, max_length=limits.agent_type_max_chars,
+                  description="What kind of agent, e.g. claude-code, codex, reviewer."),
+        ],
+        capabilities: Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=limits.capability_max_chars)]],
+            Field(max_length=limits.capabilities_max, description="What you can be asked to do."),
+        ] = [],  # noqa: B006 - pydantic copies defaults
+    ) -> dict[str, Any]:
+        """Register an agent so others can find it (memory_agent_list) and broadcast to it."""
+        reply: dict[str, Any] = await self.client.post(
+            "/api/v1/agents",
+            {"agent_id": agent_id, "agent_type": agent_type, "capabilities": capabilities})
+        return reply
+
+    async def memory_agent_list(self) -> dict[str, Any]:
+        """List the registered agents with their type, capabilities and when each was last seen."""
+        reply: dict[str, Any] = await self.client.get("/api/v1/agents")
         return reply
 
     # -- memories ---------------------------------------------------------------------
@@ -548,6 +635,46 @@ class Tools:
         )
         return reply
 
+    async def memory_get(
+        self,
+        id: Annotated[RecordId, Field(description="The memory's id.")],
+    ) -> dict[str, Any]:
+        """Fetch one stored memory by its id (title, content, tier, namespace, tags, priority)."""
+        reply: dict[str, Any] = await self.client.get(f"/api/v1/memories/{id}")
+        return reply
+
+    async def memory_search(
+        self,
+        query: Annotated[
+            str,
+            Field(min_length=1, max_length=limits.search_query_max_chars,
+                  description="Words to look for in titles and contents."),
+        ],
+        namespace: Annotated[
+            str | None,
+            Field(max_length=limits.namespace_max_chars, description="Only this namespace."),
+        ] = None,
+        tier: Annotated[Tier | None, Field(description="Only this tier.")] = None,
+        limit: Annotated[
+            int | None,
+            Field(ge=1, le=limits.search_limit_max,
+                  description=f"At most this many (default {limits.search_limit_default})."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Full-text search over the stored memories, best matches first."""
+        reply: dict[str, Any] = await self.client.post(
+            "/api/v1/search",
+            _drop_none({"query": query, "namespace": namespace, "tier": tier, "limit": limit}))
+        return reply
+
+    async def memory_delete(
+        self,
+        id: Annotated[RecordId, Field(description="The memory's id.")],
+    ) -> dict[str, Any]:
+        """Delete a memory everywhere (a tombstone replicates; it does not come back)."""
+        reply: dict[str, Any] = await self.client.delete(f"/api/v1/memories/{id}")
+        return reply
+
     ORDER = (
         "memory_notify",
         "memory_inbox",
@@ -557,6 +684,13 @@ class Tools:
         "memory_message_cancel",
         "memory_briefing",
         "memory_subscribe",
+        "memory_unsubscribe",
+        "memory_list_subscriptions",
+        "memory_agent_register",
+        "memory_agent_list",
         "memory_store",
         "memory_list",
+        "memory_get",
+        "memory_search",
+        "memory_delete",
     )

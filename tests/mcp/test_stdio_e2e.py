@@ -28,6 +28,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from tests.mcp.conftest import ok, tool_error
+from tests.mcp.test_forwarding import ALL_TOOLS
 
 pytestmark = pytest.mark.slow
 
@@ -153,11 +154,7 @@ def project_names() -> tuple[str, str]:
 async def test_lists_the_tools_over_stdio(real_node: Node, tmp_path: Path) -> None:
     async with mcp_session(real_node, tmp_path, "--agent-id", "alice") as session:
         tools = (await session.list_tools()).tools
-    assert {t.name for t in tools} == {
-        "memory_notify", "memory_inbox", "memory_message_send", "memory_message_list",
-        "memory_message_pop", "memory_message_cancel", "memory_subscribe", "memory_store",
-        "memory_list", "memory_briefing",
-    }  # fmt: skip
+    assert {t.name for t in tools} == ALL_TOOLS
 
 
 async def test_notify_reaches_the_recipients_inbox(real_node: Node, tmp_path: Path) -> None:

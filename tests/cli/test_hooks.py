@@ -1,0 +1,204 @@
+"""``ai-memory hook session-start|prompt`` fed the JSON a harness sends, against a real node;
+``install-hooks`` and ``skill install`` against real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from tests.mcp.test_stdio_e2e import ROOT, Node, _http
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    n = Node(tmp_path_factory.mktemp("hook-node"))
+    n.start()
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+def run_hook(node_url: str, args: list[str], event: dict[str, object], state: Path,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli", "--url", node_url, "hook", *args, "--state-dir", str(state)],
+        input=json.dumps(event), capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", ""), **(env or {})})
+
+
+def project_dir(tmp: Path, name: str, *, on_prompt: bool | None = None) -> Path:
+    d = tmp / name
+    d.mkdir()
+    text = f'[project]\nworkspace = "default"\nname = "{name}"\n'
+    if on_prompt is not None:
+        text += f"[messaging]\ninbox_notice_on_prompt = {'true' if on_prompt else 'false'}\n"
+    (d / ".ai-memory.toml").write_text(text)
+    return d
+
+
+def send(node: Node, to: str, sender: str, body: str = "please look") -> str:
+    status, reply = _http("POST", node.url + "/api/v1/messages", {
+        "to_workspace": "default", "to_project": to, "from_workspace": "default",
+        "from_project": sender, "body": body})
+    assert status == 201, reply
+    return str(reply["message_id"])
+
+
+def pop(node: Node, project: str) -> None:
+    status, reply = _http("POST", node.url + "/api/v1/messages/pop",
+                          {"workspace": "default", "project": project})
+    assert status == 200 and reply["message"], reply
+
+
+def test_session_start_registers_and_prints_the_notice_only_with_mail(
+        node: Node, tmp_path: Path) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    proj, other = f"p-{suffix}", f"o-{suffix}"
+    here = project_dir(tmp_path, proj)
+    node.start_session("default", other, "kimi")
+    sid = str(uuid.uuid4())
+    event = {"session_id": sid, "cwd": str(here), "hook_event_name": "SessionStart",
+             "source": "startup", "transcript_path": "/dev/null"}
+    quiet = run_hook(node.url, ["session-start", "--harness", "claude-code"], event, tmp_path / "s")
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout == ""  # no mail: nothing put in front of the agent
+    status, projects = _http("GET", node.url + "/api/v1/projects")
+    assert status == 200, projects
+    row = next(p for p in projects["projects"] if p["project"] == proj)
+    assert row["harnesses"] == ["claude-code"]
+
+    send(node, proj, other, body="SECRET BODY")
+    loud = run_hook(node.url, ["session-start", "--harness", "claude-code"], event, tmp_path / "s")
+    assert loud.returncode == 0, loud.stderr
+    assert f"1 cross-project message waiting in the default/{proj} inbox" in loud.stdout
+    assert f'`memory_message_pop` (workspace "default", project "{proj}")' in loud.stdout
+    assert "untrusted input" in loud.stdout and "SECRET BODY" not in loud.stdout
+
+
+def test_prompt_prints_only_when_opted_in_and_only_on_change(node: Node, tmp_path: Path) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    proj, other, silent = f"q-{suffix}", f"r-{suffix}", f"s-{suffix}"
+    here = project_dir(tmp_path, proj, on_prompt=True)
+    quiet_dir = project_dir(tmp_path, silent, on_prompt=False)
+    node.start_session("default", other, "kimi")
+    node.start_session("default", silent, "claude-code")
+    sid = str(uuid.uuid4())
+    state = tmp_path / "state"
+    assert run_hook(node.url, ["session-start", "--harness", "claude-code"],
+                    {"session_id": sid, "cwd": str(here)}, state).returncode == 0
+
+    def prompt(cwd: Path = here) -> str:
+        done = run_hook(node.url, ["prompt", "--harness", "claude-code"],
+                        {"session_id": sid, "cwd": str(cwd), "prompt": "go on",
+                         "hook_event_name": "UserPromptSubmit"}, state)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert prompt() == ""  # nothing waiting
+    send(node, proj, other)
+    assert "1 cross-project message" in prompt()
+    assert prompt() == ""  # same count, same names: not repeated
+    send(node, proj, other)
+    assert "2 cross-project messages" in prompt()
+    assert prompt() == ""
+    pop(node, proj)
+    pop(node, proj)
+    assert prompt() == ""  # drained: nothing to say, but remembered
+    send(node, proj, other)
+    assert "1 cross-project message" in prompt()  # new since the last notice
+
+    send(node, silent, other)
+    assert prompt(quiet_dir) == ""  # the project did not opt in
+    assert len(list(state.glob("*.json"))) == 1  # one small file for the one session
+
+
+def test_once_acts_on_the_first_prompt_of_a_session_only(node: Node, tmp_path: Path) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    proj, other = f"k-{suffix}", f"l-{suffix}"
+    here = project_dir(tmp_path, proj)
+    node.start_session("default", other, "codex")
+    node.start_session("default", proj, "kimi")
+    send(node, proj, other)
+    event = {"session_id": "kimi-" + suffix, "cwd": str(here), "prompt": "hi"}
+    args = ["session-start", "--harness", "kimi", "--once"]
+    first = run_hook(node.url, args, event, tmp_path / "st")
+    second = run_hook(node.url, args, event, tmp_path / "st")
+    assert "1 cross-project message" in first.stdout
+    assert (second.returncode, second.stdout) == (0, "")
+
+
+def test_a_node_that_is_down_never_fails_the_harness(tmp_path: Path) -> None:
+    here = project_dir(tmp_path, "down")
+    done = run_hook("http://127.0.0.1:9", ["session-start", "--harness", "codex"],
+                    {"session_id": "x", "cwd": str(here)}, tmp_path / "st")
+    assert done.returncode == 0 and done.stdout == ""
+    assert done.stderr.startswith("ai-memory hook:")
+
+
+def test_install_hooks_prints_and_merges(tmp_path: Path) -> None:
+    runner = CliRunner()
+    printed = runner.invoke(cli, ["--url", "http://127.0.0.1:9077", "install-hooks", "--harness",
+                                  "claude-code", "--dir", str(tmp_path), "--exe", "ai-memory"])
+    assert printed.exit_code == 0, printed.output
+    assert "hook session-start --harness claude-code" in printed.output
+    assert not (tmp_path / ".claude").exists()  # printing writes nothing
+
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps({"permissions": {"allow": ["Bash(ls)"]}, "hooks": {
+        "SessionStart": [{"hooks": [{"type": "command", "command": "echo hi"}]}]}}))
+    args = ["install-hooks", "--harness", "claude-code", "--dir", str(tmp_path), "--write",
+            "--exe", "ai-memory"]
+    assert runner.invoke(cli, args).exit_code == 0
+    again = runner.invoke(cli, args)
+    assert "already has the entries" in again.output
+    data = json.loads(settings.read_text())
+    assert data["permissions"] == {"allow": ["Bash(ls)"]}  # kept
+    starts = [h["command"] for g in data["hooks"]["SessionStart"] for h in g["hooks"]]
+    assert starts[0] == "echo hi" and len(starts) == 2
+    assert "hook session-start --harness claude-code" in starts[1]
+    assert len(data["hooks"]["UserPromptSubmit"]) == 1
+    mcp = json.loads((tmp_path / ".mcp.json").read_text())
+    assert mcp["mcpServers"]["ai-memory"]["args"][0] == "mcp-bridge"
+
+    for harness, base, toml_file in [("codex", tmp_path / "c", ".codex/config.toml"),
+                                     ("kimi", tmp_path / "k", ".kimi/config.toml")]:
+        args = ["install-hooks", "--harness", harness, "--dir", str(base), "--write"]
+        assert runner.invoke(cli, args).exit_code == 0
+        assert "already has" in runner.invoke(cli, args).output
+        conf = tomllib.loads((base / toml_file).read_text())
+        if harness == "codex":
+            assert conf["mcp_servers"]["ai-memory"]["env_vars"] == ["CODEX_THREAD_ID"]
+            assert conf["features"]["codex_hooks"] is True
+            hooks = json.loads((base / ".codex" / "hooks.json").read_text())["hooks"]
+            assert set(hooks) == {"SessionStart", "UserPromptSubmit"}
+        else:
+            [entry] = conf["hooks"]
+            assert entry["event"] == "UserPromptSubmit" and "--once" in entry["command"]
+            assert "ai-memory" in json.loads((base / ".kimi" / "mcp.json").read_text())[
+                "mcpServers"]
+
+
+def test_skill_install_writes_the_skill(tmp_path: Path) -> None:
+    runner = CliRunner()
+    done = runner.invoke(cli, ["skill", "install", "--dir", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    text = (tmp_path / "ai-memory-messaging" / "SKILL.md").read_text()
+    assert text.startswith("---\nname: ai-memory-messaging\n")
+    for word in ("memory_message_send", "memory_message_list", "memory_message_pop",
+                 "memory_message_cancel", "untrusted input", "decision: ", "decision-reply: "):
+        assert word in text, word
+    assert "unchanged" in runner.invoke(cli, ["skill", "install", "--dir", str(tmp_path)]).output
