@@ -47,6 +47,7 @@ from daemon.read_quorum import ReadQuorum
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
 from daemon.status import node_status
+from daemon.streams import StreamHub
 from daemon.tasks import Background
 from daemon.webhooks.service import Webhooks
 from federation.core import NodeCore
@@ -61,7 +62,8 @@ class Node:
                  background: Background, runner: EffectRunner, pusher: Pusher,
                  backpressure: Backpressure,
                  reads: ReadQuorum, router: MailboxRouter, admission: Admission,
-                 webhooks: Webhooks, verifier: Verifier, seen_throttle: SeenThrottle) -> None:
+                 webhooks: Webhooks, verifier: Verifier, seen_throttle: SeenThrottle,
+                 streams: StreamHub) -> None:
         self.settings = settings
         self.node_id = settings.cluster.node_id
         self.clock = clock
@@ -81,6 +83,7 @@ class Node:
         self.verifier = verifier
         self.peer_protocols: dict[str, int] = {}  # the protocol each peer last spoke to us
         self.seen_throttle = seen_throttle
+        self.streams = streams  # push streams (SSE), fed by the applied-ops listeners
         self.started_at_ms = clock.now_ms()
 
     # -- lifecycle ------------------------------------------------------
@@ -101,6 +104,7 @@ class Node:
 
     async def stop(self) -> None:
         self.background.stopping = True
+        self.streams.shutdown()
         for link in self.links.values():
             await link.stop()
         await self.background.stop()

@@ -5,7 +5,8 @@ nowhere else: the clock and metrics; the store (opened, so the core can be
 loaded from it); the pure core; the peer client and one link per peer; the
 background task owner; the effect runner, the anti-entropy pusher, the read
 quorum and the mailbox router; admission hooks; webhooks (registered as an
-applied-ops listener before anything can apply an op); the peer request
+applied-ops listener before anything can apply an op) and the push-stream
+hub beside them; the peer request
 verifier and the last-seen throttle. Route modules receive the finished
 node and build nothing themselves.
 """
@@ -37,6 +38,7 @@ from daemon.read_quorum import ReadQuorum
 from daemon.seeding import needs_seed, seed_from_peers
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
+from daemon.streams import StreamHub
 from daemon.tasks import Background
 from daemon.webhooks.service import Webhooks
 from daemon.webhooks.ssrf import AddressPolicy
@@ -127,6 +129,8 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
     reads = ReadQuorum(c, runner=runner, peers=peers, metrics=metrics, now_ms=node_clock.now_ms)
     webhooks = Webhooks(_WebhookHost(settings, c.node_id, metrics, node_clock.now_ms))
     runner.applied_listeners.append(webhooks.on_applied)
+    streams = StreamHub(store.seen_copy(), settings.streams, metrics)
+    runner.applied_listeners.append(streams.on_applied)
     backpressure = Backpressure(store, background, metrics)
     router = MailboxRouter(c.node_id, runner=runner, store=store, peers=peers, metrics=metrics,
                            now_ms=node_clock.now_ms, admit=backpressure.check)
@@ -134,4 +138,5 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
                 peers=peers, links=links, background=background, runner=runner,
                 pusher=pusher, backpressure=backpressure, reads=reads, router=router,
                 admission=_admission(settings, metrics, node_clock), webhooks=webhooks,
-                verifier=Verifier(c.secret, settings.cluster.node_id), seen_throttle=SeenThrottle())
+                verifier=Verifier(c.secret, settings.cluster.node_id), seen_throttle=SeenThrottle(),
+                streams=streams)

@@ -15,11 +15,12 @@ from daemon.api import (
     peer,
     routing,
     search,
+    streams,
     subscriptions,
     sync,
     system,
 )
 
 ROUTE_MODULES: list[Any] = [routing, system, memories, notify, agents, mail, subscriptions, peer,
-                            sync, search, backup]
+                            sync, search, backup, streams]
 MIDDLEWARES: list[Any] = [m for mod in ROUTE_MODULES for m in getattr(mod, "MIDDLEWARES", [])]
