@@ -110,7 +110,7 @@ class Settings:
     mail: MailSettings = MailSettings()
     notify: NotifySettings = NotifySettings()
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)
-    streams: StreamSettings = StreamSettings()
+    streams: StreamSettings = field(default_factory=StreamSettings)
     log_level: str = "info"
     log_format: str = "text"  # "text" or "json" (one object per line), see daemon/logs.py
     # Fault-injection knob for tests and drills: this node's clock runs this

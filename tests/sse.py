@@ -30,9 +30,9 @@ class SSEReader:
         self.comments = 0
         self.retry_ms: int | None = None
 
-    async def next(self, timeout: float = 10.0) -> Event:
+    async def next(self, within: float = 10.0) -> Event:
         """The next event (raises TimeoutError, or EOFError when the stream ends)."""
-        return await asyncio.wait_for(self._next(), timeout)
+        return await asyncio.wait_for(self._next(), within)
 
     async def _next(self) -> Event:
         event, data, seen_id = "message", [], None
@@ -62,8 +62,8 @@ class SSEReader:
             elif name == "retry":
                 self.retry_ms = int(value)
 
-    async def until(self, kind: str, timeout: float = 10.0) -> Event:
+    async def until(self, kind: str, within: float = 10.0) -> Event:
         while True:
-            ev = await self.next(timeout)
+            ev = await self.next(within)
             if ev.event == kind:
                 return ev

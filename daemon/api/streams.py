@@ -30,7 +30,6 @@ from aiohttp import web
 
 from common import limits
 from common.errors import NotFound
-from common.ops import project_key
 from common.policy import check
 from daemon.appkeys import NODE
 from daemon.auth import acting_agent, identify, principal_of
@@ -76,10 +75,8 @@ async def mailbox_stream(request: web.Request) -> web.StreamResponse:
     scope = await mail.scope_for(node, q.workspace, q.project, session_id(request))
     refuse_inferred(scope, "stream")
     check(principal, "message.list_inbox", {"box": (scope.workspace, scope.project)})
-    if not await node.store.project_exists(scope.workspace, scope.project):
-        await node.read_barrier(project_key(scope.workspace, scope.project))
-        if not await node.store.project_exists(scope.workspace, scope.project):
-            raise NotFound(f"project {scope.name} does not exist: a project exists once an "
+    if not await mail.project_exists(node, scope.workspace, scope.project):
+        raise NotFound(f"project {scope.name} does not exist: a project exists once an "
                            "agent has started a session there", workspace=scope.workspace,
                            project=scope.project)
     source = MailboxSource(node, scope.workspace, scope.project, q.agent)

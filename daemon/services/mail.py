@@ -84,6 +84,14 @@ async def list_projects(node: Node) -> dict[str, Any]:
     return {"projects": rows, "count": len(rows)}
 
 
+async def project_exists(node: Node, workspace: str, project: str) -> bool:
+    """Projects only ever appear: a local hit is final; a miss asks a read quorum."""
+    if await node.store.project_exists(workspace, project):
+        return True
+    await node.read_barrier(project_key(workspace, project))
+    return await node.store.project_exists(workspace, project)
+
+
 # -- send -----------------------------------------------------------------------
 
 async def send(node: Node, req: SendRequest, *, session_id: str | None,
@@ -199,6 +207,8 @@ async def list_box(node: Node, *, box: str, workspace: str | None, project: str 
         "box": box, "workspace": scope.workspace, "project": scope.project,
         "count": len(rows), "messages": [public_message(r) for r in rows],
     }
+    if not rows:  # "0 pending" of a project nobody started a session in would mislead
+        out["project_exists"] = await project_exists(node, scope.workspace, scope.project)
     if scope.inferred:
         out["resolved_scope"] = {"workspace": scope.workspace, "project": scope.project}
         out["scope_source"] = scope.source
@@ -231,7 +241,8 @@ async def pop(node: Node, *, workspace: str | None, project: str | None,
         message_id=message_id, agent=harness, claimer=claimer))
     if result is None:
         return {"message": None, "request_id": rid, "workspace": scope.workspace,
-                "project": scope.project}
+                "project": scope.project,
+                "project_exists": await project_exists(node, scope.workspace, scope.project)}
     msg, claim = result["message"], result["claim"]
     row = public_message({**msg, "state": CLAIMED})
     row["body"] = fence(msg.get("body") or "")

@@ -24,9 +24,12 @@ OrderKey = tuple[int, str, int]
 
 
 class Source(Protocol):
-    key: str
-    event: str
-    agent: str | None
+    @property
+    def key(self) -> str: ...
+    @property
+    def event(self) -> str: ...
+    @property
+    def agent(self) -> str | None: ...
 
     def live(self, op: Op, now_ms: int) -> dict[str, Any] | None: ...
     async def replay(self, cursor: dict[str, int], after: OrderKey | None,

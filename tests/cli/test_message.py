@@ -259,7 +259,9 @@ def test_pop_failing_twice_names_the_request_id_to_reuse(stub: StubDaemon, run: 
     result = run("message", "pop", "--request-id", "r-42", env=SCOPE_ENV)
     assert result.exit_code == 6
     assert [r.body["request_id"] for r in stub.requests] == ["r-42", "r-42"]
-    assert "ai-memory message pop --request-id r-42" in result.stderr
+    # The command to rerun names the mailbox too, so it works from any directory.
+    assert ("ai-memory message pop --workspace default --project project-a --request-id r-42"
+            in result.stderr)
 
 
 def test_pop_empty_inbox_is_success(stub: StubDaemon, run: Run) -> None:

@@ -76,7 +76,7 @@ async def test_a_notify_through_node1_reaches_a_stream_on_node3_fast(
 
         async def receive() -> None:
             while len(latencies) < EVENTS:
-                ev = await reader.next(timeout=30)
+                ev = await reader.next(within=30)
                 if ev.event == "notify":
                     title = ev.data["notification"]["title"]
                     latencies.append((time.perf_counter() - sent_at[title]) * 1000)
@@ -157,7 +157,7 @@ async def test_mail_sent_through_node1_wakes_a_mailbox_stream_on_every_node(
             msg_id = (await r.json())["message_id"]
         try:
             for reader in readers:
-                ev = await reader.until("message", timeout=10)
+                ev = await reader.until("message", within=10)
                 assert ev.data["message"]["id"] == msg_id
                 assert ev.data["message"]["body"] == "hello from A"
         finally:

@@ -165,7 +165,7 @@ async def test_mailbox_stream_wakes_on_mail_and_filters_by_harness(served: Facto
     for scope, harness in ((A, "claude"), (B, "claude"), (B, "codex")):
         r = await s.client.post("/api/v1/sessions", json={**scope, "harness": harness})
         assert r.status == 201
-    all_mail = SSEReader((await s.client.get("/api/v1/messages/stream", params=B)))
+    all_mail = SSEReader(await s.client.get("/api/v1/messages/stream", params=B))
     claude = SSEReader(await s.client.get("/api/v1/messages/stream",
                                           params={**B, "agent": "claude"}))
     await all_mail.until("ready")
@@ -224,7 +224,7 @@ async def test_an_idle_stream_gets_heartbeats(served: Factory) -> None:
     reader = SSEReader(await open_inbox(s.client))
     await reader.until("ready")
     with pytest.raises(TimeoutError):
-        await reader.next(timeout=1.0)  # nothing but comment lines arrives
+        await reader.next(within=1.0)  # nothing but comment lines arrives
     assert reader.comments >= 3
 
 
@@ -267,14 +267,14 @@ async def test_overflow_ends_with_a_resume_event_and_resuming_loses_nothing(
     # writes were blocked on full socket buffers.
     seen: list[str] = []
     while True:
-        ev = await reader.next(timeout=20)
+        ev = await reader.next(within=20)
         if ev.event == "resume":
             assert ev.data["reason"] == "overflow"
             break
         seen.append(ev.data["notification"]["id"])
     assert len(seen) < len(sent)
     reader = SSEReader(await open_inbox(s.client, last=reader.last_id))
-    while (ev := await reader.next(timeout=20)).event != "ready":
+    while (ev := await reader.next(within=20)).event != "ready":
         seen.append(ev.data["notification"]["id"])
     assert sorted(set(seen)) == sorted(sent)
 
