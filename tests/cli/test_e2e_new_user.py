@@ -24,6 +24,13 @@ import pytest
 from tests.cli.test_e2e_cluster import Cluster, cluster, eventually  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def real(request: pytest.FixtureRequest) -> Cluster:
+    """The module's `cluster up` (tests.cli.test_e2e_cluster's fixture)."""
+    up: Cluster = request.getfixturevalue("cluster")
+    return up
 ROOT = Path(__file__).resolve().parents[2]
 B = ["--workspace", "acme", "--project", "receiver"]
 
@@ -34,27 +41,27 @@ def spawn(url: str, *args: str) -> subprocess.Popen[str]:
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def sessions(cluster: Cluster) -> None:
+def sessions(real: Cluster) -> None:
     for project, harness in (("sender", "claude"), ("receiver", "claude"),
                              ("receiver", "codex")):
-        r = cluster.run(0, "session", "start", "--workspace", "acme", "--project", project,
+        r = real.run(0, "session", "start", "--workspace", "acme", "--project", project,
                         "--harness", harness)
         assert r.exit_code == 0, r.output
 
 
-def send(cluster: Cluster, node: int, body: str, *extra: str) -> str:
-    r = cluster.run(node, "message", "send", "--to-workspace", "acme", "--to-project",
+def send(real: Cluster, node: int, body: str, *extra: str) -> str:
+    r = real.run(node, "message", "send", "--to-workspace", "acme", "--to-project",
                     "receiver", "--from-workspace", "acme", "--from-project", "sender",
                     *extra, body, "--json")
     assert r.exit_code == 0, r.output
     return str(json.loads(r.stdout)["message_id"])
 
 
-def test_inbox_wait_prints_a_notification_sent_through_another_node(cluster: Cluster) -> None:
-    waiting = spawn(cluster.urls[2], "inbox", "--agent-id", "wendy", "--wait", "--timeout", "30")
+def test_inbox_wait_prints_a_notification_sent_through_another_node(real: Cluster) -> None:
+    waiting = spawn(real.urls[2], "inbox", "--agent-id", "wendy", "--wait", "--timeout", "30")
     time.sleep(1.0)  # the command is blocked on its stream by now
     assert waiting.poll() is None
-    sent = cluster.run(0, "notify", "wendy", "--agent-id", "alice", "--title", "wake up", "now")
+    sent = real.run(0, "notify", "wendy", "--agent-id", "alice", "--title", "wake up", "now")
     assert sent.exit_code == 0, sent.output
     t0 = time.monotonic()
     out, err = waiting.communicate(timeout=20)
@@ -63,9 +70,9 @@ def test_inbox_wait_prints_a_notification_sent_through_another_node(cluster: Clu
     assert time.monotonic() - t0 < 10
 
 
-def test_inbox_wait_with_nothing_times_out_with_exit_8(cluster: Cluster) -> None:
+def test_inbox_wait_with_nothing_times_out_with_exit_8(real: Cluster) -> None:
     t0 = time.monotonic()
-    proc = spawn(cluster.urls[1], "inbox", "--agent-id", "nobody", "--wait", "--timeout", "1")
+    proc = spawn(real.urls[1], "inbox", "--agent-id", "nobody", "--wait", "--timeout", "1")
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 8, err
     assert "nothing arrived for nobody within 1s" in err
@@ -73,79 +80,79 @@ def test_inbox_wait_with_nothing_times_out_with_exit_8(cluster: Cluster) -> None
     assert time.monotonic() - t0 < 10
 
 
-def test_inbox_wait_shows_what_is_already_there_at_once(cluster: Cluster) -> None:
-    assert cluster.run(1, "notify", "olga", "--agent-id", "alice", "--title", "old news",
+def test_inbox_wait_shows_what_is_already_there_at_once(real: Cluster) -> None:
+    assert real.run(1, "notify", "olga", "--agent-id", "alice", "--title", "old news",
                        "x").exit_code == 0
-    proc = spawn(cluster.urls[2], "inbox", "--agent-id", "olga", "--wait", "--timeout", "10")
+    proc = spawn(real.urls[2], "inbox", "--agent-id", "olga", "--wait", "--timeout", "10")
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert "old news" in out
 
 
-def test_message_pop_wait_claims_mail_sent_later_through_another_node(cluster: Cluster) -> None:
-    sessions(cluster)
-    waiting = spawn(cluster.urls[2], "message", "pop", *B, "--wait", "--timeout", "30")
+def test_message_pop_wait_claims_mail_sent_later_through_another_node(real: Cluster) -> None:
+    sessions(real)
+    waiting = spawn(real.urls[2], "message", "pop", *B, "--wait", "--timeout", "30")
     time.sleep(1.0)
     assert waiting.poll() is None  # nothing pending: it waits
-    msg_id = send(cluster, 0, "please review PR 7")
+    msg_id = send(real, 0, "please review PR 7")
     out, err = waiting.communicate(timeout=20)
     assert waiting.returncode == 0, err
     assert out.startswith(f"claimed {msg_id} from acme/sender")
     assert "please review PR 7" in out
-    listed = cluster.run(1, "message", "list", *B, "--json")
+    listed = real.run(1, "message", "list", *B, "--json")
     assert msg_id not in {m["id"] for m in json.loads(listed.stdout)["messages"]}
 
 
-def test_message_pop_wait_times_out_with_exit_8(cluster: Cluster) -> None:
-    sessions(cluster)
-    proc = spawn(cluster.urls[0], "message", "pop", *B, "--wait", "--timeout", "1")
+def test_message_pop_wait_times_out_with_exit_8(real: Cluster) -> None:
+    sessions(real)
+    proc = spawn(real.urls[0], "message", "pop", *B, "--wait", "--timeout", "1")
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 8, err
     assert "nothing arrived in acme/receiver within 1s" in err
 
 
-def test_pop_without_agent_names_the_harness_the_mail_waits_for(cluster: Cluster) -> None:
-    sessions(cluster)
-    msg_id = send(cluster, 1, "for codex only", "--to-agent", "codex", "--from-agent", "kimi")
-    popped = cluster.run(2, "message", "pop", *B)
+def test_pop_without_agent_names_the_harness_the_mail_waits_for(real: Cluster) -> None:
+    sessions(real)
+    msg_id = send(real, 1, "for codex only", "--to-agent", "codex", "--from-agent", "kimi")
+    popped = real.run(2, "message", "pop", *B)
     assert popped.exit_code == 0, popped.output
     assert "no pending message in acme/receiver" in popped.stderr
     assert ("1 message in acme/receiver waits for harness codex: pop it with "
             "`ai-memory message pop --workspace acme --project receiver --agent codex`"
             in popped.stderr)
-    claimed = cluster.run(0, "message", "pop", *B, "--agent", "codex", "--json")
+    claimed = real.run(0, "message", "pop", *B, "--agent", "codex", "--json")
     reply = json.loads(claimed.stdout)
     assert reply["message"]["id"] == msg_id
     assert reply["provenance"]["from_agent"] == "kimi"  # --from-agent, no session of sender's
 
 
-def test_list_and_pop_of_a_project_that_does_not_exist_say_so(cluster: Cluster) -> None:
+def test_list_and_pop_of_a_project_that_does_not_exist_say_so(real: Cluster) -> None:
     for cmd in ("list", "pop"):
-        r = cluster.run(1, "message", cmd, "--workspace", "acme", "--project", "no-such")
+        r = real.run(1, "message", cmd, "--workspace", "acme", "--project", "no-such")
         assert r.exit_code == 3, r.output
         assert "project acme/no-such does not exist" in r.stderr
-    wait = cluster.run(1, "message", "pop", "--workspace", "acme", "--project", "no-such",
+    wait = real.run(1, "message", "pop", "--workspace", "acme", "--project", "no-such",
                        "--wait", "--timeout", "5")
     assert wait.exit_code == 3 and "does not exist" in wait.stderr
 
 
-def test_inbox_since_and_tier_filter(cluster: Cluster) -> None:
+def test_inbox_since_and_tier_filter(real: Cluster) -> None:
     for tier in ("short", "long"):
-        r = cluster.run(0, "notify", "tess", "--agent-id", "alice", "--title", f"a {tier} one",
+        r = real.run(0, "notify", "tess", "--agent-id", "alice", "--title", f"a {tier} one",
                         "--tier", tier, "x")
         assert r.exit_code == 0, r.output
-    only_long = cluster.run(2, "inbox", "--agent-id", "tess", "--tier", "long", "--json")
+    only_long = real.run(2, "inbox", "--agent-id", "tess", "--tier", "long", "--json")
     assert [m["tier"] for m in json.loads(only_long.stdout)["messages"]] == ["long"]
-    future = cluster.run(2, "inbox", "--agent-id", "tess", "--since", "2999-01-01T00:00:00Z",
+    future = real.run(2, "inbox", "--agent-id", "tess", "--since", "2999-01-01T00:00:00Z",
                          "--json")
     assert json.loads(future.stdout)["messages"] == []
-    past = cluster.run(2, "inbox", "--agent-id", "tess", "--since", "2000-01-01T00:00:00Z",
+    past = real.run(2, "inbox", "--agent-id", "tess", "--since", "2000-01-01T00:00:00Z",
                        "--json")
     assert len(json.loads(past.stdout)["messages"]) == 2
 
 
-def test_url_without_scheme_works_and_an_api_path_is_explained(cluster: Cluster) -> None:
-    bare = cluster.urls[0].removeprefix("http://")
+def test_url_without_scheme_works_and_an_api_path_is_explained(real: Cluster) -> None:
+    bare = real.urls[0].removeprefix("http://")
     from click.testing import CliRunner
 
     from cli.main import cli
@@ -153,33 +160,33 @@ def test_url_without_scheme_works_and_an_api_path_is_explained(cluster: Cluster)
     ok = CliRunner().invoke(cli, ["--url", bare, "health", "--json"])
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.stdout)["node_id"] == "node1"
-    wrong = CliRunner().invoke(cli, ["--url", cluster.urls[0] + "/api/v1", "health"])
+    wrong = CliRunner().invoke(cli, ["--url", real.urls[0] + "/api/v1", "health"])
     assert wrong.exit_code == 2
-    assert f"use --url {cluster.urls[0]} (the CLI adds /api/v1/... to it)" in wrong.stderr
+    assert f"use --url {real.urls[0]} (the CLI adds /api/v1/... to it)" in wrong.stderr
 
 
 def test_a_node_crashing_under_cluster_up_is_restarted_and_the_others_keep_serving(
-        cluster: Cluster) -> None:
-    status = json.loads(cluster.run(0, "cluster", "status", "--json").stdout)
+        real: Cluster) -> None:
+    status = json.loads(real.run(0, "cluster", "status", "--json").stdout)
     assert status  # the cluster is whole before the crash
-    state = json.loads((Path(str(cluster.data)) / "cluster.json").read_text())
+    state = json.loads((Path(str(real.data)) / "cluster.json").read_text())
     pid = int(state["nodes"]["node2"]["pid"])
     os.kill(pid, signal.SIGKILL)  # the node's own failure, not a `cluster stop`
-    for url in (cluster.urls[0], cluster.urls[2]):
+    for url in (real.urls[0], real.urls[2]):
         with urllib.request.urlopen(url + "/api/v1/health", timeout=5) as r:
             assert r.status == 200
-    sent = cluster.run(0, "notify", "rita", "--agent-id", "alice", "--title", "still up", "x")
+    sent = real.run(0, "notify", "rita", "--agent-id", "alice", "--title", "still up", "x")
     assert sent.exit_code == 0, sent.output  # W=2 of the two that are left
 
     def back() -> bool:
         try:
-            with urllib.request.urlopen(cluster.urls[1] + "/api/v1/health", timeout=1) as r:
+            with urllib.request.urlopen(real.urls[1] + "/api/v1/health", timeout=1) as r:
                 return r.status == 200
         except OSError:
             return False
 
     eventually(back, timeout=30)
-    node2 = json.loads((Path(str(cluster.data)) / "cluster.json").read_text())["nodes"]["node2"]
+    node2 = json.loads((Path(str(real.data)) / "cluster.json").read_text())["nodes"]["node2"]
     assert node2["pid"] not in (None, pid)  # a new process, started by the supervisor
-    eventually(lambda: "still up" in cluster.run(1, "inbox", "--agent-id", "rita").stdout)
-    assert re.search(r"quorum healthy", cluster.run(1, "cluster", "status").stdout)
+    eventually(lambda: "still up" in real.run(1, "inbox", "--agent-id", "rita").stdout)
+    assert re.search(r"quorum healthy", real.run(1, "cluster", "status").stdout)
