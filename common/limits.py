@@ -80,6 +80,7 @@ agent_seen_tracked_max = 100_000  # agents the last_seen throttle remembers per 
 # --- push streams (SSE: /inbox/stream, /messages/stream) ------------------
 streams_max = 256  # (setting [streams].max) open streams per node; beyond it 503 + Retry-After
 stream_queue_max = 256  # (setting) events waiting for one slow client; overflow ends its stream with a resume event
+stream_queue_bytes_max = 1 << 20  # (setting) ... and their text, summed; so a node holds at most streams_max MiB of queued events
 stream_heartbeat_secs = 15.0  # (setting) a comment line this often on an idle stream
 stream_write_timeout_secs = 10.0  # (setting) one write to a client that does not read; then the stream is dropped
 stream_disconnect_poll_secs = 0.2  # how often the node looks for streams whose client went away

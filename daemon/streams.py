@@ -24,7 +24,9 @@ their ops without gaps and an op id never changes, so the cursor means the
 same on every node: a client may resume on any member. Ops held past a gap
 are not covered yet and come again on a resume (a duplicate, never a miss).
 
-Guarantees and bounds: a stream's queue holds at most ``queue_max`` events;
+Guarantees and bounds: a stream's queue holds at most ``queue_max`` events
+and ``queue_bytes_max`` of their text (so a node holds at most
+``max * queue_bytes_max`` of queued events, 256 MiB by default);
 an overflow ends the stream with a ``resume`` event carrying the id of the
 last event written, so the client resumes and replays what it lost. At most
 ``max_streams`` streams per node (beyond: 503 with Retry-After). A reaper
@@ -36,6 +38,7 @@ setting ([streams])        limit default                   what it bounds
 =========================  ==============================  ================
 ``max``                    ``limits.streams_max``          open streams
 ``queue_max``              ``limits.stream_queue_max``     events per stream
+``queue_bytes_max``        ``limits.stream_queue_bytes_max`` their text, summed
 ``heartbeat_secs``         ``limits.stream_heartbeat_secs`` idle comment line
 ``write_timeout_secs``     ``limits.stream_write_timeout_secs`` one write
 =========================  ==============================  ================
@@ -70,14 +73,15 @@ CURSOR_PREFIX = "v1."
 class StreamSettings:
     max: int = limits.streams_max
     queue_max: int = limits.stream_queue_max
+    queue_bytes_max: int = limits.stream_queue_bytes_max
     heartbeat_secs: float = limits.stream_heartbeat_secs
     write_timeout_secs: float = limits.stream_write_timeout_secs
 
     def __post_init__(self) -> None:
-        if self.max < 0 or self.queue_max < 1 or self.heartbeat_secs <= 0 \
-                or self.write_timeout_secs <= 0:
-            raise BadRequest("[streams]: max >= 0, queue_max >= 1, heartbeat_secs and "
-                             "write_timeout_secs > 0")
+        if self.max < 0 or self.queue_max < 1 or self.queue_bytes_max < 1 \
+                or self.heartbeat_secs <= 0 or self.write_timeout_secs <= 0:
+            raise BadRequest("[streams]: max >= 0, queue_max and queue_bytes_max >= 1, "
+                             "heartbeat_secs and write_timeout_secs > 0")
 
 
 # -- cursors --------------------------------------------------------------------
@@ -129,8 +133,10 @@ class Subscription:
     key: str
     agent: str | None  # mailbox streams: only mail this harness could claim
     queue_max: int
+    queue_bytes_max: int
     is_gone: Callable[[], bool]  # True once the client's connection is closed
-    queue: deque[tuple[Op, dict[str, int]]] = field(default_factory=deque)
+    queue: deque[tuple[Op, dict[str, int], int]] = field(default_factory=deque)
+    queued_bytes: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     overflowed: bool = False
     closed: str | None = None  # why the hub ended it: "gone", "shutdown"
@@ -143,18 +149,25 @@ class Subscription:
         to_agent = op.body.get("to_agent")
         return to_agent is None or to_agent == self.agent
 
-    def offer(self, op: Op, mark: dict[str, int]) -> bool:
+    def offer(self, op: Op, mark: dict[str, int], size: int) -> bool:
         """Queue one event; False (and the stream marked) when it is full."""
         if self.overflowed:
             return False
-        if len(self.queue) >= self.queue_max:
+        if len(self.queue) >= self.queue_max or self.queued_bytes + size > self.queue_bytes_max:
             self.overflowed = True
             self.queue.clear()  # the client replays them after its resume
+            self.queued_bytes = 0
             self.wake.set()
             return False
-        self.queue.append((op, mark))
+        self.queue.append((op, mark, size))
+        self.queued_bytes += size
         self.wake.set()
         return True
+
+    def take(self) -> tuple[Op, dict[str, int]]:
+        op, mark, size = self.queue.popleft()
+        self.queued_bytes -= size
+        return op, mark
 
 
 class StreamHub:
@@ -170,20 +183,26 @@ class StreamHub:
 
     # -- the applied-ops listener -----------------------------------------------
     def on_applied(self, ops: list[Op]) -> None:
+        seen = self._seen
         for op in ops:
-            self._seen.add(op.origin, op.seq)
+            mark_now = seen.watermark.get(op.origin, 0)
+            if op.seq == mark_now + 1 and op.origin not in seen.held:
+                seen.watermark[op.origin] = op.seq  # the usual case, without SeenSet's copies
+            elif op.seq > mark_now:
+                seen.add(op.origin, op.seq)
             if op.kind not in STREAMED_KINDS:
                 continue
             subs = self._by_key.get(op.key)
             if not subs:
                 continue
             mark: dict[str, int] | None = None
+            size = _text_size(op)
             for sub in subs:
                 if not sub.wants(op):
                     continue
                 if mark is None:
-                    mark = self._seen.version_vector()
-                if not sub.offer(op, mark):
+                    mark = seen.version_vector()
+                if not sub.offer(op, mark, size):
                     self.metrics.inc("stream_overflows_total")
 
     def watermark(self) -> dict[str, int]:
@@ -202,7 +221,8 @@ class StreamHub:
                 f"this node already holds {self.settings.max} streams (limits.streams_max); "
                 "retry later or use another node",
                 retry_after=limits.stream_refused_retry_after_secs, limit="streams_max")
-        sub = Subscription(key, agent, self.settings.queue_max, is_gone)
+        sub = Subscription(key, agent, self.settings.queue_max, self.settings.queue_bytes_max,
+                           is_gone)
         self._by_key.setdefault(key, set()).add(sub)
         self._all.add(sub)
         self._ensure_reaper()
@@ -250,6 +270,11 @@ class StreamHub:
                 elif now - sub.last_write >= self.settings.heartbeat_secs:
                     sub.heartbeat_due = True
                     sub.wake.set()
+
+
+def _text_size(op: Op) -> int:
+    """Roughly what an event of ``op`` costs to hold: its text, plus a little."""
+    return 256 + sum(len(v) for v in op.body.values() if isinstance(v, str))
 
 
 def sse(event: str | None, data: Any, event_id: str | None = None) -> bytes:

@@ -184,7 +184,7 @@ async def _run(w: _Writer, source: Source, sub: Subscription, cursor: dict[str, 
         events = 0
         now = now_ms()
         while sub.queue:
-            op, mark = sub.queue.popleft()
+            op, mark = sub.take()
             pos = merged(pos, mark)
             if (op.origin, op.seq) in replayed_live:
                 replayed_live.discard((op.origin, op.seq))

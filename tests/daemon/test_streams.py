@@ -228,9 +228,12 @@ async def test_an_idle_stream_gets_heartbeats(served: Factory) -> None:
     assert reader.comments >= 3
 
 
+@pytest.mark.parametrize("bounds", [{"queue_max": 8}, {"queue_bytes_max": 300_000}],
+                         ids=["by-count", "by-bytes"])
 async def test_a_client_that_stops_reading_is_dropped_and_its_queue_stays_bounded(
-        served: Factory) -> None:
-    s = await served(queue_max=8, write_timeout_secs=1.0)
+        served: Factory, bounds: dict[str, int]) -> None:
+    s = await served(write_timeout_secs=1.0, **bounds)
+    limit = s.node.streams.settings
     port = s.client.server.port
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -240,17 +243,18 @@ async def test_a_client_that_stops_reading_is_dropped_and_its_queue_stays_bounde
     await loop.sock_sendall(sock, b"GET /api/v1/inbox/stream?agent_id=bob HTTP/1.1\r\n"
                                   b"Host: x\r\nX-Agent-Id: bob\r\n\r\n")
     await eventually(lambda: s.node.streams.count() == 1)
-    deepest = 0
+    deepest, heaviest = 0, 0
     try:
         for i in range(160):  # ~9.6 MB of events, far more than the socket buffers hold
             await notify(s.client, f"n{i}", payload=BIG)
             deepest = max([deepest, *(len(sub.queue) for sub in s.node.streams._all)])
+            heaviest = max([heaviest, *(sub.queued_bytes for sub in s.node.streams._all)])
             if s.node.streams.count() == 0:
                 break
         await eventually(lambda: s.node.streams.count() == 0, within=5.0)
     finally:
         sock.close()
-    assert deepest <= 8
+    assert deepest <= limit.queue_max and heaviest <= limit.queue_bytes_max
     metrics = await (await s.client.get("/api/v1/metrics")).text()
     assert "stream_write_timeouts_total" in metrics or "stream_overflows_total" in metrics
     await notify(s.client, "still serving")
