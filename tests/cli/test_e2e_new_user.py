@@ -165,6 +165,24 @@ def test_url_without_scheme_works_and_an_api_path_is_explained(real: Cluster) ->
     assert f"use --url {real.urls[0]} (the CLI adds /api/v1/... to it)" in wrong.stderr
 
 
+def test_inbox_wait_survives_a_restart_of_its_node(real: Cluster) -> None:
+    waiting = spawn(real.urls[2], "inbox", "--agent-id", "zed", "--wait", "--timeout", "60")
+    time.sleep(1.0)
+    data = str(real.data)
+    stopped = real.run(0, "cluster", "stop", "node3", "--data", data)
+    assert stopped.exit_code == 0, stopped.output
+    sent = real.run(0, "notify", "zed", "--agent-id", "alice", "--title", "while you were out",
+                    "x")
+    assert sent.exit_code == 0, sent.output
+    assert waiting.poll() is None  # still waiting, reconnecting
+    started = real.run(0, "cluster", "start", "node3", "--data", data)
+    assert started.exit_code == 0, started.output
+    out, err = waiting.communicate(timeout=40)
+    assert waiting.returncode == 0, err
+    assert "while you were out" in out
+    assert "reconnecting" in err
+
+
 def test_a_node_crashing_under_cluster_up_is_restarted_and_the_others_keep_serving(
         real: Cluster) -> None:
     status = json.loads(real.run(0, "cluster", "status", "--json").stdout)
