@@ -59,6 +59,9 @@ async def _optional_object(request: web.Request) -> dict[str, Any]:
         raise BadRequest("request body is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise BadRequest(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError:
+        # An integer literal past sys.get_int_max_str_digits() (as read_body).
+        raise BadRequest("JSON number too long") from None
     except RecursionError:
         raise BadRequest("JSON nested too deeply") from None
     if not isinstance(data, dict):
