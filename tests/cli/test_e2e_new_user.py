@@ -165,6 +165,29 @@ def test_url_without_scheme_works_and_an_api_path_is_explained(real: Cluster) ->
     assert f"use --url {real.urls[0]} (the CLI adds /api/v1/... to it)" in wrong.stderr
 
 
+def test_a_write_without_quorum_names_the_key_that_retries_it_once(real: Cluster) -> None:
+    data = str(real.data)
+    for node in ("node2", "node3"):
+        assert real.run(0, "cluster", "stop", node, "--data", data).exit_code == 0
+    try:
+        lost = real.run(0, "notify", "quinn", "--agent-id", "alice", "--title", "maybe", "x")
+        assert lost.exit_code == 6, lost.output
+        assert "quorum_not_met" in lost.stderr
+        assert "the write may still land" in lost.stderr
+        key = re.search(r"--idempotency-key (\S+);", lost.stderr)
+        assert key is not None, lost.stderr
+    finally:
+        for node in ("node2", "node3"):
+            assert real.run(0, "cluster", "start", node, "--data", data).exit_code == 0
+    # Retried as the hint says (as often as it takes the members to come back).
+    eventually(lambda: real.run(0, "notify", "quinn", "--agent-id", "alice", "--title",
+                                "maybe", "x", "--idempotency-key", key.group(1)).exit_code == 0,
+               timeout=60)
+    inbox = real.run(1, "inbox", "--agent-id", "quinn", "--json")
+    titles = [m["title"] for m in json.loads(inbox.stdout)["messages"]]
+    assert titles == ["maybe"]  # the first attempt landed; the retry did not add a second
+
+
 def test_inbox_wait_survives_a_restart_of_its_node(real: Cluster) -> None:
     waiting = spawn(real.urls[2], "inbox", "--agent-id", "zed", "--wait", "--timeout", "60")
     time.sleep(1.0)
