@@ -29,7 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from common import limits
-from common.errors import NotFound
+from common.errors import NotFound, QuorumNotMet
 from common.policy import check
 from daemon.appkeys import NODE
 from daemon.auth import acting_agent, identify, principal_of
@@ -98,8 +98,13 @@ async def _stream(request: web.Request, source: Source, query_cursor: str | None
     try:
         if cursor is not None:
             # A resume may land on a node that lacks a write acknowledged
-            # elsewhere: hear from a read quorum first (R + W > N).
-            await node.read_barrier(source.key)
+            # elsewhere: hear from a read quorum first (R + W > N). Without
+            # one nothing is lost either: such a write reaches this node
+            # later and goes out live (it is above the snapshot), just later.
+            try:
+                await node.read_barrier(source.key)
+            except QuorumNotMet:
+                node.metrics.inc("stream_resume_barrier_failures_total")
         resp = web.StreamResponse(headers={
             "Content-Type": "text/event-stream; charset=utf-8",
             "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -163,3 +163,28 @@ async def test_mail_sent_through_node1_wakes_a_mailbox_stream_on_every_node(
         finally:
             for reader in readers:
                 reader.resp.close()
+
+
+async def test_a_resume_on_a_node_cut_off_from_the_others_still_replays(cluster: Cluster) -> None:
+    async with aiohttp.ClientSession() as session:
+        reader = SSEReader(await _open(session, cluster.url("node3"), agent="una"))
+        ready = await reader.until("ready")
+        sent = [await _notify(session, cluster.url("node1"), f"u{i}", to="una") for i in range(3)]
+        reader.resp.close()
+        async with asyncio.timeout(10):  # node3 holds them (W=2 may have been 1+2)
+            while True:
+                code, body = cluster.call("node3", "GET", "/api/v1/inbox?agent_id=una"
+                                          "&consistency=local", headers={"X-Agent-Id": "una"})
+                if code == 200 and body["count"] == 3:
+                    break
+                await asyncio.sleep(0.05)
+        cluster.kill9("node1")
+        cluster.kill9("node2")
+        # No read quorum now; the resume replays what this node holds anyway.
+        resumed = SSEReader(await _open(session, cluster.url("node3"), last=ready.id,
+                                        agent="una"))
+        got = []
+        while (ev := await resumed.next(within=15)).event != "ready":
+            got.append(ev.data["notification"]["id"])
+        resumed.resp.close()
+    assert got == sent
