@@ -42,6 +42,7 @@ from daemon.streams import HEARTBEAT, Subscription, decode_cursor, encode_cursor
 from daemon.validation import AgentId, Lenient, ScopeName
 
 log = logging.getLogger("ai_memory.streams")
+_WRITE_CHUNK_BYTES = 64 * 1024  # replayed events are written in pieces about this big
 
 
 class InboxStreamQuery(Lenient):
@@ -164,9 +165,12 @@ async def _run(w: _Writer, source: Source, sub: Subscription, cursor: dict[str, 
                 pos[origin] = max(pos.get(origin, 0), min(seq, snapshot.get(origin, 0)))
                 chunk += sse(source.event, source.replayed(row), encode_cursor(pos))
                 count += 1
+                if len(chunk) >= _WRITE_CHUNK_BYTES:
+                    await w.write(bytes(chunk))
+                    chunk.clear()
             if chunk:
                 await w.write(bytes(chunk))
-                w.metrics.inc("stream_events_total", len(rows), kind="replay")
+            w.metrics.inc("stream_events_total", len(rows), kind="replay")
             if len(rows) < limits.stream_replay_page:
                 break
             last = rows[-1]
