@@ -12,7 +12,9 @@ A stream that ends (the node's ``resume`` event, a restart, a dropped
 connection) is reopened with ``Last-Event-ID``, so events sent while the
 CLI was reconnecting are replayed, not missed; ``check`` runs again after
 each reconnect. With ``timeout`` the whole wait is bounded and ends in
-:class:`common.errors.WaitTimedOut` (exit 8).
+:class:`common.errors.WaitTimedOut` (exit 8). An error from ``check`` or
+``on_event`` (the caller's own request) ends the wait as it is: only the
+caller knows how to retry it safely (a pop, with its request id).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any, TypeVar
 
 from cli.client import ApiClient, CannotConnect, Response, TransportFailed, error_from_response
 from common import __version__, limits
-from common.errors import Unavailable, WaitTimedOut
+from common.errors import AiMemoryError, Unavailable, WaitTimedOut
 
 T = TypeVar("T")
 RECONNECT_WAIT_MAX_SECS = 5.0
@@ -108,6 +110,12 @@ class _Stream:
         self.conn.close()
 
 
+class _CallerFailed(Exception):
+    def __init__(self, error: AiMemoryError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def _backoff(failures: int, note: Callable[[str], None], why: str) -> float:
     delay = float(min(RECONNECT_WAIT_MAX_SECS, 0.1 * 2.0 ** failures))
     note(f"stream interrupted ({why}); reconnecting in {delay:g}s")
@@ -142,17 +150,24 @@ def wait(client: ApiClient, path: str, params: Mapping[str, Any], *,
             for ev in stream.events(left):
                 if ev.id is not None:
                     last_id = ev.id
-                if ev.event == "ready":
-                    found = check()
-                elif ev.event in ("", "resume"):
-                    found = None
-                else:
-                    found = on_event(ev)
+                try:
+                    if ev.event == "ready":
+                        found = check()
+                    elif ev.event in ("", "resume"):
+                        found = None
+                    else:
+                        found = on_event(ev)
+                except AiMemoryError as exc:
+                    # The caller's own request failed (a pop's 503 must be retried with
+                    # its request id, which only the caller knows): not a stream problem.
+                    raise _CallerFailed(exc) from exc
                 if found is not None:
                     return found
                 if deadline is not None and time.monotonic() >= deadline:
                     break
             retry = stream.retry_secs
+        except _CallerFailed as failed:
+            raise failed.error from None
         except TimeoutError:
             retry = 0.0  # silent too long (or the deadline): reconnect, or give up above
         except CannotConnect:

@@ -314,3 +314,30 @@ def test_cancel_already_claimed_exits_4(stub: StubDaemon, run: Run) -> None:
     result = run("message", "cancel", "--id", "m-1", env=SCOPE_ENV)
     assert result.exit_code == 4
     assert "already claimed" in result.stderr
+
+
+SSE_READY = 'retry: 1000\n\nid: v1.e30\nevent: ready\ndata: {"replayed":0}\n\n'
+
+
+def test_pop_wait_never_retries_a_pop_in_doubt_under_a_new_request_id(
+    stub: StubDaemon, run: Run
+) -> None:
+    # A pop that got 503 twice may have claimed the message: the only safe retry is
+    # with its own request id, so --wait stops and names it instead of popping again.
+    stub.reply("GET", "/api/v1/messages/stream", SSE_READY)
+    stub.reply(
+        "POST",
+        "/api/v1/messages/pop",
+        {"error": "this side has no majority", "code": "no_majority"},
+        status=503,
+        headers={"Retry-After": "0"},
+    )
+    result = run("message", "pop", "--wait", "--timeout", "5", env=SCOPE_ENV)
+    assert result.exit_code == 6, result.output
+    pops = stub._node.made("POST", "/api/v1/messages/pop")
+    rids = {r.body["request_id"] for r in pops}
+    assert len(pops) == 2 and len(rids) == 1
+    (rid,) = rids
+    assert f"--project project-a --request-id {rid}" in result.stderr
+    assert stub.last("GET", "/api/v1/messages/stream").query == {
+        "workspace": "default", "project": "project-a"}
