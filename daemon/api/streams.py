@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from typing import Any
 
@@ -41,7 +40,6 @@ from daemon.services.streams import InboxSource, MailboxSource, Source
 from daemon.streams import HEARTBEAT, Subscription, decode_cursor, encode_cursor, merged, sse
 from daemon.validation import AgentId, Lenient, ScopeName
 
-log = logging.getLogger("ai_memory.streams")
 _WRITE_CHUNK_BYTES = 64 * 1024  # replayed events are written in pieces about this big
 
 

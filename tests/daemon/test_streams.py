@@ -212,20 +212,22 @@ async def test_a_client_that_disconnects_frees_its_slot_at_once(served: Factory)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     resp.close()
-    await eventually(lambda: s.node.streams.count() == 0, within=2.0)
+    await eventually(lambda: s.node.streams.count() == 0, within=3.0)
     freed = loop.time() - t0
-    assert freed < 1.0, f"slot freed after {freed:.2f}s"
+    # The reaper looks every 0.2 s; the bound leaves room for a loaded machine but
+    # not for waiting on the next heartbeat (15 s) or the next event.
+    assert freed < 1.5, f"slot freed after {freed:.2f}s"
     reader = SSEReader(await open_inbox(s.client, "carol"))  # the one slot is usable again
     await reader.until("ready")
 
 
 async def test_an_idle_stream_gets_heartbeats(served: Factory) -> None:
-    s = await served(heartbeat_secs=0.2)
+    s = await served(heartbeat_secs=0.1)  # due at every look of the reaper (0.2 s)
     reader = SSEReader(await open_inbox(s.client))
     await reader.until("ready")
     with pytest.raises(TimeoutError):
-        await reader.next(within=1.0)  # nothing but comment lines arrives
-    assert reader.comments >= 3
+        await reader.next(within=1.2)  # nothing but comment lines arrives
+    assert reader.comments >= 2
 
 
 @pytest.mark.parametrize("bounds", [{"queue_max": 8}, {"queue_bytes_max": 300_000}],
