@@ -56,7 +56,8 @@ def render_message(message: dict[str, Any]) -> str:
     help="Skip notifications below this priority.",
 )
 @click.option(
-    "--since", help="Only notifications created at or after this time (RFC 3339, e.g. 2026-05-01T12:00:00Z)."
+    "--since",
+    help="Only notifications created at or after this time (RFC 3339, e.g. 2026-05-01T12:00:00Z).",
 )
 @click.option("--tier", type=click.Choice(["short", "mid", "long"]), help="Only this tier.")
 @click.option("--mark-read", is_flag=True, help="Mark the returned notifications as read.")

@@ -22,6 +22,7 @@ its provenance and the daemon's security notice, never before them.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -32,6 +33,7 @@ from cli.client import ApiClient, create_idempotently, drop_none
 from cli.output import indent, note, print_json
 from cli.scope import Scope, resolve_scope
 from cli.state import CliState, pass_state
+from cli.stream import Event
 from cli.stream import wait as wait_on_stream
 from common import limits
 from common.errors import AiMemoryError, NotFound, Unavailable
@@ -271,10 +273,26 @@ def pop(
                     note(hint)
             return None
 
+        def announced(ev: Event) -> dict[str, Any] | None:
+            # The stream announces a send as soon as this node holds it; the owner
+            # lets it be claimed once a majority does, a moment later. Until then a
+            # pop skips it, so try again briefly while the message is still pending.
+            msg_id = ((ev.data or {}).get("message") or {}).get("id")
+            deadline = time.monotonic() + limits.cli_wait_pop_settle_secs
+            delay = 0.05
+            while True:
+                got = attempt()
+                if got is not None or msg_id is None or time.monotonic() >= deadline:
+                    return got
+                if not _still_pending(client, scope, agent, msg_id):
+                    return None  # someone else claimed it (or it was cancelled)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
         reply = wait_on_stream(
             client, "/api/v1/messages/stream",
             drop_none({**scope_fields(scope), "agent": agent}),
-            timeout=timeout, check=attempt, on_event=lambda _ev: attempt(),
+            timeout=timeout, check=attempt, on_event=announced,
             what=f"arrived in {where(*_scope_pair(scope))}", note=note)
     if as_json:
         print_json(reply)
@@ -316,6 +334,13 @@ def _pop_once(client: ApiClient, base: dict[str, Any], request_id: str | None,
         )
         raise
     return reply
+
+
+def _still_pending(client: ApiClient, scope: Scope | None, agent: str | None,
+                   msg_id: str) -> bool:
+    listed = client.get("/api/v1/messages", box="inbox", limit=limits.message_list_limit_max,
+                        agent=agent, **scope_fields(scope))
+    return any(row.get("id") == msg_id for row in listed.get("messages", []))
 
 
 def _refuse_unknown_project(reply: dict[str, Any]) -> None:

@@ -107,6 +107,7 @@ class _Stream:
                 self.retry_secs = int(value) / 1000
 
     def close(self) -> None:
+        self.resp.close()
         self.conn.close()
 
 

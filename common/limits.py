@@ -89,6 +89,7 @@ stream_cursor_max_chars = 4096  # a Last-Event-ID longer than this is a 400
 stream_cursor_origins_max = 64  # origins one Last-Event-ID may name
 stream_retry_ms = 1000  # the SSE "retry:" a client waits before reconnecting
 stream_refused_retry_after_secs = 2.0  # Retry-After on the 503 when every stream slot is taken
+cli_wait_pop_settle_secs = 3.0  # `pop --wait`: keep trying to claim a message the stream announced while its send round completes
 cli_wait_read_secs = 30.0  # `--wait`: longest silence on a stream before the CLI reconnects (> heartbeat)
 
 # --- project mail ----------------------------------------------------------

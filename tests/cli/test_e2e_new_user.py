@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,10 +36,35 @@ ROOT = Path(__file__).resolve().parents[2]
 B = ["--workspace", "acme", "--project", "receiver"]
 
 
-def spawn(url: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "cli", "--url", url, *args],
+def spawn(procs: list[subprocess.Popen[str]], url: str, *args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "--url", url, *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    procs.append(proc)
+    return proc
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
+    """Wait for ``proc``; on timeout kill it and fail with what it printed."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(
+            f"{proc.args} still running after {timeout}s:\n{out}\n{err}") from None
+    return proc.returncode, out, err
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes a test spawned; any still running at its end are killed."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
 
 
 def sessions(real: Cluster) -> None:
@@ -57,57 +83,65 @@ def send(real: Cluster, node: int, body: str, *extra: str) -> str:
     return str(json.loads(r.stdout)["message_id"])
 
 
-def test_inbox_wait_prints_a_notification_sent_through_another_node(real: Cluster) -> None:
-    waiting = spawn(real.urls[2], "inbox", "--agent-id", "wendy", "--wait", "--timeout", "30")
+def test_inbox_wait_prints_a_notification_sent_through_another_node(
+        real: Cluster, procs: list[subprocess.Popen[str]]) -> None:
+    waiting = spawn(procs, real.urls[2], "inbox", "--agent-id", "wendy", "--wait",
+                    "--timeout", "30")
     time.sleep(1.0)  # the command is blocked on its stream by now
     assert waiting.poll() is None
     sent = real.run(0, "notify", "wendy", "--agent-id", "alice", "--title", "wake up", "now")
     assert sent.exit_code == 0, sent.output
     t0 = time.monotonic()
-    out, err = waiting.communicate(timeout=20)
-    assert waiting.returncode == 0, err
+    rc, out, err = finish(waiting, 20)
+    assert rc == 0, err
     assert "wake up" in out and "from alice" in out
     assert time.monotonic() - t0 < 10
 
 
-def test_inbox_wait_with_nothing_times_out_with_exit_8(real: Cluster) -> None:
+def test_inbox_wait_with_nothing_times_out_with_exit_8(
+        real: Cluster, procs: list[subprocess.Popen[str]]) -> None:
     t0 = time.monotonic()
-    proc = spawn(real.urls[1], "inbox", "--agent-id", "nobody", "--wait", "--timeout", "1")
-    out, err = proc.communicate(timeout=20)
-    assert proc.returncode == 8, err
+    proc = spawn(procs, real.urls[1], "inbox", "--agent-id", "nobody", "--wait",
+                 "--timeout", "1")
+    rc, out, err = finish(proc, 20)
+    assert rc == 8, err
     assert "nothing arrived for nobody within 1s" in err
     assert out == "" and "Traceback" not in err
     assert time.monotonic() - t0 < 10
 
 
-def test_inbox_wait_shows_what_is_already_there_at_once(real: Cluster) -> None:
+def test_inbox_wait_shows_what_is_already_there_at_once(
+        real: Cluster, procs: list[subprocess.Popen[str]]) -> None:
     assert real.run(1, "notify", "olga", "--agent-id", "alice", "--title", "old news",
                        "x").exit_code == 0
-    proc = spawn(real.urls[2], "inbox", "--agent-id", "olga", "--wait", "--timeout", "10")
-    out, err = proc.communicate(timeout=20)
-    assert proc.returncode == 0, err
+    proc = spawn(procs, real.urls[2], "inbox", "--agent-id", "olga", "--wait",
+                 "--timeout", "10")
+    rc, out, err = finish(proc, 20)
+    assert rc == 0, err
     assert "old news" in out
 
 
-def test_message_pop_wait_claims_mail_sent_later_through_another_node(real: Cluster) -> None:
+def test_message_pop_wait_claims_mail_sent_later_through_another_node(
+        real: Cluster, procs: list[subprocess.Popen[str]]) -> None:
     sessions(real)
-    waiting = spawn(real.urls[2], "message", "pop", *B, "--wait", "--timeout", "30")
+    waiting = spawn(procs, real.urls[2], "message", "pop", *B, "--wait", "--timeout", "30")
     time.sleep(1.0)
     assert waiting.poll() is None  # nothing pending: it waits
     msg_id = send(real, 0, "please review PR 7")
-    out, err = waiting.communicate(timeout=20)
-    assert waiting.returncode == 0, err
+    rc, out, err = finish(waiting, 20)
+    assert rc == 0, err
     assert out.startswith(f"claimed {msg_id} from acme/sender")
     assert "please review PR 7" in out
     listed = real.run(1, "message", "list", *B, "--json")
     assert msg_id not in {m["id"] for m in json.loads(listed.stdout)["messages"]}
 
 
-def test_message_pop_wait_times_out_with_exit_8(real: Cluster) -> None:
+def test_message_pop_wait_times_out_with_exit_8(
+        real: Cluster, procs: list[subprocess.Popen[str]]) -> None:
     sessions(real)
-    proc = spawn(real.urls[0], "message", "pop", *B, "--wait", "--timeout", "1")
-    _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 8, err
+    proc = spawn(procs, real.urls[0], "message", "pop", *B, "--wait", "--timeout", "1")
+    rc, _, err = finish(proc, 20)
+    assert rc == 8, err
     assert "nothing arrived in acme/receiver within 1s" in err
 
 
@@ -188,8 +222,10 @@ def test_a_write_without_quorum_names_the_key_that_retries_it_once(real: Cluster
     assert titles == ["maybe"]  # the first attempt landed; the retry did not add a second
 
 
-def test_inbox_wait_survives_a_restart_of_its_node(real: Cluster) -> None:
-    waiting = spawn(real.urls[2], "inbox", "--agent-id", "zed", "--wait", "--timeout", "60")
+def test_inbox_wait_survives_a_restart_of_its_node(
+        real: Cluster, procs: list[subprocess.Popen[str]]) -> None:
+    waiting = spawn(procs, real.urls[2], "inbox", "--agent-id", "zed", "--wait",
+                    "--timeout", "60")
     time.sleep(1.0)
     data = str(real.data)
     stopped = real.run(0, "cluster", "stop", "node3", "--data", data)
@@ -200,8 +236,8 @@ def test_inbox_wait_survives_a_restart_of_its_node(real: Cluster) -> None:
     assert waiting.poll() is None  # still waiting, reconnecting
     started = real.run(0, "cluster", "start", "node3", "--data", data)
     assert started.exit_code == 0, started.output
-    out, err = waiting.communicate(timeout=40)
-    assert waiting.returncode == 0, err
+    rc, out, err = finish(waiting, 40)
+    assert rc == 0, err
     assert "while you were out" in out
     assert "reconnecting" in err
 
