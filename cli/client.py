@@ -24,6 +24,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -31,6 +32,8 @@ from typing import Any, Protocol, TypeVar
 from common import __version__, limits
 from common.errors import (
     AiMemoryError,
+    BadRequest,
+    QuorumNotMet,
     ServerError,
     Unavailable,
     from_reply,
@@ -209,6 +212,52 @@ class ApiClient:
 
     def delete_with(self, path: str, **params: Any) -> Any:
         return self.request("DELETE", path, params=params)
+
+
+def normalize_url(url: str) -> str:
+    """``--url`` as the client uses it: a scheme is added when missing
+    (``127.0.0.1:9077``); an API path (``.../api/v1``) is refused with the
+    address to use instead, since the CLI adds ``/api/v1/...`` itself."""
+    raw = url.strip()
+    if "://" not in raw:
+        raw = "http://" + raw
+    parts = urllib.parse.urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadRequest(f"--url {url!r} is not a daemon address; expected e.g. {DEFAULT_URL}")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise BadRequest(f"--url {url!r} has a bad port; expected e.g. {DEFAULT_URL}") from None
+    path = parts.path.rstrip("/")
+    if path == "/api" or "/api/v1" in path:
+        base = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path.split("/api")[0], "", ""))
+        raise BadRequest(
+            f"--url is the daemon's address, without the API path: use --url {base} "
+            "(the CLI adds /api/v1/... to it)")
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def create_idempotently(client: ApiClient, path: str, body: Any, key: str | None) -> Any:
+    """POST a create under an ``Idempotency-Key`` (``key`` or a new one),
+    retried once after a 503 or a broken connection. When that fails too,
+    the error says whether the write may still land and names the key to
+    retry with, so the retry can never create a second record."""
+    key = key or str(uuid.uuid4())
+    headers = {"Idempotency-Key": key}
+    try:
+        return client.retrying_once(lambda: client.post(path, body, headers=headers))
+    except Unavailable as exc:
+        if isinstance(exc, QuorumNotMet):
+            exc.details["hint"] = (
+                "the write may still land: the members that hold it keep spreading it. "
+                f"Retry the same command with --idempotency-key {key}; it is then "
+                "written at most once")
+        else:
+            exc.details["hint"] = (
+                "the write may or may not have landed; retry the same command with "
+                f"--idempotency-key {key} so it is written at most once")
+        exc.details["idempotency_key"] = key
+        raise
 
 
 def _param(value: Any) -> str:

@@ -11,8 +11,10 @@ so node ``node{i}`` always listens on ``base_port + i - 1``.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shlex
+import socket
 import sys
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from cli.layout import DbPath, NodeSpec, majority, peer_entries, plan_cluster
 from cli.node_config import new_secret, write_configs
 from cli.output import note, print_json, table
 from cli.state import CliState, pass_state
-from common.errors import ServerError
+from common.errors import BadRequest, ServerError
 
 SECRET_ENV = "AI_MEMORY_CLUSTER_SECRET"
 DEFAULT_BASE_PORT = 9077
@@ -85,6 +87,14 @@ def up(
     from cli.supervisor import ChildSpec, Supervisor
 
     specs = plan_cluster(nodes, base_port, (host,), DbPath(data_dir.resolve()))
+    busy = ports_in_use(host, [(s.node_id, s.port) for s in specs])
+    if busy:
+        taken = ", ".join(f"{port} ({node})" for node, port in busy)
+        raise BadRequest(
+            f"cannot start the cluster: port{'s' if len(busy) > 1 else ''} {taken} on {host} "
+            "already in use, maybe by another `cluster up` or `ai-memory serve`",
+            hint="stop what listens there, or pick free ports with --base-port "
+                 "(node1 on it, node i on base + i - 1); nothing was started")
     data_dir.mkdir(parents=True, exist_ok=True)
     command = shlex.split(exe) if exe else [sys.executable, "-m", "cli"]
     # A new cluster (no member has a database yet) bootstraps on its first
@@ -116,6 +126,21 @@ def up(
     supervisor = Supervisor(specs=children, env=env, out=click.echo, data_dir=data_dir.resolve())
     code = asyncio.run(supervisor.run(on_ready=summary))
     raise SystemExit(code)
+
+
+def ports_in_use(host: str, ports: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The (node, port) pairs something already listens on (a bind test, as the daemon binds)."""
+    busy = []
+    for node, port in ports:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    busy.append((node, port))
+    return busy
 
 
 _DATA_OPTION = click.option(
@@ -177,6 +202,9 @@ def status(state: CliState, as_json: bool) -> None:
             f"{reachable}/{len(views)} members answered; write quorum {first.get('write_quorum', '?')}; "
             f"quorum {'healthy' if healthy else 'NOT healthy'} as seen by {first.get('node_id', state.url)}"
         )
+        for v in views:
+            if v.error:
+                click.echo(f"  {v.node_id} ({v.url or 'no URL'}): {v.error}")
     if not healthy:
         raise SystemExit(ServerError.exit_code)
 

@@ -34,7 +34,8 @@ class MemberView:
     node_id: str
     url: str | None
     status: dict[str, Any] | None = None
-    error: str | None = None
+    error: str | None = None  # the whole story, printed under the table
+    reason: str | None = None  # a word or two for the REACHABLE column
 
     @property
     def reachable(self) -> bool:
@@ -84,6 +85,19 @@ def _last_contact_ms(peer: Mapping[str, Any]) -> Any:
     return value if value is not None else peer.get("last_heard_ms_ago")
 
 
+def short_reason(exc: AiMemoryError) -> str:
+    """What went wrong, in a word: the table cell stays narrow (the full text goes below it)."""
+    text = exc.message.lower()
+    if "refused" in text:
+        return "refused"
+    if "no answer" in text or "timed out" in text or "timeout" in text:
+        return "timeout"
+    if exc.code == "cannot_connect":
+        return "unreachable"
+    status = exc.details.get("status")
+    return f"HTTP {status}" if status else exc.code
+
+
 def collect(
     url: str, client_for: Callable[[str], ApiClient]
 ) -> tuple[dict[str, Any], list[MemberView]]:
@@ -97,13 +111,13 @@ def collect(
         if node_id == own_id:
             return MemberView(node_id, member_url, status=first)
         if member_url is None:
-            return MemberView(node_id, None, error="no URL listed")
+            return MemberView(node_id, None, error="no URL listed", reason="no url")
         try:
             reply = client_for(member_url).get(STATUS_PATH)
         except AiMemoryError as exc:
-            return MemberView(node_id, member_url, error=exc.message)
+            return MemberView(node_id, member_url, error=exc.message, reason=short_reason(exc))
         if not isinstance(reply, dict):
-            return MemberView(node_id, member_url, error="unexpected reply")
+            return MemberView(node_id, member_url, error="unexpected reply", reason="bad reply")
         return MemberView(node_id, member_url, status=reply)
 
     with ThreadPoolExecutor(max_workers=max(1, len(addresses))) as pool:
@@ -148,7 +162,7 @@ def rows(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[str, An
             row["mailboxes"] = _mailboxes(view.status.get("owned_mailboxes") or {})
             row["quorum"] = "healthy" if quorum_healthy(view.status) else "NOT healthy"
         else:
-            row["reachable"] = f"no ({view.error})"
+            row["reachable"] = f"no ({view.reason or 'error'})"
             row["position"] = sum(_vv(peer).values()) if peer.get("vv") else None
             row["lag"] = peer.get("lag_ops")
         table.append(row)

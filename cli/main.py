@@ -23,7 +23,7 @@ import click
 
 from cli.agents import agents
 from cli.backup import backup, restore
-from cli.client import DEFAULT_URL
+from cli.client import DEFAULT_URL, normalize_url
 from cli.cluster import cluster
 from cli.health import health
 from cli.identity import grant, key, revoke, user
@@ -80,7 +80,7 @@ class RootGroup(click.Group):
     default=DEFAULT_URL,
     show_default=True,
     show_envvar=True,
-    help="Base URL of the daemon to talk to.",
+    help="The daemon's address (http://HOST:PORT; a bare HOST:PORT is taken as http).",
 )
 @click.option(
     "--agent-id",
@@ -104,7 +104,7 @@ class RootGroup(click.Group):
 def cli(ctx: click.Context, url: str, agent_id: str | None, api_key: str | None,
         key: str | None) -> None:
     """ai-memory: notify agents, exchange claim-once project mail, run a cluster."""
-    ctx.obj = CliState(url=url, agent_id=agent_id or None, api_key=api_key or None,
+    ctx.obj = CliState(url=normalize_url(url), agent_id=agent_id or None, api_key=api_key or None,
                        key=key or None)
 
 

@@ -7,13 +7,12 @@ pass fields straight through and print what the daemon answers.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 import click
 
 from cli.body import read_body
-from cli.client import drop_none
+from cli.client import create_idempotently, drop_none
 from cli.output import indent, note, print_json, table
 from cli.state import CliState, pass_state
 from common import limits
@@ -35,6 +34,9 @@ def memories() -> None:
 @click.option("--priority", type=click.IntRange(1, 10), help="1..10.")
 @click.option("--ttl-secs", type=click.IntRange(min=1), help="Expire after this many seconds.")
 @click.option("--metadata", help="A JSON object stored with the memory.")
+@click.option(
+    "--idempotency-key", help="Reuse the key of an earlier attempt so a retry is written once."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's JSON reply.")
 @pass_state
 def store(
@@ -47,6 +49,7 @@ def store(
     priority: int | None,
     ttl_secs: int | None,
     metadata: str | None,
+    idempotency_key: str | None,
     as_json: bool,
 ) -> None:
     """Store CONTENT (or stdin) as a memory."""
@@ -71,9 +74,7 @@ def store(
             "agent_id": state.agent_id,
         }
     )
-    client = state.client()
-    headers = {"Idempotency-Key": str(uuid.uuid4())}
-    reply = client.retrying_once(lambda: client.post("/api/v1/memories", body, headers=headers))
+    reply = create_idempotently(state.client(), "/api/v1/memories", body, idempotency_key)
     if as_json:
         print_json(reply)
         return

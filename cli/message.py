@@ -6,10 +6,15 @@ sends no scope; the daemon then refuses send, pop and cancel (409, naming
 the project it would have guessed) and the refusal is printed as it came.
 
 ``pop`` always carries a request id (a new UUID unless ``--request-id``).
+``pop --wait`` blocks on the mailbox's push stream (:mod:`cli.stream`) and
+claims the first message it may take, each attempt under a new id. A pop
+that finds nothing says so, says when the project does not exist (exit 3),
+and names the harness that mail is waiting for and the command to pop it.
 After a transport failure or a 503 it retries once with the same id, which
 the daemon answers with the same message, so a lost reply never loses a
 message. If both attempts fail the id is printed for a manual retry.
-``send`` does the same with an ``Idempotency-Key``.
+``send`` does the same with an ``Idempotency-Key`` (``--idempotency-key``
+to reuse one, see :func:`cli.client.create_idempotently`).
 
 A popped body is untrusted input from another project: it is printed after
 its provenance and the daemon's security notice, never before them.
@@ -17,18 +22,21 @@ its provenance and the daemon's security notice, never before them.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
 import click
 
 from cli.body import read_body
-from cli.client import drop_none
+from cli.client import ApiClient, create_idempotently, drop_none
 from cli.output import indent, note, print_json
 from cli.scope import Scope, resolve_scope
 from cli.state import CliState, pass_state
+from cli.stream import Event
+from cli.stream import wait as wait_on_stream
 from common import limits
-from common.errors import Unavailable
+from common.errors import AiMemoryError, NotFound, Unavailable
 from common.lifecycle import PENDING
 from common.vocab import NATURE_DEFAULT, NATURES
 
@@ -68,6 +76,13 @@ def message() -> None:
 @click.option("--evidence", help="What backs a measured claim: a command, file:line, a message id.")
 @click.option("--from-workspace", help="Sender workspace (else env or .ai-memory.toml).")
 @click.option("--from-project", help="Sender project (else env or .ai-memory.toml).")
+@click.option(
+    "--from-agent",
+    help="Sending harness (e.g. codex), when no session of the sending project names one.",
+)
+@click.option(
+    "--idempotency-key", help="Reuse the key of an earlier attempt so a retry is sent once."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's JSON reply.")
 @pass_state
 def send(
@@ -81,6 +96,8 @@ def send(
     evidence: str | None,
     from_workspace: str | None,
     from_project: str | None,
+    from_agent: str | None,
+    idempotency_key: str | None,
     as_json: bool,
 ) -> None:
     """Send BODY (or stdin) to another project's mailbox."""
@@ -94,15 +111,14 @@ def send(
             "to_agent": to_agent,
             "from_workspace": sender.workspace if sender else None,
             "from_project": sender.project if sender else None,
+            "from_agent": from_agent,
             "subject": subject,
             "body": read_body(body, "message body"),
             "nature": nature,
             "evidence": evidence,
         }
     )
-    client = state.client()
-    headers = {"Idempotency-Key": str(uuid.uuid4())}
-    reply = client.retrying_once(lambda: client.post("/api/v1/messages", request, headers=headers))
+    reply = create_idempotently(state.client(), "/api/v1/messages", request, idempotency_key)
     if as_json:
         print_json(reply)
         return
@@ -167,6 +183,7 @@ def list_messages(
     if as_json:
         print_json(reply)
         return
+    _refuse_unknown_project(reply)
     resolved = reply.get("resolved_scope")
     if resolved:
         note(
@@ -206,6 +223,14 @@ def render_popped(reply: dict[str, Any]) -> str:
 @click.option("--id", "message_id", help="Claim this message instead of the oldest.")
 @click.option("--agent", help="Claim as this harness (for mail addressed to one).")
 @click.option("--request-id", help="Reuse an earlier pop's id to get the same message again.")
+@click.option(
+    "--wait", is_flag=True, help="If nothing is pending, block until a message arrives, claim it."
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    help="With --wait: give up after this many seconds (exit 8).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's JSON reply.")
 @pass_state
 def pop(
@@ -215,31 +240,139 @@ def pop(
     message_id: str | None,
     agent: str | None,
     request_id: str | None,
+    wait: bool,
+    timeout: float | None,
     as_json: bool,
 ) -> None:
-    """Claim the next message of the current project's inbox (exactly once)."""
+    """Claim the next message of the current project's inbox (exactly once).
+
+    With --wait, block until one arrives (the daemon pushes it: no polling),
+    then claim it; with --timeout S and nothing within S seconds, exit 8.
+    """
+    if timeout is not None and not wait:
+        raise click.UsageError("--timeout goes with --wait")
+    if wait and request_id:
+        raise click.UsageError("--request-id replays one earlier pop; it does not go with --wait")
     scope = resolve_scope(workspace, project)
-    rid = request_id or str(uuid.uuid4())
-    request = drop_none(
-        {**scope_fields(scope), "message_id": message_id, "agent": agent, "request_id": rid}
-    )
     client = state.client()
-    try:
-        reply = client.retrying_once(lambda: client.post("/api/v1/messages/pop", request))
-    except Unavailable as exc:
-        exc.details.setdefault(
-            "hint",
-            f"the claim may have happened; run `ai-memory message pop --request-id {rid}` "
-            "to get the same message",
-        )
-        raise
+    base = drop_none({**scope_fields(scope), "message_id": message_id, "agent": agent})
+    if not wait:
+        reply = _pop_once(client, base, request_id, scope, agent)
+    else:
+        hinted: list[bool] = []
+
+        def attempt() -> dict[str, Any] | None:
+            got = _pop_once(client, base, None, scope, agent)
+            if got.get("message") is not None:
+                return got
+            _refuse_unknown_project(got)
+            if not hinted:  # say once why mail that is there is not ours
+                hinted.append(True)
+                hint = _harness_hint(client, scope, agent)
+                if hint:
+                    note(hint)
+            return None
+
+        def announced(ev: Event) -> dict[str, Any] | None:
+            # The stream announces a send as soon as this node holds it; the owner
+            # lets it be claimed once a majority does, a moment later. Until then a
+            # pop skips it, so try again briefly while the message is still pending.
+            msg_id = ((ev.data or {}).get("message") or {}).get("id")
+            deadline = time.monotonic() + limits.cli_wait_pop_settle_secs
+            delay = 0.05
+            while True:
+                got = attempt()
+                if got is not None or msg_id is None or time.monotonic() >= deadline:
+                    return got
+                if not _still_pending(client, scope, agent, msg_id):
+                    return None  # someone else claimed it (or it was cancelled)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+        reply = wait_on_stream(
+            client, "/api/v1/messages/stream",
+            drop_none({**scope_fields(scope), "agent": agent}),
+            timeout=timeout, check=attempt, on_event=announced,
+            what=f"arrived in {where(*_scope_pair(scope))}", note=note)
     if as_json:
         print_json(reply)
         return
     if reply.get("message") is None:
-        note(f"no pending message in {where(*_scope_pair(scope))}")
+        _refuse_unknown_project(reply)
+        ws, proj = _scope_pair(scope)
+        note(f"no pending message in {where(reply.get('workspace', ws), reply.get('project', proj))}")
+        hint = _harness_hint(client, scope, agent)
+        if hint:
+            note(hint)
         return
     click.echo(render_popped(reply))
+
+
+def _pop_command(scope: Scope | None, agent: str | None, rid: str | None = None) -> str:
+    parts = ["ai-memory message pop"]
+    if scope is not None:
+        parts += [f"--workspace {scope.workspace}", f"--project {scope.project}"]
+    if agent:
+        parts.append(f"--agent {agent}")
+    if rid:
+        parts.append(f"--request-id {rid}")
+    return " ".join(parts)
+
+
+def _pop_once(client: ApiClient, base: dict[str, Any], request_id: str | None,
+              scope: Scope | None, agent: str | None) -> dict[str, Any]:
+    rid = request_id or str(uuid.uuid4())
+    request = {**base, "request_id": rid}
+    try:
+        reply: dict[str, Any] = client.retrying_once(
+            lambda: client.post("/api/v1/messages/pop", request))
+    except Unavailable as exc:
+        exc.details.setdefault(
+            "hint",
+            f"the claim may have happened; run `{_pop_command(scope, agent, rid)}` "
+            "to get the same message",
+        )
+        raise
+    return reply
+
+
+def _still_pending(client: ApiClient, scope: Scope | None, agent: str | None,
+                   msg_id: str) -> bool:
+    listed = client.get("/api/v1/messages", box="inbox", limit=limits.message_list_limit_max,
+                        agent=agent, **scope_fields(scope))
+    return any(row.get("id") == msg_id for row in listed.get("messages", []))
+
+
+def _refuse_unknown_project(reply: dict[str, Any]) -> None:
+    if reply.get("project_exists") is False:
+        name = where(reply.get("workspace"), reply.get("project"))
+        raise NotFound(
+            f"project {name} does not exist: a project exists once an agent has started a "
+            "session there (`ai-memory session start`); check --workspace/--project",
+            hint="`ai-memory message send` refuses an unknown project the same way")
+
+
+def _harness_hint(client: ApiClient, scope: Scope | None, agent: str | None) -> str | None:
+    """When a pop found nothing it may claim but mail waits for a harness, say how to pop it."""
+    try:
+        listed = client.get("/api/v1/messages", box="inbox",
+                            limit=limits.message_list_limit_max, **scope_fields(scope))
+    except AiMemoryError:
+        return None  # only a hint: the pop's own answer stands
+    waiting: dict[str, int] = {}
+    for row in listed.get("messages", []):
+        harness = row.get("to_agent")
+        if harness and harness != agent:
+            waiting[harness] = waiting.get(harness, 0) + 1
+    if not waiting:
+        return None
+    box = where(listed.get("workspace"), listed.get("project"))
+    resolved = scope or Scope(str(listed.get("workspace")), str(listed.get("project")), "daemon")
+    lines = [f"{n} message{'s' if n != 1 else ''} in {box} "
+             f"{'wait' if n != 1 else 'waits'} for harness {h}: pop "
+             f"{'them' if n != 1 else 'it'} with `{_pop_command(resolved, h)}`"
+             for h, n in sorted(waiting.items())]
+    return "\n".join(lines)
 
 
 def _scope_pair(scope: Scope | None) -> tuple[str | None, str | None]:

@@ -1,19 +1,20 @@
 """``ai-memory notify``: push one notification into another agent's inbox.
 
-Every send carries a fresh ``Idempotency-Key``. If the daemon cannot be
-reached mid-request or answers 503 (quorum not met, overloaded) the command
-waits the daemon's ``Retry-After`` (capped) and sends once more with the same
-key, so the retry can never create a second notification.
+Every send carries an ``Idempotency-Key`` (``--idempotency-key``, else a
+fresh one). If the daemon cannot be reached mid-request or answers 503
+(quorum not met, overloaded) the command waits the daemon's ``Retry-After``
+(capped) and sends once more with the same key, so the retry can never
+create a second notification; if that fails too, the error names the key to
+retry with by hand. ``--agent-id`` names the sender, like ``inbox --agent-id``
+names the reader (default: the global ``--agent-id``).
 """
 
 from __future__ import annotations
 
-import uuid
-
 import click
 
 from cli.body import read_body
-from cli.client import drop_none
+from cli.client import create_idempotently, drop_none
 from cli.output import print_json
 from cli.state import CliState, pass_state
 from common import limits
@@ -32,6 +33,10 @@ from common import limits
 @click.option(
     "--tier", type=click.Choice(["short", "mid", "long"]), help="Lifetime of the notification."
 )
+@click.option("--agent-id", "agent_id", help="Who sends it (default: the global --agent-id).")
+@click.option(
+    "--idempotency-key", help="Reuse the key of an earlier attempt so a retry is written once."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's JSON reply.")
 @pass_state
 def notify(
@@ -41,6 +46,8 @@ def notify(
     title: str,
     priority: int | None,
     tier: str | None,
+    agent_id: str | None,
+    idempotency_key: str | None,
     as_json: bool,
 ) -> None:
     """Send PAYLOAD (or stdin) to agent TARGET's inbox."""
@@ -53,9 +60,8 @@ def notify(
             "tier": tier,
         }
     )
-    client = state.client()
-    headers = {"Idempotency-Key": str(uuid.uuid4())}
-    reply = client.retrying_once(lambda: client.post("/api/v1/notify", body, headers=headers))
+    client = state.client(agent_id=agent_id)
+    reply = create_idempotently(client, "/api/v1/notify", body, idempotency_key)
     if as_json:
         print_json(reply)
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -50,4 +51,13 @@ def serve(**flags: object) -> None:
     except (AiMemoryError, OSError, ValueError) as exc:
         click.echo(f"ai-memory serve: {exc}", err=True)
         sys.exit(2)
-    run(settings, Notifier.from_env(os.environ))
+    try:
+        run(settings, Notifier.from_env(os.environ))
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise
+        where = f"{settings.server.host}:{settings.server.port}"
+        hint = (" (another ai-memory serve or `cluster up` may hold it; pick another --port)"
+                if exc.errno == errno.EADDRINUSE else "")
+        click.echo(f"ai-memory serve: cannot listen on {where}: {exc.strerror}{hint}", err=True)
+        sys.exit(2)

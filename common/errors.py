@@ -16,6 +16,7 @@
         ├── QuorumNotMet         503   fewer than W members acknowledged
         ├── DirectoryUnconfirmed 503   keys not yet confirmed by a read quorum
         └── NoMajority           503   this side of a partition cannot claim
+    WaitTimedOut                 (CLI)  `--wait --timeout S` ended with nothing (exit 8)
 
 Each boundary translates once: HTTP (``daemon/http_errors.py``) uses
 ``status`` and ``to_body()``; the CLI maps ``exit_code``; MCP returns
@@ -139,6 +140,15 @@ class NoMajority(Unavailable):
     """This node cannot reach a majority, so it may not decide claims."""
 
     code = "no_majority"
+
+
+class WaitTimedOut(AiMemoryError):
+    """A CLI ``--wait --timeout S`` ran out with nothing arriving. Not an
+    HTTP error (no daemon sends it); the CLI exits with code 8."""
+
+    status = 408
+    exit_code = 8
+    code = "wait_timed_out"
 
 
 _BY_STATUS: dict[int, type[AiMemoryError]] = {

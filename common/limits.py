@@ -78,6 +78,21 @@ expired_purge_interval_secs = 60.0
 agent_seen_refresh_secs = 60.0  # replicate last_seen at most this often per agent
 agent_seen_tracked_max = 100_000  # agents the last_seen throttle remembers per node
 
+# --- push streams (SSE: /inbox/stream, /messages/stream) ------------------
+streams_max = 256  # (setting [streams].max) open streams per node; beyond it 503 + Retry-After
+stream_queue_max = 256  # (setting) events waiting for one slow client; overflow ends its stream with a resume event
+stream_queue_bytes_max = 1 << 20  # (setting) ... and their text, summed; so a node holds at most streams_max MiB of queued events
+stream_heartbeat_secs = 15.0  # (setting) a comment line this often on an idle stream
+stream_write_timeout_secs = 10.0  # (setting) one write to a client that does not read; then the stream is dropped
+stream_disconnect_poll_secs = 0.2  # how often the node looks for streams whose client went away
+stream_replay_page = 50  # rows per store read while a resumed stream replays what it missed (at most ~3 MiB of notifications)
+stream_cursor_max_chars = 4096  # a Last-Event-ID longer than this is a 400
+stream_cursor_origins_max = 64  # origins one Last-Event-ID may name
+stream_retry_ms = 1000  # the SSE "retry:" a client waits before reconnecting
+stream_refused_retry_after_secs = 2.0  # Retry-After on the 503 when every stream slot is taken
+cli_wait_pop_settle_secs = 3.0  # `pop --wait`: keep trying to claim a message the stream announced while its send round completes
+cli_wait_read_secs = 30.0  # `--wait`: longest silence on a stream before the CLI reconnects (> heartbeat)
+
 # --- project mail ----------------------------------------------------------
 mailbox_pending_max = 256  # pending messages per recipient mailbox (exact)
 mailbox_history_load_max = 10_000  # decided messages an owner loads at takeover (request-id retries)
@@ -194,6 +209,8 @@ web_login_body_max_bytes = 4_096  # a login request's JSON body
 web_held_max = 256  # held messages the banner lists per project (the mailbox cap)
 
 # --- how limits relate (checked at import) ---------------------------------
+# A waiting CLI hears a heartbeat before it gives up on a silent stream.
+assert cli_wait_read_secs > stream_heartbeat_secs
 # A forwarded mailbox request must outlive the owner's claim round.
 assert forward_timeout_secs > claim_timeout_ms / 1000
 # A read-quorum hedge fires before the quorum wait gives up.

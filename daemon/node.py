@@ -49,6 +49,7 @@ from daemon.read_quorum import ReadQuorum
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
 from daemon.status import node_status
+from daemon.streams import StreamHub
 from daemon.tasks import Background
 from daemon.webhooks.service import Webhooks
 from federation.core import NodeCore
@@ -64,7 +65,8 @@ class Node:
                  backpressure: Backpressure,
                  reads: ReadQuorum, router: MailboxRouter, admission: Admission,
                  webhooks: Webhooks, verifier: Verifier, seen_throttle: SeenThrottle,
-                 directory: Directory, identity: ReplicatedDirectory) -> None:
+                 directory: Directory, identity: ReplicatedDirectory,
+                 streams: StreamHub) -> None:
         self.settings = settings
         self.node_id = settings.cluster.node_id
         self.clock = clock
@@ -86,6 +88,7 @@ class Node:
         self.seen_throttle = seen_throttle
         self.directory = directory  # where keys resolve to principals (daemon/auth.py)
         self.identity = identity  # the replicated users, keys and grants (daemon/identity/)
+        self.streams = streams  # push streams (SSE), fed by the applied-ops listeners
         self.started_at_ms = clock.now_ms()
 
     # -- lifecycle ------------------------------------------------------
@@ -106,6 +109,7 @@ class Node:
 
     async def stop(self) -> None:
         self.background.stopping = True
+        self.streams.shutdown()
         for link in self.links.values():
             await link.stop()
         await self.background.stop()

@@ -25,6 +25,7 @@ from common import limits
 from common.errors import BadRequest
 from daemon.admission import AdmissionHook, parse_hooks
 from daemon.identity.secrets import check_root_secret
+from daemon.streams import StreamSettings
 from daemon.webhooks.config import WebhookSettings
 
 
@@ -145,6 +146,7 @@ class Settings:
     mail: MailSettings = MailSettings()
     notify: NotifySettings = NotifySettings()
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)
+    streams: StreamSettings = field(default_factory=StreamSettings)
     log_level: str = "info"
     log_format: str = "text"  # "text" or "json" (one object per line), see daemon/logs.py
     # Fault-injection knob for tests and drills: this node's clock runs this
@@ -235,6 +237,13 @@ def _webhook_settings(conf: Mapping[str, Any], env: Mapping[str, str]) -> Webhoo
         raise BadRequest(f"bad [webhooks] settings: {exc}") from None
 
 
+def _stream_settings(conf: Mapping[str, Any]) -> StreamSettings:
+    try:
+        return StreamSettings(**dict(conf.get("streams", {})))
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"bad [streams] settings: {exc}") from None
+
+
 def load_settings(
     flags: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
@@ -287,6 +296,7 @@ def load_settings(
         ),
         notify=NotifySettings(tier_ttl_secs=ttl),
         webhooks=webhooks,
+        streams=_stream_settings(conf),
         log_level=str(pick("log_level", "LOG_LEVEL", conf, "log_level", "info")),
         log_format=_log_format(str(pick("log_format", "LOG_FORMAT", conf, "log_format", "text"))),
         clock_offset_ms=int(_env(env, "DEBUG_CLOCK_OFFSET_MS") or 0),

@@ -6,9 +6,9 @@ loaded from it); the pure core; the peer client and one link per peer; the
 background task owner; the effect runner, the anti-entropy pusher, the read
 quorum and the mailbox router; admission hooks; webhooks and the identity
 directory (registered as applied-ops listeners before anything can apply an
-op); the peer request verifier, the last-seen throttle and the key directory
-(the static keys of ``[auth]`` chained before the replicated ones). Route
-modules receive the finished
+op) and the push-stream hub beside them; the peer request verifier, the
+last-seen throttle and the key directory (the static keys of ``[auth]``
+chained before the replicated ones). Route modules receive the finished
 node and build nothing themselves.
 """
 
@@ -44,6 +44,7 @@ from daemon.read_quorum import ReadQuorum
 from daemon.seeding import needs_seed, seed_from_peers
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
+from daemon.streams import StreamHub
 from daemon.tasks import Background
 from daemon.webhooks.service import Webhooks
 from daemon.webhooks.ssrf import AddressPolicy
@@ -160,6 +161,8 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
                                     root_username=settings.auth.root_username or "",
                                     now_ms=node_clock.now_ms, count=metrics.inc)
     runner.applied_listeners.append(identity.on_applied)
+    streams = StreamHub(store.seen_copy(), settings.streams, metrics)
+    runner.applied_listeners.append(streams.on_applied)
     backpressure = Backpressure(store, background, metrics)
     router = MailboxRouter(c.node_id, runner=runner, store=store, peers=peers, metrics=metrics,
                            now_ms=node_clock.now_ms, admit=backpressure.check,
@@ -171,4 +174,4 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
                 verifier=Verifier(c.secret, settings.cluster.node_id), seen_throttle=SeenThrottle(),
                 directory=directory if directory is not None
                 else ChainDirectory(static_directory(settings.auth), identity),
-                identity=identity)
+                identity=identity, streams=streams)

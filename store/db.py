@@ -399,6 +399,61 @@ class Store:
             found.update((r["id"], Q.note(r)) for r in rows)
         return [found[i] for i in wanted if i in found]
 
+    # -- stream replay (daemon/streams.py) ----------------------------------------
+
+    @staticmethod
+    def _not_covered(cursor: dict[str, int], params: dict[str, Any], prefix: str = "") -> str:
+        """SQL: the row's (origin, seq) is not covered by ``cursor`` (per-origin watermarks)."""
+        terms = []
+        for i, (origin, seq) in enumerate(sorted(cursor.items())):
+            params[f"co{i}"], params[f"cs{i}"] = origin, seq
+            terms.append(f"({prefix}origin = :co{i} AND {prefix}seq <= :cs{i})")
+        return f"NOT ({' OR '.join(terms)})" if terms else "1"
+
+    async def notes_not_covered(self, agent_id: str, cursor: dict[str, int], *,
+                                after: tuple[int, str, int] | None, limit: int,
+                                now_ms: int) -> list[dict[str, Any]]:
+        """Unexpired notifications to ``agent_id`` whose op id ``cursor`` does
+        not cover, in (hlc, origin, seq) order after ``after``; each row has
+        its ``hlc``, ``origin`` and ``seq``."""
+        params: dict[str, Any] = {"agent": agent_id, "now": now_ms, "limit": limit}
+        where = ["to_agent = :agent", Q.NOT_EXPIRED, self._not_covered(cursor, params)]
+        if after is not None:
+            where.append("(hlc, origin, seq) > (:ah, :ao, :as)")
+            params.update(ah=after[0], ao=after[1], **{"as": after[2]})
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.NOTE_COLS}, hlc, origin, seq FROM notes WHERE {' AND '.join(where)}"
+            " ORDER BY hlc, origin, seq LIMIT :limit", params)
+        return [{**Q.note(r), "hlc": r["hlc"], "origin": r["origin"], "seq": r["seq"]}
+                for r in rows]
+
+    async def messages_not_covered(self, workspace: str, project: str, cursor: dict[str, int],
+                                   *, after: tuple[int, str, int] | None, limit: int,
+                                   agent: str | None = None) -> list[dict[str, Any]]:
+        """Messages to the mailbox (any state; with ``agent``, only those it
+        could claim) whose send ``cursor`` does not cover, in mailbox order
+        after ``after``; each row has its ``hlc``, ``origin`` and ``seq``."""
+        params: dict[str, Any] = {"ws": workspace, "proj": project}
+        where = ["m.to_workspace = :ws AND m.to_project = :proj",
+                 self._not_covered(cursor, params, "m.")]
+        if agent is not None:
+            where.append("(m.to_agent IS NULL OR m.to_agent = :agent)")
+            params["agent"] = agent
+        if after is not None:
+            where.append("(m.hlc, m.origin, m.seq) > (:ah, :ao, :as)")
+            params.update(ah=after[0], ao=after[1], **{"as": after[2]})
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.MESSAGE_COLS}, m.seq AS m_seq FROM {Q.MESSAGE_FROM}"
+            f" WHERE {' AND '.join(where)} ORDER BY {Q.FIFO} LIMIT {int(limit)}", params)
+        return [{**Q.message(r), "hlc": r["hlc"], "origin": r["origin"], "seq": r["m_seq"]}
+                for r in rows]
+
+    def seen_copy(self) -> SeenSet:
+        """A copy of the op ids this store holds (watermarks and held seqs);
+        event-loop only, like the writer's own set."""
+        w = self._writer.seen
+        return SeenSet(w.watermark, w.held)
+
     # -- agents, projects, sessions --------------------------------------------------------
 
     async def list_agents(self) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from daemon.api import (
     peer,
     routing,
     search,
+    streams,
     subscriptions,
     sync,
     system,
@@ -24,5 +25,5 @@ from daemon.api import (
 )
 
 ROUTE_MODULES: list[Any] = [routing, system, memories, notify, agents, mail, subscriptions, peer,
-                            sync, search, backup, webui, identity, mcp]
+                            sync, search, backup, webui, identity, mcp, streams]
 MIDDLEWARES: list[Any] = [m for mod in ROUTE_MODULES for m in getattr(mod, "MIDDLEWARES", [])]

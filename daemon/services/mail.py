@@ -144,6 +144,14 @@ def _hide(row: dict[str, Any], principal: Principal, workspace_key: str,
     return {**row, project_key_: None, "hidden": True}
 
 
+async def project_exists(node: Node, workspace: str, project: str) -> bool:
+    """Projects only ever appear: a local hit is final; a miss asks a read quorum."""
+    if await node.store.project_exists(workspace, project):
+        return True
+    await node.read_barrier(project_key(workspace, project))
+    return await node.store.project_exists(workspace, project)
+
+
 # -- send -----------------------------------------------------------------------
 
 def clean_text(subject: str | None, body: str) -> tuple[str, bool, str, bool, int]:
@@ -271,6 +279,8 @@ async def list_box(node: Node, principal: Principal, *, box: str, workspace: str
             if box == "inbox" else _hide(public_message(r), principal, "to_workspace", "to_project")
             for r in rows],
     }
+    if not rows:  # "0 pending" of a project nobody started a session in would mislead
+        out["project_exists"] = await project_exists(node, scope.workspace, scope.project)
     if scope.inferred:
         out["resolved_scope"] = {"workspace": scope.workspace, "project": scope.project}
         out["scope_source"] = scope.source
@@ -304,7 +314,8 @@ async def pop(node: Node, principal: Principal, *, workspace: str | None, projec
         message_id=message_id, agent=harness, claimer=claimer))
     if result is None:
         return {"message": None, "request_id": rid, "workspace": scope.workspace,
-                "project": scope.project}
+                "project": scope.project,
+                "project_exists": await project_exists(node, scope.workspace, scope.project)}
     msg, claim = result["message"], result["claim"]
     row = _hide(public_message({**msg, "state": CLAIMED}), principal, "from_workspace_id",
                 "from_project_id")

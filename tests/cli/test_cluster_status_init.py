@@ -94,7 +94,10 @@ def test_status_asks_every_member_and_shows_the_unreachable(
     assert rows["node1"].split()[2:7] == ["yes", "0.1.0", "15", "0", "self"]
     assert "default/project-b@3" in rows["node1"]
     assert rows["node2"].split()[2:8] == ["yes", "0.1.0", "13", "2", "0.1s", "ago"]
-    assert "no (cannot connect" in rows["node3"]
+    # The column says it in a word; the whole error is printed under the table.
+    assert rows["node3"].split()[2:4] == ["no", "(refused)"]
+    assert "cannot connect" not in rows["node3"]
+    assert f"node3 ({down}): cannot connect to" in result.stdout
     assert "9.0s ago" in rows["node3"] and " 11 " in rows["node3"]
     assert "2/3 members answered" in result.stdout
 

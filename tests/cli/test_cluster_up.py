@@ -258,10 +258,43 @@ def test_a_port_held_by_another_daemon_is_detected(tmp_path: Path) -> None:
     finally:
         up.proc.send_signal(signal.SIGTERM)
         up.finish()
-    assert clash.returncode == 1
-    # node2 of the second cluster wants the first cluster's node1 port: either it fails to
-    # bind, or the first node answers health as "node1" and is recognised as a stranger.
-    assert ("answered as node 'node1'" in clash.stdout) or ("node2 exited" in clash.stdout)
+    # The ports are checked before anything starts: a clear message, no traceback.
+    assert clash.returncode == 2, clash.stdout + clash.stderr
+    assert f"port {up.base} (node2) on 127.0.0.1 already in use" in clash.stderr
+    assert "--base-port" in clash.stderr and "nothing was started" in clash.stderr
+    assert "Traceback" not in clash.stdout + clash.stderr
+    assert "[cluster] started" not in clash.stdout
+
+
+def test_ports_in_use_are_named_before_anything_starts(tmp_path: Path) -> None:
+    base = free_base_port(3)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", base + 2))
+        held.listen()
+        result = subprocess.run(
+            [sys.executable, "-m", "cli", "cluster", "up", "--nodes", "3", "--base-port",
+             str(base), "--data", str(tmp_path / "d"), "--exe", f"{sys.executable} {FAKE_NODE}"],
+            capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        f"error: cannot start the cluster: port {base + 2} (node3) on 127.0.0.1 already in use")
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_serve_on_a_port_in_use_says_so_without_a_traceback(tmp_path: Path) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+             "--db", str(tmp_path / "n.db")],
+            capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "address already in use" in result.stderr.lower()
+    assert "Traceback" not in result.stderr
 
 
 def test_restarts_never_bootstrap() -> None:

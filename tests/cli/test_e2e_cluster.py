@@ -26,8 +26,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
 
 class Cluster:
-    def __init__(self, base: int) -> None:
+    def __init__(self, base: int, data: Path | None = None) -> None:
         self.urls = [f"http://127.0.0.1:{base + i}" for i in range(3)]
+        self.data = data
 
     def run(self, node: int, *args: str, input: str | None = None) -> Result:
         return CliRunner().invoke(cli, ["--url", self.urls[node], *args], input=input)
@@ -73,7 +74,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         proc.wait(30)
         pytest.fail("cluster up never became ready:\n" + "".join(lines))
     try:
-        yield Cluster(base)
+        yield Cluster(base, data)
     finally:
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)

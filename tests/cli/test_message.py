@@ -259,7 +259,9 @@ def test_pop_failing_twice_names_the_request_id_to_reuse(stub: StubDaemon, run: 
     result = run("message", "pop", "--request-id", "r-42", env=SCOPE_ENV)
     assert result.exit_code == 6
     assert [r.body["request_id"] for r in stub.requests] == ["r-42", "r-42"]
-    assert "ai-memory message pop --request-id r-42" in result.stderr
+    # The command to rerun names the mailbox too, so it works from any directory.
+    assert ("ai-memory message pop --workspace default --project project-a --request-id r-42"
+            in result.stderr)
 
 
 def test_pop_empty_inbox_is_success(stub: StubDaemon, run: Run) -> None:
@@ -312,3 +314,30 @@ def test_cancel_already_claimed_exits_4(stub: StubDaemon, run: Run) -> None:
     result = run("message", "cancel", "--id", "m-1", env=SCOPE_ENV)
     assert result.exit_code == 4
     assert "already claimed" in result.stderr
+
+
+SSE_READY = 'retry: 1000\n\nid: v1.e30\nevent: ready\ndata: {"replayed":0}\n\n'
+
+
+def test_pop_wait_never_retries_a_pop_in_doubt_under_a_new_request_id(
+    stub: StubDaemon, run: Run
+) -> None:
+    # A pop that got 503 twice may have claimed the message: the only safe retry is
+    # with its own request id, so --wait stops and names it instead of popping again.
+    stub.reply("GET", "/api/v1/messages/stream", SSE_READY)
+    stub.reply(
+        "POST",
+        "/api/v1/messages/pop",
+        {"error": "this side has no majority", "code": "no_majority"},
+        status=503,
+        headers={"Retry-After": "0"},
+    )
+    result = run("message", "pop", "--wait", "--timeout", "5", env=SCOPE_ENV)
+    assert result.exit_code == 6, result.output
+    pops = stub._node.made("POST", "/api/v1/messages/pop")
+    rids = {r.body["request_id"] for r in pops}
+    assert len(pops) == 2 and len(rids) == 1
+    (rid,) = rids
+    assert f"--project project-a --request-id {rid}" in result.stderr
+    assert stub.last("GET", "/api/v1/messages/stream").query == {
+        "workspace": "default", "project": "project-a"}

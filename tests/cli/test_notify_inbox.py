@@ -181,3 +181,76 @@ def test_inbox_agent_from_environment(stub: StubDaemon, run: Run) -> None:
     result = run("inbox", env={"AI_MEMORY_AGENT_ID": "bob"})
     assert result.exit_code == 0, result.output
     assert stub.last().query["agent_id"] == "bob"
+
+
+QUORUM_503 = {"error": "quorum_not_met", "code": "quorum_not_met", "got": 1, "needed": 2,
+              "reason": "timeout"}
+
+
+def test_a_write_left_in_doubt_names_the_idempotency_key_to_retry_with(
+    stub: StubDaemon, run: Run
+) -> None:
+    creates = (
+        ("/api/v1/notify", ("notify", "bob", "--title", "t", "x"), NOTIFY_REPLY),
+        ("/api/v1/memories", ("memories", "store", "--title", "t", "x"), {"id": "m-1"}),
+        ("/api/v1/messages",
+         ("message", "send", "--to-workspace", "w", "--to-project", "p", "--from-workspace",
+          "w", "--from-project", "q", "hello"), {"message_id": "m-1"}),
+    )
+    for path, args, ok in creates:
+        stub.reply("POST", path, QUORUM_503, status=503, headers={"Retry-After": "0"})
+        result = run(*args)
+        assert result.exit_code == 6, result.output
+        key = stub.last("POST", path).headers["Idempotency-Key"]
+        assert "the write may still land" in result.stderr
+        assert f"--idempotency-key {key}" in result.stderr
+        # The retry the hint asks for sends the same key, so it is written once.
+        stub.reply("POST", path, ok, status=201)
+        again = run(*args, "--idempotency-key", key)
+        assert again.exit_code == 0, again.output
+        assert stub.last("POST", path).headers["Idempotency-Key"] == key
+
+
+def test_notify_agent_id_names_the_sender(stub: StubDaemon, run: Run) -> None:
+    stub.reply("POST", "/api/v1/notify", NOTIFY_REPLY, status=201)
+    result = run("--agent-id", "someone-else", "notify", "bob", "--agent-id", "alice",
+                 "--title", "t", "x")
+    assert result.exit_code == 0, result.output
+    assert stub.last("POST", "/api/v1/notify").headers["X-Agent-Id"] == "alice"
+
+
+def test_inbox_passes_since_and_tier(stub: StubDaemon, run: Run) -> None:
+    stub.reply("GET", "/api/v1/inbox", {"agent_id": "bob", "messages": []})
+    result = run("inbox", "--agent-id", "bob", "--since", "2026-05-01T12:00:00Z", "--tier",
+                 "long")
+    assert result.exit_code == 0, result.output
+    query = stub.last("GET", "/api/v1/inbox").query
+    assert query["since"] == "2026-05-01T12:00:00Z" and query["tier"] == "long"
+
+
+def test_timeout_without_wait_is_a_usage_error(stub: StubDaemon, run: Run) -> None:
+    for args in (("inbox", "--agent-id", "bob", "--timeout", "3"),
+                 ("message", "pop", "--workspace", "w", "--project", "p", "--timeout", "3")):
+        result = run(*args)
+        assert result.exit_code == 2 and "--timeout goes with --wait" in result.output
+    assert stub.requests == []
+
+
+def test_url_forms(stub: StubDaemon) -> None:
+    from click.testing import CliRunner
+
+    from cli.client import normalize_url
+    from cli.main import cli
+
+    assert normalize_url("127.0.0.1:9077") == "http://127.0.0.1:9077"
+    assert normalize_url("http://h:1/") == "http://h:1"
+    assert normalize_url("https://h/prefix") == "https://h/prefix"
+    for bad in ("http://h:1/api/v1", "h:1/api/v1/", "http://h:1/api"):
+        result = CliRunner().invoke(cli, ["--url", bad, "health"])
+        assert result.exit_code == 2, bad
+        assert "without the API path" in result.stderr
+    result = CliRunner().invoke(cli, ["--url", "ftp://h", "health"])
+    assert result.exit_code == 2 and "not a daemon address" in result.stderr
+    stub.reply("GET", "/api/v1/health", {"status": "ok"})
+    result = CliRunner().invoke(cli, ["--url", stub.url.removeprefix("http://"), "health"])
+    assert result.exit_code == 0, result.output
