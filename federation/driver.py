@@ -153,6 +153,7 @@ def carry(core: NodeCore, host: Host, effects: Sequence[Any], *,
         if isinstance(eff, Persist):
             if eff.ops:
                 new = yield StoreCall("apply_ops", (list(eff.ops), host.now_ms()))
+                core.on_persisted(eff.ops)
                 if new:
                     host.applied(new)
             left -= 1

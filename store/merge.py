@@ -127,6 +127,7 @@ class Replica:
         # (mailbox key, request id) -> the winning msg.empty op
         self._empties: dict[tuple[str, str], Op] = {}
         self._promises: dict[str, int] = {}
+        self.recovering_mark = False
         # (source_id, target_id, relation) -> created_at_ms
         self._links: dict[tuple[str, str, str], int] = {}
         self._grants: dict[tuple[str, str], _Ranked] = {}
@@ -146,6 +147,11 @@ class Replica:
             self._merge(op, now_ms)
             fresh.append(op)
         return fresh
+
+    def apply_ops(self, ops: list[Op], now_ms: int) -> list[Op]:
+        """:meth:`apply` under the name of ``store.db.Store.apply_ops``
+        (both keep :class:`federation.driver.Store`)."""
+        return self.apply(ops, now_ms)
 
     def _merge(self, op: Op, now_ms: int) -> None:
         kind = op.kind
@@ -275,6 +281,10 @@ class Replica:
         for oid in doomed:
             del self._log[oid]
         return len(doomed)
+
+    def set_recovering(self, recovering: bool) -> None:
+        """The durable "must recover first" mark (``Store.set_recovering``)."""
+        self.recovering_mark = recovering
 
     def set_promised(self, mailbox: str, epoch: int) -> None:
         self._promises[mailbox] = max(self._promises.get(mailbox, 0), epoch)
