@@ -126,10 +126,15 @@ class EffectRunner:
         if pending:
             await asyncio.gather(*pending)
 
-    async def settle(self) -> None:
-        """Wait until every persist handed over so far has committed: after
-        this, the store holds every op the core counted before the call."""
-        await self._after(list(self._barriers))
+    def barriers(self) -> list[Barrier]:
+        """The barriers of every list handed over and not yet persisted."""
+        return list(self._barriers)
+
+    async def settle(self, barriers: Sequence[Barrier] | None = None) -> None:
+        """Wait until every persist handed over so far (or those of
+        ``barriers``) has committed: after this, the store holds every op
+        the core counted before the call."""
+        await self._after(list(self._barriers) if barriers is None else barriers)
 
     # -- running ----------------------------------------------------------
     async def run(self, effects: Iterable[Any], *, reply_peer: str | None = None,
