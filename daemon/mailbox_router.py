@@ -42,6 +42,7 @@ from federation.messages import Replicate
 
 class MessageLookup(Protocol):
     async def message(self, message_id: str) -> dict[str, Any] | None: ...
+    async def sent_body(self, message_id: str) -> dict[str, Any] | None: ...
 
 
 class MailboxRouter:
@@ -87,7 +88,9 @@ class MailboxRouter:
         if message_id is not None:
             # A send retried with the id of a message decided long ago (beyond
             # the history an owner loads) must not become a second pending copy.
-            decided = routing.decided_send(req, await self.store.message(message_id))
+            row = await self.store.message(message_id)
+            sent = None if row is None else await self.store.sent_body(message_id)
+            decided = routing.decided_send(req, row, sent)
             if decided is not None:
                 return decided
         token, fut = self.runner.waiter()

@@ -81,13 +81,18 @@ def needs_decided_check(req: Any) -> str | None:
     return None
 
 
-def decided_send(req: claim_mod.MailSend, row: dict[str, Any] | None) -> Op | None:
-    """The answer to a send whose message ``row`` is already decided, or None
-    to let the owner's core decide."""
+def decided_send(req: claim_mod.MailSend, row: dict[str, Any] | None,
+                 sent: dict[str, Any] | None) -> Op | None:
+    """The answer to a send whose message ``row`` (the store's view) is
+    already decided, or None to let the owner's core decide. Its body is the
+    message as sent (``sent``, the store's ``sent_body``), as the owner's
+    core answers a retried send: a saved edit is the editor's text, not the
+    sender's (the simulator found retries answered with the edit)."""
     if row is None or row.get("state") == PENDING:
         return None
+    fields = row if sent is None else sent
     return Op(origin=row["order"][1], seq=0, hlc=row["order"][0], kind=MSG_SEND,
-              key=req.mailbox, body={k: row.get(k) for k in req.body}, epoch=0)
+              key=req.mailbox, body={k: fields.get(k) for k in req.body}, epoch=0)
 
 
 def sent_op(result: Any) -> Op | None:

@@ -50,6 +50,7 @@ from common.lifecycle import CLAIMED, PENDING
 from common.ops import Op
 from store.records import (
     EMPTY_FIELDS,
+    MESSAGE_FIELDS,
     Rank,
     TerminalRank,
     edit_ops,
@@ -434,6 +435,11 @@ class Replica:
         term = self._terminals.get(mid)
         return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row,
                             self._holds.get(mid), self._revisions.get(mid))
+
+    def sent_body(self, msg_id: str) -> dict[str, Any] | None:
+        """The message's fields as its send wrote them (``Store.sent_body``)."""
+        msg = self._messages.get(msg_id)
+        return None if msg is None else {name: msg.row[name] for name in MESSAGE_FIELDS}
 
     def _state(self, msg_id: str) -> str:
         term = self._terminals.get(msg_id)

@@ -67,6 +67,26 @@ class Monitor:
         self.popped_at: dict[str, int] = {}  # message id -> when its pop was acked
         self.acked_reads: list[Op] = []
         self.acked_dels: list[Op] = []
+        self.acked_notes: list[tuple[int, str, str]] = []  # (acked at, to agent, note id)
+        self.disk_lost_at: int | None = None  # reads after a lost disk are not checked
+
+    def disk_lost(self) -> None:
+        if self.disk_lost_at is None:
+            self.disk_lost_at = self.sim.now
+
+    def _read_your_writes(self, a: Attempt) -> None:
+        """A quorum read shows every notification acknowledged before it
+        began (R + W > N). Not checked once a member lost its disk: the
+        members that held a write may then be fewer than W."""
+        if self.disk_lost_at is not None and self.disk_lost_at <= self.sim.now:
+            return
+        self.sim.stats["reads_checked"] += 1
+        shown = set(a.value)
+        for acked_at, to, nid in self.acked_notes:
+            if acked_at < a.sent_ms and to == a.req and nid not in shown:
+                self.fail(f"read of {to}'s inbox through {a.entry}, begun "
+                          f"{a.sent_ms - acked_at} ms after {nid} was acknowledged, "
+                          f"missed it")
 
     def fail(self, text: str) -> None:
         if len(self.violations) < 20:
@@ -76,9 +96,13 @@ class Monitor:
         if not a.ok:
             return
         h = self.sim.history
-        if a.kind == "write":
+        if a.kind == "read":
+            self._read_your_writes(a)
+        elif a.kind == "write":
             for op in a.value:
-                if op.kind == NOTE_READ:
+                if op.kind == NOTE_NEW:
+                    self.acked_notes.append((self.sim.now, op.body["to"], op.body["id"]))
+                elif op.kind == NOTE_READ:
                     self.acked_reads.append(op)
                 elif op.kind == MEM_DEL:
                     self.acked_dels.append(op)

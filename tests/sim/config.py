@@ -36,7 +36,15 @@ class SimConfig:
     wipe_p: float = 0.3  # a crashed member comes back without its disk (when that loses no ack)
     mailboxes: int = 2
     pending_cap: int = 6
+    read_hedge_ms: int = 100  # a read's pull not answered by then: ask the next peer too
+    read_p: float = 0.08  # share of client requests that are quorum reads of an inbox
     disk_delay_max_ms: int = 0  # a store write completes after up to this long (a slow disk)
+
+    @property
+    def forward_timeout_ms(self) -> int:
+        """A forwarded mailbox request unanswered this long: try the next
+        member (the daemon's claim timeout plus a peer request's timeout)."""
+        return self.claim_timeout_ms + 2 * self.delay_max_ms + 100
 
     @property
     def converge_bound_ms(self) -> int:

@@ -34,6 +34,7 @@ from federation.effects import Effect, MembershipMismatch
 from federation.messages import Message, Replicate
 from tests.sim.config import SimConfig
 from tests.sim.disk import SimDisk
+from tests.sim.entry import Entry
 
 if TYPE_CHECKING:
     from tests.sim.runner import Sim
@@ -81,6 +82,7 @@ class SimNode:
         self.disk = SimDisk()
         self.core: NodeCore | None = None
         self.barriers: list[Barrier] = []  # of the effect lists not yet persisted
+        self.entry: Entry | None = None  # the client side of the running process
         self.paused = False
         self.inbox: list[Any] = []  # messages that arrived while paused
         self.incarnation = 0
@@ -115,9 +117,11 @@ class SimNode:
             gc_interval_ms=cfg.gc_interval_ms, down_after_ms=cfg.down_after_ms,
             recovering=self.recovering, incarnation=f"{self.id}-{self.incarnation}",
             recovery_grace_ms=2 * cfg.delay_max_ms + cfg.tick_ms)
+        self.entry = Entry(self)
 
     def crash(self) -> None:
         self.core = None
+        self.entry = None
         self.paused = False
         self.inbox = []
 
@@ -129,7 +133,8 @@ class SimNode:
         self.sim.send(self.id, peer, msg, self.sim.now)
 
     def answer(self, token: Any, value: Any) -> None:
-        self.sim.reply(self.id, token, value, self.sim.now)
+        assert self.entry is not None
+        self.entry.core_answered(token, value)
 
     def push_missing(self, peer: str, vv: dict[str, int]) -> None:
         self._push(peer, dict(vv), self.sim.now)
@@ -151,10 +156,25 @@ class SimNode:
             self.sim.stats["recovered"] += 1
 
     # -- carrying effects ----------------------------------------------------------------
-    def run(self, effects: list[Effect], now_ms: int) -> None:
-        """Hand an effect list to the driver (the adapter's job in the daemon)."""
-        if self.core is not None and effects:
-            self._step(self._begin(effects, list(self.barriers)), None)
+    def run(self, effects: list[Effect], now_ms: int,
+            then: Callable[[], None] | None = None) -> None:
+        """Hand an effect list to the driver (the adapter's job in the daemon);
+        ``then`` runs once the list is carried out (never, after a crash)."""
+        if self.core is None:
+            return
+        if not effects:
+            if then is not None:
+                then()
+            return
+        task = self._begin(effects, list(self.barriers))
+        task.then = then
+        self._step(task, None)
+
+    def core_call(self, method: str, *args: Any) -> list[Effect]:
+        """Call a core input that takes ``now_ms`` last, at this node's clock."""
+        assert self.core is not None
+        effects: list[Effect] = getattr(self.core, method)(*args, self.now_ms())
+        return effects
 
     def _begin(self, effects: list[Any], earlier: list[Barrier]) -> _Task:
         assert self.core is not None
@@ -225,9 +245,13 @@ class SimNode:
         self._step(task, self._call(step))
 
     def _call(self, step: driver.StoreCall) -> Any:
-        if step.method == "apply_ops":
-            self.sim.monitor.on_persist(self.id, step.args[0])
-        return driver.call(self.disk, step)
+        if step.method != "apply_ops":
+            return driver.call(self.disk, step)
+        self.sim.monitor.on_persist(self.id, step.args[0])
+        new: list[Op] = self.disk.apply_ops(*step.args)
+        if any(op.origin == self.id for op in new):
+            self.sim.last_write_ms = self.sim.now  # convergence is timed from the last write
+        return new
 
     def _push(self, peer: str, vv: dict[str, int], now_ms: int) -> None:
         while True:
