@@ -32,7 +32,8 @@ from tests.sim.workload import Attempt
 if TYPE_CHECKING:
     from tests.sim.runner import Sim
 
-Decision = tuple[str, str | None, str | None, int | None]  # state, request, session, at_ms
+# state, request, session, at_ms, epoch of the deciding op
+Decision = tuple[str, str | None, str | None, int | None, int | None]
 
 
 def _identity(req: Any) -> str:
@@ -52,6 +53,12 @@ class Monitor:
         # message id -> (request id, session): who holds it. (A stale owner's
         # unacknowledged retry of the same request may stamp another at_ms.)
         self.popped_claim: dict[str, tuple[str | None, str]] = {}
+        # message id -> the lowest epoch a claim of it was acknowledged at: a
+        # node "shows" the acknowledged decision once it holds that claim (or
+        # a re-issue of it at a later epoch), not a deposed owner's doomed
+        # claim of the same request at an older epoch, which any later op of
+        # that old epoch may outrank
+        self.popped_epoch: dict[str, int] = {}
         self.by_request: dict[str, str] = {}  # request id -> message id
         # (mailbox, request id) -> every answer a pop with that id got (None: nothing pending)
         self.answers: dict[tuple[str, str], set[str | None]] = {}
@@ -127,6 +134,8 @@ class Monitor:
             self.popped[mid] = ident
             self.popped_session[mid] = str(claim.get("claimer_session"))
             self.popped_claim[mid] = (claim.get("request_id"), str(claim.get("claimer_session")))
+            epoch = int(a.value["rank"][0])
+            self.popped_epoch[mid] = min(epoch, self.popped_epoch.get(mid, epoch))
             self.popped_at.setdefault(mid, self.sim.now)
             if a.req.request_id is not None:
                 other = self.by_request.setdefault(a.req.request_id, mid)
@@ -177,7 +186,7 @@ class Monitor:
                 view = disk.message(mid)
                 state: Decision | None = None if view is None else (
                     view["state"], view["request_id"], view["claimed_by_session"],
-                    view["claimed_at_ms"])
+                    view["claimed_at_ms"], view["epoch"])
                 seq = self.seen_states.setdefault((node_id, mid), [])
                 last = seq[-1][1] if seq else None
                 if seq and last == state:
@@ -277,7 +286,9 @@ def final_checks(sim: Sim) -> list[str]:
             t_ack = mon.popped_at[mid]
             current = [i for i, (t, _) in enumerate(seq) if t <= t_ack]
             after = [s for _, s in seq[current[-1] if current else 0:]]
-            shown = [i for i, s in enumerate(after) if s is not None and (s[1], s[2]) == acked]
+            epoch = mon.popped_epoch[mid]
+            shown = [i for i, s in enumerate(after) if s is not None and (s[1], s[2]) == acked
+                     and s[4] is not None and s[4] >= epoch]
             if shown and any(s is None or (s[1], s[2]) != acked for s in after[shown[0]:]):
                 fail(f"{node_id}: acked claim of {mid} changed after it was shown: {seq}")
         # 3. nothing appears that was never written.
