@@ -18,8 +18,9 @@ run: $(STAMP)
 	$(BIN)/ai-memory cluster up --nodes 3 --base-port 9077 --data ./.data
 
 # System tools the tests use, from Debian when missing: systemd-analyze (unit
-# verification). Without apt-get as root it says so and the test that needs
-# the tool is skipped.
+# verification) and chromium (the web inbox's browser tests, driven by
+# Playwright; no browser is downloaded). Without apt-get as root it says so
+# and the tests that need the tool are skipped.
 deps:
 	@command -v systemd-analyze >/dev/null 2>&1 || { \
 	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
@@ -27,6 +28,13 @@ deps:
 	  else \
 	    echo "make deps: systemd-analyze missing and apt-get unavailable (or not root);" \
 	         "the unit verification test will be skipped"; \
+	  fi; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else \
+	    echo "make deps: chromium missing and apt-get unavailable (or not root);" \
+	         "the web inbox browser tests will be skipped"; \
 	  fi; }
 
 test: $(STAMP) deps

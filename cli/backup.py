@@ -34,17 +34,21 @@ OPERATOR_ID = "ai-memory-operator"
 
 
 def fetch_backup(url: str, out: Path, secret: str | None,
-                 timeout: float = limits.backup_http_timeout_secs) -> dict[str, Any]:
+                 timeout: float = limits.backup_http_timeout_secs,
+                 key: str | None = None) -> dict[str, Any]:
     from cli.client import CannotConnect
     from daemon.peer_auth import BOOT_HEADER, sign
 
     path = "/api/v1/admin/backup"
     started = time.monotonic()
     tmp = out.with_name(out.name + ".part")
+    secret = None if key else secret  # a (root) key stands instead of the signature
     to, boot = (_node_id(url, timeout) if secret else ""), ""
     for attempt in (1, 2):
         headers = {"Content-Type": "application/octet-stream"}
-        if secret:
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        elif secret:
             # Signed like a peer request: for this node and the boot id it
             # announces (learned from its first 401, as peers learn it).
             headers.update(sign(secret, OPERATOR_ID, to, "POST", path, b"", time.time(), boot))
@@ -95,8 +99,11 @@ def _node_id(url: str, timeout: float) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the backup's description as JSON.")
 @pass_state
 def backup(state: CliState, out: Path, secret: str | None, as_json: bool) -> None:
-    """Take a consistent online backup of the node at --url."""
-    meta = fetch_backup(state.url, out, secret)
+    """Take a consistent online backup of the node at --url.
+
+    Signed with the cluster secret, or, given a root key (--api-key), sent
+    with that key instead (what a keys-mode node without a secret needs)."""
+    meta = fetch_backup(state.url, out, secret, key=getattr(state, "key", None) or state.api_key)
     if as_json:
         print_json(meta)
         return

@@ -8,7 +8,8 @@ An MCP client config starts it, for example::
 The node address and identity come from this command's flags, else the root
 group's ``--url`` / ``--agent-id`` / ``--api-key``, else the environment
 (``AI_MEMORY_URL``, ``AI_MEMORY_AGENT_ID``, ``AI_MEMORY_API_KEY``,
-``AI_MEMORY_SESSION_ID``). The project it speaks for is resolved as for
+``AI_MEMORY_SESSION_ID``). A node in keys mode needs a key: ``--key`` or
+``AI_MEMORY_KEY``, sent as ``Authorization: Bearer`` on every call. The project it speaks for is resolved as for
 every other command (:mod:`cli.scope`: flags, ``AI_MEMORY_WORKSPACE`` /
 ``AI_MEMORY_PROJECT``, then ``.ai-memory.toml`` from the working directory
 up); with none, mail tools must name their project or the node refuses.
@@ -42,6 +43,12 @@ from common.errors import BadRequest
 )
 @click.option("--api-key", envvar="AI_MEMORY_API_KEY", default=None, help="Sent as X-API-Key.")
 @click.option(
+    "--key",
+    envvar="AI_MEMORY_KEY",
+    default=None,
+    help="This agent's key, sent as Authorization: Bearer (needed by a node in keys mode).",
+)
+@click.option(
     "--session-id",
     envvar="AI_MEMORY_SESSION_ID",
     default=None,
@@ -55,6 +62,7 @@ def mcp(
     url: str | None,
     agent_id: str | None,
     api_key: str | None,
+    key: str | None,
     session_id: str | None,
     workspace: str | None,
     project: str | None,
@@ -71,6 +79,7 @@ def mcp(
         url=url or state.url or DEFAULT_URL,
         agent_id=agent_id or state.agent_id,
         api_key=api_key or state.api_key,
+        key=key or getattr(state, "key", None),
         session_id=session_id,
         workspace=scope.workspace if scope else None,
         project=scope.project if scope else None,

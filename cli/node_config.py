@@ -22,6 +22,12 @@ from common.errors import Conflict
 SECRET_BYTES = 32
 
 
+def is_loopback_host(host: str) -> bool:
+    from daemon.settings import is_loopback_host as loopback
+
+    return loopback(host)
+
+
 def new_secret() -> str:
     return secrets.token_hex(SECRET_BYTES)
 
@@ -53,6 +59,11 @@ def render_config(spec: NodeSpec, cluster: list[NodeSpec], secret: str, now: dat
             f"peers = [{peers}]",
             f"write_quorum = {majority(len(cluster))}",
             f"secret = {_toml_str(secret)}",
+            "",
+            "[auth]",
+            "# keys: every request but GET /health needs a key (docs/security.md);",
+            "# anonymous is refused on a non-loopback address without --insecure-anonymous.",
+            f"mode = {_toml_str('anonymous' if is_loopback_host(spec.host) else 'keys')}",
             "",
         ]
     )

@@ -26,6 +26,11 @@ from common.errors import AiMemoryError
               help="existing (default): a member whose database is created empty recovers "
                    "from every other member before it votes in claims; new: bootstrapping "
                    "a cluster, an empty database is a new member.")
+@click.option("--auth", type=click.Choice(["anonymous", "keys"]), default=None,
+              help="anonymous (default): X-Agent-Id is a claim, loopback only; keys: every "
+                   "request but GET /health needs a key (env AI_MEMORY_AUTH).")
+@click.option("--insecure-anonymous", is_flag=True, default=False,
+              help="Serve anonymous mode on a non-loopback address anyway.")
 @click.option("--config", "config", default=None, type=click.Path(exists=True, dir_okay=False),
               help="TOML config file.")
 @click.option("--log-level", default=None, help="debug, info, warning, error.")
@@ -34,11 +39,14 @@ from common.errors import AiMemoryError
 def serve(**flags: object) -> None:
     """Run an ai-memory daemon (one cluster member) until SIGTERM."""
     from daemon.server import run
-    from daemon.settings import load_settings
+    from daemon.settings import check_exposure, load_settings
     from daemon.systemd import Notifier
 
+    if not flags.get("insecure_anonymous"):
+        flags.pop("insecure_anonymous", None)
     try:
         settings = load_settings(flags)
+        check_exposure(settings)
     except (AiMemoryError, OSError, ValueError) as exc:
         click.echo(f"ai-memory serve: {exc}", err=True)
         sys.exit(2)

@@ -22,17 +22,24 @@ it against :data:`TRANSITIONS`. Replicas merge the ops order-free by these
 rules, which :func:`merged_state` states once for the store, the simulator
 and the owner's model:
 
-* terminal ops dominate: once any claim or cancel is known, the greatest
-  ``(epoch, hlc, origin, seq)`` of them decides, whatever holds say;
-* otherwise the greatest-ranked hold or release decides between
-  ``editing`` and ``pending``; with neither, the message is ``pending``;
+* the greatest ``(epoch, hlc, origin, seq)`` of a message's claims and
+  cancels is its *winning terminal op*, and the greatest of its holds and
+  releases its *winning hold*;
+* the winning terminal op decides (claimed or cancelled) unless the winning
+  hold outranks it: a terminal op ranked below the winning hold is *void*
+  (:func:`terminal_stands`). An owner issues a hold only for a message it
+  knows pending after merging a majority's state, so a terminal op below an
+  acknowledged hold was never acknowledged (a deposed owner's claim left on
+  a minority): it must not undo the owner's decision and the editor's save;
+* otherwise the winning hold decides between ``editing`` and ``pending``;
+  with neither, the message is ``pending``;
 * the subject and body a reader sees are those of the greatest-ranked
   release that carried new content (a save), else the send's.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 PENDING: Final = "pending"
 EDITING: Final = "editing"
@@ -71,10 +78,20 @@ def allowed(kind: str, state: str) -> bool:
     return state in froms
 
 
-def merged_state(terminal_kind: str | None, hold_kind: str | None) -> str:
+def terminal_stands(terminal_rank: tuple[Any, ...] | None,
+                    hold_rank: tuple[Any, ...] | None) -> bool:
+    """Does a message's winning terminal op (its ``(epoch, hlc, origin,
+    seq)``; None: none known) decide it, given its winning hold/release's
+    rank? Only if no hold or release outranks it."""
+    return terminal_rank is not None and (hold_rank is None or terminal_rank > hold_rank)
+
+
+def merged_state(terminal_kind: str | None, hold_kind: str | None, *,
+                 terminal_void: bool = False) -> str:
     """A message's state from the kinds of its winning terminal op and its
-    winning hold/release op (None: none known)."""
-    if terminal_kind is not None:
+    winning hold/release op (None: none known); ``terminal_void``: the
+    terminal op is ranked below the hold (:func:`terminal_stands`)."""
+    if terminal_kind is not None and not terminal_void:
         return TRANSITIONS[terminal_kind][1]
     if hold_kind is not None:
         return TRANSITIONS[hold_kind][1]

@@ -21,6 +21,7 @@ bulk_create_max = 1000  # memories per POST /memories/bulk
 agent_id_max_chars = 128  # agent ids: 1..128 of [A-Za-z0-9_\-:@./]
 scope_name_max_chars = 128  # workspace / project / harness names
 request_id_max_chars = 128  # pop request ids, Idempotency-Key values
+api_key_max_chars = 512  # a presented key longer than this is unknown without a lookup
 op_kind_max_chars = 64  # an op kind name (a newer version's kinds are kept, not applied)
 namespace_max_chars = 512
 tag_max_chars = 128
@@ -169,6 +170,14 @@ cluster_status_timeout_secs = 3.0  # `cluster status`: per-member status request
 mcp_http_timeout_secs = 30.0  # one forwarded HTTP request to the node, connect + response
 mcp_retry_wait_max_secs = 5.0  # longest Retry-After honoured before the one retry of a pop / create
 
+
+# --- web inbox (/web) --------------------------------------------------------
+web_page_size = 50  # messages per page of a Received / Sent history
+web_history_pages_max = 200  # deepest page offered (page * size rows skipped at most)
+web_sessions_max = 1_000  # browser sessions one node keeps (the oldest go first)
+web_session_idle_secs = 8 * 3600  # a session unused this long is forgotten
+web_login_body_max_bytes = 4_096  # a login request's JSON body
+web_held_max = 256  # held messages the banner lists per project (the mailbox cap)
 
 # --- how limits relate (checked at import) ---------------------------------
 # A forwarded mailbox request must outlive the owner's claim round.

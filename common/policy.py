@@ -18,7 +18,11 @@ still insist on a named agent or project (no header, no read).
 The table below, :data:`ACTIONS`, maps each action to the grants it needs,
 by role: the project the request acts on (``box``), the sender's project of
 a send or an edit (``from``), the recipient project of a send (``to``).
-:data:`ROOT_ONLY` actions need a root key in keys mode.
+:data:`ROOT_ONLY` actions need a root key in keys mode. :data:`AUTHOR_ONLY`
+actions act on one record someone made (a memory, a webhook subscription):
+in keys mode only root, or a key bound to the agent that made it, may take
+them (:func:`check_author`); an unbound key may not, since its agent is only
+the one it names.
 """
 
 from __future__ import annotations
@@ -55,9 +59,16 @@ ACTIONS: Final[Mapping[str, tuple[tuple[Role, Access], ...]]] = {
 
 # Actions only root may take in keys mode: identity administration, backups,
 # the upstream sync endpoints (peers use their own signature instead).
+# The SDK's bulk deletes and rewrites (forget by filter, garbage collection,
+# import) act on memories of every author, so they are root's too.
 ROOT_ONLY: Final = frozenset({
     "admin.users", "admin.keys", "admin.grants", "admin.backup", "sync.push", "sync.since",
+    "memory.forget", "memory.import", "admin.gc",
 })
+
+# Actions on a record that only its author (the agent a key is bound to) or
+# root may take in keys mode.
+AUTHOR_ONLY: Final = frozenset({"memory.update", "memory.delete", "subscription.delete"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +131,19 @@ def check(principal: Principal, action: str, coords: Mapping[Role, Coord] | None
             raise Forbidden(
                 f"{action} needs {access} on {workspace}/{project}",
                 workspace=workspace, project=project, access=access)
+
+
+def check_author(principal: Principal, author: str | None, action: str) -> None:
+    """Raise :class:`Forbidden` unless ``principal`` may take ``action`` on a
+    record ``author`` made (see :data:`AUTHOR_ONLY`)."""
+    if action not in AUTHOR_ONLY:
+        raise KeyError(f"unknown author-only action {action!r}")
+    if principal.may_root():
+        return
+    if principal.agent_bound and author is not None and principal.agent == author:
+        return
+    raise Forbidden(f"{action}: only the agent that made it ({author or 'nobody'}) or root may",
+                    author=author)
 
 
 class Directory(Protocol):

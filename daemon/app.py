@@ -1,5 +1,10 @@
 """The aiohttp application: routes, middlewares, and nothing else.
 
+Every public request passes :func:`daemon.auth.authenticate` (after the
+error boundary and the request guard) before any route's middleware or
+handler, so each handler finds its caller with
+:func:`daemon.auth.principal_of`.
+
 Handlers live in ``daemon/api/<domain>.py``; each module exposes
 ``add_routes(app)``. Handlers reach the node through ``request.app[NODE]``
 (:mod:`daemon.appkeys`), parse and validate the request, and call
@@ -16,6 +21,7 @@ from aiohttp import web
 from common import limits
 from daemon.api import MIDDLEWARES, ROUTE_MODULES
 from daemon.appkeys import NODE
+from daemon.auth import authenticate
 from daemon.http_errors import error_middleware, request_guard, set_server_header
 from daemon.logs import request_id_middleware
 from daemon.node import Node
@@ -26,7 +32,8 @@ __all__ = ["NODE", "build_app"]
 def build_app(node: Node) -> web.Application:
     app = web.Application(
         client_max_size=max(limits.request_body_max_bytes, limits.peer_body_max_bytes),
-        middlewares=[request_id_middleware, error_middleware, request_guard, *MIDDLEWARES],
+        middlewares=[request_id_middleware, error_middleware, request_guard, authenticate,
+                     *MIDDLEWARES],
     )
     app[NODE] = node
     app.on_response_prepare.append(set_server_header)

@@ -144,7 +144,11 @@ async def read_body(request: web.Request) -> Any:
             raise PayloadTooLarge(
                 f"request body over {limits.request_body_max_bytes} bytes "
                 "(limits.request_body_max_bytes)")
-    raw = bytes(buf)
+    return decode_json(bytes(buf))
+
+
+def decode_json(raw: bytes) -> Any:
+    """A request body's JSON (see :func:`read_body` for the refusals)."""
     if not raw.strip():
         raise BadRequest("request body is empty; expected JSON")
     try:

@@ -32,6 +32,7 @@ from typing import Any
 from common import limits
 from common.errors import QuorumNotMet, Unavailable
 from common.ops import Op
+from common.policy import Directory
 from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.admission import Admission
 from daemon.anti_entropy import Pusher
@@ -61,7 +62,8 @@ class Node:
                  background: Background, runner: EffectRunner, pusher: Pusher,
                  backpressure: Backpressure,
                  reads: ReadQuorum, router: MailboxRouter, admission: Admission,
-                 webhooks: Webhooks, verifier: Verifier, seen_throttle: SeenThrottle) -> None:
+                 webhooks: Webhooks, verifier: Verifier, seen_throttle: SeenThrottle,
+                 directory: Directory) -> None:
         self.settings = settings
         self.node_id = settings.cluster.node_id
         self.clock = clock
@@ -81,6 +83,7 @@ class Node:
         self.verifier = verifier
         self.peer_protocols: dict[str, int] = {}  # the protocol each peer last spoke to us
         self.seen_throttle = seen_throttle
+        self.directory = directory  # where keys resolve to principals (daemon/auth.py)
         self.started_at_ms = clock.now_ms()
 
     # -- lifecycle ------------------------------------------------------

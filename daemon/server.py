@@ -19,7 +19,7 @@ from aiohttp import web
 from daemon.app import build_app
 from daemon.http_errors import BoundaryRunner
 from daemon.logs import configure as configure_logs
-from daemon.settings import Settings
+from daemon.settings import Settings, check_exposure
 from daemon.systemd import Notifier
 from daemon.wiring import build_node
 
@@ -29,6 +29,7 @@ log = logging.getLogger("ai_memory.server")
 async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
                 notifier: Notifier | None = None) -> None:
     notifier = notifier or Notifier(None)
+    check_exposure(settings)
     node = await build_node(settings)
     await node.start()
     app = build_app(node)

@@ -79,11 +79,43 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class StaticKey:
+    """One key written in the node's TOML (``[[auth.static_keys]]``): a user's
+    key with its grants, for a cluster without replicated identity records
+    (and for tests). ``grants`` entries read ``WORKSPACE/PROJECT:read|write``
+    (``WORKSPACE/*`` for every project of the workspace)."""
+
+    secret: str
+    user: str
+    agent: str | None = None
+    root: bool = False
+    grants: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class AuthSettings:
-    # api key -> agent id. When set, X-API-Key proves identity and X-Agent-Id
-    # must match the key's agent (or be absent).
+    # "anonymous": the agent is the claimed X-Agent-Id; "keys": every request
+    # but GET /health carries a key (docs/security.md).
+    mode: str = "anonymous"
+    # api key -> agent id (the legacy form): a root key bound to that agent.
+    # A presented key proves identity in either mode; X-Agent-Id must match.
     api_keys: Mapping[str, str] = field(default_factory=dict)
+    # Legacy switch: true means keys mode.
     require_api_key: bool = False
+    static_keys: tuple[StaticKey, ...] = ()
+    root_username: str | None = None  # what from_owner_user says for a root key
+    # Serve anonymous mode on a non-loopback address anyway (--insecure-anonymous).
+    insecure_anonymous: bool = False
+
+    def __post_init__(self) -> None:
+        if self.require_api_key and self.mode == "anonymous":
+            object.__setattr__(self, "mode", "keys")
+        if self.mode not in ("anonymous", "keys"):
+            raise BadRequest(f"auth mode must be anonymous or keys, not {self.mode!r}")
+
+    @property
+    def keys_mode(self) -> bool:
+        return self.mode == "keys"
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,13 +268,13 @@ def load_settings(
     peers = tuple(p for p in peers if p.node_id != node_id)
     cluster = _cluster_settings(pick, c_cluster, node_id, peers)
     ttl = _tier_ttl(c_notify)
-    keys = dict(c_auth.get("api_keys", {}))
+    auth = _auth_settings(pick, c_auth)
     webhooks = _webhook_settings(conf, env)
     return Settings(
         server=ServerSettings(host=host, port=port),
         store=StoreSettings(db_path=db_path),
         cluster=cluster,
-        auth=AuthSettings(api_keys=keys, require_api_key=bool(c_auth.get("require_api_key", False))),
+        auth=auth,
         mail=MailSettings(
             default_workspace=str(c_mail.get("default_workspace", "default")),
             default_project=c_mail.get("default_project"),
@@ -256,10 +288,70 @@ def load_settings(
     )
 
 
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def _auth_settings(pick: Pick, c_auth: Mapping[str, Any]) -> AuthSettings:
+    require = _truthy(c_auth.get("require_api_key", False))
+    mode = pick("auth", "AUTH", c_auth, "mode", None)
+    if mode is not None and str(mode) == "anonymous" and require:
+        raise BadRequest("[auth] require_api_key = true needs keys mode, not anonymous")
+    mode = str(mode) if mode is not None else ("keys" if require else "anonymous")
+    statics = []
+    for i, entry in enumerate(c_auth.get("static_keys", [])):
+        try:
+            statics.append(StaticKey(
+                secret=str(entry["secret"]), user=str(entry["user"]),
+                agent=str(entry["agent"]) if entry.get("agent") else None,
+                root=bool(entry.get("root", False)),
+                grants=tuple(str(g) for g in entry.get("grants", ()))))
+        except (KeyError, TypeError, AttributeError):
+            raise BadRequest(f"[[auth.static_keys]] entry {i} needs secret and user") from None
+    root_username = c_auth.get("root_username")
+    return AuthSettings(
+        mode=mode,
+        api_keys={str(k): str(v) for k, v in dict(c_auth.get("api_keys", {})).items()},
+        require_api_key=require, static_keys=tuple(statics),
+        root_username=str(root_username) if root_username else None,
+        insecure_anonymous=_truthy(pick("insecure_anonymous", "INSECURE_ANONYMOUS", c_auth,
+                                        "insecure_anonymous", False)))
+
+
+def is_loopback_host(host: str) -> bool:
+    """True when ``host`` names only this machine (a loopback address or localhost)."""
+    import ipaddress
+
+    if host.strip("[]").lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def check_exposure(settings: Settings) -> None:
+    """Refuse what would leave a node open: anonymous mode on a non-loopback
+    address (unless the operator insisted), keys mode with unsigned peers."""
+    auth, host = settings.auth, settings.server.host
+    if auth.keys_mode and settings.cluster.peers and not settings.cluster.secret:
+        raise BadRequest("keys mode with peers needs a cluster secret (--cluster-secret or "
+                         "[cluster] secret): unsigned peer requests would bypass every key")
+    if auth.keys_mode or auth.insecure_anonymous or is_loopback_host(host):
+        return
+    raise BadRequest(
+        f"refusing to serve anonymous mode on {host}: without keys anyone who can reach this "
+        "address may claim to be any agent and read or pop any project's mail. Use --auth keys "
+        "(with [auth] keys), bind to 127.0.0.1, or pass --insecure-anonymous if this network "
+        "is trusted (docs/security.md)")
+
+
 def _log_format(value: str) -> str:
     if value not in ("text", "json"):
         raise BadRequest(f"log format must be text or json, not {value!r}")
     return value
 
 
-__all__ = ["Member", "Settings", "load_settings", "parse_peers"]
+__all__ = ["Member", "Settings", "StaticKey", "check_exposure", "load_settings", "parse_peers"]

@@ -6,7 +6,8 @@ loaded from it); the pure core; the peer client and one link per peer; the
 background task owner; the effect runner, the anti-entropy pusher, the read
 quorum and the mailbox router; admission hooks; webhooks (registered as an
 applied-ops listener before anything can apply an op); the peer request
-verifier and the last-seen throttle. Route modules receive the finished
+verifier, the last-seen throttle and the key directory (:func:`directory_for`).
+Route modules receive the finished
 node and build nothing themselves.
 """
 
@@ -22,10 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import limits
+from common.policy import Directory
 from daemon.admission import Admission
 from daemon.anti_entropy import Pusher
 from daemon.backpressure import Backpressure
 from daemon.clock import Clock
+from daemon.directory import ChainDirectory, static_directory
 from daemon.effect_runner import EffectRunner
 from daemon.mailbox_router import MailboxRouter
 from daemon.metrics import Metrics
@@ -91,8 +94,15 @@ def _admission(settings: Settings, metrics: Metrics, clock: Clock) -> Admission:
     return Admission(settings.mail.admission, policy, metrics, clock.now_ms)
 
 
+def directory_for(settings: Settings) -> Directory:
+    """Where this node resolves keys: the keys its own ``[auth]`` names. (The
+    replicated users and keys are chained after them here once they exist.)"""
+    return ChainDirectory(static_directory(settings.auth))
+
+
 async def build_node(settings: Settings, *, clock: Callable[[], float] = time.time,
-                     on_fatal: Callable[[], None] = _terminate_self) -> Node:
+                     on_fatal: Callable[[], None] = _terminate_self,
+                     directory: Directory | None = None) -> Node:
     """A complete, not yet started node. ``await node.start()`` runs it."""
     node_clock = Clock(clock, settings.clock_offset_ms)
     metrics = Metrics()
@@ -134,4 +144,5 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
                 peers=peers, links=links, background=background, runner=runner,
                 pusher=pusher, backpressure=backpressure, reads=reads, router=router,
                 admission=_admission(settings, metrics, node_clock), webhooks=webhooks,
-                verifier=Verifier(c.secret, settings.cluster.node_id), seen_throttle=SeenThrottle())
+                verifier=Verifier(c.secret, settings.cluster.node_id), seen_throttle=SeenThrottle(),
+                directory=directory if directory is not None else directory_for(settings))

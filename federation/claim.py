@@ -173,12 +173,23 @@ class MailRelease:
     """Put edited ``message_id`` back at its place in the queue: with
     ``content`` (the new subject and body, already checked by the caller)
     for a save, without for a discard. Discarding a message that is not held
-    answers it as it is."""
+    answers it as it is. ``holder`` names the releaser (``holder_session``,
+    ``holder_user``): only the session or the user that holds the message
+    may release it (another gets 409 and the hold stands)."""
 
     mailbox: str
     message_id: str
     content: dict[str, Any] | None = None
+    holder: dict[str, Any] = field(default_factory=dict)
     sent_at_ms: int | None = None
+
+
+def _holds_it(hold: Op | None, holder: dict[str, Any]) -> bool:
+    """Does ``holder`` (a release's) name the session or user of ``hold``?"""
+    if hold is None:
+        return False
+    return any(holder.get(k) is not None and hold.body.get(k) == holder.get(k)
+               for k in ("holder_session", "holder_user"))
 
 
 MailRequest = MailSend | MailPop | MailCancel | MailHold | MailRelease
@@ -498,6 +509,12 @@ class Claims:
             return [Reply(token, {"message": model.message(mid)})]  # discarded already
         if not allowed(MSG_RELEASE, state):
             raise _not_now(mid, state)
+        if not _holds_it(model.hold_op(mid), req.holder):
+            current = model.hold_op(mid)
+            by = None if current is None else current.body.get("holder_user")
+            raise Conflict(f"message {mid} is being edited by another editor"
+                           + ("" if by is None else f" ({by})"), id=mid, state=EDITING,
+                           holder_user=by)
         saved = None if content is None else {k: content.get(k) for k in EDITABLE_FIELDS}
         body = {"id": mid, "at_ms": now_ms, "content": saved}
         op = self._new_op(MSG_RELEASE, slot.key, body, slot.epoch, now_ms)

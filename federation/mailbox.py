@@ -12,8 +12,12 @@ promises, received later) with the same rules as :mod:`store.merge`:
   ``(epoch, hlc, origin, seq)`` decides the message, and a terminal op may
   arrive before its send;
 * a message is pending while its send is known and no terminal op is, or
-  its winning terminal op is a claim *void* by its own request id's
-  "nothing pending" decision of higher rank (below);
+  its winning terminal op is *void*: a claim outranked by its own request
+  id's "nothing pending" decision (below), or any terminal op outranked by
+  the message's winning hold or release (``msg.hold`` / ``msg.release``,
+  also ranked by ``(epoch, hlc, origin, seq)``;
+  :func:`common.lifecycle.terminal_stands`): then the hold decides between
+  pending and editing;
 * ``msg.empty`` records that pop ``request_id`` found nothing: per request
   id the greatest ``(epoch, hlc, origin, seq)`` is kept. A request id's
   *decision* is the greatest-ranked of its empty op and the winning claims
@@ -35,7 +39,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from common import limits
-from common.lifecycle import CANCELLED, CLAIMED, EDITABLE_FIELDS, EDITING, PENDING
+from common.lifecycle import (
+    CANCELLED,
+    CLAIMED,
+    EDITABLE_FIELDS,
+    EDITING,
+    PENDING,
+    terminal_stands,
+)
 from common.ops import HOLD_KINDS, MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_HOLD, MSG_SEND, Op
 
 _FifoEntry = tuple[int, str, int, str]  # (hlc, origin, seq, message id)
@@ -86,6 +97,9 @@ class MailboxModel:
         cur = self._holds.get(mid)
         if cur is None or _terminal_rank(op) > _terminal_rank(cur):
             self._holds[mid] = op
+            term = self._terminals.get(mid)
+            for other in [] if term is None else self._request_peers(term):
+                self._relist(other)
         if isinstance(op.body.get("content"), dict):
             rev = self._revisions.get(mid)
             if rev is None or _terminal_rank(op) > _terminal_rank(rev):
@@ -142,22 +156,34 @@ class MailboxModel:
         return [] if rid is None else list(self._by_request.get(str(rid), ()))
 
     def _void(self, term: Op) -> bool:
-        """A claim outranked by another decision of its own request id: the
+        """A terminal op outranked by the message's winning hold or release
+        (an owner holds only what it knows pending, so that terminal op was
+        never acknowledged), or a claim outranked by another decision of its own request id: the
         request's "nothing pending", or a claim of another message for the
         same request id. Such a claim is an unacknowledged one of a deposed
         owner (the acknowledged decision of a request id is never outranked:
         later owners only re-issue it). Nobody holds that message, so it is
         pending again."""
+        rank = _terminal_rank(term)
+        hold = self._holds.get(str(term.body["id"]))
+        if not terminal_stands(rank, None if hold is None else _terminal_rank(hold)):
+            return True
         rid = term.body.get("request_id") if term.kind == MSG_CLAIM else None
         if rid is None:
             return False
-        rank = _terminal_rank(term)
         empty = self._empties.get(str(rid))
         if empty is not None and _terminal_rank(empty) > rank:
             return True
         mid = str(term.body["id"])
         return any(other != mid and other_rank > rank and other in self._sends
+                   and not self._held_over(other)
                    for other, other_rank in self._by_request.get(str(rid), {}).items())
+
+    def _held_over(self, mid: str) -> bool:
+        """Is the winning terminal op of ``mid`` outranked by its winning hold?"""
+        term, hold = self._terminals.get(mid), self._holds.get(mid)
+        return (term is not None and hold is not None
+                and not terminal_stands(_terminal_rank(term), _terminal_rank(hold)))
 
     def _decided(self, mid: str) -> bool:
         term = self._terminals.get(mid)
@@ -284,7 +310,8 @@ class MailboxModel:
         claims = self._by_request.get(request_id)
         if not claims:
             return None
-        known = [(rank, mid) for mid, rank in claims.items() if mid in self._sends]
+        known = [(rank, mid) for mid, rank in claims.items()
+                 if mid in self._sends and not self._held_over(mid)]
         return max(known)[1] if known else None
 
     def message(self, message_id: str) -> dict[str, Any]:

@@ -105,9 +105,12 @@ _HARNESS_UPSERT = (
 )
 
 # A message's state column, from its winning terminal and hold ops
-# (common.lifecycle.merged_state as SQL; ``{id}`` is the id parameter).
+# (common.lifecycle.merged_state as SQL: a terminal op ranked below the
+# winning hold/release is void; ``{id}`` is the id parameter).
 _STATE_OF = (
-    "coalesce((SELECT state FROM msg_terminal WHERE id = {id}),"
+    "coalesce((SELECT t.state FROM msg_terminal t LEFT JOIN msg_hold h ON h.id = t.id"
+    " WHERE t.id = {id} AND (h.id IS NULL OR (t.epoch, t.hlc, t.origin, t.seq)"
+    " > (h.epoch, h.hlc, h.origin, h.seq))),"
     f" (SELECT CASE kind WHEN '{K.MSG_HOLD}' THEN '{EDITING}' ELSE '{PENDING}' END"
     " FROM msg_hold WHERE id = {id}),"
     f" '{PENDING}')"

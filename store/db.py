@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from common import limits
-from common.lifecycle import CANCELLED, CLAIMED, PENDING
+from common.lifecycle import CANCELLED, CLAIMED, EDITING, PENDING
 from common.ops import MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_SEND, Op, mailbox_key, unpack_body
 from store import deferred
 from store import queries as Q
@@ -450,9 +450,12 @@ class Store:
             "SELECT v.* FROM msg_revision v JOIN messages m ON m.id = v.id"
             " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project))}
         params = {"ws": workspace, "proj": project, "n": history_max}
-        rows = await self._reads.fetchall(base + " AND t.state IS NULL", params)
+        # Queued: no terminal op, or one void below the message's hold (the
+        # state column says which).
+        queued = f"m.state IN ('{PENDING}', '{EDITING}')"
+        rows = await self._reads.fetchall(f"{base} AND {queued}", params)
         rows += await self._reads.fetchall(
-            base + " AND t.state IS NOT NULL ORDER BY t.hlc DESC, t.origin DESC, t.seq DESC"
+            f"{base} AND NOT {queued} ORDER BY t.hlc DESC, t.origin DESC, t.seq DESC"
             " LIMIT :n", params)
         key = mailbox_key(workspace, project)
         out: list[Op] = []
@@ -524,12 +527,26 @@ class Store:
             where += f" AND m.state = '{PENDING}'"
         return await self._messages(where, (from_workspace, from_project), Q.FIFO, limit)
 
+    async def sent_messages(self, from_workspace: str, from_project: str, *, limit: int,
+                            offset: int = 0) -> list[dict[str, Any]]:
+        """Every message a project sent, any state, newest first (web)."""
+        return await self._messages("m.from_workspace = ? AND m.from_project = ?",
+                                    (from_workspace, from_project),
+                                    "m.hlc DESC, m.origin DESC, m.seq DESC", limit, offset)
+
+    async def mailbox_editing(self, workspace: str, project: str, *,
+                              limit: int) -> list[dict[str, Any]]:
+        """Messages of a mailbox held for an edit, in queue order (web banner)."""
+        return await self._messages(
+            f"m.to_workspace = ? AND m.to_project = ? AND m.state = '{EDITING}'",
+            (workspace, project), Q.FIFO, limit)
+
     async def claim_by_request(self, workspace: str, project: str,
                                request_id: str) -> dict[str, Any] | None:
         """The message of this mailbox claimed under ``request_id``, if any."""
         found = await self._messages(
             "m.to_workspace = ? AND m.to_project = ? AND t.request_id = ?"
-            f" AND t.state = '{CLAIMED}'", (workspace, project, request_id), Q.FIFO, 1)
+            f" AND t.state = '{CLAIMED}' AND m.state = '{CLAIMED}'", (workspace, project, request_id), Q.FIFO, 1)
         return found[0] if found else None
 
     # -- status ----------------------------------------------------------------------

@@ -22,8 +22,10 @@ How each rule is kept order-free (ranks are defined in :mod:`store.records`):
   set of ``(agent, id)`` consulted whenever a notification is shown, so a
   mark that arrives first still applies;
 * a message is pending until a terminal op is known; the terminal op of the
-  highest rank decides claimed/cancelled, and terminal ops are kept even
-  when their ``msg.send`` has not arrived;
+  highest rank decides claimed/cancelled unless the message's winning hold
+  or release outranks it (then that terminal op is void and the hold
+  decides: :mod:`common.lifecycle`), and terminal ops are kept even when
+  their ``msg.send`` has not arrived;
 * ``link.put`` is a grow-only set of (source, target, relation) whose
   ``created_at`` is the minimum seen; ``grant.put`` is last-writer-wins per
   (memory, agent), a revoke being a put with ``granted`` false; ``nsub.put``
@@ -46,7 +48,7 @@ from typing import Any
 
 from common import lifecycle, limits
 from common import ops as K
-from common.lifecycle import CLAIMED, PENDING
+from common.lifecycle import CLAIMED, EDITING, PENDING
 from common.ops import Op
 from store.records import (
     EMPTY_FIELDS,
@@ -430,9 +432,33 @@ class Replica:
 
     # -- mailbox -------------------------------------------------------------------
 
+    def _live_terminal(self, msg_id: str) -> _Terminal | None:
+        """The winning terminal op of a message, unless its winning hold or
+        release outranks it (:func:`common.lifecycle.terminal_stands`)."""
+        term = self._terminals.get(msg_id)
+        if term is None:
+            return None
+        hold = self._holds.get(msg_id)
+        hold_rank = None if hold is None else _row_rank(hold)
+        return term if lifecycle.terminal_stands(term.rank, hold_rank) else None
+
+    def decided_rank(self, msg_id: str) -> TerminalRank | None:
+        """The rank of the terminal op that decides the message, if one does."""
+        term = self._live_terminal(msg_id)
+        return None if term is None else term.rank
+
+    def hold_rank(self, msg_id: str) -> TerminalRank | None:
+        """The rank of the message's winning hold or release, if any."""
+        hold = self._holds.get(msg_id)
+        return None if hold is None else _row_rank(hold)
+
+    def terminal_stands(self, msg_id: str) -> bool:
+        """Is the message decided by a terminal op no hold or release outranks?"""
+        return self._live_terminal(msg_id) is not None
+
     def _view(self, msg: _Message) -> dict[str, Any]:
         mid = msg.row["id"]
-        term = self._terminals.get(mid)
+        term = self._live_terminal(mid)
         return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row,
                             self._holds.get(mid), self._revisions.get(mid))
 
@@ -442,7 +468,7 @@ class Replica:
         return None if msg is None else {name: msg.row[name] for name in MESSAGE_FIELDS}
 
     def _state(self, msg_id: str) -> str:
-        term = self._terminals.get(msg_id)
+        term = self._live_terminal(msg_id)
         if term is not None:
             return str(term.row["state"])
         hold = self._holds.get(msg_id)
@@ -486,12 +512,26 @@ class Replica:
                     and (not pending_only or self._state(r["id"]) == PENDING))
         return [self._view(m) for m in self._fifo(pred)[:limit]]
 
+    def sent_messages(self, from_workspace: str, from_project: str, *, limit: int,
+                      offset: int = 0) -> list[dict[str, Any]]:
+        msgs = self._fifo(lambda m: m.row["from_workspace"] == from_workspace
+                          and m.row["from_project"] == from_project)
+        msgs.reverse()
+        return [self._view(m) for m in msgs[offset:offset + limit]]
+
+    def mailbox_editing(self, workspace: str, project: str, *,
+                        limit: int) -> list[dict[str, Any]]:
+        msgs = self._fifo(lambda m: m.row["to_workspace"] == workspace
+                          and m.row["to_project"] == project
+                          and self._state(m.row["id"]) == EDITING)
+        return [self._view(m) for m in msgs[:limit]]
+
     def claim_by_request(self, workspace: str, project: str,
                          request_id: str) -> dict[str, Any] | None:
         """The message of this mailbox claimed under ``request_id`` (the
         oldest one, should a request id have been reused)."""
         def pred(m: _Message) -> bool:
-            term = self._terminals.get(m.row["id"])
+            term = self._live_terminal(m.row["id"])
             return (term is not None and term.row["state"] == CLAIMED
                     and term.row["request_id"] == request_id
                     and m.row["to_workspace"] == workspace and m.row["to_project"] == project)
@@ -508,10 +548,13 @@ class Replica:
         key = K.mailbox_key(workspace, project)
         mine = [m for m in self._messages.values()
                 if m.row["to_workspace"] == workspace and m.row["to_project"] == project]
-        decided = sorted((m for m in mine if m.row["id"] in self._terminals),
+        # Decided: a terminal op that stands (one below the message's hold is
+        # void, and the message still occupies the mailbox).
+        decided = sorted((m for m in mine if self._live_terminal(m.row["id"]) is not None),
                          key=lambda m: self._terminals[m.row["id"]].rank[1:], reverse=True)
+        queued = [m for m in mine if self._live_terminal(m.row["id"]) is None]
         out: list[Op] = []
-        for m in [m for m in mine if m.row["id"] not in self._terminals] + decided[:history_max]:
+        for m in queued + decided[:history_max]:
             row = m.row
             out.append(Op(m.rank[1], m.rank[2], m.rank[0], K.MSG_SEND, key, dict(row), m.epoch))
             term = self._terminals.get(row["id"])
@@ -528,7 +571,7 @@ class Replica:
                 body = {"id": row["id"], "by_workspace": row["from_workspace"],
                         "by_project": row["from_project"], "at_ms": t["cancelled_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CANCEL, key, body, epoch))
-        for m in [m for m in mine if m.row["id"] not in self._terminals] + decided[:history_max]:
+        for m in queued + decided[:history_max]:
             mid = m.row["id"]
             out += edit_ops(key, mid, self._holds.get(mid), self._revisions.get(mid))
         empties = sorted((op for (k, _), op in self._empties.items() if k == key),
@@ -547,7 +590,7 @@ class Replica:
         best: tuple[TerminalRank, tuple[str, str | None]] | None = None
         for mid, term in self._terminals.items():
             msg = self._messages.get(mid)
-            if (term.row["state"] == CLAIMED and term.row["request_id"] == request_id
+            if (term.row["state"] == CLAIMED and self._live_terminal(mid) is term and term.row["request_id"] == request_id
                     and msg is not None
                     and K.mailbox_key(msg.row["to_workspace"], msg.row["to_project"]) == mailbox
                     and (best is None or term.rank > best[0])):
@@ -597,6 +640,10 @@ def _empty_snapshot(op: Op) -> dict[str, Any]:
     row = empty_row(op)
     return {**{k: row[k] for k in EMPTY_FIELDS}, "epoch": op.epoch,
             "rank": (op.hlc, op.origin, op.seq)}
+
+
+def _row_rank(r: dict[str, Any]) -> TerminalRank:
+    return (r["epoch"], r["hlc"], r["origin"], r["seq"])
 
 
 def _keep_highest(table: dict[str, dict[str, Any]], key: str, row: dict[str, Any]) -> None:

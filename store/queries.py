@@ -21,7 +21,7 @@ NOTE_COLS = ("id, from_agent, to_agent, namespace, title, payload, priority, tie
              " created_at_ms, expires_at_ms, read")
 MESSAGE_COLS = (
     ", ".join(f"m.{c}" for c in MESSAGE_FIELDS)
-    + ", m.send_epoch, m.hlc, m.origin, t.state AS t_state, t.epoch AS t_epoch,"
+    + ", m.send_epoch, m.hlc, m.origin, m.state AS m_state, t.state AS t_state, t.epoch AS t_epoch,"
     " t.claimed_by_session, t.claimed_by_agent, t.request_id, t.claimed_at_ms, t.cancelled_at_ms,"
     " h.kind AS h_kind, h.epoch AS h_epoch, h.holder_session, h.holder_agent, h.holder_user,"
     " h.at_ms AS h_at_ms, v.subject AS v_subject, v.body AS v_body, v.epoch AS v_epoch,"
@@ -69,7 +69,9 @@ def agent(row: sqlite3.Row) -> dict[str, Any]:
 def message(row: sqlite3.Row) -> dict[str, Any]:
     body = {name: row[name] for name in MESSAGE_FIELDS}
     terminal = None
-    if row["t_state"] is not None:
+    # The state column says whether the terminal op stands (one ranked below
+    # the message's hold is void: store.apply._STATE_OF).
+    if row["t_state"] is not None and row["m_state"] == row["t_state"]:
         terminal = {
             "state": row["t_state"], "epoch": row["t_epoch"],
             "claimed_by_session": row["claimed_by_session"],

@@ -66,3 +66,26 @@ def test_root_only_actions(action: str) -> None:
 def test_an_unknown_action_is_a_programming_error() -> None:
     with pytest.raises(KeyError):
         policy.check(keyed(root=True), "message.teleport", COORDS)
+
+
+@pytest.mark.parametrize("action", sorted(policy.AUTHOR_ONLY))
+def test_author_only_actions(action: str) -> None:
+    author = Principal(mode="keys", user="u", agent="bot-1", agent_bound=True)
+    policy.check_author(author, "bot-1", action)
+    policy.check_author(keyed(root=True), "bot-1", action)
+    policy.check_author(Principal.anonymous("someone-else"), "bot-1", action)
+    refused = [
+        Principal(mode="keys", user="u", agent="bot-2", agent_bound=True),  # another agent
+        Principal(mode="keys", user="u", agent="bot-1"),  # unbound: the agent is only named
+        keyed(ProjectGrant("ws", None, "write")),  # grants do not make an author
+    ]
+    for who in refused:
+        with pytest.raises(Forbidden):
+            policy.check_author(who, "bot-1", action)
+    with pytest.raises(Forbidden):
+        policy.check_author(author, None, action)  # nobody's record: root only
+
+
+def test_an_unknown_author_action_is_a_programming_error() -> None:
+    with pytest.raises(KeyError):
+        policy.check_author(keyed(root=True), "a", "message.pop")

@@ -18,8 +18,9 @@ from daemon.api import (
     subscriptions,
     sync,
     system,
+    webui,
 )
 
 ROUTE_MODULES: list[Any] = [routing, system, memories, notify, agents, mail, subscriptions, peer,
-                            sync, search, backup]
+                            sync, search, backup, webui]
 MIDDLEWARES: list[Any] = [m for mod in ROUTE_MODULES for m in getattr(mod, "MIDDLEWARES", [])]

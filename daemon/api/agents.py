@@ -2,9 +2,8 @@
 
 Registering names an agent; it does not act as one. So, as upstream does,
 any agent id may be registered in anonymous mode (``X-Agent-Id`` is a claim
-there and need not equal the registered id). With API keys, a key bound to
-an agent registers only that agent (403 otherwise); there is no root key
-yet, so registering others needs anonymous mode. The middleware hands a registered caller's
+there and need not equal the registered id). A key bound to an agent
+registers only that agent (403 otherwise); an unbound key registers any. The middleware hands a registered caller's
 last-seen refresh to the background (see :mod:`daemon.services.agents` for
 the throttle) once the request has succeeded; it never delays or fails the
 request it rides on, and a refused request (any 4xx/5xx) writes nothing.
@@ -16,7 +15,7 @@ from aiohttp import web
 
 from common.errors import AiMemoryError
 from daemon.appkeys import NODE
-from daemon.auth import acting_agent, identify
+from daemon.auth import acting_agent, principal_of
 from daemon.http_errors import Handler, read_json
 from daemon.schemas.agents import RegisterAgent
 from daemon.services import agents as service
@@ -24,8 +23,8 @@ from daemon.services import agents as service
 
 async def register(request: web.Request) -> web.Response:
     req = await read_json(request, RegisterAgent)
-    who = identify(request, request.app[NODE].settings.auth)
-    if who.verified:
+    who = principal_of(request)
+    if who.agent_bound:
         acting_agent(who, req.agent_id)
     return web.json_response(await service.register(request.app[NODE], req), status=201)
 
@@ -37,8 +36,7 @@ async def list_(request: web.Request) -> web.Response:
 @web.middleware
 async def last_seen(request: web.Request, handler: Handler) -> web.StreamResponse:
     response = await handler(request)  # a refusal raises, or answers >= 400: not seen
-    if response.status < 400 and request.path.startswith("/api/v1/") and (
-            "X-Agent-Id" in request.headers or "X-API-Key" in request.headers):
+    if response.status < 400 and request.path.startswith("/api/v1/"):
         _note_seen(request)
     return response
 
@@ -46,9 +44,9 @@ async def last_seen(request: web.Request, handler: Handler) -> web.StreamRespons
 def _note_seen(request: web.Request) -> None:
     node = request.app[NODE]
     try:
-        agent = identify(request, node.settings.auth).agent_id
+        agent = principal_of(request).agent
     except AiMemoryError:
-        return  # the handler reports the bad identity
+        return  # an open route: nobody to note
     if agent is not None and node.seen_throttle.due(agent, node.now_ms()):
         node.spawn(service.refresh_seen(node, agent))
 

@@ -11,7 +11,9 @@ A backup holds everything the node holds, so it is an operator's request:
 when the cluster has a secret the request must be signed with it exactly
 like a peer request (``ai-memory backup`` does so with
 ``AI_MEMORY_CLUSTER_SECRET``); without a secret it is accepted from loopback
-only. One backup runs at a time per node (409 otherwise).
+only. In keys mode a root key is accepted as well (without key or signature
+the request is a 401 before it gets here). One backup runs at a time per
+node (409 otherwise).
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from aiohttp import web
 
 from common import limits
 from common.errors import Conflict, Forbidden
+from common.policy import KEYS, check
 from common.randomid import token_hex
 from daemon.appkeys import NODE
+from daemon.auth import NOBODY, principal_of
 from daemon.http_errors import error_response
 from daemon.logs import HEADER as REQUEST_ID_HEADER
 from daemon.logs import request_id
@@ -40,6 +44,10 @@ BUSY: web.AppKey[asyncio.Lock] = web.AppKey("backup_lock")
 
 def _authorize(request: web.Request, body: bytes) -> None:
     node = request.app[NODE]
+    principal = principal_of(request)
+    if principal.mode == KEYS and principal is not NOBODY:
+        check(principal, "admin.backup")  # a key: root's, or a 403
+        return
     if node.settings.cluster.secret:
         checked = node.verifier.verify_headers(request.headers, request.method, request.path,
                                                request.content_length, node.now_ms() / 1000)

@@ -1,4 +1,8 @@
-"""HTTP handlers for sessions, projects and project mail."""
+"""HTTP handlers for sessions, projects and project mail.
+
+Each handler hands the caller (:func:`daemon.auth.principal_of`) to
+:mod:`daemon.services.mail`, which asks :func:`common.policy.check` once it
+knows the projects involved."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from common import limits
 from common.randomid import uuid4
 from common.vocab import CONSISTENCY_DEFAULT, NATURE_DEFAULT, Box, Consistency, Nature
 from daemon.appkeys import NODE
-from daemon.auth import identify
+from daemon.auth import owner_user, principal_of
 from daemon.http_errors import query_model, read_json
 from daemon.schemas.headers import session_id
 from daemon.schemas.ids import check_idempotency_key
@@ -82,25 +86,23 @@ def _session(request: web.Request) -> str | None:
 async def start_session(request: web.Request) -> web.Response:
     node = request.app[NODE]
     body = await read_json(request, SessionIn)
-    identity = identify(request, node.settings.auth)
     out = await mail.start_session(
-        node, workspace=body.workspace, project=body.project, harness=body.harness,
-        session_id=body.session_id or uuid4(),
-        owner_user=body.owner_user or (identity.agent_id if identity.verified else None))
+        node, principal_of(request), workspace=body.workspace, project=body.project,
+        harness=body.harness, session_id=body.session_id or uuid4(), owner_user=body.owner_user)
     return web.json_response(out, status=201)
 
 
 async def list_projects(request: web.Request) -> web.Response:
-    return web.json_response(await mail.list_projects(request.app[NODE]))
+    return web.json_response(await mail.list_projects(request.app[NODE], principal_of(request)))
 
 
 async def send(request: web.Request) -> web.Response:
     node = request.app[NODE]
     body = await read_json(request, SendIn)
-    identity = identify(request, node.settings.auth)
+    principal = principal_of(request)
     out = await mail.send(
-        node, mail.SendRequest(**body.model_dump()), session_id=_session(request),
-        owner_user=identity.agent_id if identity.verified else None,
+        node, principal, mail.SendRequest(**body.model_dump()), session_id=_session(request),
+        owner_user=owner_user(principal),
         idempotency_key=check_idempotency_key(request.headers.get("Idempotency-Key")))
     return web.json_response(out, status=201)
 
@@ -108,42 +110,45 @@ async def send(request: web.Request) -> web.Response:
 async def list_messages(request: web.Request) -> web.Response:
     node = request.app[NODE]
     q = query_model(request, ListIn)
-    out = await mail.list_box(node, box=q.box, workspace=q.workspace, project=q.project,
-                              session_id=_session(request), limit=q.limit, agent=q.agent,
-                              consistency=q.consistency)
+    out = await mail.list_box(node, principal_of(request), box=q.box, workspace=q.workspace,
+                              project=q.project, session_id=_session(request), limit=q.limit,
+                              agent=q.agent, consistency=q.consistency)
     return web.json_response(out)
 
 
 async def pop(request: web.Request) -> web.Response:
     node = request.app[NODE]
     body = await read_json(request, PopIn)
-    out = await mail.pop(node, workspace=body.workspace, project=body.project,
-                         session_id=_session(request), message_id=body.message_id,
-                         agent=body.agent, request_id=body.request_id)
+    out = await mail.pop(node, principal_of(request), workspace=body.workspace,
+                         project=body.project, session_id=_session(request),
+                         message_id=body.message_id, agent=body.agent,
+                         request_id=body.request_id)
     return web.json_response(out)
 
 
 async def cancel(request: web.Request) -> web.Response:
     node = request.app[NODE]
     body = await read_json(request, CancelIn)
-    out = await mail.cancel(node, workspace=body.workspace, project=body.project,
-                            session_id=_session(request), message_id=body.message_id,
-                            cancel_all=body.all)
+    out = await mail.cancel(node, principal_of(request), workspace=body.workspace,
+                            project=body.project, session_id=_session(request),
+                            message_id=body.message_id, cancel_all=body.all)
     return web.json_response(out)
 
 
 async def handoff(request: web.Request) -> web.Response:
     node = request.app[NODE]
     q = query_model(request, ScopeQuery)
-    out = await mail.handoff_notice(node, workspace=q.workspace, project=q.project,
-                                    session_id=_session(request), harness=q.harness)
+    out = await mail.handoff_notice(
+        node, principal_of(request), workspace=q.workspace, project=q.project,
+        session_id=_session(request), harness=q.harness,
+        inbox_only=(q.inbox_only or "").lower() in ("1", "true", "yes"))
     return web.json_response(out)
 
 
 async def briefing(request: web.Request) -> web.Response:
     node = request.app[NODE]
     q = query_model(request, ScopeQuery)
-    out = await mail.briefing(node, workspace=q.workspace, project=q.project,
+    out = await mail.briefing(node, principal_of(request), workspace=q.workspace, project=q.project,
                               session_id=_session(request))
     return web.json_response(out)
 

@@ -2,20 +2,21 @@
 
 Each handler reads and validates its input (body, query, path id,
 ``Idempotency-Key``), resolves the acting agent (``X-Agent-Id`` and a body
-``agent_id`` must agree), calls :mod:`daemon.services.memories`, and shapes
+``agent_id`` must agree; a key bound to an agent fixes it), calls :mod:`daemon.services.memories`, and shapes
 the status code. Validation happens before any service call, so bad input
 never writes.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
 
 from common.errors import BadRequest
 from daemon.appkeys import NODE
-from daemon.auth import acting_agent, identify
+from daemon.auth import acting_agent, principal_of
 from daemon.http_errors import query_model, read_body, read_json
 from daemon.schemas.ids import check_idempotency_key
 from daemon.schemas.memories import CreateMemory, ListMemoriesQuery, UpdateMemory
@@ -23,7 +24,7 @@ from daemon.services import memories
 
 
 def _caller(request: web.Request, claimed: str | None) -> str | None:
-    return acting_agent(identify(request, request.app[NODE].settings.auth), claimed, required=False)
+    return acting_agent(principal_of(request), claimed, required=False)
 
 
 def _key(request: web.Request) -> str | None:
@@ -49,14 +50,16 @@ async def get(request: web.Request) -> web.Response:
 
 async def update(request: web.Request) -> web.Response:
     req = await read_json(request, UpdateMemory)
-    _caller(request, req.agent_id)
-    out = await memories.update(request.app[NODE], request.match_info["id"], req)
+    agent = _caller(request, req.agent_id)
+    out = await memories.update(request.app[NODE], request.match_info["id"], req,
+                                principal=replace(principal_of(request), agent=agent))
     return web.json_response(out)
 
 
 async def delete(request: web.Request) -> web.Response:
     _caller(request, None)
-    return web.json_response(await memories.delete(request.app[NODE], request.match_info["id"]))
+    return web.json_response(await memories.delete(request.app[NODE], request.match_info["id"],
+                                                   principal=principal_of(request)))
 
 
 async def promote(request: web.Request) -> web.Response:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from daemon.appkeys import NODE
-from daemon.auth import acting_agent, identify
+from daemon.auth import acting_agent, principal_of
 from daemon.http_errors import query_model, read_json
 from daemon.schemas.ids import check_idempotency_key
 from daemon.schemas.notify import InboxQuery, MarkReadQuery, MarkReadRequest, NotifyRequest
@@ -19,7 +19,7 @@ from daemon.services import notify as service
 
 
 def _caller(request: web.Request, claimed: str | None) -> str:
-    agent = acting_agent(identify(request, request.app[NODE].settings.auth), claimed)
+    agent = acting_agent(principal_of(request), claimed)
     assert agent is not None  # required=True raises instead
     return agent
 

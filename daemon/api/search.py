@@ -6,20 +6,22 @@
 Each handler validates its input completely (query, body, path id), then
 calls :mod:`daemon.services.search`, :mod:`daemon.services.links` or
 :mod:`daemon.services.admin`; bad input is a 4xx before anything is written.
+Forget, gc and import act on every author's memories: in keys mode they
+need a root key (:data:`common.policy.ROOT_ONLY`).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
 from common import limits
 from common.errors import BadRequest, PayloadTooLarge
+from common.policy import check
 from daemon.appkeys import NODE
-from daemon.auth import acting_agent, identify
-from daemon.http_errors import query_model, read_body, read_json
+from daemon.auth import acting_agent, principal_of
+from daemon.http_errors import decode_json, query_model, read_body, read_json
 from daemon.schemas.search import (
     ConsolidateBody,
     ForgetFilter,
@@ -39,7 +41,7 @@ from daemon.validation import validate
 
 
 def _who(request: web.Request, claimed: str | None = None) -> str | None:
-    return acting_agent(identify(request, request.app[NODE].settings.auth), claimed,
+    return acting_agent(principal_of(request), claimed,
                         required=False)
 
 
@@ -53,14 +55,7 @@ async def _optional_object(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     if not raw.strip():
         return {}
-    try:
-        data = json.loads(raw)
-    except UnicodeDecodeError:
-        raise BadRequest("request body is not UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise BadRequest("JSON nested too deeply") from None
+    data = decode_json(raw)  # the same refusals as every body (a 4,300-digit integer too)
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
     return data
@@ -97,7 +92,7 @@ async def recall_get(request: web.Request) -> web.Response:
 # -- forget / gc ---------------------------------------------------------------------------
 
 async def forget(request: web.Request) -> web.Response:
-    _who(request)
+    check(principal_of(request), "memory.forget")
     fields: dict[str, Any] = dict(request.query)
     fields.update(await _optional_object(request))  # upstream sends a JSON body
     f = validate(ForgetFilter, fields)
@@ -105,7 +100,7 @@ async def forget(request: web.Request) -> web.Response:
 
 
 async def gc(request: web.Request) -> web.Response:
-    _who(request)
+    check(principal_of(request), "admin.gc")
     return web.json_response(await admin.gc(request.app[NODE]))
 
 
@@ -146,7 +141,7 @@ async def export(request: web.Request) -> web.Response:
 
 
 async def import_(request: web.Request) -> web.Response:
-    _who(request)
+    check(principal_of(request), "memory.import")
     data = await read_body(request)
     if isinstance(data, list):  # a bare list of memories
         data = {"memories": data}

@@ -15,6 +15,11 @@ Upstream's namespace shape shares the path: a body ``{"agent_id",
 ``GET ?agent_id=`` lists that agent's namespaces and ``DELETE
 ?agent_id=&namespace=`` removes one (:mod:`daemon.services.ns_subscriptions`;
 those are replicated records, unlike webhook subscriptions).
+
+A webhook's secret is in the answer that created it and nowhere else (an
+idempotent replay of the create answers without it). Only the agent that
+created a subscription (a key bound to it) or root deletes it
+(:func:`common.policy.check_author`).
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from pydantic import AfterValidator, Field, StringConstraints
 
 from common import limits
 from common.errors import BadRequest
+from common.policy import check_author
 from daemon.appkeys import NODE
-from daemon.auth import acting_agent, identify
+from daemon.auth import acting_agent, principal_of
 from daemon.http_errors import query_model, read_body
 from daemon.schemas.ids import check_idempotency_key, check_record_id
 from daemon.schemas.timefmt import rfc3339
@@ -72,12 +78,12 @@ async def subscribe(request: web.Request) -> web.Response:
         raise BadRequest("request body must be a JSON object")
     if "url" not in data and "namespace" in data and "agent_id" in data:
         ns_req = validate(NamespaceSubscribeIn, data)
-        who = acting_agent(identify(request, node.settings.auth), ns_req.agent_id)
+        who = acting_agent(principal_of(request), ns_req.agent_id)
         assert who is not None
         out = await ns_subscriptions.subscribe(node, who, ns_req.namespace)
         return web.json_response(out, status=201)
     body = validate(SubscribeIn, data)
-    agent = acting_agent(identify(request, node.settings.auth), body.agent_id, required=False)
+    agent = acting_agent(principal_of(request), body.agent_id, required=False)
     out = await request.app[NODE].webhooks.subscribe(
         url=body.url, events=list(body.events), namespace=body.namespace, secret=body.secret,
         created_by=agent, idempotency_key=key)
@@ -86,7 +92,7 @@ async def subscribe(request: web.Request) -> web.Response:
 
 async def list_subscriptions(request: web.Request) -> web.Response:
     node = request.app[NODE]
-    who = identify(request, node.settings.auth)
+    who = principal_of(request)
     if "agent_id" in request.query:  # upstream's namespace shape
         q = query_model(request, NamespaceQuery)
         agent = acting_agent(who, q.agent_id)
@@ -97,8 +103,9 @@ async def list_subscriptions(request: web.Request) -> web.Response:
 
 
 async def unsubscribe(request: web.Request) -> web.Response:
-    identify(request, request.app[NODE].settings.auth)
+    principal = principal_of(request)
     sub_id = check_record_id(request.match_info["sub_id"], "subscription id")
+    check_author(principal, request.app[NODE].webhooks.creator(sub_id), "subscription.delete")
     return web.json_response(await request.app[NODE].webhooks.unsubscribe(sub_id))
 
 
@@ -109,7 +116,7 @@ class DeadLettersQuery(Lenient):
 async def dead_letters(request: web.Request) -> web.Response:
     """Deliveries that exhausted their retries (kept up to
     limits.webhook_dead_letter_max, oldest first), for an operator to inspect."""
-    identify(request, request.app[NODE].settings.auth)
+    principal_of(request)
     q = query_model(request, DeadLettersQuery)
     rows = [{**{k: v for k, v in row.items() if k != "created_at_ms"},
              "created_at": rfc3339(int(str(row["created_at_ms"])))}
@@ -123,7 +130,7 @@ async def unsubscribe_namespace(request: web.Request) -> web.Response:
     if q.namespace is None:
         raise BadRequest("DELETE /subscriptions takes agent_id and namespace "
                          "(or use DELETE /subscriptions/{id} for a webhook)")
-    agent = acting_agent(identify(request, node.settings.auth), q.agent_id)
+    agent = acting_agent(principal_of(request), q.agent_id)
     assert agent is not None
     return web.json_response(await ns_subscriptions.unsubscribe(node, agent, q.namespace))
 

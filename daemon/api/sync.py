@@ -7,6 +7,10 @@ replicates like any other change. ``GET /api/v1/sync/since`` pages through
 live memories by ``updated_at`` with a ``next_since`` cursor. Members of
 this cluster replicate with the op log on ``/peer/v1/*`` instead; these two
 exist for tools that speak the upstream protocol.
+
+They read and replace memories wholesale, so they are an operator's: in
+keys mode a root key, or a request signed with the cluster secret like a
+peer's (:mod:`daemon.peer_auth`); in anonymous mode loopback callers only.
 """
 
 from __future__ import annotations
@@ -17,11 +21,15 @@ from aiohttp import web
 from pydantic import Field
 
 from common import limits
+from common.errors import BadRequest, Forbidden, Unauthorized
+from common.policy import ANONYMOUS, check
 from daemon.appkeys import NODE
-from daemon.http_errors import query_model, read_json
+from daemon.auth import NOBODY, is_loopback, principal_of
+from daemon.http_errors import Handler, decode_json, error_response, query_model, read_json
+from daemon.peer_auth import BOOT_HEADER, BootMismatch
 from daemon.schemas.memories import Confidence, Metadata, Source, Tags, Title
 from daemon.services import sync
-from daemon.validation import AgentId, Lenient, Namespace, Priority, Strict, Tier, text
+from daemon.validation import AgentId, Lenient, Namespace, Priority, Strict, Tier, text, validate
 
 RecordId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9\-_.:]+$")]
 
@@ -56,8 +64,37 @@ class SinceQuery(Lenient):
     limit: Annotated[int, Field(ge=1, le=limits.sync_since_limit_max)] = 500
 
 
+async def _operator(request: web.Request, action: str) -> bytes | None:
+    """Refuse all but the operator (see the module docstring). A signed
+    request's body is read here, after its headers passed, and returned."""
+    node = request.app[NODE]
+    principal = principal_of(request)
+    if principal is NOBODY:  # no key, a signature instead: check it
+        if not node.settings.cluster.secret:
+            raise Unauthorized("this node has no cluster secret to check a signature with")
+        length = request.content_length
+        if length is None and request.method == "GET":
+            length = 0  # a GET carries no body (the request guard saw to that)
+        checked = node.verifier.verify_headers(request.headers, request.method, request.path,
+                                               length, node.now_ms() / 1000)
+        raw = await request.read()
+        node.verifier.check_body(checked, raw)
+        return raw
+    if principal.mode == ANONYMOUS and not is_loopback(request):
+        raise Forbidden(f"{request.path} answers loopback callers only without keys")
+    check(principal, action)  # keys mode: a root key
+    return None
+
+
 async def push(request: web.Request) -> web.Response:
-    body = await read_json(request, PushBody)
+    raw = await _operator(request, "sync.push")
+    if raw is None:
+        body = await read_json(request, PushBody)
+    else:
+        data = decode_json(raw)
+        if not isinstance(data, dict):
+            raise BadRequest("request body must be a JSON object")
+        body = validate(PushBody, data)
     applied = await sync.push(request.app[NODE], body.memories, body.deletions)
     return web.json_response({"applied": applied,
                               "received": len(body.memories) + len(body.deletions),
@@ -65,10 +102,25 @@ async def push(request: web.Request) -> web.Response:
 
 
 async def since(request: web.Request) -> web.Response:
+    await _operator(request, "sync.since")
     q = query_model(request, SinceQuery)
     return web.json_response(await sync.since(request.app[NODE], q.since, q.limit))
 
 
+def _telling_boot(handler: Handler) -> Handler:
+    """A signature for another boot of this node is refused with the boot id
+    to sign for (as :mod:`daemon.api.backup` does)."""
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except BootMismatch as exc:
+            refused = error_response(exc)
+            refused.headers[BOOT_HEADER] = request.app[NODE].verifier.boot
+            return refused
+    wrapped.__name__ = wrapped.__qualname__ = handler.__name__
+    return wrapped
+
+
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/api/v1/sync/push", push)
-    app.router.add_get("/api/v1/sync/since", since)
+    app.router.add_post("/api/v1/sync/push", _telling_boot(push))
+    app.router.add_get("/api/v1/sync/since", _telling_boot(since))

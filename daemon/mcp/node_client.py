@@ -6,8 +6,8 @@ connected to any member works across the cluster and sees exactly the
 node's rules (scope refusal, quorum, claim-once). One ``aiohttp`` session is
 opened for the life of the MCP server and reused by every call.
 
-Each request carries the process's identity: ``X-Agent-Id``, ``X-API-Key``
-and the hook session in ``x-memory-actor-session-id`` when configured.
+Each request carries the process's identity: ``X-Agent-Id``, the key
+(``Authorization: Bearer``, or the older ``X-API-Key``) and the hook session in ``x-memory-actor-session-id`` when configured.
 
 Failures come back as :mod:`common.errors`, decoded in one place
 (:func:`error_from_reply`): the node's ``{"error", "code", ...}`` body keeps
@@ -98,7 +98,9 @@ class NodeClient:
         headers = {"Accept": "application/json", "User-Agent": f"ai-memory-mcp/{__version__}"}
         if self.settings.agent_id:
             headers["X-Agent-Id"] = self.settings.agent_id
-        if self.settings.api_key:
+        if self.settings.key:
+            headers["Authorization"] = f"Bearer {self.settings.key}"
+        elif self.settings.api_key:
             headers["X-API-Key"] = self.settings.api_key
         if self.settings.session_id:
             headers[SESSION_HEADER] = self.settings.session_id

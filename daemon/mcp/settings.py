@@ -24,6 +24,7 @@ class McpSettings:
     url: str  # base URL of the node, e.g. http://127.0.0.1:9077
     agent_id: str | None = None  # sent as X-Agent-Id
     api_key: str | None = None  # sent as X-API-Key
+    key: str | None = None  # sent as Authorization: Bearer (a node in keys mode needs one)
     session_id: str | None = None  # sent as x-memory-actor-session-id
     workspace: str | None = None
     project: str | None = None

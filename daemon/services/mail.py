@@ -13,7 +13,12 @@ The rules of the project-messaging source document, in one place:
 * mailbox order, the 256-pending cap and the claim itself are decided by the
   mailbox's owner node (:meth:`daemon.node.Node.mailbox`), never here;
 * a popped body is returned fenced as untrusted input, with provenance
-  outside the fence and a security notice.
+  outside the fence and a security notice;
+* who may do each of these is :func:`common.policy.check`'s to say, asked
+  here once the projects are known (the caller's :class:`Principal` comes
+  from :mod:`daemon.auth`): a session belongs to the user who started it
+  and another user's session id is ignored, project names the caller may
+  not read are listed as ``null`` with ``hidden: true``.
 """
 
 from __future__ import annotations
@@ -22,17 +27,19 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from common import limits
-from common.errors import BadRequest, Forbidden, NotFound
-from common.lifecycle import CLAIMED, PENDING
+from common import limits, policy
+from common.errors import BadRequest, Conflict, Forbidden, NotFound
+from common.lifecycle import CLAIMED, EDITING, PENDING
 from common.ops import ALL_KEYS, SESSION_START, mailbox_key, project_key
+from common.policy import KEYS, Principal, check
 from common.randomid import token_hex, uuid4
 from common.vocab import MEASURED, NATURE_DEFAULT, NATURES, Consistency, Nature, message_body
 from daemon.node import Node
 from daemon.schemas.timefmt import rfc3339 as iso_ms
 from daemon.services import scrub
 from daemon.services.scope import Scope, refuse_inferred, resolve
-from federation.claim import MailCancel, MailPop, MailSend
+from federation.claim import MailCancel, MailHold, MailPop, MailRelease, MailSend
+from store.records import MESSAGE_FIELDS
 
 MAIL_NS = uuid.UUID("6f1d3c2e-8b7a-4f0e-9a51-2c4d8e7b9a10")
 SECURITY_NOTICE = (
@@ -60,9 +67,18 @@ class SendRequest:
 
 # -- sessions -----------------------------------------------------------------
 
-async def start_session(node: Node, *, workspace: str, project: str, harness: str,
-                        session_id: str, owner_user: str | None) -> dict[str, Any]:
+async def start_session(node: Node, principal: Principal, *, workspace: str, project: str,
+                        harness: str, session_id: str, owner_user: str | None) -> dict[str, Any]:
+    check(principal, "session.start", {"box": (workspace, project)})
+    if principal.mode == KEYS:
+        if owner_user is not None and owner_user != principal.user and not principal.root:
+            raise Forbidden(f"a session started with this key belongs to {principal.user!r}")
+        owner_user = owner_user if principal.root and owner_user else principal.user
     await node.read_barrier(project_key(workspace, project))
+    if principal.mode == KEYS:
+        earlier = await node.store.get_session(session_id)
+        if earlier is not None and earlier.get("owner_user") != owner_user and not principal.root:
+            raise Forbidden("that session id belongs to another user")
     existed = await node.store.project_exists(workspace, project)
     body = {"workspace": workspace, "project": project, "harness": harness,
             "session_id": session_id, "owner_user": owner_user, "at_ms": node.now_ms()}
@@ -71,25 +87,85 @@ async def start_session(node: Node, *, workspace: str, project: str, harness: st
             "session_id": session_id, "created": not existed}
 
 
+async def own_session(node: Node, principal: Principal, session_id: str | None) -> str | None:
+    """``session_id`` if the caller may use it: in keys mode a session is the
+    user's who started it, and another user's id is ignored (it decides
+    neither the scope nor ``from_agent``). Anonymous callers claim any."""
+    if session_id is None or principal.mode != KEYS:
+        return session_id
+    session = await node.store.get_session(session_id)
+    if session is None or session.get("owner_user") != principal.user:
+        return None
+    return session_id
+
+
 async def scope_for(node: Node, workspace: str | None, project: str | None,
-                    session_id: str | None) -> Scope:
+                    session_id: str | None, principal: Principal | None = None) -> Scope:
+    if principal is not None:
+        session_id = await own_session(node, principal, session_id)
     return await resolve(node.store, node.settings.mail, workspace, project, session_id)
 
 
-async def list_projects(node: Node) -> dict[str, Any]:
+async def list_projects(node: Node, principal: Principal) -> dict[str, Any]:
     rows = [{"workspace": r["workspace"], "project": r["project"], "harnesses": r["harnesses"],
              "first_seen_at": iso_ms(r.get("first_at_ms")),
              "last_active_at": iso_ms(r.get("last_active_at_ms"))}
-            for r in await node.store.list_projects()]
+            for r in await node.store.list_projects()
+            if principal.may(r["workspace"], r["project"], "read")]
     return {"projects": rows, "count": len(rows)}
+
+
+def _check_scope(principal: Principal, action: str, scope: Scope) -> None:
+    """``check`` on the scope's project; a scope the server inferred is not
+    named in the refusal unless the caller may read it."""
+    try:
+        check(principal, action, {"box": (scope.workspace, scope.project)})
+    except Forbidden:
+        if scope.inferred:
+            raise Forbidden(f"{action}: the project this call resolved by {scope.source} is not "
+                            "one this key may use; pass workspace and project") from None
+        raise
+
+
+def _refuse_inferred(principal: Principal, scope: Scope, verb: str) -> None:
+    """:func:`refuse_inferred`, naming the guessed project only to a caller who may read it."""
+    if scope.inferred and not principal.may(scope.workspace, scope.project, "read"):
+        raise Conflict(f"refusing to {verb} a project resolved by {scope.source}, not named; "
+                       "pass workspace and project", scope_source=scope.source)
+    refuse_inferred(scope, verb)
+
+
+def _hide(row: dict[str, Any], principal: Principal, workspace_key: str,
+          project_key_: str) -> dict[str, Any]:
+    """The row with the other project's name taken out if the caller may not read it."""
+    ws, proj = row.get(workspace_key), row.get(project_key_)
+    if ws is None or proj is None or principal.may(str(ws), str(proj), "read"):
+        return row
+    return {**row, project_key_: None, "hidden": True}
 
 
 # -- send -----------------------------------------------------------------------
 
-async def send(node: Node, req: SendRequest, *, session_id: str | None,
+def clean_text(subject: str | None, body: str) -> tuple[str, bool, str, bool, int]:
+    """A message's subject and body as they are stored: secrets scrubbed,
+    then capped with a visible marker (subject one line). Returns (subject,
+    subject cut?, body, body cut?, secrets scrubbed). Sends and saved edits
+    both pass here."""
+    subject_s, n_subject = scrub.scrub(scrub.one_line(subject or ""))
+    body_s, n_body = scrub.scrub(body)
+    subject_s, subject_cut = scrub.cap_line(subject_s, limits.message_subject_max_chars)
+    body_s, body_cut = scrub.cap(body_s, limits.message_body_max_chars)
+    if not body_s.strip():
+        raise BadRequest("body must not be empty")
+    return subject_s, subject_cut, body_s, body_cut, n_subject + n_body
+
+
+async def send(node: Node, principal: Principal, req: SendRequest, *, session_id: str | None,
                owner_user: str | None, idempotency_key: str | None) -> dict[str, Any]:
-    sender = await scope_for(node, req.from_workspace, req.from_project, session_id)
-    refuse_inferred(sender, "send as")
+    sender = await scope_for(node, req.from_workspace, req.from_project, session_id, principal)
+    _refuse_inferred(principal, sender, "send as")
+    check(principal, "message.send", {"to": (req.to_workspace, req.to_project),
+                                      "from": (sender.workspace, sender.project)})
     if req.nature not in NATURES:
         raise BadRequest(f"nature must be one of {', '.join(NATURES)}")
     # Projects and their harnesses only ever appear, so a local hit is final;
@@ -110,12 +186,7 @@ async def send(node: Node, req: SendRequest, *, session_id: str | None,
                 f"{req.to_agent!r} has no session in {req.to_workspace}/{req.to_project}; "
                 f"registered harnesses: {', '.join(sorted(harnesses)) or 'none'}")
 
-    scrubbed = 0
-    subject_raw = scrub.one_line(req.subject or "")
-    subject, n = scrub.scrub(subject_raw)
-    scrubbed += n
-    body, n = scrub.scrub(req.body)
-    scrubbed += n
+    subject, subject_cut, body, body_cut, scrubbed = clean_text(req.subject, req.body)
     evidence = None
     if req.evidence is not None:
         evidence, n = scrub.scrub(req.evidence.strip())
@@ -124,13 +195,9 @@ async def send(node: Node, req: SendRequest, *, session_id: str | None,
     if req.nature == MEASURED and not evidence:
         raise BadRequest("a measured claim needs non-empty evidence (command, query, file:line, or "
                          "source message id)")
-    subject, subject_cut = scrub.cap_line(subject, limits.message_subject_max_chars)
-    body, body_cut = scrub.cap(body, limits.message_body_max_chars)
     evidence_cut = False
     if evidence is not None:
         evidence, evidence_cut = scrub.cap(evidence, limits.message_evidence_max_chars)
-    if not body.strip():
-        raise BadRequest("body must not be empty")
 
     # A recorded session of the sending project names the harness; a static
     # client may name it itself; otherwise "other".
@@ -185,10 +252,12 @@ def public_message(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def list_box(node: Node, *, box: str, workspace: str | None, project: str | None,
-                   session_id: str | None, limit: int, agent: str | None,
+async def list_box(node: Node, principal: Principal, *, box: str, workspace: str | None,
+                   project: str | None, session_id: str | None, limit: int, agent: str | None,
                    consistency: Consistency) -> dict[str, Any]:
-    scope = await scope_for(node, workspace, project, session_id)
+    scope = await scope_for(node, workspace, project, session_id, principal)
+    _check_scope(principal, "message.list_inbox" if box == "inbox" else "message.list_outbox",
+                 scope)
     if box == "inbox":
         await node.read_barrier(mailbox_key(scope.workspace, scope.project), consistency)
         rows = await node.store.mailbox_pending(scope.workspace, scope.project, limit=limit,
@@ -197,7 +266,10 @@ async def list_box(node: Node, *, box: str, workspace: str | None, project: str 
         rows = await node.store.outbox(scope.workspace, scope.project, limit=limit)
     out: dict[str, Any] = {
         "box": box, "workspace": scope.workspace, "project": scope.project,
-        "count": len(rows), "messages": [public_message(r) for r in rows],
+        "count": len(rows), "messages": [
+            _hide(public_message(r), principal, "from_workspace_id", "from_project_id")
+            if box == "inbox" else _hide(public_message(r), principal, "to_workspace", "to_project")
+            for r in rows],
     }
     if scope.inferred:
         out["resolved_scope"] = {"workspace": scope.workspace, "project": scope.project}
@@ -214,11 +286,12 @@ def fence(body: str) -> str:
             f"</untrusted-input id=\"{tag}\">")
 
 
-async def pop(node: Node, *, workspace: str | None, project: str | None,
+async def pop(node: Node, principal: Principal, *, workspace: str | None, project: str | None,
               session_id: str | None, message_id: str | None, agent: str | None,
               request_id: str | None) -> dict[str, Any]:
-    scope = await scope_for(node, workspace, project, session_id)
-    refuse_inferred(scope, "pop from")
+    scope = await scope_for(node, workspace, project, session_id, principal)
+    _refuse_inferred(principal, scope, "pop from")
+    check(principal, "message.pop", {"box": (scope.workspace, scope.project)})
     session = scope.session
     harness = agent or (session or {}).get("harness")
     claimer = {"claimer_session": (session or {}).get("session_id"), "claimer_agent": harness}
@@ -233,16 +306,17 @@ async def pop(node: Node, *, workspace: str | None, project: str | None,
         return {"message": None, "request_id": rid, "workspace": scope.workspace,
                 "project": scope.project}
     msg, claim = result["message"], result["claim"]
-    row = public_message({**msg, "state": CLAIMED})
+    row = _hide(public_message({**msg, "state": CLAIMED}), principal, "from_workspace_id",
+                "from_project_id")
     row["body"] = fence(msg.get("body") or "")
     row["claimed_at"] = iso_ms(claim.get("at_ms"))
     row["request_id"] = claim.get("request_id")
     return {
         "message": row,
-        "provenance": {
+        "provenance": _hide({
             "from_workspace": msg.get("from_workspace"), "from_project": msg.get("from_project"),
             "from_agent": msg.get("from_agent"), "from_owner_user": msg.get("from_owner_user"),
-        },
+        }, principal, "from_workspace", "from_project"),
         "security_notice": SECURITY_NOTICE,
         "workspace": scope.workspace, "project": scope.project,
     }
@@ -250,10 +324,12 @@ async def pop(node: Node, *, workspace: str | None, project: str | None,
 
 # -- cancel -----------------------------------------------------------------------
 
-async def cancel(node: Node, *, workspace: str | None, project: str | None,
-                 session_id: str | None, message_id: str | None, cancel_all: bool) -> dict[str, Any]:
-    scope = await scope_for(node, workspace, project, session_id)
-    refuse_inferred(scope, "cancel from")
+async def cancel(node: Node, principal: Principal, *, workspace: str | None,
+                 project: str | None, session_id: str | None, message_id: str | None,
+                 cancel_all: bool) -> dict[str, Any]:
+    scope = await scope_for(node, workspace, project, session_id, principal)
+    _refuse_inferred(principal, scope, "cancel from")
+    check(principal, "message.cancel", {"from": (scope.workspace, scope.project)})
     if bool(message_id) == bool(cancel_all):
         raise BadRequest("give exactly one of message_id or all")
     groups: dict[str, list[str] | None] = {}
@@ -293,9 +369,12 @@ async def pending_count(node: Node, scope: Scope, harness: str | None) -> int:
     return await node.store.mailbox_pending_count(scope.workspace, scope.project, harness)
 
 
-async def handoff_notice(node: Node, *, workspace: str | None, project: str | None,
-                         session_id: str | None, harness: str | None) -> dict[str, Any]:
-    scope = await scope_for(node, workspace, project, session_id)
+async def handoff_notice(node: Node, principal: Principal, *, workspace: str | None,
+                         project: str | None, session_id: str | None,
+                         harness: str | None, inbox_only: bool = False) -> dict[str, Any]:
+    scope = await scope_for(node, workspace, project, session_id, principal)
+    # The prompt hook's count-only notice is authorized like a session start.
+    _check_scope(principal, "session.start" if inbox_only else "handoff.read", scope)
     harness = harness or (scope.session or {}).get("harness")
     count = await pending_count(node, scope, harness)
     notice = None
@@ -310,11 +389,156 @@ async def handoff_notice(node: Node, *, workspace: str | None, project: str | No
             "workspace": scope.workspace, "project": scope.project, "scope_source": scope.source}
 
 
-async def briefing(node: Node, *, workspace: str | None, project: str | None,
-                   session_id: str | None) -> dict[str, Any]:
-    scope = await scope_for(node, workspace, project, session_id)
+async def briefing(node: Node, principal: Principal, *, workspace: str | None,
+                   project: str | None, session_id: str | None) -> dict[str, Any]:
+    scope = await scope_for(node, workspace, project, session_id, principal)
+    _check_scope(principal, "briefing.read", scope)
     harness = (scope.session or {}).get("harness")
     return {
         "scope": {"workspace": scope.workspace, "project": scope.project, "source": scope.source},
         "pending_message_count": await pending_count(node, scope, harness),
     }
+
+
+# -- editing and history (the web inbox) ---------------------------------------------
+#
+# Editing is decided by the mailbox's owner like a pop (federation/claim.py:
+# MailHold / MailRelease): a hold and a pop of one message never both win,
+# and only the holder (its session, or its user) releases. The rights are
+# those of a send: write on the mailbox project and on the sender project
+# (common.policy "message.edit").
+
+HIDDEN = "hidden"
+
+
+async def _message_for_edit(node: Node, principal: Principal, message_id: str) -> dict[str, Any]:
+    row = await node.store.message(message_id)
+    if row is None:
+        await node.read_barrier(ALL_KEYS)
+        row = await node.store.message(message_id)
+    if row is None:
+        raise NotFound(f"no message {message_id}", id=message_id)
+    policy.check(principal, "message.edit", {
+        "box": (row["to_workspace"], row["to_project"]),
+        "from": (row["from_workspace"], row["from_project"])})
+    return row
+
+
+async def hold(node: Node, principal: Principal, *, message_id: str,
+               holder: dict[str, Any]) -> dict[str, Any]:
+    """Take a queued message out of the queue for an edit (Edit)."""
+    row = await _message_for_edit(node, principal, message_id)
+    res = await node.mailbox(MailHold(mailbox_key(row["to_workspace"], row["to_project"]),
+                                      message_id, holder=holder))
+    out = web_message(principal, {**row, **res["message"], "state": EDITING})
+    out["editing_by_user"] = res["hold"].get("holder_user")
+    out["editing_since"] = iso_ms(res["hold"].get("at_ms"))
+    return {"message": out}
+
+
+async def release(node: Node, principal: Principal, *, message_id: str, holder: dict[str, Any],
+                  subject: str | None = None, body: str | None = None,
+                  save: bool) -> dict[str, Any]:
+    """Save and requeue (``save``: new subject and body through the scrubber,
+    the caps and the admission hooks, like a send) or discard the changes.
+    Either way the message keeps its id and its place in the queue."""
+    row = await _message_for_edit(node, principal, message_id)
+    content = None
+    truncated = {"subject": False, "body": False}
+    scrubbed = 0
+    if save:
+        if body is None:
+            raise BadRequest("a save needs the body")
+        subj, subject_cut, text_, body_cut, scrubbed = clean_text(subject, body)
+        truncated = {"subject": subject_cut, "body": body_cut}
+        content = {"subject": subj or None, "body": text_}
+        if node.admission is not None:
+            await node.admission.check({**{k: row.get(k) for k in MESSAGE_FIELDS}, **content})
+    res = await node.mailbox(MailRelease(mailbox_key(row["to_workspace"], row["to_project"]),
+                                         message_id, content=content, holder=holder))
+    out = web_message(principal, {**row, **res["message"], "state": PENDING})
+    return {"message": out, "saved": save, "truncated": truncated, "scrubbed": scrubbed}
+
+
+def _readable(principal: Principal, workspace: str | None, project: str | None) -> bool:
+    return workspace is not None and project is not None and principal.may(
+        workspace, project, policy.READ)
+
+
+def web_message(principal: Principal, row: dict[str, Any]) -> dict[str, Any]:
+    """A message as the web inbox shows it: :func:`public_message` plus who
+    edits it, and the names of projects the viewer may not read left out."""
+    out = public_message(row)
+    out.update(
+        from_workspace=row.get("from_workspace"), from_project=row.get("from_project"),
+        editing_by_user=row.get("editing_by_user"),
+        editing_since=iso_ms(row.get("editing_since_ms")),
+        edited_at=iso_ms(row.get("edited_at_ms")),
+        claimed_by_agent=row.get("claimed_by_agent"),
+        claimed_at=iso_ms(row.get("claimed_at_ms")),
+        cancelled_at=iso_ms(row.get("cancelled_at_ms")),
+        from_hidden=False, to_hidden=False)
+    if not _readable(principal, row.get("from_workspace"), row.get("from_project")):
+        out.update(from_workspace=None, from_project=None, from_workspace_id=None,
+                   from_project_id=None, from_hidden=True)
+    if not _readable(principal, row.get("to_workspace"), row.get("to_project")):
+        out.update(to_workspace=None, to_project=None, to_hidden=True)
+    return out
+
+
+async def history(node: Node, principal: Principal, *, box: str, workspace: str, project: str,
+                  page: int) -> dict[str, Any]:
+    """A project's Received (its mailbox) or Sent (its outbox across
+    mailboxes) history, every state, newest first, paged at
+    ``limits.web_page_size``. Reading never claims or cancels."""
+    if box not in ("received", "sent"):
+        raise BadRequest("box must be received or sent")
+    if not 0 <= page < limits.web_history_pages_max:
+        raise BadRequest(f"page must be 0-{limits.web_history_pages_max - 1}")
+    action = "message.list_inbox" if box == "received" else "message.list_outbox"
+    policy.check(principal, action, {"box": (workspace, project)})
+    size = limits.web_page_size
+    if box == "received":
+        await node.read_barrier(mailbox_key(workspace, project))
+        rows = await node.store.mailbox_messages(workspace, project, limit=size + 1,
+                                                 offset=page * size)
+    else:
+        await node.read_barrier(ALL_KEYS)  # the outbox spans mailboxes
+        rows = await node.store.sent_messages(workspace, project, limit=size + 1,
+                                              offset=page * size)
+    return {"box": box, "workspace": workspace, "project": project, "page": page,
+            "page_size": size, "has_previous": page > 0, "has_next": len(rows) > size,
+            "messages": [web_message(principal, r) for r in rows[:size]]}
+
+
+async def held(node: Node, principal: Principal, *, workspace: str,
+               project: str) -> dict[str, Any]:
+    """Messages of a mailbox held for an edit (the banner)."""
+    policy.check(principal, "message.list_inbox", {"box": (workspace, project)})
+    await node.read_barrier(mailbox_key(workspace, project))
+    rows = await node.store.mailbox_editing(workspace, project, limit=limits.web_held_max)
+    return {"workspace": workspace, "project": project, "count": len(rows),
+            "messages": [web_message(principal, r) for r in rows]}
+
+
+async def readable_projects(node: Node, principal: Principal) -> list[dict[str, Any]]:
+    """The projects the principal may read, with the harnesses that have
+    sessions there and whether the principal may write (send from / to)."""
+    out = []
+    for r in await node.store.list_projects():
+        ws, proj = r["workspace"], r["project"]
+        if principal.may(ws, proj, policy.READ):
+            out.append({"workspace": ws, "project": proj, "harnesses": sorted(r["harnesses"]),
+                        "writable": principal.may(ws, proj, policy.WRITE)})
+    return out
+
+
+async def harnesses(node: Node, principal: Principal, *, workspace: str,
+                    project: str) -> dict[str, Any]:
+    """The harnesses with a session in a project (the composer's To agent)."""
+    policy.check(principal, "project.read", {"box": (workspace, project)})
+    found = await node.store.project_harnesses(workspace, project)
+    if not found:
+        await node.read_barrier(project_key(workspace, project))
+        found = await node.store.project_harnesses(workspace, project)
+    return {"workspace": workspace, "project": project, "harnesses": sorted(found)}

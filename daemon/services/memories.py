@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from common import limits
 from common.errors import BadRequest, ClientError, Conflict, NotFound, PayloadTooLarge
 from common.ops import MEM_DEL, MEM_PUT, mem_key
+from common.policy import Principal, check_author
 from daemon.schemas.ids import check_record_id, record_id
 from daemon.schemas.memories import CreateMemory, ListMemoriesQuery, UpdateMemory, memory_json
 from daemon.schemas.timefmt import parse_rfc3339
@@ -183,8 +184,11 @@ async def list_memories(node: Node, q: ListMemoriesQuery) -> dict[str, Any]:
     return {"memories": memories, "count": len(memories)}
 
 
-async def update(node: Node, memory_id: str, req: UpdateMemory) -> dict[str, Any]:
+async def update(node: Node, memory_id: str, req: UpdateMemory, *,
+                 principal: Principal | None = None) -> dict[str, Any]:
     row = await _load(node, memory_id)
+    if principal is not None:
+        check_author(principal, row.get("agent_id"), "memory.update")
     now = node.now_ms()
     body = _body_of(row)
     given = req.model_fields_set
@@ -223,8 +227,11 @@ async def promote(node: Node, memory_id: str) -> dict[str, Any]:
     return out
 
 
-async def delete(node: Node, memory_id: str) -> dict[str, Any]:
-    await _load(node, memory_id)
+async def delete(node: Node, memory_id: str, *,
+                 principal: Principal | None = None) -> dict[str, Any]:
+    row = await _load(node, memory_id)
+    if principal is not None:
+        check_author(principal, row.get("agent_id"), "memory.delete")
     await node.write([(MEM_DEL, mem_key(memory_id), {"id": memory_id})])
     return {"deleted": True, "id": memory_id}
 

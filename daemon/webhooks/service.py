@@ -9,9 +9,9 @@ intake) and handed to the dispatcher at :meth:`start`.
 
 Idempotent subscribe: with an ``Idempotency-Key`` the subscription id is
 derived from (caller, key); a retry that asks for the same thing gets the
-same subscription back (with the generated secret, so a lost response does
-not leave a subscription nobody can verify), a retry that asks for
-something else is a 409.
+same subscription back, without its secret (a secret is shown once, in the
+answer that created it: whoever replays a key learns nothing from it), a
+retry that asks for something else is a 409.
 """
 
 from __future__ import annotations
@@ -104,8 +104,7 @@ class Webhooks:
                     or (secret is not None and secret != existing.secret):
                 raise Conflict("this Idempotency-Key already created a different subscription",
                                id=sub_id)
-            return {**existing.public(), "secret": existing.secret} if secret is None \
-                else existing.public()
+            return {**existing.public(), "replayed": True}
         await check_url(url, dispatcher.policy, self._resolve)
         sub = Subscription(id=sub_id, url=url, events=events_t, namespace=namespace,
                            secret=secret or new_secret(), created_at_ms=self.node.now_ms(),
@@ -120,6 +119,14 @@ class Webhooks:
     def all(self) -> list[dict[str, Any]]:
         registry, _ = self._ready()
         return [s.public() for s in registry.all()]
+
+    def creator(self, sub_id: str) -> str | None:
+        """The agent that created subscription ``sub_id`` (404 if there is none)."""
+        registry, _ = self._ready()
+        sub = registry.get(sub_id)
+        if sub is None:
+            raise NotFound(f"subscription {sub_id} not found")
+        return sub.created_by
 
     async def unsubscribe(self, sub_id: str) -> dict[str, Any]:
         registry, dispatcher = self._ready()

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from cli.cluster_status import member_addresses
 from cli.main import cli
-from daemon.settings import load_settings
+from daemon.settings import check_exposure, load_settings
 from tests.cli.stub import StubDaemon
 
 Run = Callable[..., Result]
@@ -244,3 +244,16 @@ def test_status_from_a_daemon_listing_ids_with_peer_urls(
     assert rows["node2"][1] == second.url
     assert rows["node2"][4:9] == ["3", "0", "0.2s", "ago", "-"]
     assert rows["node1"][-1] == "healthy" and rows["node2"][-2:] == ["NOT", "healthy"]
+
+
+def test_init_picks_keys_mode_off_loopback(tmp_path: Path) -> None:
+    for hosts, mode in ((["127.0.0.1"], "anonymous"), (["10.1.0.11", "10.1.0.12"], "keys")):
+        out = tmp_path / mode
+        args = ["cluster", "init", "--nodes", "2", "--out", str(out)]
+        for host in hosts:
+            args += ["--host", host]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        settings = load_settings(env={}, config_path=out / "node1.toml")
+        assert settings.auth.mode == mode
+        check_exposure(settings)  # either way the node would start

@@ -13,7 +13,11 @@ bodies that are not JSON at all, msgpack for the peer routes) and checks:
   SQLite file of the node, and the op log's high-water marks, are as before.
 
 The run is derandomized with a fixed example budget (``FUZZ_EXAMPLES``, 400
-by default), so CI sees the same requests every time.
+by default), so CI sees the same requests every time. The same requests go
+to a second daemon in keys mode (``FUZZ_KEYS_EXAMPLES``, 150 by default),
+carrying no key, a wrong one, or a real key of some grant set (root
+included), so the refusals of the authorization layer are held to the same
+rules.
 """
 
 from __future__ import annotations
@@ -44,11 +48,13 @@ import daemon
 from daemon.app import build_app
 from daemon.settings import ClusterSettings, Settings, StoreSettings
 from daemon.wiring import build_node
+from tests.daemon.authz_fixtures import GRANT_SETS, ROOT_KEY, key_of, toml_keys
 from tests.daemon.procdaemon import Proc, daemon_process
 from tests.daemon.rowcounts import row_counts
 
 pytestmark = pytest.mark.slow
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "400"))
+KEYS_EXAMPLES = int(os.environ.get("FUZZ_KEYS_EXAMPLES", "150"))
 
 
 # -- what to fuzz, discovered ----------------------------------------------------------------
@@ -276,6 +282,31 @@ def proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
         yield p
 
 
+@pytest.fixture(scope="module")
+def keyed_proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    data = tmp_path_factory.mktemp("fuzz-keys")
+    (data / "node.toml").write_text(toml_keys())
+    with daemon_process(data, "--config", str(data / "node.toml")) as p:
+        yield p
+
+
+KEY_HEADER = st.one_of(
+    st.none(),
+    st.sampled_from([ROOT_KEY, *(key_of(n) for n in GRANT_SETS), "k-wrong", ""]).flatmap(
+        lambda key: st.sampled_from([("Authorization", f"Bearer {key}".encode()),
+                                     ("X-API-Key", key.encode())])),
+)
+
+
+@st.composite
+def keyed_requests(draw: st.DrawFn) -> tuple[str, str, dict[str, bytes], bytes | None]:
+    method, path, headers, body = draw(requests())
+    key = draw(KEY_HEADER)
+    if key is not None:
+        headers[key[0]] = key[1]
+    return method, path, headers, body
+
+
 def send(proc: Proc, method: str, path: str, headers: dict[str, bytes],
          body: bytes | None) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", proc.port, timeout=30)
@@ -304,6 +335,19 @@ def test_routes_are_discovered() -> None:
 @given(req=requests())
 def test_every_endpoint_survives_hostile_requests(proc: Proc, req: tuple[str, str, dict[str, bytes],
                                                                          bytes | None]) -> None:
+    check_one(proc, req)
+
+
+@settings(max_examples=KEYS_EXAMPLES, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(req=keyed_requests())
+def test_every_endpoint_survives_hostile_requests_in_keys_mode(
+        keyed_proc: Proc, req: tuple[str, str, dict[str, bytes], bytes | None]) -> None:
+    check_one(keyed_proc, req)
+
+
+def check_one(proc: Proc, req: tuple[str, str, dict[str, bytes], bytes | None]) -> None:
     method, path, headers, body = req
     before = snapshot(proc.data)
     try:
@@ -327,8 +371,9 @@ def test_every_endpoint_survives_hostile_requests(proc: Proc, req: tuple[str, st
         assert unchanged(before, after), f"{status} wrote {before} -> {after} for {where}"
 
 
-def test_the_fuzzed_daemon_logged_no_error(proc: Proc) -> None:
-    """Runs after the fuzz (same module-scoped process): nothing it sent was
+def test_the_fuzzed_daemon_logged_no_error(proc: Proc, keyed_proc: Proc) -> None:
+    """Runs after the fuzz (same module-scoped processes): nothing it sent was
     logged as an error or with a traceback."""
-    log = proc.log_text()
-    assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+    for p in (proc, keyed_proc):
+        log = p.log_text()
+        assert "Traceback" not in log and " ERROR " not in log, log[-3000:]

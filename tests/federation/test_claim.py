@@ -311,9 +311,11 @@ def _hold(session: str = "web-1", mid: str = "m1") -> Any:
     return MailHold(MB, mid, holder={"holder_session": session, "holder_user": "ann"})
 
 
-def _release(mid: str = "m1", content: dict[str, Any] | None = None) -> Any:
+def _release(mid: str = "m1", content: dict[str, Any] | None = None,
+             session: str = "web-1", user: str | None = "ann") -> Any:
     from federation.claim import MailRelease
-    return MailRelease(MB, mid, content=content)
+    return MailRelease(MB, mid, content=content,
+                       holder={"holder_session": session, "holder_user": user})
 
 
 def test_a_held_message_leaves_the_queue_and_comes_back_at_its_place() -> None:
@@ -403,3 +405,51 @@ def test_a_claim_outranked_by_another_claim_of_its_request_id_frees_the_message(
     owner = cl.cores[b].owner_for(MB, cl.now)
     nxt = ask(cl, owner, "p2", MailPop(MB, request_id="r2"))
     assert isinstance(nxt, dict) and nxt["message"]["id"] == "m1", nxt
+
+
+def test_only_the_holder_releases_a_held_message() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 0, MailSend(MB, body("m1")))
+    ask(cl, o, 1, _hold("web-1"))
+    other = ask(cl, o, 2, _release(content={"subject": "x", "body": "y"}, session="web-9",
+                                   user="bob"))
+    assert isinstance(other, Conflict) and other.details["holder_user"] == "ann"
+    assert isinstance(ask(cl, o, 3, _release(session="web-9", user=None)), Conflict)
+    assert cl.cores[o].claims.slots[MB].model.state("m1") == "editing"
+    # The same user from another session (another tab, another node's login) may.
+    done = ask(cl, o, 4, _release(content={"subject": "s", "body": "b"}, session="web-2"))
+    assert done["message"]["body"] == "b"
+
+
+def test_an_acknowledged_hold_outranks_an_older_unacknowledged_claim() -> None:
+    # The review finding: a deposed owner's claim, left on a minority, must
+    # not surface after a later owner's acknowledged hold and undo it (the
+    # editor's save would then find the message "already collected").
+    cl, a = owner_cluster()
+    ask(cl, a, "s1", MailSend(MB, body("m1")))
+    ask(cl, a, "s2", MailSend(MB, body("m2")))
+    cut_a = lambda s, d, m: a in (s, d)  # noqa: E731
+    ask(cl, a, "p1", MailPop(MB, request_id="r"), drop=cut_a)  # r -> m1, only at a
+    cl.tick(cl.timeout_ms + 100)
+    cl.deliver(drop=cut_a)
+    assert isinstance(cl.replies["p1"], NoMajority)
+    b = next(n for n in cl.ids if n != a)
+    held = ask(cl, b, "h1", _hold("web-1"), drop=cut_a)
+    assert held["hold"]["id"] == "m1"
+    for _ in range(10):  # heal: a's claim spreads to every member
+        cl.tick(300)
+        cl.deliver()
+    for node, disk in cl.disks.items():
+        assert disk.message("m1")["state"] == "editing", node
+    owner = cl.cores[b].owner_for(MB, cl.now)
+    saved = ask(cl, owner, "r1", _release(content={"subject": "s", "body": "edited"}))
+    assert isinstance(saved, dict) and saved["message"]["body"] == "edited", saved
+    # m1 is back at its place, ahead of m2; r's retry is not answered with the void claim.
+    got = ask(cl, owner, "p2", MailPop(MB, request_id="r2"))
+    assert got["message"]["id"] == "m1" and got["message"]["body"] == "edited"
+    for _ in range(5):
+        cl.tick(300)
+        cl.deliver()
+    for disk in cl.disks.values():
+        view = disk.message("m1")
+        assert view["state"] == "claimed" and view["request_id"] == "r2"

@@ -217,7 +217,8 @@ def test_the_owners_real_answers_to_every_request_kind_pass_the_result_codec() -
     requests = [
         claim.MailSend(mb, body),
         claim.MailHold(mb, "m1", holder={"holder_session": "s1", "holder_agent": "web"}),
-        claim.MailRelease(mb, "m1", content={"subject": "s2", "body": "b2"}),
+        claim.MailRelease(mb, "m1", content={"subject": "s2", "body": "b2"},
+                          holder={"holder_session": "s1"}),
         claim.MailPop(mb, request_id="r1", claimer={"claimer_session": "s1"}),
         claim.MailPop(mb, request_id="r2"),  # nothing pending
         claim.MailSend(mb, {**body, "id": "m2"}),

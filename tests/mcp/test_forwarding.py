@@ -533,3 +533,12 @@ async def test_an_unreachable_node_is_a_tool_error(connect: Connect) -> None:
     error = tool_error(result)
     assert error["code"] == "cannot_connect"
     assert str(port) in error["error"]
+
+
+async def test_the_key_goes_as_a_bearer_token(node: FakeNode, connect: Connect) -> None:
+    node.reply("GET", "/api/v1/briefing", {"scope": {}, "pending_message_count": 0})
+    async with connect(key="aim_secret", api_key="older") as client:
+        ok(await client.call_tool("memory_briefing", {"workspace": "w", "project": "p"}))
+    sent = node.last("GET", "/api/v1/briefing")
+    assert sent.headers["Authorization"] == "Bearer aim_secret"
+    assert "X-API-Key" not in sent.headers  # one key per request: --key wins

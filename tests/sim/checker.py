@@ -15,9 +15,12 @@
    names a session and request id a client used together.
 4. Convergence: checked by the runner (equal snapshots after the heal).
 5. Nothing reverts: sampled during the run on every node's disk -- a
-   claimed or cancelled message never shows pending again, and once a node
-   shows an acknowledged decision it keeps showing it; an acknowledged read
-   mark or delete, once applied on a node, stays visible there.
+   claimed or cancelled message never shows pending again (unless that
+   terminal op was never acknowledged and a hold or release outranks it:
+   then it is void), and once a node shows an acknowledged decision it keeps
+   showing it; an acknowledged read mark or delete, once applied on a node,
+   stays visible there. Once a hold is acknowledged, no node shows the
+   message decided by an op that does not follow a release of that hold.
 """
 
 from __future__ import annotations
@@ -165,6 +168,27 @@ class Monitor:
                 if mid in self.popped:
                     self.fail(f"message {mid} acked as popped and as cancelled")
 
+    def _after_holds(self, node_id: str, mid: str, rank: Any, known_hold: Any) -> None:
+        """Monotonic: once a node holds an acknowledged hold (or a later
+        hold or release), it never shows the message claimed or cancelled by
+        an op that does not follow a release of that hold (an older,
+        unacknowledged claim must stay void). A node that has not heard of
+        the hold yet may still show what it knew before, as it may for any
+        decision it has not received."""
+        if rank is None or known_hold is None:
+            return
+        rank, known_hold = list(rank), list(known_hold)
+        released = self.releases.get(mid, [])
+        for h_rank, session, _asked in self.holds[mid]:
+            if known_hold < h_rank:
+                continue
+            if rank < h_rank:
+                self.fail(f"{node_id}: {mid} shows a terminal op {rank} ranked below "
+                          f"the acknowledged hold {h_rank} by {session}")
+            elif not any(h_rank < r < rank for r in released):
+                self.fail(f"{node_id}: {mid} decided at {rank} after the acknowledged hold "
+                          f"{h_rank} by {session} with no release in between")
+
     def forget(self, node_id: str) -> None:
         """The node lost its disk: what it showed before is gone with it (the
         other members still hold every acknowledged state)."""
@@ -192,9 +216,15 @@ class Monitor:
                 if seq and last == state:
                     continue
                 if last is not None and last[0] in TERMINAL and (
-                        state is None or state[0] not in TERMINAL):
+                        state is None or state[0] not in TERMINAL) and (
+                        state is None or disk.terminal_stands(mid)
+                        or mid in self.popped or mid in self.cancelled):
+                    # Only an unacknowledged terminal op may give way, and
+                    # only to a hold or release that outranks it.
                     self.fail(f"{node_id}: message {mid} reverted from {last} to {state}")
                 seq.append((self.sim.now, state))
+                if state is not None and state[0] in TERMINAL and mid in self.holds:
+                    self._after_holds(node_id, mid, disk.decided_rank(mid), disk.hold_rank(mid))
             for op in self.acked_reads:
                 if op.op_id in disk.seen:
                     for note in disk.notifications(op.body["ids"]):

@@ -23,6 +23,7 @@ from federation.claim import MailCancel, MailHold, MailPop, MailRelease, MailSen
 
 AGENTS = ("alice", "bob", "carol")
 SENDERS = (("w", "p0"), ("w", "p1"), ("w", "p2"))
+EDITORS = ("ann", "ben")
 
 
 @dataclass(slots=True)
@@ -63,6 +64,11 @@ class Workload:
         self.history = History()
         self._n = 0
         self.retryable: list[Attempt] = []
+        self.holders: dict[str, list[dict[str, str]]] = {}  # message id -> holders asked
+        # Who releases is drawn from a stream of its own, derived from (not
+        # drawn from) the main one, so every other request of a seed is the
+        # same as before releases named their holder.
+        self.editors = random.Random(hash(rng.getstate()))
 
     def _next(self, prefix: str) -> str:
         self._n += 1
@@ -99,20 +105,30 @@ class Workload:
         mine = [m for m, b in self.history.send_bodies.items()
                 if key == mailbox_key(b["to_workspace"], b["to_project"])]
         if r < 0.90 and mine:
-            return "hold", MailHold(key, self.rng.choice(mine),
-                                    holder={"holder_session": self._next("ed"),
-                                            "holder_user": "ann"})
+            mid = self.rng.choice(mine)
+            holder = {"holder_session": self._next("ed"),
+                      "holder_user": self.editors.choice(EDITORS)}
+            self.holders.setdefault(mid, []).append(holder)
+            return "hold", MailHold(key, mid, holder=holder)
         if r < 0.94 and mine:
             return "release", self._release(key, self.rng.choice(mine), now_ms)
         return "cancel", self._cancel(key)
 
     def _release(self, key: str, mid: str, now_ms: int) -> MailRelease:
+        # Mostly one of the message's editors (its latest, or an earlier one
+        # whose hold may have lost), sometimes a stranger the owner must refuse.
+        known = self.holders.get(mid, [])
+        if known and self.editors.random() < 0.9:
+            holder = dict(known[-1] if self.editors.random() < 0.8 else self.editors.choice(known))
+        else:
+            holder = {"holder_session": f"stranger-{self.editors.random():.6f}",
+                      "holder_user": "mallory"}
         if self.rng.random() < 0.5:
-            return MailRelease(key, mid)
+            return MailRelease(key, mid, holder=holder)
         n = self._next("edit")
         content = {"subject": f"subject {mid} {n}", "body": f"edited body of {mid} ({n})"}
         self.history.edits.setdefault(mid, []).append(content)
-        return MailRelease(key, mid, content=content)
+        return MailRelease(key, mid, content=content, holder=holder)
 
     def _notes(self, now_ms: int) -> list[tuple[str, str, dict[str, Any]]]:
         items = []

@@ -1,0 +1,399 @@
+"use strict";
+// The web inbox. Vanilla JS, no dependencies. Every text from the server is
+// put in the page with textContent (never as HTML), so a body such as
+// "<script>...</script>" shows as those characters.
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const STATE_WORDS = { pending: "queued", claimed: "collected", cancelled: "cancelled",
+                        editing: "Editing" };
+  const ui = { me: null, projects: [], current: null, box: "received", page: 0,
+               expanded: new Set(), editing: new Set(), rows: [] };
+
+  function el(tag, attrs, text) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v !== null && v !== undefined) { e.setAttribute(k, v); }
+    }
+    if (text !== undefined && text !== null) { e.textContent = String(text); }
+    return e;
+  }
+
+  async function api(path) {
+    const r = await fetch(path, { credentials: "same-origin" });
+    const data = await r.json().catch(() => ({}));
+    if (!r.ok) { throw new Error(data.error || ("HTTP " + r.status)); }
+    return data;
+  }
+
+  async function post(path, payload, extraHeaders) {
+    const headers = { "Content-Type": "application/json", "X-AI-Memory-UI": "1" };
+    if (ui.me && ui.me.csrf_token) { headers["X-CSRF-Token"] = ui.me.csrf_token; }
+    Object.assign(headers, extraHeaders || {});
+    const r = await fetch(path, { method: "POST", credentials: "same-origin", headers: headers,
+                                  body: JSON.stringify(payload || {}) });
+    const data = await r.json().catch(() => ({}));
+    if (!r.ok) {
+      const e = new Error(data.error || ("HTTP " + r.status));
+      e.status = r.status;
+      e.data = data;
+      throw e;
+    }
+    return data;
+  }
+
+  const key = (p) => p.workspace + "/" + p.project;
+  const projectName = (ws, proj, hidden) => hidden ? null : ws + "/" + proj;
+
+  function nameCell(text) {
+    const td = el("td");
+    if (text === null) { td.append(el("span", { class: "hidden-name" }, "(a project you cannot read)")); }
+    else { td.textContent = text; }
+    return td;
+  }
+
+  // -- sidebar ---------------------------------------------------------------
+  function renderSidebar() {
+    const nav = $("sidebar");
+    nav.replaceChildren();
+    const byWs = new Map();
+    for (const p of ui.projects) {
+      if (!byWs.has(p.workspace)) { byWs.set(p.workspace, []); }
+      byWs.get(p.workspace).push(p);
+    }
+    if (!ui.projects.length) {
+      nav.append(el("p", {}, "No projects you may read yet. A project appears once an agent " +
+                              "starts a session in it."));
+    }
+    for (const [ws, list] of byWs) {
+      const h = el("h2", { id: "ws-" + ws }, ws);
+      const ul = el("ul", { "aria-labelledby": "ws-" + ws });
+      for (const p of list) {
+        const li = el("li");
+        const a = el("a", { href: "#" + key(p), "data-project": key(p) }, p.project);
+        if (ui.current && key(ui.current) === key(p)) { a.setAttribute("aria-current", "page"); }
+        a.addEventListener("click", (ev) => { ev.preventDefault(); select(p); });
+        li.append(a);
+        if (p.writable) {
+          const b = el("button", { type: "button", "data-project": key(p),
+                                   "aria-label": "Message" }, "Message");
+          b.addEventListener("click", () => openComposer(p));
+          li.append(b);
+        }
+        ul.append(li);
+      }
+      nav.append(h, ul);
+    }
+  }
+
+  async function select(p) {
+    ui.current = p;
+    ui.page = 0;
+    ui.expanded.clear();
+    window.location.hash = key(p);
+    renderSidebar();
+    await refresh();
+  }
+
+  // -- history ---------------------------------------------------------------
+  async function refresh() {
+    if (!ui.current) { return; }
+    const p = ui.current;
+    $("project-title").textContent = key(p) + " · " + (ui.box === "received" ? "Received" : "Sent");
+    $("tab-received").setAttribute("aria-selected", String(ui.box === "received"));
+    $("tab-sent").setAttribute("aria-selected", String(ui.box === "sent"));
+    $("list-error").textContent = "";
+    try {
+      const q = "workspace=" + encodeURIComponent(p.workspace) + "&project=" +
+                encodeURIComponent(p.project);
+      const [hist, held] = await Promise.all([
+        api("/web/api/history?box=" + ui.box + "&page=" + ui.page + "&" + q),
+        api("/web/api/held?" + q)]);
+      ui.rows = hist.messages;
+      renderRows(hist.messages);
+      renderHeld(held);
+      $("prev").disabled = !hist.has_previous;
+      $("next").disabled = !hist.has_next;
+      $("page-label").textContent = "Page " + (hist.page + 1);
+    } catch (e) {
+      $("list-error").textContent = e.message;
+    }
+  }
+
+  function renderHeld(held) {
+    const b = $("held-banner");
+    b.replaceChildren();
+    if (!held.count) { b.hidden = true; return; }
+    b.hidden = false;
+    b.append(el("span", {}, held.count === 1 ? "1 message is held for editing: "
+                                             : held.count + " messages are held for editing: "));
+    held.messages.forEach((m, i) => {
+      if (i) { b.append(", "); }
+      const a = el("a", { href: "#msg-" + m.id }, m.subject || m.id);
+      a.addEventListener("click", (ev) => {
+        ev.preventDefault();
+        showHeld(m);
+      });
+      b.append(a);
+    });
+  }
+
+  async function showHeld(m) {
+    // A held message may be on another page: show it in the Received view.
+    if (ui.box !== "received") { ui.box = "received"; ui.page = 0; }
+    ui.expanded.add(m.id);
+    await refresh();
+    if (!ui.rows.some((r) => r.id === m.id)) { ui.rows.unshift(m); renderRows(ui.rows); }
+    const row = document.getElementById("msg-" + m.id);
+    if (row) { row.scrollIntoView(); }
+  }
+
+  function renderRows(rows) {
+    const body = $("rows");
+    body.replaceChildren();
+    if (!rows.length) {
+      const tr = el("tr");
+      tr.append(el("td", { colspan: "5" }, "No messages."));
+      body.append(tr);
+    }
+    for (const m of rows) {
+      const tr = el("tr", { id: "msg-" + m.id, "data-id": m.id });
+      const subj = el("td");
+      const open = ui.expanded.has(m.id);
+      const toggle = el("button", { type: "button", "aria-expanded": String(open),
+                                    "aria-controls": "detail-" + m.id },
+                        m.subject || "(no subject)");
+      toggle.addEventListener("click", () => {
+        if (ui.expanded.has(m.id)) { ui.expanded.delete(m.id); } else { ui.expanded.add(m.id); }
+        renderRows(ui.rows);
+      });
+      subj.append(toggle);
+      const word = STATE_WORDS[m.state] || m.state;
+      const state = el("td");
+      state.append(el("span", { class: "state state-" + word.toLowerCase() }, word));
+      tr.append(subj,
+        nameCell(projectName(m.from_workspace, m.from_project, m.from_hidden)),
+        nameCell(projectName(m.to_workspace, m.to_project, m.to_hidden)),
+        state, el("td", {}, m.created_at || ""));
+      body.append(tr);
+      if (open) { body.append(detailRow(m)); }
+    }
+  }
+
+  function detailRow(m) {
+    const tr = el("tr", { class: "detail", id: "detail-" + m.id });
+    const td = el("td", { colspan: "5" });
+    tr.append(td);
+    if (ui.editing.has(m.id)) {
+      td.append(editor(m));
+      return tr;
+    }
+    td.append(el("pre", { class: "body", "aria-label": "Message text" }, m.body || ""));
+    const dl = el("dl", { class: "meta", "aria-label": "Provenance" });
+    const add = (k, v) => { dl.append(el("dt", {}, k), el("dd", {}, v === null || v === undefined ? "—" : v)); };
+    add("From workspace", m.from_hidden ? "(hidden)" : m.from_workspace);
+    add("From project", m.from_hidden ? "(hidden)" : m.from_project);
+    add("From agent", m.from_agent);
+    add("From user", m.from_owner_user);
+    add("To agent", m.to_agent || "any (shared)");
+    add("Subject", m.subject);
+    add("Nature", m.nature);
+    add("Evidence", m.evidence);
+    add("Message id", m.id);
+    if (m.state === "claimed") { add("Collected", (m.claimed_by_agent || "") + " " + (m.claimed_at || "")); }
+    if (m.state === "editing") { add("Edited by", m.editing_by_user); }
+    td.append(dl);
+    if (m.state === "claimed") {
+      td.append(el("p", {}, "Collected records the agent's claim; completion of the request is not confirmed."));
+    }
+    const canEdit = ui.box === "received" && ui.me && ui.me.can_edit;
+    if (canEdit && m.state === "pending") {
+      const b = el("button", { type: "button" }, "Edit");
+      b.addEventListener("click", () => startEdit(m, td));
+      td.append(b);
+    }
+    if (canEdit && m.state === "editing") {
+      const c = el("button", { type: "button" }, "Continue editing");
+      c.addEventListener("click", () => { ui.editing.add(m.id); renderRows(ui.rows); });
+      const d = el("button", { type: "button" }, "Discard changes");
+      d.addEventListener("click", () => discard(m, td));
+      td.append(c, " ", d);
+    }
+    td.append(el("p", { role: "alert", class: "row-error" }));
+    return tr;
+  }
+
+  function rowError(td, text) {
+    let a = td.querySelector(".row-error");
+    if (!a) { a = el("p", { role: "alert", class: "row-error" }); td.append(a); }
+    a.textContent = text;
+  }
+
+  async function startEdit(m, td) {
+    try {
+      const res = await post("/web/api/messages/" + encodeURIComponent(m.id) + "/edit", {});
+      Object.assign(m, res.message);
+      ui.editing.add(m.id);
+      renderRows(ui.rows);
+      refreshHeldOnly();
+    } catch (e) {
+      rowError(td, e.status === 409 ? "This message can no longer be edited: " + e.message
+                                    : e.message);
+    }
+  }
+
+  async function refreshHeldOnly() {
+    const p = ui.current;
+    if (!p) { return; }
+    try {
+      renderHeld(await api("/web/api/held?workspace=" + encodeURIComponent(p.workspace) +
+                           "&project=" + encodeURIComponent(p.project)));
+    } catch (e) { /* the list shows errors */ }
+  }
+
+  function editor(m) {
+    const sec = el("section", { class: "editor", "aria-label": "Edit message" });
+    const subjId = "edit-subject-" + m.id;
+    const bodyId = "edit-body-" + m.id;
+    const subj = el("input", { id: subjId, maxlength: "2000" });
+    subj.value = m.subject || "";
+    const text = el("textarea", { id: bodyId });
+    text.value = m.body || "";
+    const save = el("button", { type: "button", class: "primary" }, "Save and requeue");
+    const disc = el("button", { type: "button" }, "Discard changes");
+    const status = el("p", { role: "alert", class: "row-error" });
+    save.addEventListener("click", async () => {
+      try {
+        await post("/web/api/messages/" + encodeURIComponent(m.id) + "/save",
+                   { subject: subj.value || null, body: text.value });
+        ui.editing.delete(m.id);
+        await refresh();
+      } catch (e) { status.textContent = e.message; }
+    });
+    disc.addEventListener("click", () => discard(m, sec));
+    sec.append(el("label", { for: subjId }, "Subject"), subj,
+               el("label", { for: bodyId }, "Message text"), text,
+               el("p"), save, " ", disc, status);
+    return sec;
+  }
+
+  async function discard(m, where) {
+    try {
+      await post("/web/api/messages/" + encodeURIComponent(m.id) + "/discard", {});
+      ui.editing.delete(m.id);
+      await refresh();
+    } catch (e) { rowError(where, e.message); }
+  }
+
+  // -- composer --------------------------------------------------------------
+  const writable = () => ui.projects.filter((p) => p.writable);
+
+  function fillProjects(select, chosen) {
+    select.replaceChildren();
+    for (const p of writable()) {
+      const o = el("option", { value: key(p) }, key(p));
+      if (chosen && key(chosen) === key(p)) { o.selected = true; }
+      select.append(o);
+    }
+  }
+
+  const byKey = (k) => ui.projects.find((p) => key(p) === k);
+
+  async function fillAgents() {
+    const to = byKey($("to-project").value);
+    const sel = $("to-agent");
+    sel.replaceChildren();
+    const note = $("no-agent");
+    let list = [];
+    if (to) {
+      try {
+        list = (await api("/web/api/harnesses?workspace=" + encodeURIComponent(to.workspace) +
+                          "&project=" + encodeURIComponent(to.project))).harnesses;
+      } catch (e) { list = []; }
+    }
+    if (!list.length) {
+      sel.disabled = true;
+      $("send").disabled = true;
+      note.hidden = false;
+      note.textContent = "No agent has a session in " + (to ? key(to) : "this project") +
+        ", so there is nobody to send to. Register one by starting an agent session there " +
+        "(ai-memory session start, or any MCP client's first call in that project), then " +
+        "reopen the composer.";
+      return;
+    }
+    sel.disabled = false;
+    $("send").disabled = false;
+    note.hidden = true;
+    sel.append(el("option", { value: "" }, "Any of them (shared mail)"));
+    for (const h of list) { sel.append(el("option", { value: h }, h)); }
+  }
+
+  function openComposer(p) {
+    $("composer").hidden = false;
+    fillProjects($("from-project"), p);
+    fillProjects($("to-project"), p);
+    $("composer-status").textContent = "";
+    fillAgents();
+    $("subject").focus();
+  }
+
+  async function send() {
+    const from = byKey($("from-project").value);
+    const to = byKey($("to-project").value);
+    const status = $("composer-status");
+    const token = $("write-token");
+    const extra = {};
+    if (ui.me.legacy) { extra["X-AI-Memory-Write-Token"] = token.value; }
+    token.value = ""; // used for this one message only, kept nowhere
+    try {
+      const res = await post("/web/api/messages", {
+        from_workspace: from.workspace, from_project: from.project,
+        to_workspace: to.workspace, to_project: to.project,
+        to_agent: $("to-agent").value || null,
+        subject: $("subject").value || null, body: $("body").value,
+      }, extra);
+      status.textContent = "Sent (message " + res.message_id + ").";
+      $("subject").value = "";
+      $("body").value = "";
+      await refresh();
+    } catch (e) {
+      status.textContent = "Not sent: " + e.message;
+    }
+  }
+
+  // -- start -----------------------------------------------------------------
+  async function start() {
+    try {
+      ui.me = await api("/web/api/me");
+    } catch (e) {
+      window.location.assign("/web/login");
+      return;
+    }
+    $("who").textContent = ui.me.anonymous ? "Anonymous mode" : "Logged in as " + ui.me.name +
+      (ui.me.legacy ? " (legacy login: read only, a write token per message)" : "");
+    $("anon-banner").hidden = !ui.me.anonymous;
+    $("logout").hidden = ui.me.anonymous || ui.me.legacy;
+    for (const e of document.querySelectorAll(".legacy-only")) { e.hidden = !ui.me.legacy; }
+    ui.projects = (await api("/web/api/projects")).projects;
+    const wanted = decodeURIComponent(window.location.hash.slice(1));
+    const first = byKey(wanted) || ui.projects[0] || null;
+    renderSidebar();
+    if (first) { await select(first); }
+  }
+
+  $("tab-received").addEventListener("click", () => { ui.box = "received"; ui.page = 0; refresh(); });
+  $("tab-sent").addEventListener("click", () => { ui.box = "sent"; ui.page = 0; refresh(); });
+  $("prev").addEventListener("click", () => { if (ui.page > 0) { ui.page -= 1; refresh(); } });
+  $("next").addEventListener("click", () => { ui.page += 1; refresh(); });
+  $("from-project").addEventListener("change", () => {
+    // Changing the source resets the destination to it and clears the agent.
+    fillProjects($("to-project"), byKey($("from-project").value));
+    fillAgents();
+  });
+  $("to-project").addEventListener("change", fillAgents);
+  $("send").addEventListener("click", send);
+  $("close-composer").addEventListener("click", () => { $("composer").hidden = true; });
+  $("logout").addEventListener("click", async () => {
+    try { await post("/web/logout", {}); } finally { window.location.assign("/web/login"); }
+  });
+  start();
+}());

@@ -1,0 +1,401 @@
+"""The web inbox in a real browser: Debian's chromium, headless, driven by
+Playwright for Python, against a real three-node cluster on loopback (pages
+from one node, agents and checks through the others).
+
+Installed by the project's own files: ``playwright`` comes with the test
+extra, ``chromium`` from Debian through ``make deps`` (the browser is never
+downloaded by Playwright). Without chromium the module is skipped and says so.
+The run saves screenshots of the inbox and the composer into docs/img/ for
+docs/web.md.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.harness import ROOT, Cluster
+from tests.daemon.procdaemon import daemon_process
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+if not Path(CHROMIUM).exists():
+    pytest.skip("chromium is not installed (make deps installs it from Debian)",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+IMG = ROOT / "docs" / "img"
+XSS = "<script>alert(1)</script><img src=x onerror=alert(1)>"
+WS = "default"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("webcluster"))
+    try:
+        c.start()
+        yield c
+    except Exception:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    pw = sync_api.sync_playwright().start()
+    b = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                           args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+    try:
+        yield b
+    finally:
+        b.close()
+        pw.stop()
+
+
+class Page:
+    """One browser tab in its own context (its own cookies), recording dialogs."""
+
+    def __init__(self, browser: Any) -> None:
+        self.ctx = browser.new_context(viewport={"width": 1280, "height": 860})
+        self.page = self.ctx.new_page()
+        self.page.set_default_timeout(10_000)
+        self.dialogs: list[str] = []
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+@pytest.fixture
+def tab(browser: Any) -> Iterator[Page]:
+    p = Page(browser)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def project(cluster: Cluster, name: str, harness: str = "claude-code", node: str = "node2") -> str:
+    code, body = cluster.call(node, "POST", "/api/v1/sessions",
+                              {"workspace": WS, "project": name, "harness": harness})
+    assert code == 201, body
+    return name
+
+
+def send(cluster: Cluster, frm: str, to: str, body: str, node: str = "node2",
+         **extra: Any) -> str:
+    code, out = cluster.call(node, "POST", "/api/v1/messages", {
+        "from_workspace": WS, "from_project": frm, "to_workspace": WS, "to_project": to,
+        "body": body, **extra})
+    assert code == 201, out
+    return str(out["message_id"])
+
+
+def inbox_ids(cluster: Cluster, proj: str, node: str = "node3") -> list[str]:
+    code, out = cluster.call(node, "GET", f"/api/v1/messages?workspace={WS}&project={proj}"
+                                          "&box=inbox&limit=200")
+    assert code == 200, out
+    return [m["id"] for m in out["messages"]]
+
+
+def pop(cluster: Cluster, proj: str, node: str = "node3") -> Any:
+    code, out = cluster.call(node, "POST", "/api/v1/messages/pop",
+                             {"workspace": WS, "project": proj,
+                              "request_id": f"pop-{uuid.uuid4().hex}"})
+    assert code == 200, out
+    return out["message"]
+
+
+def open_project(tab: Page, cluster: Cluster, proj: str, node: str = "node1") -> Any:
+    page = tab.page
+    page.goto(f"{cluster.url(node)}/web/inbox#{WS}/{proj}")
+    page.get_by_role("heading", name=f"{WS}/{proj} · Received").wait_for()
+    return page
+
+
+def row(page: Any, mid: str) -> Any:
+    return page.locator(f'tr[data-id="{mid}"]')
+
+
+def expand(page: Any, mid: str) -> Any:
+    row(page, mid).get_by_role("button").click()
+    detail = page.locator(f"#detail-{mid}")
+    detail.wait_for()
+    return detail
+
+
+# -- the tests ------------------------------------------------------------------------
+
+
+def test_anonymous_inbox_pages_past_50_and_expands_a_row(cluster: Cluster, tab: Page) -> None:
+    src, dst = project(cluster, "alpha", "kimi"), project(cluster, "beta")
+    ids = [send(cluster, src, dst, f"request number {i}", subject=f"task {i}", from_agent="kimi",
+                node=("node2", "node3")[i % 2]) for i in range(55)]
+    page = open_project(tab, cluster, dst)
+    sync_api.expect(page.get_by_text("Anonymous mode", exact=True)).to_be_visible()
+    sync_api.expect(page.locator("#rows tr")).to_have_count(50)
+    assert page.locator("#rows tr").first.get_attribute("data-id") == ids[-1]  # newest first
+    sync_api.expect(page.get_by_role("button", name="Previous")).to_be_disabled()
+    sync_api.expect(row(page, ids[0])).to_have_count(0)
+    page.get_by_role("button", name="Next").click()
+    sync_api.expect(page.locator("#rows tr")).to_have_count(5)
+    sync_api.expect(row(page, ids[0])).to_be_visible()
+    sync_api.expect(page.get_by_role("button", name="Next")).to_be_disabled()
+    page.get_by_role("button", name="Previous").click()
+    sync_api.expect(page.locator("#rows tr")).to_have_count(50)
+    detail = expand(page, ids[-1])
+    sync_api.expect(detail.get_by_label("Message text")).to_have_text("request number 54")
+    prov = detail.get_by_label("Provenance")
+    sync_api.expect(prov).to_contain_text("alpha")
+    sync_api.expect(prov).to_contain_text("kimi")
+    sync_api.expect(prov).to_contain_text("task 54")
+    sync_api.expect(prov).to_contain_text("unknown")  # the nature
+    sync_api.expect(row(page, ids[-1]).get_by_text("queued")).to_be_visible()
+    assert len(inbox_ids(cluster, dst)) == 55  # reading claimed nothing
+    # Collected and cancelled states show under their words.
+    popped = pop(cluster, dst)
+    cluster.call("node2", "POST", "/api/v1/messages/cancel",
+                 {"workspace": WS, "project": src, "message_id": ids[1]})
+    page.reload()
+    page.get_by_role("heading", name=f"{WS}/{dst} · Received").wait_for()
+    page.get_by_role("button", name="Next").click()
+    sync_api.expect(row(page, popped["id"]).get_by_text("collected")).to_be_visible()
+    sync_api.expect(row(page, ids[1]).get_by_text("cancelled")).to_be_visible()
+    page.get_by_role("tab", name="Sent").click()
+    page.get_by_role("heading", name=f"{WS}/{dst} · Sent").wait_for()
+    page.locator("nav").get_by_role("link", name=src).click()
+    page.get_by_role("tab", name="Sent").click()
+    page.get_by_role("heading", name=f"{WS}/{src} · Sent").wait_for()
+    sync_api.expect(page.locator("#rows tr")).to_have_count(50)
+    page.get_by_role("tab", name="Received").click()
+    page.locator("nav").get_by_role("link", name=dst).click()
+    page.get_by_role("heading", name=f"{WS}/{dst} · Received").wait_for()
+    expand(page, ids[-1])
+    IMG.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(IMG / "inbox.png"))
+
+
+def test_compose_and_send(cluster: Cluster, tab: Page) -> None:
+    src, dst = project(cluster, "gamma", "kimi"), project(cluster, "delta", "codex")
+    page = open_project(tab, cluster, src)
+    page.locator(f'nav li:has(a[data-project="{WS}/{src}"])').get_by_role(
+        "button", name="Message").click()
+    composer = page.get_by_role("region", name="Message")
+    sync_api.expect(composer.get_by_label("From project")).to_have_value(f"{WS}/{src}")
+    sync_api.expect(composer.get_by_label("To project")).to_have_value(f"{WS}/{src}")
+    sync_api.expect(composer.get_by_label("To agent").locator("option")).to_contain_text(
+        ["Any of them (shared mail)", "kimi"])
+    composer.get_by_label("To project").select_option(f"{WS}/{dst}")
+    sync_api.expect(composer.get_by_label("To agent").locator("option")).to_contain_text(
+        ["Any of them (shared mail)", "codex"])
+    # Changing From resets To to it (and the agent list with it).
+    composer.get_by_label("From project").select_option(f"{WS}/{dst}")
+    sync_api.expect(composer.get_by_label("To project")).to_have_value(f"{WS}/{dst}")
+    composer.get_by_label("From project").select_option(f"{WS}/{src}")
+    composer.get_by_label("To project").select_option(f"{WS}/{dst}")
+    sync_api.expect(composer.get_by_label("To agent").locator("option")).to_contain_text(
+        ["Any of them (shared mail)", "codex"])
+    composer.get_by_label("To agent").select_option("codex")
+    composer.get_by_label("Subject").fill("please review the export")
+    composer.get_by_label("Message text").fill("the /v1/export endpoint needs paging")
+    IMG.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(IMG / "composer.png"))
+    composer.get_by_role("button", name="Send").click()
+    sync_api.expect(composer.get_by_role("alert")).to_contain_text("Sent")
+    got = pop(cluster, dst)  # through another node; shared pops skip codex's mail
+    assert got is None
+    code, out = cluster.call("node3", "POST", "/api/v1/messages/pop",
+                             {"workspace": WS, "project": dst, "agent": "codex"})
+    assert code == 200 and out["message"]["subject"] == "please review the export"
+    assert out["provenance"]["from_project"] == src and out["message"]["to_agent"] == "codex"
+
+
+def test_edit_save_and_requeue_discard_and_the_held_banner(cluster: Cluster, tab: Page) -> None:
+    src, dst = project(cluster, "eps", "kimi"), project(cluster, "zeta")
+    ids = [send(cluster, src, dst, f"original {i}", subject=f"s{i}") for i in range(3)]
+    page = open_project(tab, cluster, dst)
+    detail = expand(page, ids[0])
+    detail.get_by_role("button", name="Edit").click()
+    editor = page.get_by_role("region", name="Edit message")
+    sync_api.expect(editor.get_by_label("Message text")).to_have_value("original 0")
+    sync_api.expect(page.locator("#held-banner")).to_contain_text("1 message is held for editing")
+    # While it is held, an agent's pop (through another node) gets the next one.
+    assert pop(cluster, dst)["id"] == ids[1]
+    editor.get_by_label("Subject").fill("s0, clarified")
+    editor.get_by_label("Message text").fill("clarified text")
+    editor.get_by_role("button", name="Save and requeue").click()
+    sync_api.expect(page.locator("#held-banner")).to_be_hidden()
+    sync_api.expect(row(page, ids[0]).get_by_text("queued")).to_be_visible()
+    # Same id, its old place (ahead of ids[2]), the new text.
+    assert inbox_ids(cluster, dst) == [ids[0], ids[2]]
+    first = pop(cluster, dst)
+    assert first["id"] == ids[0] and "clarified text" in first["body"]
+    assert first["subject"] == "s0, clarified"
+    # Discard changes puts a message back unchanged; a second tab of the same
+    # session sees it held and may continue or discard.
+    detail = expand(page, ids[2])
+    detail.get_by_role("button", name="Edit").click()
+    page.get_by_role("region", name="Edit message").get_by_label("Message text").fill("nope")
+    other = tab.ctx.new_page()
+    other.goto(f"{cluster.url('node1')}/web/inbox#{WS}/{dst}")
+    sync_api.expect(other.locator("#held-banner")).to_contain_text("1 message is held")
+    other.locator("#held-banner").get_by_role("link").click()
+    held_detail = other.locator(f"#detail-{ids[2]}")
+    sync_api.expect(held_detail.get_by_role("button", name="Continue editing")).to_be_visible()
+    held_detail.get_by_role("button", name="Discard changes").click()
+    sync_api.expect(other.locator("#held-banner")).to_be_hidden()
+    assert inbox_ids(cluster, dst) == [ids[2]]
+    assert pop(cluster, dst)["body"].count("original 2") == 1
+
+
+def test_an_edit_of_a_message_collected_meanwhile_says_so(cluster: Cluster, tab: Page) -> None:
+    src, dst = project(cluster, "eta", "kimi"), project(cluster, "theta")
+    mid = send(cluster, src, dst, "collect me")
+    page = open_project(tab, cluster, dst)
+    detail = expand(page, mid)
+    assert pop(cluster, dst)["id"] == mid  # an agent collects it while the page is open
+    detail.get_by_role("button", name="Edit").click()
+    sync_api.expect(detail.get_by_role("alert")).to_contain_text("can no longer be edited")
+    sync_api.expect(detail.get_by_role("alert")).to_contain_text("collected")
+    assert page.get_by_role("region", name="Edit message").count() == 0
+
+
+def test_a_script_body_renders_as_text(cluster: Cluster, tab: Page) -> None:
+    src, dst = project(cluster, "iota", "kimi"), project(cluster, "kappa")
+    mid = send(cluster, src, dst, XSS, subject=XSS)
+    page = open_project(tab, cluster, dst)
+    detail = expand(page, mid)
+    sync_api.expect(detail.get_by_label("Message text")).to_have_text(XSS)
+    sync_api.expect(row(page, mid).get_by_role("button")).to_have_text(XSS)
+    page.wait_for_timeout(300)
+    assert tab.dialogs == []
+    assert page.locator("main script, main img").count() == 0
+
+
+def test_csrf_refusals_from_the_browser_write_nothing(cluster: Cluster, tab: Page) -> None:
+    src, dst = project(cluster, "lam", "kimi"), project(cluster, "mu")
+    mid = send(cluster, src, dst, "keep me")
+    page = open_project(tab, cluster, dst)
+    payload = {"from_workspace": WS, "from_project": src, "to_workspace": WS,
+               "to_project": dst, "body": "forged"}
+    # Same origin, but without the token, with another session's token, without the UI header.
+    other = Page(tab.ctx.browser)
+    try:
+        open_project(other, cluster, dst)
+        theirs = other.page.evaluate("() => fetch('/web/api/me').then(r => r.json())")
+    finally:
+        other.close()
+    for headers in ({"Content-Type": "application/json", "X-AI-Memory-UI": "1"},
+                    {"Content-Type": "application/json", "X-AI-Memory-UI": "1",
+                     "X-CSRF-Token": theirs["csrf_token"]},
+                    {"Content-Type": "application/json"}):
+        status = page.evaluate(
+            "([h, p]) => fetch('/web/api/messages', {method: 'POST', headers: h, "
+            "body: JSON.stringify(p)}).then(r => r.status)", [headers, payload])
+        assert status == 403, headers
+    for path in (f"/web/api/messages/{mid}/edit", "/web/api/messages"):
+        status = page.evaluate(
+            "(path) => fetch(path, {method: 'POST', headers: {'Content-Type': "
+            "'application/json', 'X-AI-Memory-UI': '1'}, body: '{}'}).then(r => r.status)", path)
+        assert status == 403, path
+    # Cross-site: an attacker's page (another site, served by the browser's
+    # router) posts an HTML form and a no-cors fetch to node1.
+    target = cluster.url("node1") + "/web/api/messages"
+    fields = "".join(f'<input name="{k}" value="{v}">' for k, v in payload.items())
+    evil = (f'<html><body><form id="f" method="POST" action="{target}">{fields}</form>'
+            "</body></html>")
+    page.route("http://evil.test/**", lambda route: route.fulfill(
+        status=200, content_type="text/html", body=evil))
+    page.goto("http://evil.test/")
+    with page.expect_navigation():
+        page.evaluate("() => document.getElementById('f').submit()")
+    assert "csrf_refused" in page.content()
+    page.goto("http://evil.test/")
+    page.evaluate(
+        "([url, p]) => fetch(url, {method: 'POST', mode: 'no-cors', credentials: 'include', "
+        "headers: {'Content-Type': 'text/plain'}, body: JSON.stringify(p)}).catch(() => 0)",
+        [target, payload])
+    page.wait_for_timeout(300)
+    assert inbox_ids(cluster, dst) == [mid]  # nothing written
+    code, out = cluster.call("node3", "GET",
+                             f"/api/v1/messages?workspace={WS}&project={src}&box=outbox")
+    assert code == 200 and [m["id"] for m in out["messages"]] == [mid]
+
+
+@pytest.fixture(scope="module")
+def keyed_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    data = tmp_path_factory.mktemp("webkeys")
+    conf = data / "node.toml"
+    conf.write_text('[auth]\nmode = "keys"\napi_keys = { "aim_web_test_key" = "alice" }\n')
+    with daemon_process(data, "--config", str(conf)) as proc:
+        yield proc
+
+
+def test_key_login_and_logout(keyed_daemon: Any, tab: Page) -> None:
+    page = tab.page
+    page.goto(f"{keyed_daemon.url}/web/inbox")
+    page.wait_for_url("**/web/login")
+    page.get_by_role("textbox", name="API key").fill("wrong")
+    page.get_by_role("button", name="Log in with key").click()
+    sync_api.expect(page.get_by_role("alert")).to_contain_text("unknown API key")
+    sync_api.expect(page.get_by_role("textbox", name="API key")).to_have_value("")
+    page.get_by_role("textbox", name="API key").fill("aim_web_test_key")
+    page.get_by_role("button", name="Log in with key").click()
+    page.wait_for_url("**/web/inbox")
+    sync_api.expect(page.get_by_text("Logged in as root")).to_be_visible()
+    cookies = tab.ctx.cookies()
+    web_cookie = next(c for c in cookies if c["name"].startswith("aim_web_"))
+    assert web_cookie["httpOnly"] and web_cookie["sameSite"] == "Strict"
+    assert page.evaluate("() => document.cookie") == ""  # not readable by scripts
+    assert page.evaluate("() => localStorage.length + sessionStorage.length") == 0
+    page.get_by_role("button", name="Log out").click()
+    page.wait_for_url("**/web/login")
+    page.goto(f"{keyed_daemon.url}/web/inbox")
+    page.wait_for_url("**/web/login")
+
+
+def test_legacy_login_sends_only_with_a_write_token_it_then_forgets(
+        keyed_daemon: Any, browser: Any) -> None:
+    from tests.cluster.harness import http
+    for proj, harness in (("legacy-a", "kimi"), ("legacy-b", "codex")):
+        code, body = http("POST", keyed_daemon.url + "/api/v1/sessions",
+                          {"workspace": WS, "project": proj, "harness": harness},
+                          {"X-API-Key": "aim_web_test_key"})
+        assert code == 201, body
+    ctx = browser.new_context(http_credentials={"username": "ops",
+                                                "password": "aim_web_test_key"})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(10_000)
+        page.goto(f"{keyed_daemon.url}/web/legacy#{WS}/legacy-a")
+        sync_api.expect(page.get_by_text("legacy login", exact=False)).to_be_visible()
+        page.locator(f'nav li:has(a[data-project="{WS}/legacy-a"])').get_by_role(
+            "button", name="Message").click()
+        composer = page.get_by_role("region", name="Message")
+        composer.get_by_label("To project").select_option(f"{WS}/legacy-b")
+        composer.get_by_label("Message text").fill("sent from the legacy login")
+        composer.get_by_role("button", name="Send").click()  # no write token: refused
+        sync_api.expect(composer.get_by_role("alert")).to_contain_text("Not sent")
+        composer.get_by_label("Write token").fill("aim_web_test_key")
+        composer.get_by_role("button", name="Send").click()
+        sync_api.expect(composer.get_by_role("alert")).to_contain_text("Sent")
+        sync_api.expect(composer.get_by_label("Write token")).to_have_value("")
+        assert page.evaluate("() => document.cookie + localStorage.length + "
+                             "sessionStorage.length") == "00"
+        assert "aim_web_test_key" not in page.url
+        assert not any(c["name"].startswith("aim_web_") for c in ctx.cookies())
+        code, out = http("GET", keyed_daemon.url + f"/api/v1/messages?workspace={WS}"
+                                                   "&project=legacy-b&box=inbox",
+                         headers={"X-API-Key": "aim_web_test_key"})
+        assert code == 200 and [m["body"] for m in out["messages"]] == [
+            "sent from the legacy login"]
+    finally:
+        ctx.close()
