@@ -1,8 +1,9 @@
 """The effect runner: carries out the pure core's effects, in order.
 
-The core (:class:`federation.core.NodeCore`) decides; this module does. Its
-interface is small on purpose, so one driver can serve the daemon and, later,
-the simulator:
+The core (:class:`federation.core.NodeCore`) decides; this module does.
+What each effect means is written once, in :func:`federation.driver.carry`,
+which the simulator and the test cluster drive too; this module drives it
+with awaits and keeps the barriers. Its interface:
 
 * inputs: ``run(effects)`` for a list the caller got from the core, and
   ``receive(peer, msgs)`` to feed a peer's messages to the core and run what
@@ -41,21 +42,8 @@ from common.errors import Unavailable
 from common.ops import Op, known_kind
 from daemon.metrics import Metrics
 from daemon.peer_link import coalesce
+from federation import driver
 from federation.core import NodeCore
-from federation.effects import (
-    Collect,
-    LoadMailbox,
-    MembershipMismatch,
-    Persist,
-    PersistPromise,
-    PushMissing,
-    Recovered,
-    Recovering,
-    Reply,
-    Send,
-    SendPromise,
-)
-from federation.messages import Promise
 
 log = logging.getLogger("ai_memory.node")
 
@@ -63,7 +51,8 @@ Barrier = asyncio.Future[None]
 
 
 class EffectStore(Protocol):
-    """What the runner needs of the store."""
+    """What the runner needs of the store: :class:`federation.driver.Store`
+    (the contract the simulator's store keeps too), as coroutines."""
 
     async def apply_ops(self, ops: list[Op], now_ms: int) -> list[Op]: ...
     async def set_promised(self, mailbox: str, epoch: int) -> None: ...
@@ -99,6 +88,7 @@ class EffectRunner:
         self._tokens = itertools.count(1)
         self._waiters: dict[int, asyncio.Future[Any]] = {}
         self._barriers: list[Barrier] = []
+        self._host = _RunnerHost(self)
 
     # -- waiters ----------------------------------------------------------
     def waiter(self) -> tuple[int, asyncio.Future[Any]]:
@@ -119,7 +109,7 @@ class EffectRunner:
         listed = list(effects)
         older = list(self._barriers) if earlier is None else earlier
         barrier: Barrier | None = None
-        if any(isinstance(e, (Persist, PersistPromise)) for e in listed):
+        if driver.persists(listed):
             barrier = asyncio.get_running_loop().create_future()
             self._barriers.append(barrier)
         return _Started(listed, barrier, older)
@@ -136,10 +126,15 @@ class EffectRunner:
         if pending:
             await asyncio.gather(*pending)
 
-    async def settle(self) -> None:
-        """Wait until every persist handed over so far has committed: after
-        this, the store holds every op the core counted before the call."""
-        await self._after(list(self._barriers))
+    def barriers(self) -> list[Barrier]:
+        """The barriers of every list handed over and not yet persisted."""
+        return list(self._barriers)
+
+    async def settle(self, barriers: Sequence[Barrier] | None = None) -> None:
+        """Wait until every persist handed over so far (or those of
+        ``barriers``) has committed: after this, the store holds every op
+        the core counted before the call."""
+        await self._after(list(self._barriers) if barriers is None else barriers)
 
     # -- running ----------------------------------------------------------
     async def run(self, effects: Iterable[Any], *, reply_peer: str | None = None,
@@ -149,17 +144,30 @@ class EffectRunner:
 
     async def _carry(self, started: _Started, reply_peer: str | None,
                      replies: list[Any] | None) -> None:
-        persists = sum(isinstance(e, (Persist, PersistPromise)) for e in started.effects)
+        """Drive :func:`federation.driver.carry` for one list: await each
+        store call, wait on the older barriers when it asks, release this
+        list's barrier after its last persist."""
         barrier = started.barrier
+        gen = driver.carry(self.core, self._host, started.effects,
+                           reply_peer=reply_peer, replies=replies)
+        value: Any = None
         try:
-            for eff in started.effects:
-                if isinstance(eff, (Persist, PersistPromise)):
-                    await self._persist(eff)
-                    persists -= 1
-                    if persists == 0 and barrier is not None:
+            while True:
+                try:
+                    step = gen.send(value)
+                except StopIteration:
+                    return
+                value = None
+                if isinstance(step, driver.StoreCall):
+                    value = await self._store_call(step)
+                elif isinstance(step, driver.AfterEarlier):
+                    await self._after(started.earlier)
+                elif isinstance(step, driver.PersistsDone):
+                    if barrier is not None:
                         self._release(barrier)
                 else:
-                    await self._effect(eff, reply_peer, replies, started.earlier)
+                    await self._carry(self._begin(step.effects, started.earlier),
+                                      reply_peer, replies)
         finally:
             if barrier is not None:
                 self._release(barrier)
@@ -184,89 +192,93 @@ class EffectRunner:
     async def send_failed(self, peer: str) -> None:
         await self.run(self.core.on_send_failed(peer, self.now_ms()))
 
-    async def _persist(self, eff: Persist | PersistPromise) -> None:
+    async def _store_call(self, step: driver.StoreCall) -> Any:
+        if step.method == "mailbox_state_ops":
+            return await self._load_mailbox(step)
         try:
-            if isinstance(eff, PersistPromise):
-                await self.store.set_promised(eff.mailbox, eff.epoch)
-                return
-            if not eff.ops:
-                return
-            new = await self.store.apply_ops(list(eff.ops), self.now_ms())
+            return await driver.call(self.store, step)
         except Exception:
+            if step.method not in driver.WRITES:
+                raise
             log.critical("store write failed; stopping this node to stay consistent",
                          exc_info=True)
             self.metrics.inc("fatal_store_failures_total")
             self.on_fatal()
             raise Unavailable("node stopping after a store failure") from None
-        if new:
-            self.metrics.inc("ops_applied_total", len(new))
-            unknown = sum(1 for op in new if not known_kind(op.kind))
-            if unknown:  # kept and forwarded, applied by a later version (store/deferred.py)
-                self.metrics.inc("ops_unknown_kind_total", unknown)
-            for listener in self.applied_listeners:
-                listener(new)
 
-    async def _effect(self, eff: Any, reply_peer: str | None, replies: list[Any] | None,
-                      earlier: list[Barrier]) -> None:
-        if isinstance(eff, Send):
-            self._send(eff.peer, eff.msg, reply_peer, replies)
-        elif isinstance(eff, Reply):
-            self._reply(eff)
-        elif isinstance(eff, SendPromise):
-            await self._after(earlier)
-            ops = await self.store.ops_for_key(eff.mailbox, dict(eff.vv))
-            self._send(eff.peer, Promise(mailbox=eff.mailbox, epoch=eff.epoch, ops=tuple(ops)),
-                       reply_peer, replies)
-        elif isinstance(eff, LoadMailbox):
-            await self._after(earlier)
-            ops = await self._load_mailbox(eff.mailbox)
-            loaded = self.core.on_mailbox_loaded(eff.mailbox, ops, self.now_ms())
-            await self._carry(self._begin(loaded, earlier), reply_peer, replies)
-        elif isinstance(eff, PushMissing):
-            self._push_missing(eff.peer, dict(eff.vv))
-        elif isinstance(eff, Collect):
-            removed = await self.store.gc(dict(eff.floor_vv))
-            self.metrics.inc("gc_ops_removed_total", removed)
-        elif isinstance(eff, MembershipMismatch):
-            self.metrics.inc("membership_mismatch_total", peer=eff.peer)
+    def _applied(self, new: list[Op]) -> None:
+        self.metrics.inc("ops_applied_total", len(new))
+        unknown = sum(1 for op in new if not known_kind(op.kind))
+        if unknown:  # kept and forwarded, applied by a later version (store/deferred.py)
+            self.metrics.inc("ops_unknown_kind_total", unknown)
+        for listener in self.applied_listeners:
+            listener(new)
+
+    def _report(self, event: str, detail: Any) -> None:
+        if event == "collected":
+            self.metrics.inc("gc_ops_removed_total", detail)
+        elif event == "membership_mismatch":
+            self.metrics.inc("membership_mismatch_total", peer=detail.peer)
             log.error("membership mismatch with %s: theirs %s, ours %s",
-                      eff.peer, eff.theirs, eff.ours)
-        elif isinstance(eff, Recovering):
+                      detail.peer, detail.theirs, detail.ours)
+        elif event == "recovering":
             self.metrics.inc("recoveries_total")
             log.warning("this member lost state (%s): recovering from every other member "
-                        "before it votes in claim rounds again", eff.reason)
-            await self.store.set_recovering(True)
-        elif isinstance(eff, Recovered):
-            await self.store.set_recovering(False)
+                        "before it votes in claim rounds again", detail)
+        elif event == "recovered":
             log.info("recovered: every member's state merged; voting in claim rounds again")
-        else:
-            log.error("unknown effect %r", eff)
 
-    def _reply(self, eff: Reply) -> None:
-        fut = self._waiters.pop(eff.token, None)
+    def _reply(self, token: Any, value: Any) -> None:
+        fut = self._waiters.pop(token, None)
         if fut is not None and not fut.done():
-            if isinstance(eff.value, BaseException):
-                fut.set_exception(eff.value)
+            if isinstance(value, BaseException):
+                fut.set_exception(value)
             else:
-                fut.set_result(eff.value)
+                fut.set_result(value)
 
-    async def _load_mailbox(self, mailbox: str) -> list[Op]:
+    async def _load_mailbox(self, step: driver.StoreCall) -> list[Op]:
         """The mailbox's merged state as ops. Every LoadMailbox must be
         answered, so a failing read is retried; if the store stays broken
         the node stops (fail-stop) rather than answer with a partial view."""
-        ws, _, proj = mailbox.removeprefix("mbox:").partition("/")
         for attempt in range(limits.mailbox_load_attempts_max):
             try:
-                return await self.store.mailbox_state_ops(
-                    ws, proj, history_max=limits.mailbox_history_load_max)
+                ops: list[Op] = await driver.call(self.store, step)
+                return ops
             except Exception:
-                log.exception("loading mailbox %s failed (attempt %d)", mailbox, attempt + 1)
+                log.exception("loading mailbox %s/%s failed (attempt %d)", *step.args,
+                              attempt + 1)
                 await asyncio.sleep(limits.mailbox_load_retry_base_secs * 2 ** attempt)
         self.on_fatal()
         raise Unavailable("node stopping after a store failure")
 
-    def _send(self, peer: str, msg: Any, reply_peer: str | None, replies: list[Any] | None) -> None:
+    def _send(self, peer: str, msg: Any, reply_peer: str | None = None,
+              replies: list[Any] | None = None) -> None:
         if replies is not None and peer == reply_peer:
             replies.append(msg)
             return
         self._transport_send(peer, msg)
+
+
+class _RunnerHost:
+    """The runner as the driver's :class:`federation.driver.Host`."""
+
+    def __init__(self, runner: EffectRunner) -> None:
+        self._r = runner
+
+    def now_ms(self) -> int:
+        return self._r.now_ms()
+
+    def transmit(self, peer: str, msg: Any) -> None:
+        self._r._send(peer, msg, None, None)
+
+    def answer(self, token: Any, value: Any) -> None:
+        self._r._reply(token, value)
+
+    def push_missing(self, peer: str, vv: dict[str, int]) -> None:
+        self._r._push_missing(peer, vv)
+
+    def applied(self, new: list[Op]) -> None:
+        self._r._applied(new)
+
+    def report(self, event: str, detail: Any) -> None:
+        self._r._report(event, detail)

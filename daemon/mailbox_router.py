@@ -5,9 +5,10 @@ key (:meth:`federation.core.NodeCore.owner_for`). :meth:`MailboxRouter.route`
 runs a request here when this node is the owner, and otherwise forwards it
 to the owner's ``/peer/v1/mailbox`` (:mod:`daemon.forwarding` is the wire
 form); an unreachable owner is reported to the core and the next member in
-rendezvous order is tried, ending with this node. Epochs, not agreement on
-who the owner is, keep claims safe, so trying another member is harmless.
-A request re-forwarded ``limits.forward_hops_max`` times runs where it is.
+rendezvous order is tried, ending with this node. Which member is asked
+next, the answer to a send of an already decided message and the op the
+entry node applies after a forwarded send are :mod:`federation.routing`'s
+decisions, shared with the simulator.
 
 The forward travels on the batched per-peer channel (:mod:`daemon.peer_link`)
 as a :class:`federation.messages.Forward`, beside replication and claim
@@ -36,14 +37,11 @@ import asyncio
 import dataclasses
 import logging
 import random
-import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from common import limits
 from common.errors import AiMemoryError, MemberRecovering, Unavailable
-from common.lifecycle import PENDING
-from common.ops import MSG_SEND, Op
 from daemon.effect_runner import EffectRunner
 from daemon.forwarding import (
     decode_error,
@@ -56,7 +54,7 @@ from daemon.forwarding import (
 from daemon.logs import request_id
 from daemon.metrics import Metrics
 from daemon.peer_client import PeerClient, PeerUnreachable
-from federation import claim as claim_mod
+from federation import routing
 from federation.messages import Forward, ForwardResult, Replicate
 
 log = logging.getLogger("ai_memory.node")
@@ -71,14 +69,7 @@ class LinkPort(Protocol):
 
 class MessageLookup(Protocol):
     async def message(self, message_id: str) -> dict[str, Any] | None: ...
-
-
-def _is_retryable_id(value: Any) -> bool:
-    """Only idempotency-key ids (uuid5) can repeat; fresh ones are uuid4."""
-    try:
-        return uuid.UUID(str(value)).version != 4
-    except ValueError:
-        return True
+    async def sent_body(self, message_id: str) -> dict[str, Any] | None: ...
 
 
 class MailboxRouter:
@@ -108,26 +99,16 @@ class MailboxRouter:
         included, so a copy that arrives late meets the same answer."""
         if req.sent_at_ms is None:
             req = dataclasses.replace(req, sent_at_ms=self.now_ms())
-        core = self.runner.core
-        key = req.mailbox
-        tried: set[str] = set()
-        order = core.membership.rendezvous(key)
-        if core.recovering:
-            tried.add(self.node_id)  # a recovering member owns nothing; a peer serves it
-        for _ in range(len(order)):
-            owner = core.owner_for(key, self.now_ms())
-            if owner in tried:
-                owner = next((m for m in order if m not in tried), self.node_id)
-            if owner == self.node_id or hops >= limits.forward_hops_max:
-                return await self.own(req)
+        route = routing.Route(self.runner.core, req.mailbox, hops)
+        while (owner := route.next(self.now_ms())) is not None:
             try:
                 result = await self._forward(owner, req, hops)
             except PeerUnreachable:
-                tried.add(owner)
+                route.failed(owner)
                 await self.runner.send_failed(owner)
                 continue
             except MemberRecovering:
-                tried.add(owner)  # it lost its state and is catching up: ask the next one
+                route.failed(owner)  # it lost its state and is catching up: ask the next one
                 continue
             await self._hold_sent(owner, result)
             return result
@@ -136,13 +117,15 @@ class MailboxRouter:
     async def own(self, req: Any) -> Any:
         """Serve ``req`` as its owner (becoming the owner first if needed)."""
         self._admit()
-        if isinstance(req, claim_mod.MailSend) and _is_retryable_id(req.body.get("id")):
+        message_id = routing.needs_decided_check(req)
+        if message_id is not None:
             # A send retried with the id of a message decided long ago (beyond
             # the history an owner loads) must not become a second pending copy.
-            row = await self.store.message(str(req.body.get("id")))
-            if row is not None and row.get("state") != PENDING:
-                return Op(origin=row["order"][1], seq=0, hlc=row["order"][0], kind=MSG_SEND,
-                          key=req.mailbox, body={k: row.get(k) for k in req.body}, epoch=0)
+            row = await self.store.message(message_id)
+            sent = None if row is None else await self.store.sent_body(message_id)
+            decided = routing.decided_send(req, row, sent)
+            if decided is not None:
+                return decided
         token, fut = self.runner.waiter()
         await self.runner.run(self.runner.core.mailbox_request(token, req, self.now_ms()))
         return await fut
@@ -150,9 +133,10 @@ class MailboxRouter:
     async def _hold_sent(self, owner: str, result: Any) -> None:
         """Apply a forwarded send's stored op here before answering, so a
         read or cancel through this node sees it at once."""
-        if isinstance(result, Op) and result.kind == MSG_SEND and result.seq > 0:
+        op = routing.sent_op(result)
+        if op is not None:
             await self.runner.run(self.runner.core.on_message(
-                owner, Replicate(ops=(result,), ack=False), self.now_ms()))
+                owner, Replicate(ops=(op,), ack=False), self.now_ms()))
 
     async def _forward(self, owner: str, req: Any, hops: int) -> Any:
         self.metrics.inc("mailbox_forwards_total", peer=owner)

@@ -10,12 +10,11 @@ beside it. A pull is never cancelled: one that answers after the read
 finished is still applied, and a cancelled request would cost its pooled
 connection.
 
-Why it then settles the effect runner: the vector sent with the pull counts
-ops whose persist may still be in flight (a concurrent intake counted them
-when it handed them over). A peer told "I hold it" sends nothing, so the
-local query must wait for every persist handed over up to the moment after
-the pulls were applied (``EffectRunner.settle``), not only those in flight
-when the read began.
+The decisions (whom to ask, when to hedge, which persist barriers the local
+query then waits for) are :mod:`federation.read`'s, shared with the
+simulator; this module carries them out over ``/peer/v1/pull``. Why the
+query waits for every persist handed over until the pulls were applied, not
+only those in flight when the read began, is written there.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from daemon.effect_runner import EffectRunner
 from daemon.metrics import Metrics
 from daemon.peer_client import PeerClient, PeerUnreachable
 from daemon.settings import ClusterSettings
+from federation import read
 from federation.messages import Replicate
 
 
@@ -54,67 +54,60 @@ class ReadQuorum:
     @property
     def peers_needed(self) -> int:
         """Peers to hear from besides this node: R - 1."""
-        c = self.cluster
-        return (len(c.member_ids) - c.w + 1) - 1
+        return read.peers_needed(len(self.cluster.member_ids), self.cluster.w)
 
     def _order(self) -> list[str]:
-        c = self.cluster
         now = self.now_ms()
-        self._rr = (self._rr + 1) % len(c.peers)
-        rotated = [p.node_id for p in c.peers[self._rr:] + c.peers[:self._rr]]
-        return sorted(rotated, key=lambda p: not self.runner.core.detector.alive(p, now))
+        peers = [p.node_id for p in self.cluster.peers]
+        self._rr = (self._rr + 1) % len(peers)
+        return read.pull_order(peers, self._rr,
+                               lambda p: self.runner.core.detector.alive(p, now))
 
     async def barrier(self, key: str, consistency: Consistency = CONSISTENCY_DEFAULT) -> None:
         need = self.peers_needed
         if consistency == LOCAL or need <= 0 or not self.cluster.peers:
             return
-        got, reasons = await self._hear_from(need, key)
-        if got < need:
+        at_start = self.runner.barriers()
+        error = await self._hear_from(need, key)
+        if error is not None:
             self.metrics.inc("read_quorum_failures_total")
-            reason = "timeout" if "timeout" in reasons else "unreachable"
-            raise QuorumNotMet(got + 1, need + 1, reason)
-        await self.runner.settle()
+            raise error
+        await self.runner.settle(read.barriers_to_wait(at_start, self.runner.barriers()))
 
-    async def _hear_from(self, need: int, key: str) -> tuple[int, set[str]]:
-        """Pull from peers until ``need`` answered or none is left to ask."""
+    async def _hear_from(self, need: int, key: str) -> QuorumNotMet | None:
+        """Pull from peers as :class:`federation.read.ReadRound` decides."""
         loop = asyncio.get_running_loop()
-        order = self._order()
+        rnd = read.ReadRound(self._order(), need)
         payload = {"key": key, "vv": dict(self.runner.core.vv)}
         timeout = self.cluster.quorum_timeout_ms / 1000
         deadline = loop.time() + timeout
         inflight: dict[asyncio.Task[None], str] = {}
-        got, reasons, nxt = 0, set[str](), 0
 
-        def launch() -> None:
-            nonlocal nxt
-            peer = order[nxt]
-            nxt += 1
-            inflight[asyncio.ensure_future(self._pull(peer, payload, timeout))] = peer
+        def launch(peers: list[str]) -> None:
+            for peer in peers:
+                inflight[asyncio.ensure_future(self._pull(peer, payload, timeout))] = peer
 
-        for _ in range(min(need, len(order))):
-            launch()
-        while got < need and inflight:
-            wait = limits.read_hedge_ms / 1000 if nxt < len(order) else deadline - loop.time()
+        launch(rnd.start())
+        while not rnd.done:
+            wait = limits.read_hedge_ms / 1000 if rnd.can_hedge else deadline - loop.time()
             done, _ = await asyncio.wait(inflight, timeout=max(0.0, wait),
                                          return_when=asyncio.FIRST_COMPLETED)
             if not done:
                 if loop.time() >= deadline:
-                    reasons.add("timeout")
+                    rnd.timed_out()
                     break
-                launch()  # hedge: the slow peer may be paused or cut off
+                launch(rnd.hedge())  # the slow peer may be paused or cut off
                 continue
             for task in done:
-                inflight.pop(task)
+                peer = inflight.pop(task)
                 try:
                     task.result()
-                    got += 1
+                    rnd.answered(peer)
                 except PeerUnreachable as exc:
-                    reasons.add(exc.reason)
-                    if nxt < len(order):
-                        launch()
+                    launch(rnd.failed(peer, exc.reason))
         for task in inflight:
             task.add_done_callback(_consume)
-        return got, reasons
+        return rnd.error()
 
     async def _pull(self, peer: str, payload: dict[str, Any], timeout_s: float) -> None:
         try:

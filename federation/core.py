@@ -107,6 +107,10 @@ class NodeCore:
             for seq in range(self._seen.mark(node_id) + 1, own_max_seq + 1):
                 self._seen.add(node_id, seq)
         self._seq = max(own_max_seq, self._seen.mark(node_id))
+        # What the store is known to hold: advanced by on_persisted once a
+        # Persist completes. Offers and GC floors use it, never _seen, which
+        # counts ops whose write may still be in flight (see durable_vv).
+        self._durable = VersionVector(self._seen.to_dict())
         self.hlc = HLC(last_hlc)
         self.promises: dict[str, int] = dict(promises)
         peers = self.membership.peers
@@ -135,6 +139,22 @@ class NodeCore:
     def vv(self) -> dict[str, int]:
         """This node's version vector (contiguous watermark per origin)."""
         return self._seen.to_dict()
+
+    @property
+    def durable_vv(self) -> dict[str, int]:
+        """The ops this node's store is known to hold (their persist
+        completed). ``SyncOffer`` carries this vector and the ``Collect``
+        floor is taken over it: were they taken over :attr:`vv`, which
+        counts an op as soon as its persist is handed over, every member
+        could collect an op from its log while this node's write of it is
+        still in flight, and a crash before that write lands would lose the
+        op here for good (no log left anywhere to push it from)."""
+        return self._durable.to_dict()
+
+    def on_persisted(self, ops: Sequence[Op]) -> None:
+        """The adapter finished a ``Persist`` of ``ops``: they are durable."""
+        for op in ops:
+            self._durable.add(op.origin, op.seq)
 
     def _reachable(self, now_ms: int) -> int:
         return 1 + sum(1 for p in self.membership.peers
@@ -402,7 +422,7 @@ class NodeCore:
             self._next_sync_ms = now_ms + self.rng.randrange(self.catchup_interval_ms // 4 + 1)
         if now_ms >= self._next_sync_ms:
             self._next_sync_ms = now_ms + self.catchup_interval_ms
-            offer = SyncOffer(self.vv, self._fingerprint)
+            offer = SyncOffer(self.durable_vv, self._fingerprint)
             out += [Send(p, offer) for p in self.membership.peers]
         out += self._maybe_collect(now_ms)
         return out
@@ -412,7 +432,7 @@ class NodeCore:
             return []
         if self._last_collect_ms is not None and now_ms - self._last_collect_ms < self.gc_interval_ms:
             return []
-        floor = vv_floor([self.vv, *self.peer_vv.values()])
+        floor = vv_floor([self.durable_vv, *self.peer_vv.values()])
         if not floor or floor == self._collected:
             return []
         self._collected = floor

@@ -565,6 +565,13 @@ class Store:
         found = await self._messages("m.id = ?", (msg_id,), Q.FIFO, 1)
         return found[0] if found else None
 
+    async def sent_body(self, msg_id: str) -> dict[str, Any] | None:
+        """The message's fields as its send wrote them (a saved edit's
+        subject and body left out): what a retried send is answered with."""
+        row = await self._reads.fetchone(
+            f"SELECT {', '.join(MESSAGE_FIELDS)} FROM messages WHERE id = ?", (msg_id,))
+        return None if row is None else {name: row[name] for name in MESSAGE_FIELDS}
+
     async def mailbox_pending(self, workspace: str, project: str, *, limit: int,
                               agent: str | None = None) -> list[dict[str, Any]]:
         """Pending messages of a mailbox, oldest send first; with ``agent``,

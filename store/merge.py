@@ -56,6 +56,7 @@ from common.lifecycle import CLAIMED, EDITING, PENDING
 from common.ops import Op
 from store.records import (
     EMPTY_FIELDS,
+    MESSAGE_FIELDS,
     Rank,
     TerminalRank,
     apikey_row,
@@ -136,6 +137,7 @@ class Replica:
         # (mailbox key, request id) -> the winning msg.empty op
         self._empties: dict[tuple[str, str], Op] = {}
         self._promises: dict[str, int] = {}
+        self.recovering_mark = False
         # (source_id, target_id, relation) -> created_at_ms
         self._links: dict[tuple[str, str, str], int] = {}
         self._grants: dict[tuple[str, str], _Ranked] = {}
@@ -159,6 +161,11 @@ class Replica:
             self._merge(op, now_ms)
             fresh.append(op)
         return fresh
+
+    def apply_ops(self, ops: list[Op], now_ms: int) -> list[Op]:
+        """:meth:`apply` under the name of ``store.db.Store.apply_ops``
+        (both keep :class:`federation.driver.Store`)."""
+        return self.apply(ops, now_ms)
 
     def _merge(self, op: Op, now_ms: int) -> None:
         kind = op.kind
@@ -322,6 +329,10 @@ class Replica:
         for oid in doomed:
             del self._log[oid]
         return len(doomed)
+
+    def set_recovering(self, recovering: bool) -> None:
+        """The durable "must recover first" mark (``Store.set_recovering``)."""
+        self.recovering_mark = recovering
 
     def set_promised(self, mailbox: str, epoch: int) -> None:
         self._promises[mailbox] = max(self._promises.get(mailbox, 0), epoch)
@@ -495,6 +506,11 @@ class Replica:
         term = self._live_terminal(mid)
         return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row,
                             self._holds.get(mid), self._revisions.get(mid))
+
+    def sent_body(self, msg_id: str) -> dict[str, Any] | None:
+        """The message's fields as its send wrote them (``Store.sent_body``)."""
+        msg = self._messages.get(msg_id)
+        return None if msg is None else {name: msg.row[name] for name in MESSAGE_FIELDS}
 
     def _state(self, msg_id: str) -> str:
         term = self._live_terminal(msg_id)

@@ -165,3 +165,57 @@ async def test_read_waits_for_ops_counted_by_a_concurrent_intake(
             "m1", "m2"}
     finally:
         await node.stop()
+
+
+async def test_read_waits_for_an_intake_that_arrived_during_its_pulls(
+        tmp_path, aiohttp_server) -> None:  # type: ignore[no-untyped-def]
+    """The race of issue 12 itself: an intake handed over *after* the read
+    began (while its pull was in flight) counts its op at once; the pulled
+    answer is then a duplicate, so the local query must still wait for the
+    intake's commit (federation.read.barriers_to_wait: every barrier handed
+    over until the pulls were applied, not those of the read's start)."""
+    from aiohttp import web
+
+    from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
+    from federation.messages import Replicate
+
+    answer = asyncio.Event()
+
+    async def pull(_: web.Request) -> web.Response:  # answers once the intake is counted
+        import msgpack
+        await answer.wait()
+        return web.Response(body=msgpack.packb([]), content_type="application/msgpack")
+
+    app = web.Application()
+    app.router.add_post("/peer/v1/pull", pull)
+    peer = await aiohttp_server(app)
+    url = f"http://127.0.0.1:{peer.port}"
+    settings = Settings(store=StoreSettings(db_path=str(tmp_path / "d.db")), cluster=ClusterSettings(
+        node_id="node1", peers=(Member("node2", url), Member("node3", url)),
+        initial_state="new"))
+    node = await build_node(settings)
+    await node.start()
+    try:
+        real = node.store.apply_ops
+        gate = asyncio.Event()
+
+        async def slow_apply(ops, now_ms):  # type: ignore[no-untyped-def]
+            await gate.wait()
+            return await real(ops, now_ms)
+
+        node.store.apply_ops = slow_apply  # type: ignore[method-assign]
+        reading = asyncio.create_task(node.read_barrier(KEY))
+        await asyncio.sleep(0.05)  # the read has begun; its pull waits at the peer
+        op = Op("node2", 1, 101, MSG_SEND, KEY, send_op(1).body, 1)
+        receiving = asyncio.create_task(node.receive("node2", [Replicate(ops=(op,), ack=False)]))
+        await asyncio.sleep(0.05)
+        assert node.core.vv.get("node2") == 1, "the intake counted the op"
+        answer.set()
+        await asyncio.sleep(0.2)
+        assert not reading.done(), "the read went ahead of an op counted during its pulls"
+        gate.set()
+        await asyncio.gather(receiving, reading)
+        assert [r["id"] for r in await node.store.mailbox_pending("default", "p", limit=10)] == [
+            "m1"]
+    finally:
+        await node.stop()

@@ -2,7 +2,8 @@
 
 Unlike ``tests/sim`` nothing here is random: messages wait in one FIFO
 until the test delivers them (optionally dropping some), effects run
-synchronously, and replies land in a dict by token.
+synchronously through the shared driver (:func:`federation.driver.run_now`,
+every store call completing at once), and replies land in a dict by token.
 """
 
 from __future__ import annotations
@@ -11,22 +12,11 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from common.ops import Op
+from federation import driver
 from federation.core import NodeCore
-from federation.effects import (
-    Collect,
-    Effect,
-    LoadMailbox,
-    MembershipMismatch,
-    Persist,
-    PersistPromise,
-    PushMissing,
-    Recovered,
-    Recovering,
-    Reply,
-    Send,
-    SendPromise,
-)
-from federation.messages import Message, Promise, Replicate
+from federation.effects import Effect
+from federation.messages import Message, Replicate
 from store.merge import Replica
 
 Drop = Callable[[str, str, Message], bool]
@@ -64,31 +54,9 @@ class Cluster:
         self.queue = [m for m in self.queue if node not in (m[0], m[1])]
 
     def run(self, node: str, effects: list[Effect]) -> None:
+        """Carry ``effects`` with the shared driver, every store call at once."""
         self.effects[node].extend(effects)
-        d = self.disks[node]
-        for eff in effects:
-            if isinstance(eff, Persist):
-                d.apply(eff.ops, self.now)
-            elif isinstance(eff, PersistPromise):
-                d.set_promised(eff.mailbox, eff.epoch)
-            elif isinstance(eff, Send):
-                self.queue.append((node, eff.peer, eff.msg))
-            elif isinstance(eff, Reply):
-                assert eff.token not in self.replies, f"token {eff.token} answered twice"
-                self.replies[eff.token] = eff.value
-            elif isinstance(eff, SendPromise):
-                ops = tuple(d.ops_for_key(eff.mailbox, dict(eff.vv)))
-                self.queue.append((node, eff.peer, Promise(eff.mailbox, eff.epoch, ops)))
-            elif isinstance(eff, LoadMailbox):
-                self.run(node, self.cores[node].on_mailbox_loaded(
-                    eff.mailbox, d.ops_for_key(eff.mailbox), self.now))
-            elif isinstance(eff, PushMissing):
-                ops = tuple(d.ops_missing(dict(eff.vv), 10_000))
-                self.queue.append((node, eff.peer, Replicate(ops, ack=False)))
-            elif isinstance(eff, Collect | MembershipMismatch | Recovering | Recovered):
-                pass
-            else:
-                raise AssertionError(eff)
+        driver.run_now(self.cores[node], _Host(self, node), self.disks[node], effects)
 
     def call(self, node: str, method: str, *args: Any) -> None:
         self.run(node, getattr(self.cores[node], method)(*args, self.now))
@@ -111,3 +79,31 @@ class Cluster:
         self.now += ms
         for node in self.ids:
             self.call(node, "tick")
+
+
+class _Host:
+    """One node of the cluster as the driver's host."""
+
+    def __init__(self, cluster: Cluster, node: str) -> None:
+        self.cluster = cluster
+        self.node = node
+
+    def now_ms(self) -> int:
+        return self.cluster.now
+
+    def transmit(self, peer: str, msg: Message) -> None:
+        self.cluster.queue.append((self.node, peer, msg))
+
+    def answer(self, token: Any, value: Any) -> None:
+        assert token not in self.cluster.replies, f"token {token} answered twice"
+        self.cluster.replies[token] = value
+
+    def push_missing(self, peer: str, vv: dict[str, int]) -> None:
+        ops = tuple(self.cluster.disks[self.node].ops_missing(dict(vv), 10_000))
+        self.cluster.queue.append((self.node, peer, Replicate(ops, ack=False)))
+
+    def applied(self, new: list[Op]) -> None:
+        pass
+
+    def report(self, event: str, detail: Any) -> None:
+        pass

@@ -4,6 +4,7 @@ from typing import Any
 
 from common.errors import Conflict, Forbidden, LimitExceeded, NoMajority, NotFound, Unavailable
 from common.ops import MSG_CLAIM, Op, mailbox_key
+from common.vocab import message_body
 from federation.claim import MailCancel, MailPop, MailSend
 from federation.effects import LoadMailbox, PersistPromise, Send, SendPromise
 from federation.messages import Accept, Accepted, Prepare, PromiseNack, Rejected
@@ -13,8 +14,11 @@ MB = mailbox_key("w", "inbox")
 
 
 def body(mid: str, sender: str = "p0", to_agent: str | None = None) -> dict[str, Any]:
-    return {"id": mid, "to_workspace": "w", "to_project": "inbox", "to_agent": to_agent,
-            "from_workspace": "w", "from_project": sender, "subject": mid, "body": f"b-{mid}"}
+    """A whole ``msg.send`` body (an owner rebuilt from the store shows every field)."""
+    return message_body(id=mid, to_workspace="w", to_project="inbox", to_agent=to_agent,
+                        from_workspace="w", from_project=sender, from_agent=None,
+                        from_owner_user=None, subject=mid, body=f"b-{mid}", nature=None,
+                        evidence=None, created_at_ms=1_000_000)
 
 
 def owner_cluster(n: int = 3) -> tuple[Cluster, str]:
@@ -201,10 +205,11 @@ def test_an_owner_after_restart_reloads_and_keeps_decisions() -> None:
     cl, o = owner_cluster()
     ask(cl, o, 1, MailSend(MB, body("m1")))
     ask(cl, o, 2, MailSend(MB, body("m2")))
-    first = ask(cl, o, 3, MailPop(MB, request_id="r1"))
+    who = {"claimer_session": "s1", "claimer_agent": "a1"}
+    first = ask(cl, o, 3, MailPop(MB, request_id="r1", claimer=who))
     old_epoch = cl.cores[o].claims.owned()[MB]
-    cl.restart(o)
-    again = ask(cl, o, 4, MailPop(MB, request_id="r1"))
+    cl.restart(o)  # the model is rebuilt from the merged state, not the op log
+    again = ask(cl, o, 4, MailPop(MB, request_id="r1", claimer=who))
     assert (again["message"], again["claim"]) == (first["message"], first["claim"])
     assert cl.cores[o].claims.owned()[MB] > old_epoch
     assert ask(cl, o, 5, MailPop(MB))["message"]["id"] == "m2"

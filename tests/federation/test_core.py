@@ -90,7 +90,9 @@ def test_sync_offer_pushes_what_the_peer_lacks_and_checks_membership() -> None:
 
 def test_ticks_send_offers_and_collect_once_every_member_covers_a_prefix() -> None:
     c = core(gc_interval_ms=0)
-    c.write("t", [NOTE], 10)
+    [persist, *_] = c.write("t", [NOTE], 10)
+    assert isinstance(persist, Persist)
+    c.on_persisted(persist.ops)  # the adapter reports the write durable
     offers = [e for e in c.tick(100) + c.tick(150) if isinstance(e, Send)]
     assert {e.peer for e in offers} == {"b", "c"}
     assert all(isinstance(e.msg, SyncOffer) and e.msg.vv == {"a": 1} for e in offers)
@@ -100,6 +102,22 @@ def test_ticks_send_offers_and_collect_once_every_member_covers_a_prefix() -> No
     c.on_message("c", SyncOffer({"a": 1}, fp), 130)
     assert [e for e in c.tick(140) if isinstance(e, Collect)] == [Collect({"a": 1})]
     assert not any(isinstance(e, Collect) for e in c.tick(150))  # nothing new
+
+
+def test_offers_and_collection_count_only_durable_ops() -> None:
+    """An op whose persist is still in flight is in ``vv`` but not offered
+    and not collected: were every member to collect it while this node's
+    write of it is pending, a crash before the write lands would lose it
+    for good (the simulator's slow disks found this)."""
+    c = core(gc_interval_ms=0)
+    c.write("t", [NOTE], 10)
+    assert c.vv == {"a": 1} and c.durable_vv == {}
+    offers = [e for e in c.tick(100) + c.tick(150) if isinstance(e, Send)]
+    assert offers and all(isinstance(e.msg, SyncOffer) and e.msg.vv == {} for e in offers)
+    fp = c.membership.fingerprint()
+    c.on_message("b", SyncOffer({"a": 1}, fp), 110)
+    c.on_message("c", SyncOffer({"a": 1}, fp), 130)
+    assert not any(isinstance(e, Collect) for e in c.tick(140))
 
 
 def test_restart_continues_sequence_and_clock_from_the_store_state() -> None:

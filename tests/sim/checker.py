@@ -35,7 +35,8 @@ from tests.sim.workload import Attempt
 if TYPE_CHECKING:
     from tests.sim.runner import Sim
 
-Decision = tuple[str, str | None, str | None, int | None]  # state, request, session, at_ms
+# state, request, session, at_ms, epoch of the deciding op
+Decision = tuple[str, str | None, str | None, int | None, int | None]
 
 
 def _identity(req: Any) -> str:
@@ -55,6 +56,12 @@ class Monitor:
         # message id -> (request id, session): who holds it. (A stale owner's
         # unacknowledged retry of the same request may stamp another at_ms.)
         self.popped_claim: dict[str, tuple[str | None, str]] = {}
+        # message id -> the lowest epoch a claim of it was acknowledged at: a
+        # node "shows" the acknowledged decision once it holds that claim (or
+        # a re-issue of it at a later epoch), not a deposed owner's doomed
+        # claim of the same request at an older epoch, which any later op of
+        # that old epoch may outrank
+        self.popped_epoch: dict[str, int] = {}
         self.by_request: dict[str, str] = {}  # request id -> message id
         # (mailbox, request id) -> every answer a pop with that id got (None: nothing pending)
         self.answers: dict[tuple[str, str], set[str | None]] = {}
@@ -70,6 +77,26 @@ class Monitor:
         self.popped_at: dict[str, int] = {}  # message id -> when its pop was acked
         self.acked_reads: list[Op] = []
         self.acked_dels: list[Op] = []
+        self.acked_notes: list[tuple[int, str, str]] = []  # (acked at, to agent, note id)
+        self.disk_lost_at: int | None = None  # reads after a lost disk are not checked
+
+    def disk_lost(self) -> None:
+        if self.disk_lost_at is None:
+            self.disk_lost_at = self.sim.now
+
+    def _read_your_writes(self, a: Attempt) -> None:
+        """A quorum read shows every notification acknowledged before it
+        began (R + W > N). Not checked once a member lost its disk: the
+        members that held a write may then be fewer than W."""
+        if self.disk_lost_at is not None and self.disk_lost_at <= self.sim.now:
+            return
+        self.sim.stats["reads_checked"] += 1
+        shown = set(a.value)
+        for acked_at, to, nid in self.acked_notes:
+            if acked_at < a.sent_ms and to == a.req and nid not in shown:
+                self.fail(f"read of {to}'s inbox through {a.entry}, begun "
+                          f"{a.sent_ms - acked_at} ms after {nid} was acknowledged, "
+                          f"missed it")
 
     def fail(self, text: str) -> None:
         if len(self.violations) < 20:
@@ -79,9 +106,13 @@ class Monitor:
         if not a.ok:
             return
         h = self.sim.history
-        if a.kind == "write":
+        if a.kind == "read":
+            self._read_your_writes(a)
+        elif a.kind == "write":
             for op in a.value:
-                if op.kind == NOTE_READ:
+                if op.kind == NOTE_NEW:
+                    self.acked_notes.append((self.sim.now, op.body["to"], op.body["id"]))
+                elif op.kind == NOTE_READ:
                     self.acked_reads.append(op)
                 elif op.kind == MEM_DEL:
                     self.acked_dels.append(op)
@@ -106,6 +137,8 @@ class Monitor:
             self.popped[mid] = ident
             self.popped_session[mid] = str(claim.get("claimer_session"))
             self.popped_claim[mid] = (claim.get("request_id"), str(claim.get("claimer_session")))
+            epoch = int(a.value["rank"][0])
+            self.popped_epoch[mid] = min(epoch, self.popped_epoch.get(mid, epoch))
             self.popped_at.setdefault(mid, self.sim.now)
             if a.req.request_id is not None:
                 other = self.by_request.setdefault(a.req.request_id, mid)
@@ -177,7 +210,7 @@ class Monitor:
                 view = disk.message(mid)
                 state: Decision | None = None if view is None else (
                     view["state"], view["request_id"], view["claimed_by_session"],
-                    view["claimed_at_ms"])
+                    view["claimed_at_ms"], view["epoch"])
                 seq = self.seen_states.setdefault((node_id, mid), [])
                 last = seq[-1][1] if seq else None
                 if seq and last == state:
@@ -283,7 +316,9 @@ def final_checks(sim: Sim) -> list[str]:
             t_ack = mon.popped_at[mid]
             current = [i for i, (t, _) in enumerate(seq) if t <= t_ack]
             after = [s for _, s in seq[current[-1] if current else 0:]]
-            shown = [i for i, s in enumerate(after) if s is not None and (s[1], s[2]) == acked]
+            epoch = mon.popped_epoch[mid]
+            shown = [i for i, s in enumerate(after) if s is not None and (s[1], s[2]) == acked
+                     and s[4] is not None and s[4] >= epoch]
             if shown and any(s is None or (s[1], s[2]) != acked for s in after[shown[0]:]):
                 fail(f"{node_id}: acked claim of {mid} changed after it was shown: {seq}")
         # 3. nothing appears that was never written.

@@ -36,13 +36,24 @@ class SimConfig:
     wipe_p: float = 0.3  # a crashed member comes back without its disk (when that loses no ack)
     mailboxes: int = 2
     pending_cap: int = 6
+    read_hedge_ms: int = 100  # a read's pull not answered by then: ask the next peer too
+    read_p: float = 0.08  # share of client requests that are quorum reads of an inbox
+    disk_delay_max_ms: int = 0  # a store write completes after up to this long (a slow disk)
+
+    @property
+    def forward_timeout_ms(self) -> int:
+        """A forwarded mailbox request unanswered this long: try the next
+        member (the daemon's claim timeout plus a peer request's timeout)."""
+        return self.claim_timeout_ms + 2 * self.delay_max_ms + 100
 
     @property
     def converge_bound_ms(self) -> int:
         """The documented bound: all replicas equal within two catch-up
         intervals plus two worst-case one-way delays of the heal (one offer
-        out, one push back, and an offer that had just been sent stale)."""
-        return 2 * self.catchup_interval_ms + 2 * self.delay_max_ms
+        out, one push back, and an offer that had just been sent stale), plus
+        two of the slowest disk writes (the pushed ops' write, and the one an
+        offer waits for: offers carry only what is durable)."""
+        return 2 * self.catchup_interval_ms + 2 * self.delay_max_ms + 2 * self.disk_delay_max_ms
 
     @classmethod
     def from_seed(cls, seed: int, nodes: int | None = None) -> SimConfig:
@@ -55,4 +66,5 @@ class SimConfig:
                    loss_max=rng.choice((0.0, 0.05, 0.25)),
                    dup_max=rng.choice((0.0, 0.1)),
                    mailboxes=rng.choice((1, 1, 2)),
-                   pending_cap=rng.choice((3, 6, 256)))
+                   pending_cap=rng.choice((3, 6, 256)),
+                   disk_delay_max_ms=rng.choice((0, 2, 10, 40)))

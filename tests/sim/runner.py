@@ -13,7 +13,9 @@ steps of ``tick_ms`` of simulated time and returns a :class:`Result`:
 * phase 2: everything heals (partitions, loss, crashed and paused nodes),
   clients retry every pop and send whose outcome they never learned, and
   the run continues until every node's replica snapshot is equal; the time
-  this took is the measured convergence bound.
+  this took, from the heal or from the last op a node wrote after it
+  (requests in flight at the heal fail over and write later), is the
+  measured convergence bound.
 
 Invariants are checked by :mod:`tests.sim.checker`; step-by-step
 monotonicity (state never reverts) is sampled every ``CHECK_EVERY_MS``.
@@ -32,24 +34,13 @@ from common.errors import AiMemoryError
 from federation.messages import Message
 from tests.sim import checker
 from tests.sim.config import SimConfig
+from tests.sim.entry import Answer, Forward, Pull, Pulled
 from tests.sim.network import Network
 from tests.sim.node import SimNode
 from tests.sim.workload import Attempt, Workload
 
 EPOCH_MS = 1_700_000_000_000  # simulated wall time starts here
 CHECK_EVERY_MS = 100
-
-
-@dataclass(frozen=True, slots=True)
-class _Forward:
-    token: int
-    req: Any
-
-
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    token: int
-    value: Any
 
 
 @dataclass(slots=True)
@@ -82,7 +73,8 @@ class Sim:
         self.stats: Counter[str] = Counter()
         self._timers: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._timer_serial = 0
-        self.workload = Workload(random.Random(f"load:{cfg.seed}"), cfg.mailboxes, cfg.pending_cap)
+        self.workload = Workload(random.Random(f"load:{cfg.seed}"), cfg.mailboxes, cfg.pending_cap,
+                                 cfg.read_p)
         self.history = self.workload.history
         self.monitor = checker.Monitor(self)
         self.nodes = {
@@ -93,33 +85,34 @@ class Sim:
         self._heal_at = self.now + cfg.fault_ms
         self._next_check = self.now + CHECK_EVERY_MS
         self._wiping: set[str] = set()  # crashed members that come back without their disk
+        self.last_write_ms = 0  # when a node last wrote an op of its own
 
     # -- plumbing used by nodes ------------------------------------------------------
     def later(self, at_ms: int, fn: Callable[..., None], *args: Any) -> None:
         self._timer_serial += 1
         heapq.heappush(self._timers, (at_ms, self._timer_serial, fn, args))
 
-    def send(self, src: str, dst: str, msg: Message | _Forward | _Answer, now_ms: int) -> None:
-        if not self.net.send(src, dst, msg, now_ms):
-            self.stats["send_refused"] += 1
-            if isinstance(msg, _Forward | _Answer):
-                return
-            # The adapter learns of a cut link only after its request fails.
+    def send(self, src: str, dst: str, msg: Message, now_ms: int) -> None:
+        """A core message; a refused one is reported to the sender's core
+        after a while (the adapter learns of a cut link when its request fails)."""
+        if not self.transmit(src, dst, msg):
             self.later(now_ms + self.rng.randint(5, 200), self._send_failed, src, dst)
+
+    def transmit(self, src: str, dst: str, msg: Any) -> bool:
+        """Put ``msg`` on the network; False if the link refused it."""
+        if self.net.send(src, dst, msg, self.now):
+            return True
+        self.stats["send_refused"] += 1
+        return False
 
     def _send_failed(self, src: str, dst: str, now_ms: int) -> None:
         node = self.nodes[src]
         if node.core is not None and not node.paused:
             node.run(node.core.on_send_failed(dst, node.clock(now_ms)), now_ms)
 
-    def reply(self, node_id: str, token: int, value: Any, now_ms: int) -> None:
-        attempt = self.history.attempts.get(token)
-        if attempt is None:
-            raise AssertionError(f"reply for unknown token {token}")
-        if attempt.entry == node_id:
-            self._answer(attempt, value, now_ms)
-        else:
-            self.send(node_id, attempt.entry, _Answer(token, value), now_ms)
+    def answer_client(self, token: int, value: Any) -> None:
+        """The entry node answers the client of attempt ``token``."""
+        self._answer(self.history.attempts[token], value, self.now)
 
     def _answer(self, attempt: Attempt, value: Any, now_ms: int) -> None:
         if attempt.done:
@@ -144,26 +137,24 @@ class Sim:
         if node.paused:
             self.stats["lost_to_pause"] += 1
             return attempt  # the client times out; the outcome stays unknown
-        core = node.core
-        assert core is not None
-        local = node.clock(now_ms)
+        core, client = node.core, node.entry
+        assert core is not None and client is not None
         if kind == "write":
-            node.run(core.write(attempt.token, payload, local), now_ms)
-            return attempt
-        if payload.sent_at_ms is None:
-            # The entry node stamps a request once; retries keep the stamp.
-            payload = attempt.req = replace(payload, sent_at_ms=local)
-        owner = core.owner_for(payload.mailbox, local)
-        if self.rng.random() < 0.1:
-            owner = entry  # the adapter runs it locally when forwarding fails
-        if owner == entry:
-            node.run(core.mailbox_request(attempt.token, payload, local), now_ms)
+            local = client.core_token(attempt.token, None)
+            node.run(core.write(local, payload, node.now_ms()), now_ms)
+        elif kind == "read":
+            client.read(attempt.token, payload)
         else:
-            self.stats["forwarded"] += 1
-            self.send(entry, owner, _Forward(attempt.token, payload), now_ms)
-            if kind == "pop" and now_ms < self._heal_at and self.rng.random() < self.cfg.hold_pop_p:
-                self._hold_link(entry, owner, now_ms)
+            if payload.sent_at_ms is None:
+                # The entry node stamps a request once; retries keep the stamp.
+                payload = attempt.req = replace(payload, sent_at_ms=node.now_ms())
+            client.route(attempt.token, payload)
         return attempt
+
+    def maybe_hold(self, entry: str, owner: str) -> None:
+        """Right after a client's pop is forwarded, maybe hold one way of its link."""
+        if self.now < self._heal_at and self.rng.random() < self.cfg.hold_pop_p:
+            self._hold_link(entry, owner, self.now)
 
     def _hold_link(self, entry: str, owner: str, now_ms: int) -> None:
         """The one-way cut of issue 14: the forwarded pop (or its answer) is
@@ -190,16 +181,18 @@ class Sim:
         if node.paused:  # held in the socket buffer until the process resumes
             node.inbox.append(env)
             return
-        local = node.clock(self.now)
-        msg = env.payload
-        if isinstance(msg, _Forward):
-            node.run(node.core.mailbox_request(msg.token, msg.req, local), self.now)
-        elif isinstance(msg, _Answer):
-            attempt = self.history.attempts[msg.token]
-            if not attempt.done:
-                self._answer(attempt, msg.value, self.now)
+        msg, client = env.payload, node.entry
+        assert client is not None
+        if isinstance(msg, Forward):
+            client.on_forward(env.src, msg)
+        elif isinstance(msg, Answer):
+            client.on_answer(env.src, msg)
+        elif isinstance(msg, Pull):
+            client.on_pull(env.src, msg)
+        elif isinstance(msg, Pulled):
+            client.on_pulled(env.src, msg)
         else:
-            node.run(node.core.on_message(env.src, msg, local), self.now)
+            node.run(node.core.on_message(env.src, msg, node.clock(self.now)), self.now)
 
     def step(self) -> None:
         self.now += self.cfg.tick_ms
@@ -233,6 +226,7 @@ class Sim:
                 wipe = rng.random() < cfg.wipe_p and self._may_wipe()
                 if wipe:
                     self._wiping.add(victim)
+                    self.monitor.disk_lost()
                     self.stats["disks_lost"] += 1
                 self.later(now_ms + rng.randint(50, 1000), self._restart, victim)
         elif r < 0.77:
@@ -322,7 +316,9 @@ class Sim:
                 self.later(self.now + self.rng.randint(0, 300), self._retry, a)
 
     def _settle(self, limit_ms: int) -> int | None:
-        """Step until every snapshot is equal; ms taken, or None."""
+        """Step until every snapshot is equal; the ms from the later of the
+        start and the last op written (requests still in flight at the heal,
+        failing over to another member, write after it), or None."""
         began = self.now
         while self.now - began <= limit_ms:
             self.step()
@@ -330,7 +326,7 @@ class Sim:
                 self.monitor.sample()
                 self._next_check = self.now + CHECK_EVERY_MS
             if self._converged():
-                return self.now - began
+                return self.now - max(began, self.last_write_ms)
         return None
 
     # -- the run -------------------------------------------------------------------------------

@@ -41,7 +41,8 @@ def test_invariants_hold_on_many_seeds() -> None:
     # really happened, since a run without them proves nothing.
     totals = summarize(results)["totals"]
     # The faults and the load really happened (a run without them proves nothing).
-    for key in ("crashes", "pauses", "partitions", "retries", "forwarded", "gc_ops"):
+    for key in ("crashes", "pauses", "partitions", "retries", "forwarded", "gc_ops",
+                "reads_checked", "decided_sends"):
         assert totals.get(key, 0) > SEEDS // 10, key
 
 

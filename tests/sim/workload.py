@@ -29,7 +29,7 @@ EDITORS = ("ann", "ben")
 @dataclass(slots=True)
 class Attempt:
     token: int
-    kind: str  # write | send | pop | cancel | hold | release
+    kind: str  # write | read | send | pop | cancel | hold | release
     req: Any
     entry: str
     sent_ms: int
@@ -55,9 +55,11 @@ class History:
 class Workload:
     """Draws client requests from a seeded rng."""
 
-    def __init__(self, rng: random.Random, mailboxes: int, cap: int) -> None:
+    def __init__(self, rng: random.Random, mailboxes: int, cap: int,
+                 read_p: float = 0.0) -> None:
         self.rng = rng
         self.cap = cap
+        self.read_p = read_p
         self.mailboxes = [("w", f"q{i}") for i in range(mailboxes)]
         self.history = History()
         self._n = 0
@@ -76,6 +78,8 @@ class Workload:
         """A new request: (kind, payload) where a write's payload is its items."""
         r = self.rng.random()
         h = self.history
+        if self.read_p and self.rng.random() < self.read_p:
+            return "read", self.rng.choice(AGENTS)  # a quorum read of that agent's inbox
         if r < 0.22:
             return "write", self._notes(now_ms)
         if r < 0.27 and h.note_bodies:

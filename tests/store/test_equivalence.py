@@ -76,6 +76,7 @@ async def views(s: Any, ops: list[Op]) -> dict[str, Any]:
             out[f"state_ops {key} {hist}"] = sorted(got, key=lambda op: (op.kind, op.op_id))
     for m in MSG_IDS:
         out[f"message {m}"] = await v(s.message(m))
+        out[f"sent {m}"] = await v(s.sent_body(m))
     for now in READ_TIMES:
         for m in MEM_IDS:
             out[f"memory {m} {now}"] = await v(s.get_memory(m, now_ms=now))
