@@ -113,8 +113,25 @@ async def verify_password(node: Node, user: str, password: str) -> Principal:
     return found
 
 
-def _session(request: web.Request) -> WebSession | None:
-    return request.app[SESSIONS].get(request.cookies.get(request.app[SESSIONS].cookie))
+async def _session(request: web.Request) -> WebSession | None:
+    """The request's cookie session, its principal looked up afresh: a key
+    revoked, a user removed or a grant changed since the login counts at
+    once (the directory answers from its cache), and a session whose key or
+    user is gone is dropped."""
+    sessions = request.app[SESSIONS]
+    s = sessions.get(request.cookies.get(sessions.cookie))
+    if s is None or s.login == "anonymous":
+        return s
+    node = request.app[NODE]
+    if s.login == "key":
+        fresh = await node.directory.resolve(s.credential or "")
+    else:
+        fresh = await node.identity.principal_for_user(s.principal.user or "")
+    if fresh is None:
+        sessions.drop(s.sid)
+        return None
+    s.principal = fresh
+    return s
 
 
 def _basic_key(request: web.Request) -> str | None:
@@ -131,7 +148,7 @@ def _basic_key(request: web.Request) -> str | None:
 
 async def viewer(request: web.Request) -> tuple[WebSession | None, Principal]:
     """Who reads: the cookie session, else a legacy Basic login (reads only)."""
-    s = _session(request)
+    s = await _session(request)
     if s is not None:
         return s, s.principal
     key = _basic_key(request)
@@ -160,7 +177,7 @@ async def login_page(request: web.Request) -> web.Response:
 
 async def inbox_page(request: web.Request) -> web.Response:
     node = request.app[NODE]
-    if _session(request) is not None:
+    if await _session(request) is not None:
         return _page("inbox")
     if anonymous_mode(node):
         if not from_loopback(request):
@@ -208,14 +225,15 @@ async def login(request: web.Request) -> web.Response:
         name, how = principal.user or body.user, "password"
     else:
         raise BadRequest("give user and password, or key")
-    s = request.app[SESSIONS].create(principal, login=how, name=name)
+    s = request.app[SESSIONS].create(principal, login=how, name=name,
+                                     credential=body.key if how == "key" else None)
     resp = web.json_response({"ok": True, "name": name, "login": how}, status=201)
     set_cookie(request, resp, s, request.app[SESSIONS].cookie)
     return resp
 
 
 async def logout(request: web.Request) -> web.Response:
-    s = check_write(request, _session(request))
+    s = check_write(request, await _session(request))
     request.app[SESSIONS].drop(s.sid)
     resp = web.json_response({"ok": True})
     clear_cookie(resp, request.app[SESSIONS].cookie)
@@ -273,7 +291,7 @@ async def _writer(request: web.Request) -> tuple[WebSession | None, Principal]:
     """The principal of a browser send: the session's (all checks), or, for
     a legacy Basic login, the key in the write-token header of this one
     request (Basic alone never writes)."""
-    s = _session(request)
+    s = await _session(request)
     if s is None and _basic_key(request) is not None:
         check_origin_and_header(request)
         token = request.headers.get(WRITE_TOKEN_HEADER)
@@ -314,7 +332,7 @@ def _message_id(request: web.Request) -> str:
 
 
 async def edit(request: web.Request) -> web.Response:
-    s = check_write(request, _session(request))
+    s = check_write(request, await _session(request))
     mid = _message_id(request)
     await read_json(request, EmptyIn)
     return web.json_response(await mail.hold(request.app[NODE], s.principal, message_id=mid,
@@ -322,7 +340,7 @@ async def edit(request: web.Request) -> web.Response:
 
 
 async def save(request: web.Request) -> web.Response:
-    s = check_write(request, _session(request))
+    s = check_write(request, await _session(request))
     mid = _message_id(request)
     body = await read_json(request, SaveIn)
     return web.json_response(await mail.release(
@@ -331,7 +349,7 @@ async def save(request: web.Request) -> web.Response:
 
 
 async def discard(request: web.Request) -> web.Response:
-    s = check_write(request, _session(request))
+    s = check_write(request, await _session(request))
     mid = _message_id(request)
     await read_json(request, EmptyIn)
     return web.json_response(await mail.release(

@@ -147,6 +147,16 @@ class ReplicatedDirectory:
             return None
         return await self._principal(user, None)
 
+    async def principal_for_user(self, name: str) -> Principal | None:
+        """The principal of a user who logged in with a password earlier (a
+        web session, asked again on every request): None once removed."""
+        arrived = self._issued
+        await self._ensure_lease(arrived)
+        user = await I.user(self._reads(), name)
+        if user is None or user["removed"]:
+            return None
+        return await self._principal(user, None)
+
     # -- keeping the copy fresh ------------------------------------------------
     def on_applied(self, ops: list[Op]) -> None:
         """Applied-ops listener: any identity change drops every cached principal."""

@@ -59,6 +59,9 @@ class WebSession:
     name: str  # what the page shows as the viewer
     editor_id: str = field(default_factory=lambda: "web-" + secrets.token_hex(8))
     last_used: float = field(default_factory=time.monotonic)
+    # A key login's key, kept in this node's memory only, so every request
+    # resolves it again (a revoked key ends the session at once).
+    credential: str | None = field(default=None, repr=False)
 
     def holder(self) -> dict[str, str | None]:
         """Who holds a message this session takes for an edit. The session id
@@ -83,11 +86,12 @@ class WebSessions:
         self._max = max_sessions
         self._idle = idle_secs
 
-    def create(self, principal: Principal, *, login: str, name: str) -> WebSession:
+    def create(self, principal: Principal, *, login: str, name: str,
+               credential: str | None = None) -> WebSession:
         while len(self._by_id) >= self._max:
             self._by_id.popitem(last=False)
         s = WebSession(sid=secrets.token_urlsafe(32), csrf=secrets.token_urlsafe(32),
-                       principal=principal, login=login, name=name)
+                       principal=principal, login=login, name=name, credential=credential)
         self._by_id[s.sid] = s
         return s
 

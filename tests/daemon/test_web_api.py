@@ -200,6 +200,9 @@ class FakeDirectory:
     async def verify_password(self, name: str, password: str) -> Principal | None:
         return self.passwords.get((name, password))
 
+    async def principal_for_user(self, name: str) -> Principal | None:
+        return next((p for (user, _), p in self.passwords.items() if user == name), None)
+
 
 ROOT = Principal(mode=KEYS, user="root", root=True)
 
@@ -283,3 +286,61 @@ async def test_legacy_basic_login_reads_and_sends_only_with_a_write_token(keyed:
     mid = (await r.json())["message_id"]
     r = await c.post(f"/web/api/messages/{mid}/edit", json={}, headers=base)
     assert r.status == 403  # the legacy login cannot edit
+
+
+@pytest.fixture
+async def directory_node(tmp_path: Any, aiohttp_client: Any) -> Any:
+    """One keys-mode node with the real replicated directory and a root key."""
+    from daemon.identity.secrets import new_secret
+    root = new_secret()
+    base = make_settings(tmp_path / "dir.db")
+    node = await build_node(replace(base, auth=replace(base.auth, mode=KEYS,
+                                                       bootstrap_root_key=root)))
+    await node.start()
+    try:
+        yield await aiohttp_client(build_app(node)), {"Authorization": f"Bearer {root}"}
+    finally:
+        await node.stop()
+
+
+async def test_web_sessions_follow_the_real_directory(directory_node: Any) -> None:
+    """Password and key logins against the replicated users, keys and grants; a
+    grant revoked, a key revoked or a user removed after the login counts at
+    the session's next request."""
+    c, root = directory_node
+    for scope, harness in ((A, "kimi"), (B, "codex")):
+        r = await c.post("/api/v1/sessions", json={**scope, "harness": harness}, headers=root)
+        assert r.status == 201, await r.text()
+    r = await c.post("/api/v1/admin/users", json={"name": "rita", "password": "s3cret-pw"},
+                     headers=root)
+    assert r.status == 201, await r.text()
+    grant = {"user": "rita", "workspace": "default", "project": "project-b", "access": "write"}
+    assert (await c.post("/api/v1/admin/grants", json=grant, headers=root)).status == 201
+    wrong = await c.post("/web/login", json={"user": "rita", "password": "nope"},
+                         headers={**UI, "Origin": origin(c)})
+    assert wrong.status == 401
+    ok = await c.post("/web/login", json={"user": "rita", "password": "s3cret-pw"},
+                      headers={**UI, "Origin": origin(c)})
+    assert ok.status == 201, await ok.text()
+    assert (await c.get("/web/api/history", params={**B, "box": "received"})).status == 200
+    assert (await c.get("/web/api/history", params={**A, "box": "received"})).status == 403
+
+    revoked = await c.delete("/api/v1/admin/grants", params={**grant, "access": "read"},
+                             headers=root)
+    assert revoked.status == 200, await revoked.text()
+    assert (await c.get("/web/api/history", params={**B, "box": "received"})).status == 403
+
+    made = await (await c.post("/api/v1/admin/keys", json={"user": "rita"}, headers=root)).json()
+    c.session.cookie_jar.clear()
+    ok = await c.post("/web/login", json={"key": made["key"]}, headers={**UI, "Origin": origin(c)})
+    assert ok.status == 201, await ok.text()
+    assert (await c.get("/web/api/me")).status == 200
+    assert (await c.delete(f"/api/v1/admin/keys/{made['id']}", headers=root)).status == 200
+    assert (await c.get("/web/api/me")).status == 401  # the key's session ended with it
+
+    c.session.cookie_jar.clear()
+    ok = await c.post("/web/login", json={"user": "rita", "password": "s3cret-pw"},
+                      headers={**UI, "Origin": origin(c)})
+    assert ok.status == 201
+    assert (await c.delete("/api/v1/admin/users/rita", headers=root)).status == 200
+    assert (await c.get("/web/api/me")).status == 401  # and the user's with the user
