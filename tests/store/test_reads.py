@@ -13,6 +13,7 @@ import pytest
 from common import ops as K
 from common.ops import Op
 from store import queries as Q
+from store import schema
 from store.db import Store
 
 
@@ -278,3 +279,38 @@ async def test_memories_filters_and_expiry(store: Store) -> None:
     assert a is not None and a["priority"] == 8 and a["metadata"] == {"k": [1, 2]}
     assert a["confidence"] == 0.25 and a["tags"] == ["t1", "t2"]
     assert await store.get_memory("c", now_ms=50) is None
+
+
+async def test_a_database_from_before_0011_migrates_and_reads_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node upgraded in place: its notes, written under the three old
+    indexes, read the same after 0011 swaps them for one."""
+    path = tmp_path / "old.db"
+    every = schema.migrations()
+    monkeypatch.setattr(schema, "migrations", lambda: [m for m in every if m.version < 11])
+    old = await Store.open(path, "n1")
+    ops = [note(i + 1, f"n{i:02d}", priority=i % 3, created=i, expires=None if i % 4 else 9)
+           for i in range(40)]
+    ops.append(Op("n1", 41, 41, K.NOTE_READ, "inbox:bob",
+                  {"to": "bob", "ids": [f"n{i:02d}" for i in range(0, 40, 3)]}))
+    await old.apply_ops(ops, 0)
+
+    async def pages(s: Store) -> list[Any]:
+        return [await s.inbox("bob", unread_only=u, limit=lim, now_ms=5) for u in (False, True)
+                for lim in (5, 100)] + [await s.inbox_count("bob", unread_only=u, now_ms=5)
+                                        for u in (False, True)]
+    async def indexes(s: Store) -> set[str]:
+        return {r[0] for r in await s._reads.fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'notes'"
+            " AND name NOT LIKE 'sqlite_%'")}
+    assert await indexes(old) == {"notes_inbox", "notes_inbox_unread", "notes_inbox_count",
+                                  "notes_by_expiry"}
+    before = await pages(old)
+    await old.close()
+    monkeypatch.undo()
+    new = await Store.open(path, "n1")
+    try:
+        assert await pages(new) == before
+        assert await indexes(new) == {"notes_inbox_by_read", "notes_by_expiry"}
+    finally:
+        await new.close()
