@@ -4,7 +4,8 @@ A micro-benchmark of the replica's apply path alone (issue 10, notify
 item 2): N ``note.new`` ops from a peer origin, applied in batches through
 the real :class:`store.db.Store` (writer thread, op log, seen-set, WAL
 commit) into a fresh database, one batch awaited at a time, the way a
-peer's replication request arrives. Deterministic: the same ops every run
+peer's replication request arrives (``--concurrent K``: K calls in flight,
+sharing writer batches, as several peers' requests do). Deterministic: the same ops every run
 (fixed seed), so two builds compare on the same work.
 
 Reports, per op: the whole process's CPU (``time.process_time``: the event
@@ -13,7 +14,7 @@ loop plus the writer thread) and the writer thread's own CPU
 microseconds, plus wall time. The machine may be shared, so each figure is
 the median of ``--runs`` runs, each into its own fresh database.
 
-    .venv/bin/python -m bench.apply [--ops 20000] [--batch 50] [--runs 3] [--json]
+    .venv/bin/python -m bench.apply [--ops 20000] [--batch 50] [--concurrent 1] [--runs 3] [--json]
 """
 
 from __future__ import annotations
@@ -71,15 +72,18 @@ def read_marks_first(ops: list[Op], every: int = 10) -> list[Op]:
     return marks
 
 
-async def one_run(ops: list[Op], marks: list[Op], batch: int, db: Path) -> dict[str, float]:
+async def one_run(ops: list[Op], marks: list[Op], batch: int, db: Path,
+                  concurrent: int = 1) -> dict[str, float]:
     store = await Store.open(db, "bench-node")
     try:
         if marks:
             await store.apply_ops(marks, NOW_MS)
         thread_cpu = await store._writer.call(lambda conn: time.thread_time())
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        for start in range(0, len(ops), batch):
-            await store.apply_ops(ops[start:start + batch], NOW_MS)
+        step = batch * concurrent
+        for start in range(0, len(ops), step):
+            await asyncio.gather(*(store.apply_ops(ops[i:i + batch], NOW_MS)
+                                   for i in range(start, min(start + step, len(ops)), batch)))
         wall = time.perf_counter() - wall0
         cpu = time.process_time() - cpu0
         thread_cpu = await store._writer.call(lambda conn: time.thread_time()) - thread_cpu
@@ -98,25 +102,29 @@ async def one_run(ops: list[Op], marks: list[Op], batch: int, db: Path) -> dict[
             "wall_us_per_op": wall / n * 1e6}
 
 
-async def run(n: int, batch: int, runs: int) -> dict[str, Any]:
+async def run(n: int, batch: int, runs: int, concurrent: int = 1) -> dict[str, Any]:
     ops = make_ops(n)
     marks = read_marks_first(ops)
     results = []
     for i in range(runs):
         with tempfile.TemporaryDirectory(prefix="bench-apply-") as tmp:
-            results.append(await one_run(ops, marks, batch, Path(tmp) / f"run{i}.db"))
+            results.append(await one_run(ops, marks, batch, Path(tmp) / f"run{i}.db",
+                                         concurrent))
     medians = {k: statistics.median(r[k] for r in results) for k in results[0]}
-    return {"ops": n, "batch": batch, "runs": results, "median": medians}
+    return {"ops": n, "batch": batch, "concurrent": concurrent, "runs": results,
+            "median": medians}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.apply", description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, default=20_000, help="note.new ops per run")
     ap.add_argument("--batch", type=int, default=50, help="ops per apply_ops call")
+    ap.add_argument("--concurrent", type=int, default=1,
+                    help="apply_ops calls in flight at once (they share writer batches)")
     ap.add_argument("--runs", type=int, default=3, help="runs; the figures are their medians")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
-    out = asyncio.run(run(args.ops, args.batch, args.runs))
+    out = asyncio.run(run(args.ops, args.batch, args.runs, args.concurrent))
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -124,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run {i}: {r['cpu_us_per_op']:6.1f} us CPU/op, writer thread"
               f" {r['writer_thread_us_per_op']:6.1f} us/op, wall {r['wall_us_per_op']:6.1f} us/op")
     m = out["median"]
-    print(f"median of {args.runs} ({args.ops} note.new in batches of {args.batch}):"
+    print(f"median of {args.runs} ({args.ops} note.new in batches of {args.batch},"
+          f" {args.concurrent} in flight):"
           f" {m['cpu_us_per_op']:.1f} us CPU/op, writer thread {m['writer_thread_us_per_op']:.1f}"
           f" us/op, wall {m['wall_us_per_op']:.1f} us/op")
     return 0
