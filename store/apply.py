@@ -405,32 +405,22 @@ def apply_op(conn: sqlite3.Connection, op: Op, now_ms: int) -> None:
     fn(conn, op, now_ms)
 
 
-def apply_ops(conn: sqlite3.Connection, ops: list[Op], now_ms: int,
-              notes: list[tuple[Any, ...]] | None = None) -> None:
+def apply_ops(conn: sqlite3.Connection, ops: list[Op], now_ms: int) -> None:
     """Merge each of ``ops`` (the caller holds the transaction), the
-    ``note.new`` ops of the list in one ``executemany``; given ``notes``,
-    their parameters go there instead, for the caller to run with
-    :func:`apply_notes` later in the same transaction (the writer gathers a
-    whole batch's notes so).
+    ``note.new`` ops of the list in one ``executemany``.
 
     Grouping changes nothing in the outcome: every statement here is a merge
     on its own, right in any order (the module docstring), so the notes may
-    go in after the other ops. It spares the per-statement Python of one
-    ``execute`` per replicated notification."""
-    sink: list[tuple[Any, ...]] = [] if notes is None else notes
+    go in after the other ops of the list. It spares the per-statement
+    Python of one ``execute`` per replicated notification."""
+    notes: list[tuple[Any, ...]] = []
     grouped = _APPLY.get(K.NOTE_NEW) is _note_new
     for op in ops:
         if grouped and op.kind == K.NOTE_NEW:
             values = _note_values(op, now_ms)
             if values is not None:
-                sink.append(values)
+                notes.append(values)
         else:
             apply_op(conn, op, now_ms)
-    if notes is None:
-        apply_notes(conn, sink)
-
-
-def apply_notes(conn: sqlite3.Connection, notes: list[tuple[Any, ...]]) -> None:
-    """Merge the ``note.new`` parameters :func:`apply_ops` gathered."""
     if notes:
         conn.executemany(_NOTE_UPSERT, notes)

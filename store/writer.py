@@ -45,7 +45,7 @@ from typing import Any
 from common import limits
 from common.errors import AiMemoryError, BadRequest, Unavailable
 from common.ops import Op, pack_body
-from store.apply import apply_notes, apply_ops
+from store.apply import apply_ops
 from store.seen import SeenSet
 
 
@@ -56,16 +56,6 @@ class _Batch:
     new_ids: dict[str, set[int]] = field(default_factory=dict)
     log_rows: list[tuple[str, int, int, str, str, int, bytes]] = field(default_factory=list)
     max_hlc: int = 0
-    # note.new parameters of the batch's apply jobs, merged in one executemany
-    # before the next non-apply job and before the op log (optimistic pass
-    # only: in the isolated pass each job merges its own, in its savepoint).
-    notes: list[tuple[Any, ...]] = field(default_factory=list)
-    gather_notes: bool = True
-
-    def flush_notes(self, conn: sqlite3.Connection) -> None:
-        if self.notes:
-            notes, self.notes = self.notes, []
-            apply_notes(conn, notes)
 
     def has(self, op: Op) -> bool:
         return op.seq in self.new_ids.get(op.origin, ())
@@ -101,7 +91,7 @@ class _ApplyJob(_Job):
                 continue
             ids.add(op.op_id)
             fresh.append(op)
-        apply_ops(conn, fresh, self.now_ms, batch.notes if batch.gather_notes else None)
+        apply_ops(conn, fresh, self.now_ms)
         self.log_rows = [(op.origin, op.seq, op.hlc, op.kind, op.key, op.epoch,
                           pack_body(op.body)) for op in fresh]
         return fresh
@@ -268,13 +258,11 @@ class Writer:
     def _transaction(self, jobs: list[_Job], *, isolate: bool) -> tuple[
             list[tuple[BaseException | None, Any]], dict[str, tuple[int, set[int]]], int]:
         conn = self._conn
-        batch = _Batch(gather_notes=not isolate)
+        batch = _Batch()
         results: list[tuple[BaseException | None, Any]] = []
         conn.execute("BEGIN IMMEDIATE")
         try:
             for job in jobs:
-                if batch.notes and not isinstance(job, _ApplyJob):
-                    self._flush_notes(conn, batch)  # a call job sees every earlier write
                 if isolate:
                     conn.execute("SAVEPOINT job")
                 try:
@@ -292,7 +280,6 @@ class Writer:
                     conn.execute("RELEASE job")
                 job.done(batch, value)
                 results.append((None, value))
-            self._flush_notes(conn, batch)
             conn.executemany(
                 "INSERT INTO oplog (origin, seq, hlc, kind, key, epoch, body)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)", batch.log_rows)
@@ -307,17 +294,6 @@ class Writer:
                 conn.execute("ROLLBACK")
             raise
         return results, marks, batch.max_hlc
-
-    @staticmethod
-    def _flush_notes(conn: sqlite3.Connection, batch: _Batch) -> None:
-        """The optimistic pass's gathered notes; should they fail, the batch
-        runs again isolated, where the failing job alone is refused."""
-        try:
-            batch.flush_notes(conn)
-        except Exception as exc:
-            if _is_fatal(exc):
-                raise
-            raise _JobFailed from exc
 
     def _persist_seen(self, conn: sqlite3.Connection,
                       batch: _Batch) -> dict[str, tuple[int, set[int]]]:
