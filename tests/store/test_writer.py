@@ -150,12 +150,11 @@ def note_op(origin: str, seq: int, nid: str, **body: object) -> Op:
               {"id": nid, "from": "alice", "to": "bob", "title": nid, **body})
 
 
-async def test_a_batchs_notes_go_in_together_and_a_bad_one_fails_its_job_only(
-        tmp_path: Path) -> None:
-    """The notes of one writer batch merge in one statement after the jobs;
-    a note SQLite refuses there (an integer past 64 bits: msgpack packs it,
-    SQLite cannot store it) sends the batch to the isolated pass, where its
-    job alone is refused."""
+async def test_a_note_sqlite_refuses_fails_its_job_only(tmp_path: Path) -> None:
+    """A job's notes merge in one executemany; a note SQLite refuses there
+    (an integer past 64 bits: msgpack packs it, SQLite cannot store it)
+    sends the batch to the isolated pass, where its job alone is refused,
+    the good note of the same job included, and the neighbours commit."""
     store = await Store.open(tmp_path / "n.db", "n1")
     try:
         good = [[note_op("p", 2 * i + 1, f"g{i}a"), note_op("p", 2 * i + 2, f"g{i}b")]
