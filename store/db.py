@@ -362,22 +362,11 @@ class Store:
                     tier: str | None = None, now_ms: int) -> list[dict[str, Any]]:
         """Notifications to ``agent_id``, highest priority then newest first;
         every filter applies before ``limit``."""
-        where = ["to_agent = :agent", Q.NOT_EXPIRED]
-        params: dict[str, Any] = {"agent": agent_id, "now": now_ms, "limit": limit}
-        if unread_only:
-            where.append("read = 0")
-        if min_priority is not None:
-            where.append("priority >= :min_priority")
-            params["min_priority"] = min_priority
-        if since_ms is not None:
-            where.append("created_at_ms >= :since")
-            params["since"] = since_ms
-        if tier is not None:
-            where.append("tier = :tier")
-            params["tier"] = tier
-        rows = await self._reads.fetchall(
-            f"SELECT {Q.NOTE_COLS} FROM notes WHERE {' AND '.join(where)}"
-            " ORDER BY priority DESC, created_at_ms DESC, id DESC LIMIT :limit", params)
+        params: dict[str, Any] = {"agent": agent_id, "now": now_ms, "limit": limit,
+                                  "min_priority": min_priority, "since": since_ms, "tier": tier}
+        sql = Q.inbox_sql(unread_only=unread_only, min_priority=min_priority is not None,
+                          since=since_ms is not None, tier=tier is not None)
+        rows = await self._reads.fetchall(sql, params)
         return [Q.note(r) for r in rows]
 
     async def inbox_count(self, agent_id: str, *, unread_only: bool, now_ms: int) -> int:

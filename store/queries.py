@@ -35,6 +35,30 @@ OP_COLS = "origin, seq, hlc, kind, key, epoch, body"
 FIFO = "m.hlc, m.origin, m.seq"
 NOT_EXPIRED = "(expires_at_ms IS NULL OR expires_at_ms > :now)"
 
+
+def inbox_sql(*, unread_only: bool, min_priority: bool, since: bool, tier: bool) -> str:
+    """One inbox page: ``:agent``'s live notifications, highest priority then
+    newest first, every filter before ``LIMIT :limit``.
+
+    Both shapes walk the one index ``notes_inbox_by_read`` (migration 0011)
+    in order, with no sort: unread is the ``read = 0`` range; all is the
+    ``read = 0`` and ``read = 1`` ranges merged (``read`` is only ever 0 or
+    1), which SQLite runs as a MERGE (UNION ALL) that stops at the limit."""
+    where = ["to_agent = :agent", NOT_EXPIRED]
+    if min_priority:
+        where.append("priority >= :min_priority")
+    if since:
+        where.append("created_at_ms >= :since")
+    if tier:
+        where.append("tier = :tier")
+    cond = " AND ".join(where)
+    order = " ORDER BY priority DESC, created_at_ms DESC, id DESC LIMIT :limit"
+    if unread_only:
+        return f"SELECT {NOTE_COLS} FROM notes WHERE {cond} AND read = 0{order}"
+    return (f"SELECT {NOTE_COLS} FROM notes WHERE {cond} AND read = 0 UNION ALL"
+            f" SELECT {NOTE_COLS} FROM notes WHERE {cond} AND read = 1{order}")
+
+
 STAT_TABLES = ("oplog", "memories", "mem_tombstones", "notes", "note_reads", "agents", "pop_empty",
                "sessions", "project_harnesses", "messages", "msg_terminal", "msg_hold",
                "msg_revision", "promises")

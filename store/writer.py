@@ -45,7 +45,7 @@ from typing import Any
 from common import limits
 from common.errors import AiMemoryError, BadRequest, Unavailable
 from common.ops import Op, pack_body
-from store.apply import apply_op
+from store.apply import apply_ops
 from store.seen import SeenSet
 
 
@@ -90,8 +90,8 @@ class _ApplyJob(_Job):
             if op.op_id in seen or batch.has(op) or op.op_id in ids:
                 continue
             ids.add(op.op_id)
-            apply_op(conn, op, self.now_ms)
             fresh.append(op)
+        apply_ops(conn, fresh, self.now_ms)
         self.log_rows = [(op.origin, op.seq, op.hlc, op.kind, op.key, op.epoch,
                           pack_body(op.body)) for op in fresh]
         return fresh

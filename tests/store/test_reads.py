@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from common import ops as K
 from common.ops import Op
+from store import queries as Q
+from store import schema
 from store.db import Store
 
 
@@ -61,15 +66,87 @@ async def test_inbox_orders_filters_then_limits(store: Store) -> None:
         "other", "low-old"]
 
 
-async def test_inbox_query_uses_an_index_not_a_sort(store: Store) -> None:
+async def _plan(store: Store, sql: str, params: Any) -> str:
+    rows = await store._reads.fetchall("EXPLAIN QUERY PLAN " + sql, params)
+    return " | ".join(r["detail"] for r in rows)
+
+
+_FILTERS = [dict(zip(("min_priority", "since", "tier"), bits, strict=True))
+            for bits in itertools.product((False, True), repeat=3)]
+_PARAMS = {"agent": "bob", "now": 5, "limit": 50, "min_priority": 1, "since": 0, "tier": "short"}
+
+
+async def test_every_notes_query_in_the_store_uses_an_index_and_no_sort(store: Store) -> None:
+    """Each statement in store/ that reads or changes notes by a key, with
+    the indexes migration 0011 leaves (notes_inbox_by_read, notes_by_expiry,
+    the primary key): no full scan of notes and no temporary sort."""
+    inbox = {f"inbox unread={u} {f}": Q.inbox_sql(unread_only=u, **f)
+             for u in (False, True) for f in _FILTERS}
+    for name, sql in inbox.items():
+        detail = await _plan(store, sql, _PARAMS)
+        assert "TEMP B-TREE" not in detail, (name, detail)
+        assert detail.count("USING INDEX notes_inbox_by_read") == (1 if "unread=True" in name
+                                                                   else 2), (name, detail)
+        if "unread=False" in name:
+            assert "MERGE (UNION ALL)" in detail, (name, detail)
+    counts = {u: "SELECT count(*) FROM notes WHERE to_agent = :agent AND"
+                 f" {Q.NOT_EXPIRED}{' AND read = 0' if u else ''}" for u in (False, True)}
+    for sql in counts.values():
+        assert "USING COVERING INDEX notes_inbox_by_read" in await _plan(store, sql, _PARAMS)
+    keyed = {  # apply.py, db.py (notifications, purge_expired)
+        "UPDATE notes SET read = 1 WHERE to_agent = ? AND id = ? AND read = 0": ("bob", "x"),
+        "SELECT id FROM notes WHERE id IN (?, ?)": ("x", "y"),
+        "DELETE FROM notes WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?": (5,),
+        "DELETE FROM note_reads WHERE (agent_id, note_id) IN (SELECT to_agent, id"
+        " FROM notes WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?)": (5,),
+    }
+    for sql, params in keyed.items():
+        detail = await _plan(store, sql, params)
+        assert "SCAN notes" not in detail and "TEMP B-TREE" not in detail, (sql, detail)
+    for name in ("notes_inbox", "notes_inbox_unread", "notes_inbox_count"):
+        assert not await store._reads.fetchall(
+            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (name,))
+
+
+async def test_inbox_pages_equal_the_plain_sorted_query(store: Store) -> None:
+    """The merged shape returns exactly what the one-statement query with a
+    sort returns, for every filter, on a mixed inbox (read and unread, ties
+    on priority and time, expired rows, other recipients)."""
+    rng = random.Random(7)
+    ops: list[Op] = []
+    for i in range(300):
+        ops.append(note(i + 1, f"n{i:03d}", to=rng.choice(("bob", "bob", "carol")),
+                        priority=rng.randrange(1, 4), created=rng.randrange(0, 20),
+                        expires=rng.choice((None, None, 3, 50))))
+        if rng.random() < 0.2:
+            ops[-1].body["tier"] = "long"
+    reads = [o.body["id"] for o in ops if rng.random() < 0.4]
+    ops.append(Op("n1", 301, 301, K.NOTE_READ, "inbox:bob", {"to": "bob", "ids": reads}))
+    await store.apply_ops(ops, 0)
+    checked = 0
     for unread in (False, True):
-        plan = await store._reads.fetchall(
-            "EXPLAIN QUERY PLAN SELECT id FROM notes WHERE to_agent = 'bob'"
-            + (" AND read = 0" if unread else "")
-            + " AND (expires_at_ms IS NULL OR expires_at_ms > 5) AND priority >= 1"
-            " ORDER BY priority DESC, created_at_ms DESC, id DESC LIMIT 50")
-        detail = " ".join(r["detail"] for r in plan)
-        assert "USING INDEX notes_inbox" in detail and "TEMP B-TREE" not in detail
+        for f in _FILTERS:
+            for limit in (1, 7, 500):
+                kw: dict[str, Any] = {"unread_only": unread, "limit": limit, "now_ms": 10}
+                where = ["to_agent = :agent", Q.NOT_EXPIRED] + (["read = 0"] if unread else [])
+                if f["min_priority"]:
+                    kw["min_priority"] = 2
+                    where.append("priority >= :min_priority")
+                if f["since"]:
+                    kw["since_ms"] = 8
+                    where.append("created_at_ms >= :since")
+                if f["tier"]:
+                    kw["tier"] = "long"
+                    where.append("tier = :tier")
+                plain = await store._reads.fetchall(
+                    f"SELECT {Q.NOTE_COLS} FROM notes WHERE {' AND '.join(where)}"
+                    " ORDER BY priority DESC, created_at_ms DESC, id DESC LIMIT :limit",
+                    {"agent": "bob", "now": 10, "limit": limit, "min_priority": 2, "since": 8,
+                     "tier": "long"})
+                got = await store.inbox("bob", **kw)
+                assert got == [Q.note(r) for r in plain], (unread, f, limit)
+                checked += bool(got)
+    assert checked >= 40
 
 
 async def test_purge_expired_removes_rows_and_a_resent_copy_stays_out(store: Store) -> None:
@@ -202,3 +279,38 @@ async def test_memories_filters_and_expiry(store: Store) -> None:
     assert a is not None and a["priority"] == 8 and a["metadata"] == {"k": [1, 2]}
     assert a["confidence"] == 0.25 and a["tags"] == ["t1", "t2"]
     assert await store.get_memory("c", now_ms=50) is None
+
+
+async def test_a_database_from_before_0011_migrates_and_reads_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node upgraded in place: its notes, written under the three old
+    indexes, read the same after 0011 swaps them for one."""
+    path = tmp_path / "old.db"
+    every = schema.migrations()
+    monkeypatch.setattr(schema, "migrations", lambda: [m for m in every if m.version < 11])
+    old = await Store.open(path, "n1")
+    ops = [note(i + 1, f"n{i:02d}", priority=i % 3, created=i, expires=None if i % 4 else 9)
+           for i in range(40)]
+    ops.append(Op("n1", 41, 41, K.NOTE_READ, "inbox:bob",
+                  {"to": "bob", "ids": [f"n{i:02d}" for i in range(0, 40, 3)]}))
+    await old.apply_ops(ops, 0)
+
+    async def pages(s: Store) -> list[Any]:
+        return [await s.inbox("bob", unread_only=u, limit=lim, now_ms=5) for u in (False, True)
+                for lim in (5, 100)] + [await s.inbox_count("bob", unread_only=u, now_ms=5)
+                                        for u in (False, True)]
+    async def indexes(s: Store) -> set[str]:
+        return {r[0] for r in await s._reads.fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'notes'"
+            " AND name NOT LIKE 'sqlite_%'")}
+    assert await indexes(old) == {"notes_inbox", "notes_inbox_unread", "notes_inbox_count",
+                                  "notes_by_expiry"}
+    before = await pages(old)
+    await old.close()
+    monkeypatch.undo()
+    new = await Store.open(path, "n1")
+    try:
+        assert await pages(new) == before
+        assert await indexes(new) == {"notes_inbox_by_read", "notes_by_expiry"}
+    finally:
+        await new.close()

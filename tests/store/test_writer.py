@@ -143,3 +143,49 @@ async def test_an_unencodable_body_fails_its_job_only(tmp_path: Path) -> None:
         assert (await store.snapshot())["agents"] == {"b": (None, None, None, 1)}
     finally:
         await store.close()
+
+
+def note_op(origin: str, seq: int, nid: str, **body: object) -> Op:
+    return Op(origin, seq, seq * 10, K.NOTE_NEW, K.inbox_key("bob"),
+              {"id": nid, "from": "alice", "to": "bob", "title": nid, **body})
+
+
+async def test_a_note_sqlite_refuses_fails_its_job_only(tmp_path: Path) -> None:
+    """A job's notes merge in one executemany; a note SQLite refuses there
+    (an integer past 64 bits: msgpack packs it, SQLite cannot store it)
+    sends the batch to the isolated pass, where its job alone is refused,
+    the good note of the same job included, and the neighbours commit."""
+    store = await Store.open(tmp_path / "n.db", "n1")
+    try:
+        good = [[note_op("p", 2 * i + 1, f"g{i}a"), note_op("p", 2 * i + 2, f"g{i}b")]
+                for i in range(4)]
+        bad = [note_op("o", 1, "ok-but-same-job"), note_op("o", 2, "huge", priority=2 ** 63)]
+        reads = [Op("r", 1, 5, K.NOTE_READ, K.inbox_key("bob"), {"to": "bob", "ids": ["g0a"]})]
+        res = await asyncio.gather(*(store.apply_ops(g, 0) for g in good[:2]),
+                                   store.apply_ops(bad, 0), store.apply_ops(reads, 0),
+                                   *(store.apply_ops(g, 0) for g in good[2:]),
+                                   return_exceptions=True)
+        assert isinstance(res[2], BadRequest), res[2]
+        assert [r for i, r in enumerate(res) if i != 2] == [*good[:2], reads, *good[2:]]
+        stats = (await store.stats())["writer"]
+        assert stats["batches"] == 1 and stats["failed_batches"] == 0
+        page = await store.inbox("bob", unread_only=False, limit=50, now_ms=0)
+        assert sorted((n["id"], n["read"]) for n in page) == sorted(
+            (f"g{i}{x}", (i, x) == (0, "a")) for i in range(4) for x in "ab")
+        assert store.version_vector() == {"p": 8, "r": 1}
+        assert len(await store.ops_missing({}, 100)) == 9
+    finally:
+        await store.close()
+
+
+async def test_a_call_job_sees_the_notes_of_earlier_jobs_in_its_batch(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "n.db", "n1")
+    try:
+        res = await asyncio.gather(
+            store.apply_ops([note_op("p", 1, "first")], 0),
+            store._writer.call(lambda c: c.execute("SELECT count(*) FROM notes").fetchone()[0]),
+            store.apply_ops([note_op("p", 2, "second")], 0))
+        assert res[1] == 1
+        assert (await store.stats())["writer"]["batches"] == 1
+    finally:
+        await store.close()
