@@ -224,3 +224,21 @@ def revoke(state: CliState, user_name: str, workspace: str, project: str | None,
     click.echo(f"{user_name} on {workspace}/{project or '*'}: "
                + (f"now {left}" if left else "no access") + ("" if reply.get("changed")
                                                              else " (unchanged)"))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON reply.")
+@pass_state
+def whoami(state: CliState, as_json: bool) -> None:
+    """Who a node takes this caller for (the key's user, root, bound agent, grants)."""
+    who = state.client().get("/api/v1/whoami")
+    if as_json:
+        print_json(who)
+        return
+    user = who.get("user") or "(anonymous)"
+    agent = who.get("agent")
+    click.echo(f"{user}" + (" (root)" if who.get("root") else "")
+               + (f", agent {agent}" + (" (bound to the key)" if who.get("agent_bound") else "")
+                  if agent else "") + f", {who.get('mode')} mode")
+    for g in who.get("grants") or []:
+        click.echo(f"  {g.get('access')} on {g.get('workspace')}/{g.get('project') or '*'}")

@@ -26,7 +26,7 @@ from cli.backup import backup, restore
 from cli.client import DEFAULT_URL, normalize_url
 from cli.cluster import cluster
 from cli.health import health
-from cli.identity import grant, key, revoke, user
+from cli.identity import grant, key, revoke, user, whoami
 from cli.inbox import inbox
 from cli.memories import memories
 from cli.message import message
@@ -109,7 +109,7 @@ def cli(ctx: click.Context, url: str, agent_id: str | None, api_key: str | None,
 
 
 for _command in (notify, inbox, agents, session, message, memories, health, cluster, backup,
-                 restore, user, key, grant, revoke):
+                 restore, user, key, grant, revoke, whoami):
     cli.add_command(_command)
 
 

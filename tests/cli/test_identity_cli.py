@@ -58,6 +58,18 @@ def test_passwd_prompts_twice_and_key_revoke(stub: StubDaemon, run: Run) -> None
     assert stub.last().method == "DELETE"
 
 
+def test_whoami_prints_the_principal(stub: StubDaemon, run: Run) -> None:
+    stub.reply("GET", "/api/v1/whoami", {
+        "mode": "keys", "user": "alice", "root": False, "agent": "alice-bot",
+        "agent_bound": True, "key_id": "key_ab", "owner_user": "alice",
+        "grants": [{"workspace": "acme", "project": None, "access": "read"}]})
+    result = run("--key", "aim_x", "whoami")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "alice, agent alice-bot (bound to the key), keys mode", "  read on acme/*"]
+    assert stub.last().headers["Authorization"] == "Bearer aim_x"
+
+
 def test_bootstrap_into_a_database_file(tmp_path: Path) -> None:
     db = tmp_path / "node1.db"
     args = ["user", "add", "admin", "--root", "--db", str(db), "--node-id", "node1"]
