@@ -18,9 +18,10 @@ domain reaches:
 Then one protocol per domain combines what that domain needs
 (:class:`RecordPorts` for memories, links, agents, notify, search, sync and
 namespace subscriptions; :class:`AdminPorts`; :class:`MailPorts`;
-:class:`PeerPorts`; :class:`StatusPorts`; :class:`StreamPorts`). Members the
-node holds as attributes are read-only properties here, so the node's
-concrete types (``Store``, ``Settings``) satisfy the narrower ones.
+:class:`PeerPorts`; :class:`StatusPorts`; :class:`StreamPorts`;
+:class:`BackupPorts`). Members the node holds as attributes are read-only
+properties here, so the node's concrete types (``Store``, ``Settings``)
+satisfy the narrower ones.
 """
 
 from __future__ import annotations
@@ -206,6 +207,19 @@ class StatusPorts(Protocol):
     @property
     def peer_protocols(self) -> Mapping[str, Any]: ...
     def status(self) -> dict[str, Any]: ...
+
+
+class Counter(Protocol):
+    def inc(self, name: str, amount: float = 1, **labels: str) -> None: ...
+
+
+class BackupPorts(Protocol):
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def metrics(self) -> Counter: ...
 
 
 class StreamPorts(Protocol):

@@ -147,3 +147,11 @@ def test_handlers_never_touch_the_store(path: Path) -> None:
     found = store_accesses(path.read_text())
     assert found == [], (f"{path.relative_to(ROOT)} reaches the store: go through a "
                          "daemon/services function\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("path", _modules("daemon/api") + _modules("daemon/mcp"),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_handlers_import_nothing_from_the_store_package(path: Path) -> None:
+    names = [name for _, name in _imported(ast.parse(path.read_text()))]
+    assert not [n for n in names if n.split(".")[0] == "store"], (
+        f"{path.relative_to(ROOT)} imports store: SQLite is reached through daemon/services")
