@@ -111,3 +111,47 @@ def test_lower_layers_import_only_what_they_may(package: str) -> None:
             if top in first_party and top not in ALLOWED_LAYERS[package]:
                 offenders.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
     assert offenders == [], "layering broken:\n" + "\n".join(offenders)
+
+
+# -- ports: services take narrow protocols, handlers never touch the store ---------
+@pytest.mark.parametrize("path", _modules("daemon/services"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_services_do_not_import_the_node(path: Path) -> None:
+    names = [name for _, name in _imported(ast.parse(path.read_text()))]
+    assert "daemon.node" not in names, (
+        f"{path.relative_to(ROOT)} imports daemon.node: a service takes the ports of "
+        "daemon/ports.py, not the whole node")
+
+
+def store_accesses(source: str) -> list[str]:
+    """Every ``<x>.store`` attribute access, except the settings section
+    ``settings.store`` (the database path, not the store)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "store":
+            base = node.value
+            named = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", None)
+            if named != "settings":
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_store_check_can_fail() -> None:
+    assert store_accesses("async def f(node):\n    await node.store.message('x')\n")
+    assert store_accesses("def f(request):\n    return request.app[NODE].store\n")
+    assert not store_accesses("def f(node):\n    return node.settings.store.db_path\n")
+
+
+@pytest.mark.parametrize("path", _modules("daemon/api") + _modules("daemon/mcp"),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_handlers_never_touch_the_store(path: Path) -> None:
+    found = store_accesses(path.read_text())
+    assert found == [], (f"{path.relative_to(ROOT)} reaches the store: go through a "
+                         "daemon/services function\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("path", _modules("daemon/api") + _modules("daemon/mcp"),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_handlers_import_nothing_from_the_store_package(path: Path) -> None:
+    names = [name for _, name in _imported(ast.parse(path.read_text()))]
+    assert not [n for n in names if n.split(".")[0] == "store"], (
+        f"{path.relative_to(ROOT)} imports store: SQLite is reached through daemon/services")

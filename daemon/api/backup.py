@@ -19,24 +19,21 @@ node (409 otherwise).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import json
-import os
 
 from aiohttp import web
 
 from common import limits
 from common.errors import Conflict, Forbidden
 from common.policy import KEYS, check
-from common.randomid import token_hex
 from daemon.appkeys import NODE
 from daemon.auth import NOBODY, principal_of
 from daemon.http_errors import error_response
 from daemon.logs import HEADER as REQUEST_ID_HEADER
 from daemon.logs import request_id
 from daemon.peer_auth import BOOT_HEADER, BootMismatch
-from store.backup import online_backup
+from daemon.services import backup as svc
 
 BACKUP_PATH = "/api/v1/admin/backup"
 BUSY: web.AppKey[asyncio.Lock] = web.AppKey("backup_lock")
@@ -74,11 +71,9 @@ async def backup(request: web.Request) -> web.StreamResponse:
     if lock.locked():
         raise Conflict("a backup of this node is already running")
     async with lock:
-        tmp = f"{node.settings.store.db_path}.backup-{token_hex(6)}.tmp"
+        tmp = svc.temporary_path(node)
         try:
-            info = await asyncio.to_thread(online_backup, node.settings.store.db_path, tmp,
-                                           node.node_id)
-            node.metrics.inc("backups_total")
+            info = await svc.copy_to(node, tmp)
             resp = web.StreamResponse(headers={
                 "Content-Type": "application/vnd.sqlite3",
                 "Content-Length": str(info.bytes),
@@ -95,11 +90,7 @@ async def backup(request: web.Request) -> web.StreamResponse:
             await resp.write_eof()
             return resp
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            for suffix in ("-journal", "-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f"{tmp}{suffix}")
+            svc.remove_copy(tmp)
 
 
 def add_routes(app: web.Application) -> None:

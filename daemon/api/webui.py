@@ -311,7 +311,7 @@ async def send(request: web.Request) -> web.Response:
     policy.check(principal, "message.send", {"to": (body.to_workspace, body.to_project),
                                              "from": (body.from_workspace, body.from_project)})
     # Neither coordinate is created by a send from the browser.
-    if not await node.store.project_exists(body.from_workspace, body.from_project):
+    if not await mail.project_exists(node, body.from_workspace, body.from_project):
         raise NotFound(f"unknown project {body.from_workspace}/{body.from_project}: a project "
                        "exists once an agent has started a session there")
     owner = principal.owner_user or principal.user or None

@@ -45,22 +45,22 @@ from daemon.validation import validate
 from store import search as S
 
 if TYPE_CHECKING:
-    from daemon.node import Node
+    from daemon.ports import AdminPorts
 
 
-async def _write_chunked(node: Node, items: list[tuple[str, str, dict[str, Any]]]) -> None:
+async def _write_chunked(node: AdminPorts, items: list[tuple[str, str, dict[str, Any]]]) -> None:
     step = limits.bulk_create_max
     for i in range(0, len(items), step):
         await node.write(items[i:i + step])
 
 
-async def _tombstone(node: Node, ids: list[str]) -> None:
+async def _tombstone(node: AdminPorts, ids: list[str]) -> None:
     await _write_chunked(node, [(MEM_DEL, mem_key(i), {"id": i}) for i in ids])
 
 
 # -- forget / gc -------------------------------------------------------------------
 
-async def forget(node: Node, f: ForgetFilter) -> dict[str, Any]:
+async def forget(node: AdminPorts, f: ForgetFilter) -> dict[str, Any]:
     await node.read_barrier(ALL_KEYS)
     ids = await S.matching_ids(node.store.reads, now_ms=node.now_ms(), limit=limits.forget_max + 1,
                                namespace=f.namespace, tier=f.tier, pattern=f.pattern)
@@ -71,7 +71,7 @@ async def forget(node: Node, f: ForgetFilter) -> dict[str, Any]:
     return {"deleted": len(ids), "ids": ids}
 
 
-async def gc(node: Node) -> dict[str, Any]:
+async def gc(node: AdminPorts) -> dict[str, Any]:
     """Tombstone expired memories cluster-wide (they are already invisible)."""
     ids = await S.expired_ids(node.store.reads, now_ms=node.now_ms(), limit=limits.gc_batch_max)
     await _tombstone(node, ids)
@@ -80,7 +80,7 @@ async def gc(node: Node) -> dict[str, Any]:
 
 # -- stats / namespaces --------------------------------------------------------------
 
-async def stats(node: Node) -> dict[str, Any]:
+async def stats(node: AdminPorts) -> dict[str, Any]:
     await node.read_barrier(ALL_KEYS)
     now = node.now_ms()
     out = await S.stats(node.store.reads, now_ms=now,
@@ -90,7 +90,7 @@ async def stats(node: Node) -> dict[str, Any]:
     return out
 
 
-async def namespaces(node: Node) -> dict[str, Any]:
+async def namespaces(node: AdminPorts) -> dict[str, Any]:
     await node.read_barrier(ALL_KEYS)
     ns = await S.namespaces(node.store.reads, now_ms=node.now_ms())
     return {"namespaces": ns, "count": len(ns)}
@@ -98,7 +98,7 @@ async def namespaces(node: Node) -> dict[str, Any]:
 
 # -- export / import -----------------------------------------------------------------
 
-async def export(node: Node) -> dict[str, Any]:
+async def export(node: AdminPorts) -> dict[str, Any]:
     await node.read_barrier(ALL_KEYS)
     now = node.now_ms()
     rows = await S.all_memories(node.store.reads, now_ms=now,
@@ -126,7 +126,7 @@ def _import_body(m: ImportMemory, now_ms: int) -> dict[str, Any]:
     }
 
 
-async def import_(node: Node, body: ImportBody) -> dict[str, Any]:
+async def import_(node: AdminPorts, body: ImportBody) -> dict[str, Any]:
     now = node.now_ms()
     errors: list[str] = []
     bodies: list[dict[str, Any]] = []
@@ -169,7 +169,7 @@ async def import_(node: Node, body: ImportBody) -> dict[str, Any]:
 
 # -- consolidate --------------------------------------------------------------------
 
-async def consolidate(node: Node, req: ConsolidateBody, *, agent: str | None) -> dict[str, Any]:
+async def consolidate(node: AdminPorts, req: ConsolidateBody, *, agent: str | None) -> dict[str, Any]:
     ids = list(dict.fromkeys(req.ids))
     if len(ids) < 2:
         raise BadRequest("consolidate needs at least two distinct memory ids")
@@ -209,14 +209,14 @@ async def consolidate(node: Node, req: ConsolidateBody, *, agent: str | None) ->
 
 # -- grants -------------------------------------------------------------------------
 
-async def _held(node: Node, memory_id: str) -> None:
+async def _held(node: AdminPorts, memory_id: str) -> None:
     check_record_id(memory_id, "memory id")
     await node.read_barrier(mem_key(memory_id))
     if await node.store.get_memory(memory_id, now_ms=node.now_ms()) is None:
         raise NotFound(f"memory {memory_id} not found")
 
 
-async def grant(node: Node, memory_id: str, req: GrantBody) -> dict[str, Any]:
+async def grant(node: AdminPorts, memory_id: str, req: GrantBody) -> dict[str, Any]:
     await _held(node, memory_id)
     body = {"memory_id": memory_id, "agent_id": req.agent_id, "permission": req.permission,
             "granted": True, "at_ms": node.now_ms()}
@@ -225,7 +225,7 @@ async def grant(node: Node, memory_id: str, req: GrantBody) -> dict[str, Any]:
             "permission": req.permission}
 
 
-async def revoke(node: Node, memory_id: str, req: RevokeBody) -> dict[str, Any]:
+async def revoke(node: AdminPorts, memory_id: str, req: RevokeBody) -> dict[str, Any]:
     await _held(node, memory_id)
     body = {"memory_id": memory_id, "agent_id": req.agent_id, "permission": None,
             "granted": False, "at_ms": node.now_ms()}
@@ -233,7 +233,7 @@ async def revoke(node: Node, memory_id: str, req: RevokeBody) -> dict[str, Any]:
     return {"revoked": True, "memory_id": memory_id, "agent_id": req.agent_id}
 
 
-async def grants(node: Node, memory_id: str) -> dict[str, Any]:
+async def grants(node: AdminPorts, memory_id: str) -> dict[str, Any]:
     await _held(node, memory_id)
     rows = await S.grants_of(node.store.reads, memory_id)
     out = [{"agent_id": r["agent_id"], "permission": r["permission"],
@@ -246,7 +246,7 @@ async def grants(node: Node, memory_id: str) -> dict[str, Any]:
 _CLUSTER_READ_ACTIONS = (None, "", "status", "health", "members", "list")
 
 
-def cluster(node: Node, request: dict[str, Any]) -> dict[str, Any]:
+def cluster(node: AdminPorts, request: dict[str, Any]) -> dict[str, Any]:
     """The SDK's ``cluster`` call. Membership here is static (``--quorum-peers``
     on every node), so only reading it is supported."""
     action = request.get("action")

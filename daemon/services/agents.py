@@ -27,12 +27,12 @@ from common.ops import AGENT_REG, AGENT_SEEN, agent_key
 from daemon.schemas.agents import RegisterAgent, agent_json
 
 if TYPE_CHECKING:
-    from daemon.node import Node
+    from daemon.ports import RecordPorts
 
 log = logging.getLogger("ai_memory.agents")
 
 
-async def register(node: Node, req: RegisterAgent) -> dict[str, Any]:
+async def register(node: RecordPorts, req: RegisterAgent) -> dict[str, Any]:
     now = node.now_ms()
     key = agent_key(req.agent_id)
     await node.write([
@@ -48,7 +48,7 @@ async def register(node: Node, req: RegisterAgent) -> dict[str, Any]:
     return agent_json(row)
 
 
-async def list_agents(node: Node) -> dict[str, Any]:
+async def list_agents(node: RecordPorts) -> dict[str, Any]:
     agents = [agent_json(r) for r in await node.store.list_agents()]
     return {"agents": agents, "count": len(agents)}
 
@@ -76,7 +76,7 @@ class SeenThrottle:
         return len(self._last)
 
 
-async def refresh_seen(node: Node, agent_id: str) -> bool:
+async def refresh_seen(node: RecordPorts, agent_id: str) -> bool:
     """Write ``agent.seen`` for a registered agent; False if it is not one.
     Failures are logged, not raised: the op, if written, still spreads."""
     try:

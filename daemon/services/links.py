@@ -25,7 +25,7 @@ from daemon.schemas.timefmt import rfc3339
 from store import search as S
 
 if TYPE_CHECKING:
-    from daemon.node import Node
+    from daemon.ports import RecordPorts
 
 PROVENANCE = ("derived_from", "reflects_on", "derives_from")
 
@@ -35,12 +35,12 @@ def link_json(row: dict[str, Any]) -> dict[str, Any]:
             "relation": row["relation"], "created_at": rfc3339(row["created_at_ms"])}
 
 
-async def _live(node: Node, memory_id: str) -> None:
+async def _live(node: RecordPorts, memory_id: str) -> None:
     if await node.store.get_memory(memory_id, now_ms=node.now_ms()) is None:
         raise NotFound(f"memory {memory_id} not found")
 
 
-async def link(node: Node, req: LinkBody) -> dict[str, Any]:
+async def link(node: RecordPorts, req: LinkBody) -> dict[str, Any]:
     await node.read_barrier(mem_key(req.source_id))
     await _live(node, req.source_id)
     await node.read_barrier(mem_key(req.target_id))
@@ -51,19 +51,19 @@ async def link(node: Node, req: LinkBody) -> dict[str, Any]:
     return {"linked": True, **link_json(body)}
 
 
-async def links_of(node: Node, memory_id: str, consistency: Consistency = CONSISTENCY_DEFAULT) -> list[dict[str, Any]]:
+async def links_of(node: RecordPorts, memory_id: str, consistency: Consistency = CONSISTENCY_DEFAULT) -> list[dict[str, Any]]:
     check_record_id(memory_id, "memory id")
     await node.read_barrier(ALL_KEYS, consistency)
     rows = await S.links_of(node.store.reads, memory_id, limit=limits.links_per_memory_max)
     return [link_json(r) for r in rows]
 
 
-async def get_links(node: Node, memory_id: str) -> dict[str, Any]:
+async def get_links(node: RecordPorts, memory_id: str) -> dict[str, Any]:
     links = await links_of(node, memory_id)
     return {"id": memory_id, "links": links, "count": len(links)}
 
 
-async def lineage(node: Node, memory_id: str, q: LineageQuery) -> dict[str, Any]:
+async def lineage(node: RecordPorts, memory_id: str, q: LineageQuery) -> dict[str, Any]:
     check_record_id(memory_id, "memory id")
     await node.read_barrier(ALL_KEYS)
     outgoing = q.direction == "ancestors"

@@ -37,7 +37,7 @@ from daemon.validation import validate
 from store import search as search_store
 
 if TYPE_CHECKING:
-    from daemon.node import Node
+    from daemon.ports import RecordPorts
 
 # Fields that decide whether an idempotent retry asks for the same record.
 _CONTENT_FIELDS = ("title", "content", "tier", "namespace", "tags", "priority", "confidence",
@@ -112,7 +112,7 @@ def _later(row: dict[str, Any], now_ms: int) -> int:
     return max(now_ms, int(row["created_at_ms"]) + 1)
 
 
-async def _load(node: Node, memory_id: str) -> dict[str, Any]:
+async def _load(node: RecordPorts, memory_id: str) -> dict[str, Any]:
     check_record_id(memory_id, "memory id")
     row = await node.store.get_memory(memory_id, now_ms=node.now_ms())
     if row is None:
@@ -120,7 +120,7 @@ async def _load(node: Node, memory_id: str) -> dict[str, Any]:
     return dict(row)
 
 
-async def _settle(node: Node, bodies: list[dict[str, Any]],
+async def _settle(node: RecordPorts, bodies: list[dict[str, Any]],
                   existing: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
     """Bodies to write, after folding in idempotent replays: an unchanged
     record is re-asserted as first written; a changed one is left alone."""
@@ -139,7 +139,7 @@ async def _settle(node: Node, bodies: list[dict[str, Any]],
     return to_write, untouched
 
 
-async def _existing(node: Node, ids: list[str], keyed: bool) -> dict[str, dict[str, Any]]:
+async def _existing(node: RecordPorts, ids: list[str], keyed: bool) -> dict[str, dict[str, Any]]:
     if not keyed:
         return {}
     out = {}
@@ -150,7 +150,7 @@ async def _existing(node: Node, ids: list[str], keyed: bool) -> dict[str, dict[s
     return out
 
 
-async def create(node: Node, req: CreateMemory, *, agent: str | None,
+async def create(node: RecordPorts, req: CreateMemory, *, agent: str | None,
                  idempotency_key: str | None = None) -> dict[str, Any]:
     now = node.now_ms()
     memory_id = record_id("mem", agent, idempotency_key)
@@ -167,7 +167,7 @@ async def create(node: Node, req: CreateMemory, *, agent: str | None,
     return memory_json(row)
 
 
-async def get(node: Node, memory_id: str) -> dict[str, Any]:
+async def get(node: RecordPorts, memory_id: str) -> dict[str, Any]:
     """The memory's own fields at the top level (the SDK validates a
     ``Memory`` there) plus upstream's envelope ``{"memory", "links"}``."""
     memory = memory_json(await _load(node, memory_id))
@@ -176,7 +176,7 @@ async def get(node: Node, memory_id: str) -> dict[str, Any]:
     return {**memory, "memory": memory, "links": [link_json(r) for r in rows]}
 
 
-async def list_memories(node: Node, q: ListMemoriesQuery) -> dict[str, Any]:
+async def list_memories(node: RecordPorts, q: ListMemoriesQuery) -> dict[str, Any]:
     rows = await node.store.list_memories(
         namespace=q.namespace, tier=q.tier, tags=q.tags, min_priority=q.min_priority,
         agent_id=q.agent_id, limit=q.limit, offset=q.offset, now_ms=node.now_ms())
@@ -184,7 +184,7 @@ async def list_memories(node: Node, q: ListMemoriesQuery) -> dict[str, Any]:
     return {"memories": memories, "count": len(memories)}
 
 
-async def update(node: Node, memory_id: str, req: UpdateMemory, *,
+async def update(node: RecordPorts, memory_id: str, req: UpdateMemory, *,
                  principal: Principal | None = None) -> dict[str, Any]:
     row = await _load(node, memory_id)
     if principal is not None:
@@ -216,7 +216,7 @@ async def update(node: Node, memory_id: str, req: UpdateMemory, *,
     return memory_json(fresh if fresh is not None else {**body, "access_count": row["access_count"]})
 
 
-async def promote(node: Node, memory_id: str) -> dict[str, Any]:
+async def promote(node: RecordPorts, memory_id: str) -> dict[str, Any]:
     row = await _load(node, memory_id)
     body = _body_of(row)
     body.update(tier="long", expires_at_ms=None, updated_at_ms=_later(row, node.now_ms()))
@@ -227,7 +227,7 @@ async def promote(node: Node, memory_id: str) -> dict[str, Any]:
     return out
 
 
-async def delete(node: Node, memory_id: str, *,
+async def delete(node: RecordPorts, memory_id: str, *,
                  principal: Principal | None = None) -> dict[str, Any]:
     row = await _load(node, memory_id)
     if principal is not None:
@@ -242,7 +242,7 @@ def _item_agent(identity_agent: str | None, claimed: Any) -> str | None:
     return identity_agent if identity_agent is not None else claimed
 
 
-async def bulk_create(node: Node, items: list[Any], *, agent: str | None,
+async def bulk_create(node: RecordPorts, items: list[Any], *, agent: str | None,
                       idempotency_key: str | None = None) -> dict[str, Any]:
     """Validate each item on its own; write the valid ones in ONE quorum
     write; list the invalid ones in ``errors`` (``{index, error}``)."""

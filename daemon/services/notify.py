@@ -43,12 +43,12 @@ from daemon.schemas.notify import (
 from daemon.schemas.timefmt import parse_rfc3339
 
 if TYPE_CHECKING:
-    from daemon.node import Node
+    from daemon.ports import RecordPorts
 
 _SAME_REQUEST = ("from", "to", "title", "payload", "priority", "tier")
 
 
-async def _recipients(node: Node, req: NotifyRequest, sender: str) -> list[str]:
+async def _recipients(node: RecordPorts, req: NotifyRequest, sender: str) -> list[str]:
     prefix = req.broadcast_prefix
     if prefix is None:
         t = req.target_agent_id
@@ -62,7 +62,7 @@ async def _recipients(node: Node, req: NotifyRequest, sender: str) -> list[str]:
     return agents
 
 
-async def notify(node: Node, req: NotifyRequest, *, sender: str,
+async def notify(node: RecordPorts, req: NotifyRequest, *, sender: str,
                  idempotency_key: str | None = None) -> dict[str, Any]:
     targets = await _recipients(node, req, sender)
     if len(targets) > limits.notify_broadcast_max:
@@ -84,14 +84,14 @@ async def notify(node: Node, req: NotifyRequest, *, sender: str,
     }
 
 
-async def _notify_one(node: Node, req: NotifyRequest, target: str, *, sender: str,
+async def _notify_one(node: RecordPorts, req: NotifyRequest, target: str, *, sender: str,
                       idempotency_key: str | None) -> dict[str, Any]:
     body = await _note_body(node, req, target, sender=sender, idempotency_key=idempotency_key)
     await node.write([(NOTE_NEW, inbox_key(target), body)])
     return notified_json(body)
 
 
-async def _note_body(node: Node, req: NotifyRequest, target: str, *, sender: str,
+async def _note_body(node: RecordPorts, req: NotifyRequest, target: str, *, sender: str,
                      idempotency_key: str | None) -> dict[str, Any]:
     now = node.now_ms()
     ttl = node.settings.notify.tier_ttl_secs.get(req.tier)
@@ -118,7 +118,7 @@ async def _note_body(node: Node, req: NotifyRequest, target: str, *, sender: str
     return body
 
 
-async def inbox(node: Node, q: InboxQuery, *, agent: str) -> dict[str, Any]:
+async def inbox(node: RecordPorts, q: InboxQuery, *, agent: str) -> dict[str, Any]:
     await node.read_barrier(inbox_key(agent), q.consistency)
     rows = await node.store.inbox(
         agent, unread_only=q.unread_only, limit=q.limit, min_priority=q.min_priority,
@@ -138,7 +138,7 @@ async def inbox(node: Node, q: InboxQuery, *, agent: str) -> dict[str, Any]:
     }
 
 
-async def mark_read(node: Node, ids: list[str], *, agent: str,
+async def mark_read(node: RecordPorts, ids: list[str], *, agent: str,
                     consistency: Consistency = CONSISTENCY_DEFAULT) -> dict[str, Any]:
     """Mark the given notifications read; ids addressed to someone else (or
     unknown here after the read barrier) are ignored, not reported."""

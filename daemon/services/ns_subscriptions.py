@@ -19,10 +19,10 @@ from daemon.schemas.timefmt import rfc3339
 from store import search as S
 
 if TYPE_CHECKING:
-    from daemon.node import Node
+    from daemon.ports import RecordPorts
 
 
-async def subscribe(node: Node, agent_id: str, namespace: str) -> dict[str, Any]:
+async def subscribe(node: RecordPorts, agent_id: str, namespace: str) -> dict[str, Any]:
     now = node.now_ms()
     await node.write([(NSUB_PUT, agent_key(agent_id), {
         "agent_id": agent_id, "namespace": namespace, "active": True, "at_ms": now})])
@@ -30,7 +30,7 @@ async def subscribe(node: Node, agent_id: str, namespace: str) -> dict[str, Any]
             "created_at": rfc3339(now)}
 
 
-async def unsubscribe(node: Node, agent_id: str, namespace: str) -> dict[str, Any]:
+async def unsubscribe(node: RecordPorts, agent_id: str, namespace: str) -> dict[str, Any]:
     await node.read_barrier(agent_key(agent_id))
     held = {s["namespace"] for s in await S.namespace_subscriptions(node.store.reads, agent_id)}
     if namespace in held:
@@ -40,7 +40,7 @@ async def unsubscribe(node: Node, agent_id: str, namespace: str) -> dict[str, An
     return {"unsubscribed": namespace in held, "agent_id": agent_id, "namespace": namespace}
 
 
-async def list_for(node: Node, agent_id: str, consistency: Consistency = CONSISTENCY_DEFAULT) -> dict[str, Any]:
+async def list_for(node: RecordPorts, agent_id: str, consistency: Consistency = CONSISTENCY_DEFAULT) -> dict[str, Any]:
     await node.read_barrier(agent_key(agent_id), consistency)
     rows = await S.namespace_subscriptions(node.store.reads, agent_id)
     subs = [{"agent_id": r["agent_id"], "namespace": r["namespace"],

@@ -17,10 +17,10 @@ from common import limits
 from common.ops import ALL_KEYS, IDENT_KEY, Op
 
 if TYPE_CHECKING:
-    from daemon.node import Node
+    from daemon.ports import PeerPorts
 
 
-async def receive(node: Node, peer: str, msgs: list[Any]) -> list[Any]:
+async def receive(node: PeerPorts, peer: str, msgs: list[Any]) -> list[Any]:
     msgs = node.router.take_forwards(peer, msgs)  # forwarded mailbox requests and answers
     if node.settings.cluster.peers:
         return await node.receive(peer, msgs)
@@ -31,7 +31,7 @@ async def receive(node: Node, peer: str, msgs: list[Any]) -> list[Any]:
     return replies
 
 
-async def pull(node: Node, key: str, vv: dict[str, int]) -> list[Op]:
+async def pull(node: PeerPorts, key: str, vv: dict[str, int]) -> list[Op]:
     if key == IDENT_KEY:
         # Answer for the directory only once every persist handed over has
         # run its applied-op listeners: an identity op this answer shows is

@@ -16,8 +16,8 @@ from typing import Any
 
 from common.errors import BadRequest, Conflict
 from common.vocab import INFERRED_SOURCES, ScopeSource
+from daemon.ports import SessionReads
 from daemon.settings import MailSettings
-from store.db import Store
 
 EXPLICIT: ScopeSource = "explicit"
 SESSION: ScopeSource = "session"
@@ -44,7 +44,7 @@ class Scope:
                 "project (the SessionStart inbox notice and the briefing name them)")
 
 
-async def resolve(store: Store, settings: MailSettings, workspace: str | None,
+async def resolve(store: SessionReads, settings: MailSettings, workspace: str | None,
                   project: str | None, session_id: str | None) -> Scope:
     session = await store.get_session(session_id) if session_id else None
     if workspace is not None or project is not None:

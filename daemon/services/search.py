@@ -25,7 +25,7 @@ from daemon.schemas.timefmt import parse_rfc3339
 from store import search as S
 
 if TYPE_CHECKING:
-    from daemon.node import Node
+    from daemon.ports import RecordPorts
 
 _CHARS_PER_TOKEN = 4
 
@@ -40,7 +40,7 @@ def _scored(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def search(node: Node, req: SearchBody) -> dict[str, Any]:
+async def search(node: RecordPorts, req: SearchBody) -> dict[str, Any]:
     text = req.q or req.query or ""
     match = S.fts_query(text)
     rows: list[dict[str, Any]] = []
@@ -54,7 +54,7 @@ async def search(node: Node, req: SearchBody) -> dict[str, Any]:
     return {"memories": memories, "results": memories, "count": len(memories), "query": text}
 
 
-async def recall(node: Node, req: RecallBody) -> dict[str, Any]:
+async def recall(node: RecordPorts, req: RecallBody) -> dict[str, Any]:
     match = S.fts_query(req.context, any_word=True)
     rows: list[dict[str, Any]] = []
     if match is not None:

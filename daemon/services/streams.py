@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from common import limits
 from common.lifecycle import PENDING
 from common.ops import Op, inbox_key, mailbox_key
-from daemon.node import Node
+from daemon.ports import StreamPorts
 from daemon.schemas.notify import message_json
 from daemon.services.mail import public_message
 
@@ -41,7 +41,7 @@ class Source(Protocol):
 class InboxSource:
     """Notifications to one agent (event ``notify``)."""
 
-    node: Node
+    node: StreamPorts
     agent_id: str
     event: str = "notify"
     agent: str | None = None
@@ -70,7 +70,7 @@ class MailboxSource:
     """Messages sent to one project's mailbox (event ``message``); with
     ``agent``, only those that harness could claim."""
 
-    node: Node
+    node: StreamPorts
     workspace: str
     project: str
     agent: str | None = None

@@ -17,7 +17,7 @@ from daemon.schemas.memories import memory_json
 from daemon.schemas.timefmt import parse_rfc3339, rfc3339
 
 if TYPE_CHECKING:
-    from daemon.node import Node
+    from daemon.ports import RecordPorts
 
 
 def _ms(value: str | None, what: str) -> int | None:
@@ -29,7 +29,7 @@ def _ms(value: str | None, what: str) -> int | None:
         raise BadRequest(f"{what} is not an RFC3339 time") from None
 
 
-async def push(node: Node, memories: Sequence[Any], deletions: Sequence[str]) -> int:
+async def push(node: RecordPorts, memories: Sequence[Any], deletions: Sequence[str]) -> int:
     """Apply what is newer than this node holds; returns how many items."""
     now = node.now_ms()
     items: list[tuple[str, str, dict[str, Any]]] = []
@@ -53,7 +53,7 @@ async def push(node: Node, memories: Sequence[Any], deletions: Sequence[str]) ->
     return len(items)
 
 
-async def since(node: Node, since: str | None, limit: int) -> dict[str, Any]:
+async def since(node: RecordPorts, since: str | None, limit: int) -> dict[str, Any]:
     since_ms = _ms(since, "since") or 0
     rows = await node.store.memories_since(since_ms, limit=limit, now_ms=node.now_ms())
     next_since = rfc3339(rows[-1]["updated_at_ms"]) if rows else since

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 from federation.messages import PROTOCOL_VERSION
 
 if TYPE_CHECKING:
-    from daemon.node import Node
+    from daemon.ports import StatusPorts
 
 
-async def cluster_status(node: Node) -> dict[str, Any]:
+async def cluster_status(node: StatusPorts) -> dict[str, Any]:
     status = node.status()
     stats = await node.store.stats()
     status["oplog"] = stats
