@@ -155,3 +155,12 @@ def test_handlers_import_nothing_from_the_store_package(path: Path) -> None:
     names = [name for _, name in _imported(ast.parse(path.read_text()))]
     assert not [n for n in names if n.split(".")[0] == "store"], (
         f"{path.relative_to(ROOT)} imports store: SQLite is reached through daemon/services")
+
+
+@pytest.mark.parametrize("path", _modules("daemon/services"),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_services_import_no_http_layer(path: Path) -> None:
+    """Services are called by HTTP, MCP and the web alike: aiohttp stays in the handlers."""
+    names = [name for _, name in _imported(ast.parse(path.read_text()))]
+    assert not [n for n in names if n.split(".")[0] == "aiohttp" or n.startswith("daemon.api")], (
+        f"{path.relative_to(ROOT)} imports the HTTP layer")

@@ -5,7 +5,7 @@ file, vanilla JS; no build step, no CDN), served with a strict
 Content-Security-Policy (scripts and styles from this origin only, nothing
 inline, no framing). Every action goes through the same services as the
 HTTP API (:mod:`daemon.services.mail`) and asks :mod:`common.policy`;
-sessions and the CSRF rules are :mod:`daemon.services.websession`.
+sessions and the CSRF rules are :mod:`daemon.api.websession`.
 """
 
 from __future__ import annotations
@@ -23,11 +23,7 @@ from common import limits, policy
 from common.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from common.policy import ANONYMOUS, Principal
 from common.vocab import NATURE_DEFAULT, Nature
-from daemon.appkeys import NODE
-from daemon.http_errors import query_model, read_json
-from daemon.node import Node
-from daemon.services import mail
-from daemon.services.websession import (
+from daemon.api.websession import (
     WRITE_TOKEN_HEADER,
     WebSession,
     WebSessions,
@@ -36,6 +32,10 @@ from daemon.services.websession import (
     clear_cookie,
     set_cookie,
 )
+from daemon.appkeys import NODE
+from daemon.http_errors import query_model, read_json
+from daemon.node import Node
+from daemon.services import mail
 from daemon.validation import Lenient, ScopeName, Strict, text
 
 STATIC = Path(__file__).resolve().parent.parent / "web"
