@@ -32,6 +32,9 @@ What it composes:
   coordinates no write and owns no mailbox; then it raises its promises to
   the highest any member knows and its op counter past every op of its own
   the others hold (docs/federation.md, "A member that lost its disk").
+  A member about to be seeded from a copy sends ``Reseeding`` first; a peer
+  then takes no GC floor from its offers until its new process's
+  ``RecoveryQuery``, so nobody collects an op the copy lacks.
 
 Constructor state comes from the store at start (``vv``, ``last_hlc``,
 ``own_max_seq``, ``promises``, ``recovering``); nothing else survives a
