@@ -107,7 +107,6 @@ class SimNode:
         d = self.disk
         self.incarnation += 1
         self.barriers = []
-        self._writer_free_ms = 0  # when the disk's writer finishes what it was handed
         self.core = NodeCore(
             self.id, self.members, cfg.write_quorum,
             quorum_timeout_ms=cfg.quorum_timeout_ms, claim_timeout_ms=cfg.claim_timeout_ms,
@@ -234,13 +233,7 @@ class SimNode:
             return self.sim.rng.randint(0, 20)
         cap = self.sim.cfg.disk_delay_max_ms
         if cap and step.method in driver.WRITES:
-            # One writer, as the daemon's store has: writes complete in the
-            # order they were handed over, so what a crash keeps is a prefix
-            # of them (a restarted core counts on its own ops being durable
-            # in seq order).
-            now = self.sim.now
-            self._writer_free_ms = max(self._writer_free_ms, now) + self.sim.rng.randint(0, cap)
-            return self._writer_free_ms - now
+            return self.sim.rng.randint(0, cap)
         return 0
 
     def _complete(self, task: _Task, step: driver.StoreCall, now_ms: int) -> None:
