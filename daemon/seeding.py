@@ -11,6 +11,13 @@ recovering (:func:`store.backup.restore`). The core then recovers from
 every member before it votes (docs/federation.md, "A member that lost its
 disk"). With no peer reachable it gives up with a clear error; systemd (or
 ``cluster up``) starts it again later.
+
+Before it downloads a peer's copy it tells every peer so
+(:class:`federation.messages.Reseeding` on the batched peer channel), and
+downloads only from a peer that took the message: the last offer the peers
+hold from this member describes the lost disk, and a donor that still took
+GC floors over it could collect an op it received after making the copy,
+which the seeded member would then wait for forever.
 """
 
 from __future__ import annotations
@@ -27,7 +34,9 @@ from common import limits
 from common.errors import Unavailable
 from daemon.api.backup import BACKUP_PATH
 from daemon.peer_auth import BOOT_HEADER, sign
+from daemon.peer_client import PeerClient, PeerUnreachable
 from daemon.settings import Settings
+from federation.messages import Reseeding
 from store.backup import restore
 
 log = logging.getLogger("ai_memory.node")
@@ -63,22 +72,49 @@ async def seed_from_peers(settings: Settings) -> str:
     db.parent.mkdir(parents=True, exist_ok=True)
     part = db.with_name(db.name + ".seed")
     timeout = aiohttp.ClientTimeout(total=limits.backup_http_timeout_secs)
+    c = settings.cluster
+    peers = PeerClient(c.node_id, {p.node_id: p.url for p in c.peers}, c.secret,
+                       now_s=lambda: time.time() + settings.clock_offset_ms / 1000)
     errors = []
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        for member in settings.cluster.peers:
-            try:
-                await _download(session, settings, member.node_id, member.url.rstrip("/"), part)
-                await asyncio.to_thread(restore, part, db, foreign=True)
-                log.warning("no database at %s: seeded from %s's copy; recovering from every "
-                            "member before voting", db, member.node_id)
-                return member.node_id
-            except (aiohttp.ClientError, OSError, TimeoutError, Unavailable) as exc:
-                errors.append(f"{member.node_id}: {exc}")
-            finally:
-                part.unlink(missing_ok=True)
+    await peers.start()
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for member in c.peers:
+                try:
+                    # Every peer first drops the GC floor it holds for us;
+                    # the donor must have, before its copy is made.
+                    if member.node_id not in await _announce(peers, settings, member.node_id):
+                        raise Unavailable("it did not take the Reseeding message")
+                    await _download(session, settings, member.node_id,
+                                    member.url.rstrip("/"), part)
+                    await asyncio.to_thread(restore, part, db, foreign=True)
+                    log.warning("no database at %s: seeded from %s's copy; recovering from "
+                                "every member before voting", db, member.node_id)
+                    return member.node_id
+                except (aiohttp.ClientError, OSError, TimeoutError, Unavailable) as exc:
+                    errors.append(f"{member.node_id}: {exc}")
+                finally:
+                    part.unlink(missing_ok=True)
+    finally:
+        await peers.close()
     raise Unavailable("this member has no database and no peer could seed it ("
                       + "; ".join(errors) + "); start it again once a peer is up, or pass "
                       "--initial-cluster-state new when bootstrapping a new cluster")
+
+
+async def _announce(peers: PeerClient, settings: Settings, donor: str) -> set[str]:
+    """Send ``Reseeding(donor)`` to every peer at once; the peers that took it
+    (a peer older than protocol 4 takes it too, and skips it)."""
+    ids = [m.node_id for m in settings.cluster.peers]
+    msg = [Reseeding(donor).to_wire()]
+    got = await asyncio.gather(*(peers.call(p, "/peer/v1/msgs", msg) for p in ids),
+                               return_exceptions=True)
+    for p, r in zip(ids, got, strict=True):
+        if isinstance(r, PeerUnreachable):
+            log.info("seeding: %s did not take Reseeding (%s)", p, r.reason)
+        elif isinstance(r, BaseException):
+            raise r
+    return {p for p, r in zip(ids, got, strict=True) if not isinstance(r, BaseException)}
 
 
 def needs_seed(settings: Settings) -> bool:

@@ -32,6 +32,9 @@ What it composes:
   coordinates no write and owns no mailbox; then it raises its promises to
   the highest any member knows and its op counter past every op of its own
   the others hold (docs/federation.md, "A member that lost its disk").
+  A member about to be seeded from a copy sends ``Reseeding`` first; a peer
+  then takes no GC floor from its offers until its new process's
+  ``RecoveryQuery``, so nobody collects an op the copy lacks.
 
 Constructor state comes from the store at start (``vv``, ``last_hlc``,
 ``own_max_seq``, ``promises``, ``recovering``); nothing else survives a
@@ -75,6 +78,7 @@ from federation.messages import (
     RecoveryState,
     Rejected,
     Replicate,
+    Reseeding,
     SyncOffer,
 )
 from federation.quorum import Completion, QuorumTracker
@@ -133,6 +137,11 @@ class NodeCore:
         self.recovery_grace_ms = recovery_grace_ms
         self._recovery_round = f"{rng.getrandbits(64):016x}"  # this process's queries
         self.peers_recovering: dict[str, int] = {}  # peer -> when it last asked to recover
+        # Members being seeded from a copy (they sent Reseeding): their last
+        # offer describes a lost disk, and until their new process announces
+        # itself (RecoveryQuery) no offer of theirs sets a GC floor.
+        self._reseeded: set[str] = set()
+        self._peer_incarnation: dict[str, str] = {}  # per member, of its last RecoveryQuery
 
     # -- small accessors ------------------------------------------------------
     @property
@@ -252,8 +261,17 @@ class NodeCore:
             return self._on_replicate(peer, msg, now_ms)
         if isinstance(msg, Ack):
             return self._complete(self.quorum.ack(peer, msg.op_ids))
+        if isinstance(msg, Reseeding):
+            return self._on_reseeding(peer)
         if isinstance(msg, RecoveryQuery):
             self.peers_recovering[peer] = now_ms
+            self._reseeded.discard(peer)
+            if self._peer_incarnation.get(peer) != msg.incarnation:
+                # A new process on a new or restored disk: the offer held for
+                # the member may be its previous process's and claim ops this
+                # disk lacks. The next offer (from this process) replaces it.
+                self._peer_incarnation[peer] = msg.incarnation
+                self.peer_vv.pop(peer, None)
             # The answer, and every op the asker lacks, held seqs past a gap
             # included (a SyncOffer's watermark would not show those).
             return [Send(peer, RecoveryState(msg.round, self.vv, self._promise_table(),
@@ -292,6 +310,22 @@ class NodeCore:
         for key, epoch in self.promises.items():
             table[key] = max(table.get(key, 0), epoch)
         return table
+
+    def _on_reseeding(self, peer: str) -> list[Effect]:
+        """``peer`` lost its disk and is about to be seeded from a copy (of
+        this node's database, maybe). Its last offer described the lost disk:
+        taken as a GC floor it would let every member collect an op the copy
+        lacks (one this node receives after making the copy, say), and the
+        seeded member could then never get it back, since anti-entropy pushes
+        only logged ops. So the offer is dropped and none is taken until the
+        member's new process announces itself with a ``RecoveryQuery``; an
+        offer its previous process still had in flight cannot bring the old
+        floor back. A donor that keeps this rule keeps in its log every op
+        its copy lacks until the member's own offers show it, so no member
+        can collect it either: their floors need the donor's offer too."""
+        self.peer_vv.pop(peer, None)
+        self._reseeded.add(peer)
+        return []
 
     def _start_recovery(self, reason: str) -> list[Effect]:
         self.recovering = True
@@ -391,7 +425,8 @@ class NodeCore:
             return [MembershipMismatch(peer, msg.fingerprint, self._fingerprint)]
         self._mismatched.discard(peer)
         self.detector.heard(peer, now_ms)
-        self.peer_vv[peer] = dict(msg.vv)
+        if peer not in self._reseeded:  # else maybe its previous process's offer (_on_reseeding)
+            self.peer_vv[peer] = dict(msg.vv)
         if not self.recovering and msg.vv.get(self.node_id, 0) > self._seq:
             # The peer holds ops of ours we do not: our disk was lost or
             # rolled back behind our back. Stop voting until we recover.
@@ -455,6 +490,7 @@ class NodeCore:
                 "ahead_ops": None if theirs is None else vv_lag(theirs, ours),
                 "recovering": (p in self.peers_recovering and now_ms - self.peers_recovering[p]
                                <= 3 * limits.recovery_query_interval_ms),
+                "reseeding": p in self._reseeded,
             }
         return {
             "node_id": self.node_id,

@@ -17,8 +17,9 @@ The vocabulary, by protocol:
 * mailbox ownership (a Paxos-like prepare/accept over epochs, see
   docs/federation.md): ``Prepare`` -> ``Promise`` | ``PromiseNack``, then
   ``Accept`` -> ``Accepted`` | ``Rejected``;
-* recovery of a member that lost its state: ``RecoveryQuery`` ->
-  ``RecoveryState`` (docs/federation.md, "A member that lost its disk");
+* recovery of a member that lost its state: ``Reseeding`` (sent before it
+  downloads a donor's copy), then ``RecoveryQuery`` -> ``RecoveryState``
+  (docs/federation.md, "A member that lost its disk");
 * mailbox requests forwarded to the owner on the batched channel:
   ``Forward`` -> ``ForwardResult`` (protocol 3). These are the adapter's
   (:mod:`daemon.mailbox_router`), not the core's: it takes them out of a
@@ -35,7 +36,8 @@ and forwarded, not refused (:mod:`common.ops`), and a message whose tag this
 version does not know is skipped and counted (:func:`is_known_tag`) rather
 than failing the batch it came in. 3 adds ``Forward``/``ForwardResult``: a
 node sends a forward on the batched channel only to a peer that spoke 3 or
-later to it, and uses ``/peer/v1/mailbox`` otherwise. A receiver refuses
+later to it, and uses ``/peer/v1/mailbox`` otherwise. 4 adds ``Reseeding``;
+an older peer skips it (it then keeps GC floors as protocol 3 did). A receiver refuses
 senders older than :data:`PROTOCOL_MIN`.
 """
 
@@ -50,7 +52,7 @@ from federation.wire import Registry
 
 OpId = tuple[str, int]
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 PROTOCOL_MIN = 1
 
 
@@ -160,6 +162,20 @@ class Rejected(_Wire):
 
 
 @dataclass(frozen=True, slots=True)
+class Reseeding(_Wire):
+    """The sender lost its disk and is about to be seeded from a member's copy:
+    the last offer the receiver holds from it describes a disk that is gone.
+    The receiver stops taking GC floors over the sender until the new process
+    has announced itself (its :class:`RecoveryQuery`), so a donor cannot
+    collect an op its copy lacks (docs/federation.md, "A member that lost its
+    disk"). ``donor`` names the member whose copy it is about to take
+    (for the receivers' logs; every receiver drops the floor)."""
+
+    donor: str
+    TAG = "reseed"
+
+
+@dataclass(frozen=True, slots=True)
 class RecoveryQuery(_Wire):
     """A member that lost its disk (or came back from a backup) asks what the
     receiver holds before it votes in claim rounds again; ``incarnation`` is
@@ -212,7 +228,7 @@ class ForwardResult(_Wire):
 
 
 Message = (Replicate | Ack | SyncOffer | Prepare | Promise | PromiseNack | Accept | Accepted
-           | Rejected | RecoveryQuery | RecoveryState | Forward | ForwardResult)
+           | Rejected | Reseeding | RecoveryQuery | RecoveryState | Forward | ForwardResult)
 
 PEER = Registry("peer message", typing.get_args(Message))
 

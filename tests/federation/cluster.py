@@ -16,7 +16,7 @@ from common.ops import Op
 from federation import driver
 from federation.core import NodeCore
 from federation.effects import Effect
-from federation.messages import Message, Replicate
+from federation.messages import Message, Replicate, Reseeding
 from store.merge import Replica
 
 Drop = Callable[[str, str, Message], bool]
@@ -52,6 +52,15 @@ class Cluster:
         self.disks[node] = disk if disk is not None else Replica()
         self.cores[node] = self._core(node, recovering=disk is None)
         self.queue = [m for m in self.queue if node not in (m[0], m[1])]
+
+    def seed(self, node: str, donor: str) -> None:
+        """The node lost its disk and comes back seeded from ``donor``'s copy,
+        recovering, as ``daemon/seeding.py`` does it: ``Reseeding`` reaches
+        the donor first, then the copy is taken."""
+        self.queue = [m for m in self.queue if node not in (m[0], m[1])]
+        self.run(donor, self.cores[donor].on_message(node, Reseeding(donor), self.now))
+        self.disks[node] = self.disks[donor].seed_copy()
+        self.cores[node] = self._core(node, recovering=True)
 
     def run(self, node: str, effects: list[Effect]) -> None:
         """Carry ``effects`` with the shared driver, every store call at once."""

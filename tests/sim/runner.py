@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from common.errors import AiMemoryError
-from federation.messages import Message
+from federation.messages import Message, Reseeding
 from tests.sim import checker
 from tests.sim.config import SimConfig
 from tests.sim.entry import Answer, Forward, Pull, Pulled
@@ -276,7 +276,16 @@ class Sim:
         donor = self.rng.choice(donors)
         self._wiping.discard(node_id)
         self.monitor.forget(node_id)
-        node.restart(seed=self.nodes[donor].disk.seed_copy())
+        # As daemon/seeding.py: Reseeding reaches the donor before its copy is
+        # taken (the download waits for its answer); the others hear it on
+        # the network, or not.
+        for peer in self.ids:
+            if peer != node_id and peer != donor:
+                self.transmit(node_id, peer, Reseeding(donor))
+        d = self.nodes[donor]
+        assert d.core is not None
+        d.run(d.core.on_message(node_id, Reseeding(donor), d.clock(now_ms)), now_ms)
+        node.restart(seed=d.disk.seed_copy())
         self.stats["restarts"] += 1
         self.stats["seeded"] += 1
 

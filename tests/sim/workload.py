@@ -67,8 +67,11 @@ class Workload:
         self.holders: dict[str, list[dict[str, str]]] = {}  # message id -> holders asked
         # Who releases is drawn from a stream of its own, derived from (not
         # drawn from) the main one, so every other request of a seed is the
-        # same as before releases named their holder.
-        self.editors = random.Random(hash(rng.getstate()))
+        # same as before releases named their holder. Seeded from the state's
+        # repr, not hash(): hash() of the state tuple takes in hash(None),
+        # which differs between processes before Python 3.12, so one seed
+        # replayed in another process drew other editors.
+        self.editors = random.Random(repr(rng.getstate()))
 
     def _next(self, prefix: str) -> str:
         self._n += 1
