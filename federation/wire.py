@@ -53,11 +53,15 @@ def _same(value: Any) -> Any:
     return value
 
 
+_SCALAR_OF: dict[Decode, type] = {}  # a scalar decoder -> the type it checks
+
+
 def _scalar(kind: type) -> Conv:
     def decode(raw: Any) -> Any:
         if (isinstance(raw, bool) and kind is not bool) or not isinstance(raw, kind):
             raise WireError(f"expected {kind.__name__}, got {type(raw).__name__}")
         return raw
+    _SCALAR_OF[decode] = kind
     return _same, decode
 
 
@@ -74,7 +78,9 @@ def _as_list(raw: Any, what: str) -> list[Any] | tuple[Any, ...]:
 
 def _sequence(inner: Conv, make: Callable[[Iterable[Any]], Any]) -> Conv:
     enc, dec = inner
-    return (lambda v: [enc(x) for x in v]), (lambda r: make(dec(x) for x in _as_list(r, "items")))
+    if enc is _same and dec is _same:
+        return list, (lambda r: make(_as_list(r, "items")))
+    return (lambda v: [enc(x) for x in v]), (lambda r: make([dec(x) for x in _as_list(r, "items")]))
 
 
 def _fixed(items: tuple[Conv, ...]) -> Conv:
@@ -85,8 +91,21 @@ def _fixed(items: tuple[Conv, ...]) -> Conv:
         raw = _as_list(raw, f"{len(items)} items")
         if len(raw) != len(items):
             raise WireError(f"expected {len(items)} items, got {len(raw)}")
-        return tuple(dec(x) for (_, dec), x in zip(items, raw, strict=True))
-    return encode, decode
+        return tuple([dec(x) for (_, dec), x in zip(items, raw, strict=True)])
+
+    kinds = tuple(_SCALAR_OF.get(dec) for _, dec in items)
+    if len(kinds) != 2 or None in kinds or bool in kinds:
+        return encode, decode
+    first, second = kinds
+
+    def pair(raw: Any) -> tuple[Any, ...]:
+        # Two plain scalars (an op id is [origin, seq]): exact types, the
+        # general path only to word the error.
+        if ((type(raw) is list or type(raw) is tuple) and len(raw) == 2
+                and type(raw[0]) is first and type(raw[1]) is second):
+            return (raw[0], raw[1])
+        return decode(raw)
+    return encode, pair
 
 
 def _mapping(key: Conv, val: Conv) -> Conv:
@@ -105,19 +124,27 @@ _INT = _scalar(int)
 _BODY = _mapping(_STR, (_same, _same))
 
 
+_KINDS_SEEN: set[str] = set()  # well-formed kind names met so far (bounded)
+
+
 def _op_from_wire(raw: Any) -> Op:
-    # The hot path of replication (every op of every batch): checks inlined.
-    if not isinstance(raw, list | tuple) or len(raw) != 7:
+    # The hot path of replication (every op of every batch): checks inlined,
+    # exact types (msgpack yields exact str and int), and a kind name is
+    # checked against its pattern only the first time it is met.
+    if (type(raw) is not list and type(raw) is not tuple) or len(raw) != 7:
         raise WireError("an op is [origin, seq, hlc, kind, key, epoch, body]")
     origin, seq, hlc, kind, key, epoch, body = raw
-    if not valid_kind_name(kind):  # unknown but well-formed kinds are kept (store/ops.py)
-        raise WireError(f"malformed op kind {kind!r}")
-    if not (isinstance(origin, str) and isinstance(key, str) and type(seq) is int
-            and type(hlc) is int and type(epoch) is int):
+    if type(kind) is not str or kind not in _KINDS_SEEN:
+        if not valid_kind_name(kind):  # unknown but well-formed kinds are kept (common/ops.py)
+            raise WireError(f"malformed op kind {kind!r}")
+        if len(_KINDS_SEEN) < 256:
+            _KINDS_SEEN.add(kind)
+    if (type(origin) is not str or type(key) is not str or type(seq) is not int
+            or type(hlc) is not int or type(epoch) is not int):
         raise WireError("an op's origin and key are strings, its seq, hlc and epoch ints")
-    if not isinstance(body, dict) or not all(isinstance(k, str) for k in body):
+    if type(body) is not dict or not all(type(k) is str for k in body):
         raise WireError("an op's body is a map with string keys")
-    return Op(origin=origin, seq=seq, hlc=hlc, kind=kind, key=key, body=dict(body), epoch=epoch)
+    return Op(origin, seq, hlc, kind, key, dict(body), epoch)
 
 
 OP: Conv = (Op.to_wire, _op_from_wire)
@@ -164,15 +191,36 @@ class Codec:
             self.fields.append((f.name, conv, optional))
         self.convs = {name: conv for name, conv, _ in self.fields}
         self.required = sum(1 for _, _, optional in self.fields if not optional)
+        # The hot path (every peer message, both ways) skips identity
+        # converters and, for the list layout, builds the object positionally.
+        self._encoders = tuple((name, None if enc is _same else enc)
+                               for name, (enc, _), _ in self.fields)
+        self._decoders = tuple((name, None if dec is _same else dec)
+                               for name, (_, dec), _ in self.fields)
+        self._positional = all(f.init and not f.kw_only for f in dataclasses.fields(cls))
 
     def encode(self, obj: Any) -> Any:
+        values = [getattr(obj, name) if enc is None else enc(getattr(obj, name))
+                  for name, enc in self._encoders]
         if self.layout == "list":
-            return [self.tag, *(enc(getattr(obj, name)) for name, (enc, _), _ in self.fields)]
-        return {"type": self.tag,
-                "fields": {name: enc(getattr(obj, name)) for name, (enc, _), _ in self.fields}}
+            values.insert(0, self.tag)
+            return values
+        return {"type": self.tag, "fields": dict(zip(self.convs, values, strict=True))}
 
     def decode(self, raw: Any) -> Any:
         """The object ``raw`` (as :meth:`encode` makes it) describes."""
+        if self.layout == "list" and self._positional:
+            self._check_list(raw)
+            args = raw[1:] if type(raw) is list else list(raw[1:])
+            i = 0
+            try:
+                for i, (_, dec) in enumerate(self._decoders[:len(args)]):
+                    if dec is not None:
+                        args[i] = dec(args[i])
+            except WireError as exc:
+                raise WireError(f"malformed {self.tag!r} message, field "
+                                f"{self._decoders[i][0]}: {exc}") from None
+            return self.cls(*args)
         values: dict[str, Any] = {}
         for name, item in self._items(raw).items():
             try:
@@ -184,15 +232,18 @@ class Codec:
             raise WireError(f"malformed {self.tag!r} message: missing {', '.join(missing)}")
         return self.cls(**values)
 
+    def _check_list(self, raw: Any) -> None:
+        if not isinstance(raw, list | tuple) or not raw or raw[0] != self.tag:
+            raise WireError(f"malformed {self.tag!r} message: not a list tagged {self.tag!r}")
+        if not self.required <= len(raw) - 1 <= len(self.fields):
+            raise WireError(f"malformed {self.tag!r} message: {len(raw) - 1} fields, "
+                            f"expected {self.required}..{len(self.fields)}")
+
     def _items(self, raw: Any) -> dict[str, Any]:
         """Field name -> raw value, for the fields ``raw`` carries."""
         names = [n for n, _, _ in self.fields]
         if self.layout == "list":
-            if not isinstance(raw, list | tuple) or not raw or raw[0] != self.tag:
-                raise WireError(f"malformed {self.tag!r} message: not a list tagged {self.tag!r}")
-            if not self.required <= len(raw) - 1 <= len(names):
-                raise WireError(f"malformed {self.tag!r} message: {len(raw) - 1} fields, "
-                                f"expected {self.required}..{len(names)}")
+            self._check_list(raw)
             return dict(zip(names, raw[1:], strict=False))
         if not isinstance(raw, dict) or raw.get("type") != self.tag or not isinstance(
                 raw.get("fields"), dict):
