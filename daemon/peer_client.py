@@ -16,6 +16,7 @@ peer, path, status and duration.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -28,9 +29,11 @@ from common import limits
 from daemon.logs import HEADER as REQUEST_ID_HEADER
 from daemon.logs import request_id
 from daemon.peer_auth import BOOT_HEADER, sign
+from daemon.peer_channel import LINK_PATH, ChannelError, Channels, channel_key
 from federation.messages import PROTOCOL_VERSION
 
 PROTOCOL_HEADER = "X-AIM-Protocol"  # the sender's peer protocol version (federation.messages)
+MSGS_PATH = "/peer/v1/msgs"  # batched messages: a frame on the peer channel when it is open
 
 log = logging.getLogger("ai_memory.peer")
 
@@ -51,6 +54,8 @@ class PeerClient:
         self.secret = secret
         self._session: aiohttp.ClientSession | None = None
         self._boots: dict[str, str] = {}  # peer -> its boot id, as last learned
+        self.channels: Channels | None = (
+            Channels(self._open_channel) if limits.peer_channel_enabled else None)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit_per_host=limits.peer_connections_per_host_max,
@@ -58,6 +63,8 @@ class PeerClient:
         self._session = aiohttp.ClientSession(connector=connector)
 
     async def close(self) -> None:
+        if self.channels is not None:
+            await self.channels.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -69,6 +76,10 @@ class PeerClient:
         url = self.urls.get(peer)
         if url is None:
             raise PeerUnreachable(peer, "unreachable")
+        if path == MSGS_PATH and self.channels is not None:
+            ch = await self._channel(peer, timeout_s or limits.peer_request_timeout_secs)
+            if ch is not None:
+                return await self._exchange(ch, payload, timeout_s)
         body = msgpack.packb(payload, use_bin_type=True)
         t = aiohttp.ClientTimeout(total=timeout_s or limits.peer_request_timeout_secs)
         started = time.monotonic()
@@ -105,6 +116,67 @@ class PeerClient:
             "peer": peer, "path": path, "status": status, "bytes_out": len(body),
             "ms": round((time.monotonic() - started) * 1000, 1)}})
         return msgpack.unpackb(raw, raw=False) if raw else None
+
+    # -- the peer channel (daemon/peer_channel.py) ---------------------------
+
+    async def _channel(self, peer: str, timeout_s: float) -> Any:
+        assert self.channels is not None
+        started = time.monotonic()
+        try:
+            return await self.channels.get(peer, timeout_s)
+        except TimeoutError:
+            self._log_failure(peer, LINK_PATH, "timeout", started)
+            raise PeerUnreachable(peer, "timeout") from None
+
+    async def _exchange(self, ch: Any, payload: Any, timeout_s: float | None) -> Any:
+        started = time.monotonic()
+        try:
+            return await ch.exchange(payload, timeout_s or limits.peer_request_timeout_secs)
+        except TimeoutError:
+            self._log_failure(ch.peer, LINK_PATH, "timeout", started)
+            raise PeerUnreachable(ch.peer, "timeout") from None
+        except ChannelError as exc:
+            self._log_failure(ch.peer, LINK_PATH, str(exc), started)
+            reason = str(exc) if str(exc).startswith("rejected") else "unreachable"
+            raise PeerUnreachable(ch.peer, reason) from None
+
+    async def _open_channel(self, peer: str, timeout_s: float) -> Any:
+        """Open the WebSocket of the channel to ``peer``: (ws, frame key), or
+        None if the peer does not serve it (an older version)."""
+        if self._session is None:
+            raise PeerUnreachable(peer, "unreachable")
+        url = self.urls[peer]
+        started = time.monotonic()
+        for attempt in (1, 2):
+            boot = self._boots.get(peer, "")
+            headers = {"X-AIM-Node": self.node_id, PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
+            if self.secret:
+                headers.update(sign(self.secret, self.node_id, peer, "GET", LINK_PATH, b"",
+                                    self.now_s(), boot))
+            try:
+                async with asyncio.timeout(timeout_s):
+                    ws = await self._session.ws_connect(
+                        url + LINK_PATH, headers=headers, autoping=True, compress=0,
+                        max_msg_size=limits.peer_body_max_bytes + 64,
+                        timeout=aiohttp.ClientWSTimeout(ws_close=1.0))
+            except aiohttp.WSServerHandshakeError as exc:
+                new_boot = exc.headers.get(BOOT_HEADER) if exc.headers else None
+                if exc.status == 401 and new_boot and new_boot != boot and attempt == 1:
+                    self._boots[peer] = new_boot
+                    continue
+                if exc.status in (404, 405):
+                    return None
+                self._log_failure(peer, LINK_PATH, f"rejected ({exc.status})", started)
+                raise PeerUnreachable(peer, f"rejected ({exc.status})") from None
+            except TimeoutError:
+                raise
+            except (aiohttp.ClientError, OSError):
+                self._log_failure(peer, LINK_PATH, "unreachable", started)
+                raise PeerUnreachable(peer, "unreachable") from None
+            key = channel_key(self.secret, headers.get("X-AIM-Sig", ""))
+            log.debug("peer channel open", extra={"fields": {"peer": peer}})
+            return ws, key
+        raise PeerUnreachable(peer, "rejected (boot)")
 
     @staticmethod
     def _log_failure(peer: str, path: str, reason: str, started: float) -> None:

@@ -12,23 +12,38 @@ never buffered. Each request's ``X-AIM-Protocol`` (see
 :mod:`federation.messages`) is recorded per peer; senders older than
 ``PROTOCOL_MIN`` are refused, and messages of tags this version does not
 know are skipped and counted, not allowed to fail the batch.
+
+``link`` (``GET /peer/v1/link``) upgrades to the peer channel
+(:mod:`daemon.peer_channel`): the same batches as ``msgs``, as WebSocket
+frames, each served in its own task like a request of its own. The upgrade
+is checked like any peer request; a frame that fails its tag closes the
+channel.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import weakref
 from typing import Any
 
 import msgpack
-from aiohttp import web
+from aiohttp import WSMsgType, web
 
+from common import limits
 from common.errors import AiMemoryError, BadRequest, Forbidden
 from daemon.appkeys import NODE
 from daemon.forwarding import decode_forward
 from daemon.http_errors import refuse_unread
 from daemon.peer_auth import BOOT_HEADER, BootMismatch
+from daemon.peer_channel import ChannelError, ServerChannel, channel_key
 from daemon.peer_client import PROTOCOL_HEADER
 from daemon.services import peer as service
 from federation.messages import PROTOCOL_MIN, PROTOCOL_VERSION, decode_msg, is_known_tag
+
+log = logging.getLogger("ai_memory.peer")
+
+_CHANNELS: web.AppKey[weakref.WeakSet[Any]] = web.AppKey("peer_channels")
 
 
 class _Refused(Exception):
@@ -54,12 +69,13 @@ def _protocol(request: web.Request) -> int:
     return version
 
 
-async def _peer_body(request: web.Request) -> tuple[str, Any]:
+def _check_peer(request: web.Request, content_length: int | None) -> Any:
+    """The checked signature of a peer request (its headers only)."""
     node = request.app[NODE]
     verifier = node.verifier
     try:
         checked = verifier.verify_headers(request.headers, request.method, request.path,
-                                          request.content_length, node.now_ms() / 1000)
+                                          content_length, node.now_ms() / 1000)
         peer = checked.node
         standalone = not node.settings.cluster.peers
         if not peer or peer == node.node_id or (
@@ -67,6 +83,14 @@ async def _peer_body(request: web.Request) -> tuple[str, Any]:
             raise Forbidden(f"{peer!r} is not a member of this cluster")
     except AiMemoryError as exc:
         raise _refuse(exc, verifier.boot) from None
+    return checked
+
+
+async def _peer_body(request: web.Request) -> tuple[str, Any]:
+    node = request.app[NODE]
+    verifier = node.verifier
+    checked = _check_peer(request, request.content_length)
+    peer = checked.node
     raw = await request.read()
     verifier.check_body(checked, raw)
     node.peer_protocols[peer] = _protocol(request)
@@ -92,9 +116,8 @@ def _packed(payload: Any) -> web.Response:
                         headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
 
 
-async def msgs(request: web.Request) -> web.Response:
-    peer, body = await _peer_body(request)
-    node = request.app[NODE]
+async def _serve_msgs(node: Any, peer: str, body: Any) -> list[Any]:
+    """The wire replies to a batch of messages from ``peer``."""
     if not isinstance(body, list):
         raise BadRequest("peer messages come as a list")
     known = [m for m in body if is_known_tag(m)]
@@ -105,7 +128,57 @@ async def msgs(request: web.Request) -> web.Response:
     except Exception:
         raise BadRequest("undecodable peer message") from None
     replies = await service.receive(node, peer, decoded)
-    return _packed([m.to_wire() for m in replies])
+    return [m.to_wire() for m in replies]
+
+
+async def msgs(request: web.Request) -> web.Response:
+    peer, body = await _peer_body(request)
+    return _packed(await _serve_msgs(request.app[NODE], peer, body))
+
+
+async def link(request: web.Request) -> web.StreamResponse:
+    checked = _check_peer(request, 0)  # an upgrade has no body
+    node = request.app[NODE]
+    peer = checked.node
+    node.peer_protocols[peer] = _protocol(request)
+    ws = web.WebSocketResponse(compress=False, autoping=True,
+                               max_msg_size=limits.peer_body_max_bytes + 64)
+    await ws.prepare(request)
+    request.app[_CHANNELS].add(ws)
+    channel = ServerChannel(ws, channel_key(node.verifier.secret,
+                                            request.headers.get("X-AIM-Sig", "")))
+    async for msg in ws:
+        if msg.type != WSMsgType.BINARY:
+            break
+        try:
+            fid, body = channel.open(msg.data)
+        except ChannelError as exc:
+            log.warning("closing the peer channel from %s: %s", peer, exc)
+            break
+        node.spawn(_serve_frame(node, peer, channel, fid, body))
+    await ws.close()
+    return ws
+
+
+async def _serve_frame(node: Any, peer: str, channel: ServerChannel, fid: int,
+                       body: Any) -> None:
+    try:
+        replies = await _serve_msgs(node, peer, body)
+    except AiMemoryError as exc:
+        await channel.answer(fid, None, exc.status)
+        return
+    except Exception:
+        log.exception("serving a peer frame from %s failed", peer)
+        await channel.answer(fid, None, 500)
+        return
+    await channel.answer(fid, replies)
+
+
+async def _close_channels(app: web.Application) -> None:
+    """Shutdown: close every peer channel, so no handler holds the server open."""
+    channels: weakref.WeakSet[Any] = app[_CHANNELS]
+    await asyncio.gather(*(ws.close(code=1001) for ws in list(channels)),
+                         return_exceptions=True)
 
 
 async def pull(request: web.Request) -> web.Response:
@@ -125,6 +198,9 @@ async def mailbox(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
+    app[_CHANNELS] = weakref.WeakSet()
+    app.on_shutdown.append(_close_channels)
     app.router.add_post("/peer/v1/msgs", _peer(msgs))
+    app.router.add_get("/peer/v1/link", _peer(link))
     app.router.add_post("/peer/v1/pull", _peer(pull))
     app.router.add_post("/peer/v1/mailbox", _peer(mailbox))

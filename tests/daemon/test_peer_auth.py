@@ -118,6 +118,7 @@ async def test_signed_body_needs_a_content_length(secured) -> None:  # type: ign
 async def test_peer_client_learns_the_boot_id_and_retries_once(secured) -> None:  # type: ignore[no-untyped-def]
     url = str(secured.make_url("")).rstrip("/")
     pc = PeerClient("node2", {"node1": url}, SECRET, now_s=time.time)
+    pc.channels = None  # plain HTTP requests (the channel's upgrade: test_peer_channel.py)
     await pc.start()
     try:
         assert await pc.call("node1", PATH, [SyncOffer({}, "x").to_wire()]) == []
