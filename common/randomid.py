@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 
 _CHUNK = 4096
 _lock = threading.Lock()
@@ -34,7 +33,12 @@ def random_bytes(n: int) -> bytes:
 
 
 def uuid4() -> str:
-    return str(uuid.UUID(bytes=random_bytes(16), version=4))
+    """A random (version 4) UUID in its canonical text form."""
+    b = bytearray(random_bytes(16))
+    b[6] = (b[6] & 0x0F) | 0x40  # version 4
+    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def token_hex(nbytes: int) -> str:

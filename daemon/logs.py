@@ -144,9 +144,10 @@ async def request_id_middleware(request: web.Request, handler: Any) -> web.Strea
         status = exc.status
         raise
     finally:
-        log.debug("http request", extra={"fields": {
-            "method": request.method, "path": request.path, "status": status,
-            "ms": round((time.monotonic() - started) * 1000, 1)}})
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("http request", extra={"fields": {
+                "method": request.method, "path": request.path, "status": status,
+                "ms": round((time.monotonic() - started) * 1000, 1)}})
         request_id.reset(token)
     if not response.prepared:
         response.headers[HEADER] = rid

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Final
 
 EPOCH_STRIDE: Final = 1024  # epochs are round * EPOCH_STRIDE + member index
+RENDEZVOUS_CACHE_MAX: Final = 4096  # keys whose rendezvous order a Membership keeps
 
 
 def _weight(member: str, key: str) -> int:
@@ -33,7 +34,7 @@ def _weight(member: str, key: str) -> int:
 class Membership:
     """An immutable, validated view of the member set from one node."""
 
-    __slots__ = ("_index", "members", "peers", "self_id")
+    __slots__ = ("_index", "_orders", "members", "peers", "self_id")
 
     def __init__(self, self_id: str, members: Sequence[str]) -> None:
         names = [str(m) for m in members]
@@ -49,6 +50,7 @@ class Membership:
         self.members: tuple[str, ...] = tuple(sorted(names))
         self.peers: tuple[str, ...] = tuple(m for m in self.members if m != self_id)
         self._index: dict[str, int] = {m: i for i, m in enumerate(self.members)}
+        self._orders: dict[str, tuple[str, ...]] = {}  # key -> rendezvous order (bounded)
 
     @property
     def n(self) -> int:
@@ -65,8 +67,18 @@ class Membership:
         return member in self._index
 
     def rendezvous(self, key: str) -> list[str]:
-        """Members in preference order for ``key`` (highest weight first)."""
-        return sorted(self.members, key=lambda m: (-_weight(m, key), m))
+        """Members in preference order for ``key`` (highest weight first).
+
+        The order of a key never changes for a member set, and every mailbox
+        request asks for it, so recent keys keep theirs (up to
+        ``RENDEZVOUS_CACHE_MAX``; the cache starts over when full)."""
+        order = self._orders.get(key)
+        if order is None:
+            if len(self._orders) >= RENDEZVOUS_CACHE_MAX:
+                self._orders.clear()
+            order = self._orders[key] = tuple(
+                sorted(self.members, key=lambda m: (-_weight(m, key), m)))
+        return list(order)
 
     def fingerprint(self) -> str:
         """A stable digest of the member set (order-insensitive)."""
