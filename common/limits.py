@@ -134,6 +134,7 @@ sync_since_limit_max = 10_000  # GET /sync/since?limit=
 peer_request_timeout_secs = 5.0  # any single peer HTTP call
 peer_channel_enabled = True  # batched peer messages as frames on one WebSocket per peer
 peer_channel_retry_secs = 30.0  # a peer without the channel (older version) gets HTTP this long
+peer_channel_heartbeat_secs = 20.0  # ping an idle peer channel; no pong in half of it closes it
 peer_body_max_bytes = 64 * 1024 * 1024  # msgpack peer bodies
 forward_hops_max = 2  # a forwarded mailbox request may be re-forwarded this often
 read_hedge_ms = 100  # a read-quorum pull not answered by then: ask the next peer too

@@ -139,6 +139,8 @@ class ClientChannel:
             raise ChannelError(f"send failed: {exc}") from None
         finally:
             self._pending.pop(fid, None)
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # failed by the close while this exchange left another way
 
     async def _read(self) -> None:
         reason = "closed by the peer"
@@ -148,7 +150,7 @@ class ClientChannel:
                     reason = f"unexpected {msg.type.name} frame"
                     break
                 answer = msgpack.unpackb(self._in.open(msg.data), raw=False)
-                if not isinstance(answer, list) or len(answer) < 2:
+                if not isinstance(answer, list) or len(answer) < 2 or type(answer[0]) is not int:
                     reason = "malformed answer frame"
                     break
                 fut = self._pending.pop(answer[0], None)
@@ -201,36 +203,44 @@ class Channels:
         self._open_ws = open_ws
         self._now = now
         self._channels: dict[str, ClientChannel] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._opening: dict[str, asyncio.Task[ClientChannel | None]] = {}
         self._plain_until: dict[str, float] = {}
 
     async def get(self, peer: str, timeout_s: float) -> ClientChannel | None:
         """The open channel to ``peer`` (opening one if needed), or None to
-        use plain HTTP."""
+        use plain HTTP. Callers that come while a channel opens wait for
+        that one attempt, each within its own ``timeout_s``, and share its
+        outcome: a failed open fails them all at once."""
         ch = self._channels.get(peer)
         if ch is not None and not ch.closed:
             return ch
         if self._plain_until.get(peer, 0.0) > self._now():
             return None
-        lock = self._locks.setdefault(peer, asyncio.Lock())
-        async with lock:
-            ch = self._channels.get(peer)
-            if ch is not None and not ch.closed:
-                return ch
-            opened = await self._open_ws(peer, timeout_s)
-            if opened is None:
-                self._plain_until[peer] = self._now() + limits.peer_channel_retry_secs
-                log.info("%s does not serve %s: plain HTTP for %.0f s", peer, LINK_PATH,
-                         limits.peer_channel_retry_secs)
-                return None
-            ws, key = opened
-            ch = self._channels[peer] = ClientChannel(peer, ws, key)
-            return ch
+        task = self._opening.get(peer)
+        if task is None:
+            task = self._opening[peer] = asyncio.get_running_loop().create_task(
+                self._open(peer, timeout_s), name=f"peer-channel-open-{peer}")
+            task.add_done_callback(lambda t: (self._opening.pop(peer, None), t.cancelled()
+                                              or t.exception()))
+        async with asyncio.timeout(timeout_s):
+            return await asyncio.shield(task)
+
+    async def _open(self, peer: str, timeout_s: float) -> ClientChannel | None:
+        opened = await self._open_ws(peer, timeout_s)
+        if opened is None:
+            self._plain_until[peer] = self._now() + limits.peer_channel_retry_secs
+            log.info("%s does not serve %s: plain HTTP for %.0f s", peer, LINK_PATH,
+                     limits.peer_channel_retry_secs)
+            return None
+        ws, key = opened
+        ch = self._channels[peer] = ClientChannel(peer, ws, key)
+        return ch
 
     async def close(self) -> None:
+        for task in list(self._opening.values()):
+            task.cancel()
         channels, self._channels = self._channels, {}
-        for ch in channels.values():
-            await ch.aclose()
+        await asyncio.gather(*(ch.aclose() for ch in channels.values()))
 
 
 class ServerChannel:
@@ -241,6 +251,18 @@ class ServerChannel:
         self._in = FrameSeal(key, TO_SERVER)
         self._out = FrameSeal(key, TO_CLIENT)
         self._send_lock = asyncio.Lock()
+        self.serving: set[asyncio.Task[Any]] = set()  # frames being served
+
+    def track(self, task: asyncio.Task[Any]) -> None:
+        self.serving.add(task)
+        task.add_done_callback(self.serving.discard)
+
+    async def drain_and_close(self, grace_s: float) -> None:
+        """Shutdown: let the frames being served answer (within ``grace_s``),
+        as in-flight requests are let finish, then close (going away)."""
+        if self.serving:
+            await asyncio.wait(list(self.serving), timeout=grace_s)
+        await self.ws.close(code=1001)
 
     def open(self, frame: bytes) -> tuple[Any, Any]:
         """(id, messages) of a frame; ChannelError if it fails its check or

@@ -77,9 +77,11 @@ class PeerClient:
         if url is None:
             raise PeerUnreachable(peer, "unreachable")
         if path == MSGS_PATH and self.channels is not None:
-            ch = await self._channel(peer, timeout_s or limits.peer_request_timeout_secs)
-            if ch is not None:
-                return await self._exchange(ch, payload, timeout_s)
+            budget = timeout_s or limits.peer_request_timeout_secs
+            deadline = time.monotonic() + budget
+            ch = await self._channel(peer, budget)
+            if ch is not None:  # one deadline for opening and the exchange
+                return await self._exchange(ch, payload, max(deadline - time.monotonic(), 0.001))
         body = msgpack.packb(payload, use_bin_type=True)
         t = aiohttp.ClientTimeout(total=timeout_s or limits.peer_request_timeout_secs)
         started = time.monotonic()
@@ -158,6 +160,7 @@ class PeerClient:
                     ws = await self._session.ws_connect(
                         url + LINK_PATH, headers=headers, autoping=True, compress=0,
                         max_msg_size=limits.peer_body_max_bytes + 64,
+                        heartbeat=limits.peer_channel_heartbeat_secs,
                         timeout=aiohttp.ClientWSTimeout(ws_close=1.0))
             except aiohttp.WSServerHandshakeError as exc:
                 new_boot = exc.headers.get(BOOT_HEADER) if exc.headers else None

@@ -235,7 +235,8 @@ PEER = Registry("peer message", typing.get_args(Message))
 
 def is_known_tag(raw: Any) -> bool:
     """True if ``raw`` looks like a message of a tag this version decodes."""
-    return isinstance(raw, list | tuple) and bool(raw) and raw[0] in PEER.by_tag
+    return (isinstance(raw, list | tuple) and bool(raw) and isinstance(raw[0], str)
+            and raw[0] in PEER.by_tag)
 
 
 def decode_msg(raw: Any) -> Message:

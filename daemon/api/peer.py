@@ -142,11 +142,12 @@ async def link(request: web.Request) -> web.StreamResponse:
     peer = checked.node
     node.peer_protocols[peer] = _protocol(request)
     ws = web.WebSocketResponse(compress=False, autoping=True,
+                               heartbeat=limits.peer_channel_heartbeat_secs,
                                max_msg_size=limits.peer_body_max_bytes + 64)
-    await ws.prepare(request)
-    request.app[_CHANNELS].add(ws)
     channel = ServerChannel(ws, channel_key(node.verifier.secret,
                                             request.headers.get("X-AIM-Sig", "")))
+    request.app[_CHANNELS].add(channel)  # before the upgrade: shutdown sees it either way
+    await ws.prepare(request)
     async for msg in ws:
         if msg.type != WSMsgType.BINARY:
             break
@@ -155,7 +156,7 @@ async def link(request: web.Request) -> web.StreamResponse:
         except ChannelError as exc:
             log.warning("closing the peer channel from %s: %s", peer, exc)
             break
-        node.spawn(_serve_frame(node, peer, channel, fid, body))
+        channel.track(node.spawn(_serve_frame(node, peer, channel, fid, body)))
     await ws.close()
     return ws
 
@@ -175,9 +176,11 @@ async def _serve_frame(node: Any, peer: str, channel: ServerChannel, fid: int,
 
 
 async def _close_channels(app: web.Application) -> None:
-    """Shutdown: close every peer channel, so no handler holds the server open."""
+    """Shutdown: every peer channel answers the frames it is serving (as
+    in-flight requests finish), then closes, so no handler holds the server open."""
     channels: weakref.WeakSet[Any] = app[_CHANNELS]
-    await asyncio.gather(*(ws.close(code=1001) for ws in list(channels)),
+    grace = app[NODE].settings.server.shutdown_grace_secs
+    await asyncio.gather(*(ch.drain_and_close(grace) for ch in list(channels)),
                          return_exceptions=True)
 
 

@@ -310,3 +310,35 @@ async def test_an_upgrade_signed_for_an_old_boot_learns_the_new_one_and_opens(se
             await wrong.close()
     finally:
         await peers.close()
+
+
+async def test_callers_waiting_for_one_open_share_it_and_fail_together() -> None:
+    connections = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)  # accepts and never answers the upgrade (a blackhole)
+        await reader.read(-1)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    peers = client_for(f"http://127.0.0.1:{port}", secret=None)
+    await peers.start()
+    try:
+        started = time.monotonic()
+        got = await asyncio.gather(*(peers.call("node1", "/peer/v1/msgs", offer(), timeout_s=0.3)
+                                     for _ in range(4)), return_exceptions=True)
+        assert all(isinstance(g, PeerUnreachable) and g.reason == "timeout" for g in got)
+        assert time.monotonic() - started < 1.0  # together, not one open after another
+        assert len(connections) == 1
+    finally:
+        await peers.close()
+        for w in connections:
+            w.close()
+        server.close()
+
+
+async def test_an_unhashable_tag_is_skipped_not_a_server_error(secured) -> None:  # type: ignore[no-untyped-def]
+    ws, out, into = await open_channel(secured)
+    await ws.send_bytes(out.seal(msgpack.packb([1, [[[1]], {"a": 1}]])))
+    assert msgpack.unpackb(into.open((await ws.receive(timeout=5)).data)) == [1, []]
+    await ws.close()
