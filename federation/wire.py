@@ -116,7 +116,20 @@ def _mapping(key: Conv, val: Conv) -> Conv:
         if not isinstance(raw, dict):
             raise WireError(f"expected a map, got {type(raw).__name__}")
         return {kdec(k): vdec(v) for k, v in raw.items()}
-    return (lambda v: {kenc(k): venc(x) for k, x in v.items()}), decode
+
+    kkind, vkind = _SCALAR_OF.get(kdec), _SCALAR_OF.get(vdec)
+    if kenc is not _same or venc is not _same or kkind in (None, bool) or not (
+            vdec is _same or vkind not in (None, bool)):
+        return (lambda v: {kenc(k): venc(x) for k, x in v.items()}), decode
+
+    def plain(raw: Any) -> dict[Any, Any]:
+        # Scalar keys and plain or scalar values (a body, a version vector):
+        # exact types in one pass, the general path only to word the error.
+        if type(raw) is dict and all(type(k) is kkind for k in raw) and (
+                vdec is _same or all(type(v) is vkind for v in raw.values())):
+            return dict(raw)
+        return decode(raw)
+    return dict, plain
 
 
 _STR = _scalar(str)
