@@ -176,13 +176,16 @@ class EffectRunner:
         """Feed messages from a peer to the core; returns the replies meant
         for that peer (the HTTP response carries them back)."""
         replies: list[Any] = []
-        # The core sees the batch in order; the effect lists then run side by
-        # side, so their persists share one group commit instead of queueing
-        # one behind another. Every list registers its barrier here, in the
+        # The core sees the batch in order; the lists that only persist and
+        # answer become one store write (driver.merge_persists), and the
+        # lists then run side by side, so their persists share one group
+        # commit instead of queueing one behind another. Every list registers its barrier here, in the
         # step in which the core counted its ops, so no reader can see those
         # ops in the version vector without also waiting for their commit.
         now = self.now_ms()
-        started = [self._begin(self.core.on_message(peer, msg, now)) for msg in coalesce(msgs)]
+        lists = driver.merge_persists([self.core.on_message(peer, msg, now)
+                                       for msg in coalesce(msgs)])
+        started = [self._begin(effects) for effects in lists]
         if len(started) == 1:
             await self._carry(started[0], peer, replies)
         else:

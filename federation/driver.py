@@ -132,6 +132,29 @@ def persists(effects: Sequence[Any]) -> int:
     return sum(isinstance(e, (Persist, PersistPromise)) for e in effects)
 
 
+def merge_persists(lists: Sequence[list[Any]]) -> list[list[Any]]:
+    """One store write for the effect lists of a peer's batch that only
+    persist and then answer.
+
+    Lists of the shape ``[Persist(ops), then Send and Reply effects only]``
+    (what a batch of ``Accept`` and ``Replicate`` messages gives) become one
+    list: a ``Persist`` of all their ops, then each list's sends and replies
+    in their order. Every message still goes out only after its ops are
+    durable (after the others' too, which only ever delays it by the same
+    commit); lists of any other shape are returned unchanged, after it."""
+    mergeable = [i for i, effects in enumerate(lists)
+                 if len(effects) > 1 and isinstance(effects[0], Persist)
+                 and all(isinstance(e, (Send, Reply)) for e in effects[1:])]
+    if len(mergeable) < 2:
+        return list(lists)
+    taken = set(mergeable)
+    ops = tuple(op for i in mergeable for op in lists[i][0].ops)
+    merged: list[Any] = [Persist(ops)]
+    for i in mergeable:
+        merged += lists[i][1:]
+    return [merged] + [effects for i, effects in enumerate(lists) if i not in taken]
+
+
 def mailbox_scope(mailbox: str) -> tuple[str, str]:
     ws, _, proj = mailbox.removeprefix("mbox:").partition("/")
     return ws, proj

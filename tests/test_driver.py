@@ -80,3 +80,22 @@ def test_carry_persists_before_later_effects_and_routes_replies_back() -> None:
     with pytest.raises(StopIteration):
         gen.send(1)
     assert host.log[-1] == ("collected", 1)
+
+
+def _op(seq: int) -> Op:
+    return Op(origin="node2", seq=seq, hlc=seq << 16, kind=NOTE_NEW, key=inbox_key("a"),
+              body={"id": f"n{seq}"})
+
+
+def test_lists_that_only_persist_and_answer_share_one_persist() -> None:
+    from federation.effects import PersistPromise
+
+    a = [Persist((_op(1),)), Send("node2", Ack((("node2", 1),)))]
+    b = [Persist((_op(2), _op(3))), Reply("t", None), Send("node2", Ack((("node2", 2),)))]
+    promise = [PersistPromise("mbox:w/p", 5), Persist((_op(4),)), Send("node2", Ack(()))]
+    bare = [Send("node2", Ack((("node2", 9),)))]
+    merged = driver.merge_persists([a, bare, b, promise])
+    assert merged[0] == [Persist((_op(1), _op(2), _op(3))), a[1], b[1], b[2]]
+    assert merged[1:] == [bare, promise]  # other shapes unchanged, in order
+    assert driver.merge_persists([a, bare]) == [a, bare]  # one alone: nothing to merge
+    assert driver.merge_persists([]) == []
