@@ -342,3 +342,42 @@ async def test_an_unhashable_tag_is_skipped_not_a_server_error(secured) -> None:
     await ws.send_bytes(out.seal(msgpack.packb([1, [[[1]], {"a": 1}]])))
     assert msgpack.unpackb(into.open((await ws.receive(timeout=5)).data)) == [1, []]
     await ws.close()
+
+
+async def test_shutdown_answers_the_frames_being_served_then_closes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from daemon.api import peer as peer_api
+
+    settings = Settings(store=StoreSettings(db_path=str(tmp_path / "n.db")), cluster=ClusterSettings(
+        node_id="node1", secret=SECRET,
+        peers=(Member("node2", "http://127.0.0.1:9"), Member("node3", "http://127.0.0.1:9")),
+        initial_state="new"))
+    node = await build_node(settings)
+    await node.start()
+    real = peer_api.service.receive
+
+    async def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.5)  # a batch still being served when shutdown begins
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(peer_api.service, "receive", slow)
+    runner, url = await _serve(build_app(node))
+    try:
+        async with aiohttp.ClientSession() as http:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await http.ws_connect(url + LINK_PATH, headers=upgrade_headers(""))
+            headers = upgrade_headers(refused.value.headers[BOOT_HEADER])
+            ws = await http.ws_connect(url + LINK_PATH, headers=headers)
+            key = channel_key(SECRET, headers["X-AIM-Sig"])
+            out, into = FrameSeal(key, TO_SERVER), FrameSeal(key, TO_CLIENT)
+            await ws.send_bytes(out.seal(msgpack.packb([5, offer()])))
+            await asyncio.sleep(0.1)
+            closing = asyncio.create_task(runner.cleanup())
+            answer = await ws.receive(timeout=5)
+            assert answer.type == aiohttp.WSMsgType.BINARY
+            assert msgpack.unpackb(into.open(answer.data))[0] == 5
+            assert (await ws.receive(timeout=5)).type in (aiohttp.WSMsgType.CLOSE,
+                                                           aiohttp.WSMsgType.CLOSED)
+            await closing
+    finally:
+        await node.stop()
