@@ -28,7 +28,7 @@ class MissingOps(Protocol):
 class Pusher:
     def __init__(self, *, store: MissingOps, peers: PeerClient, metrics: Metrics, spawn: Spawn,
                  on_failed: Callable[[str], Awaitable[None]],
-                 on_replies: Callable[[str, list[Any]], Awaitable[Any]]) -> None:
+                 on_replies: Callable[[str, list[Any], str], Awaitable[Any]]) -> None:
         self._store = store
         self._peers = peers
         self._metrics = metrics
@@ -50,12 +50,13 @@ class Pusher:
                     return
                 msg = Replicate(ops=tuple(ops), ack=False)
                 try:
-                    raw = await self._peers.call(peer, "/peer/v1/msgs", [msg.to_wire()])
+                    raw, incarnation = await self._peers.call_from(
+                        peer, "/peer/v1/msgs", [msg.to_wire()])
                 except PeerUnreachable:
                     await self._on_failed(peer)
                     return
                 self._metrics.inc("sync_ops_pushed_total", len(ops), peer=peer)
-                await self._on_replies(peer, [decode_msg(m) for m in raw or []])
+                await self._on_replies(peer, [decode_msg(m) for m in raw or []], incarnation)
                 for op in ops:
                     if op.seq > vv.get(op.origin, 0):
                         vv[op.origin] = op.seq

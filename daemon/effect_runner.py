@@ -172,9 +172,10 @@ class EffectRunner:
             if barrier is not None:
                 self._release(barrier)
 
-    async def receive(self, peer: str, msgs: list[Any]) -> list[Any]:
-        """Feed messages from a peer to the core; returns the replies meant
-        for that peer (the HTTP response carries them back)."""
+    async def receive(self, peer: str, msgs: list[Any], incarnation: str = "") -> list[Any]:
+        """Feed messages from a peer (its process of ``incarnation``; "":
+        unsaid) to the core; returns the replies meant for that peer (the
+        HTTP response carries them back)."""
         replies: list[Any] = []
         # The core sees the batch in order; the lists that only persist and
         # answer become one store write (driver.merge_persists), and the
@@ -183,7 +184,7 @@ class EffectRunner:
         # step in which the core counted its ops, so no reader can see those
         # ops in the version vector without also waiting for their commit.
         now = self.now_ms()
-        lists = driver.merge_persists([self.core.on_message(peer, msg, now)
+        lists = driver.merge_persists([self.core.on_message(peer, msg, now, incarnation)
                                        for msg in coalesce(msgs)])
         started = [self._begin(effects) for effects in lists]
         if len(started) == 1:
@@ -220,6 +221,10 @@ class EffectRunner:
     def _report(self, event: str, detail: Any) -> None:
         if event == "collected":
             self.metrics.inc("gc_ops_removed_total", detail)
+        elif event == "stale_sender":
+            self.metrics.inc("peer_stale_incarnation_total", peer=detail.peer)
+            log.info("dropped a message from %s's replaced incarnation %s (now %s)",
+                     detail.peer, detail.incarnation, detail.current)
         elif event == "membership_mismatch":
             self.metrics.inc("membership_mismatch_total", peer=detail.peer)
             log.error("membership mismatch with %s: theirs %s, ours %s",

@@ -88,7 +88,7 @@ class MailboxRouter:
         self._spawn = spawn
         self.peer_protocols: dict[str, int] = {}  # the protocol each peer last spoke to us
         # fid -> (owner, its answer): forwards sent on the channel, not answered yet
-        self._pending: dict[int, tuple[str, asyncio.Future[tuple[Any, Any]]]] = {}
+        self._pending: dict[int, tuple[str, asyncio.Future[tuple[Any, Any, str]]]] = {}
 
     async def route(self, req: Any, hops: int = 0) -> Any:
         """Run a mailbox request at the mailbox's owner. The entry node stamps
@@ -102,7 +102,7 @@ class MailboxRouter:
         route = routing.Route(self.runner.core, req.mailbox, hops)
         while (owner := route.next(self.now_ms())) is not None:
             try:
-                result = await self._forward(owner, req, hops)
+                result, incarnation = await self._forward(owner, req, hops)
             except PeerUnreachable:
                 route.failed(owner)
                 await self.runner.send_failed(owner)
@@ -110,7 +110,7 @@ class MailboxRouter:
             except MemberRecovering:
                 route.failed(owner)  # it lost its state and is catching up: ask the next one
                 continue
-            await self._hold_sent(owner, result)
+            await self._hold_sent(owner, result, incarnation)
             return result
         return await self.own(req)
 
@@ -130,29 +130,32 @@ class MailboxRouter:
         await self.runner.run(self.runner.core.mailbox_request(token, req, self.now_ms()))
         return await fut
 
-    async def _hold_sent(self, owner: str, result: Any) -> None:
+    async def _hold_sent(self, owner: str, result: Any, incarnation: str) -> None:
         """Apply a forwarded send's stored op here before answering, so a
-        read or cancel through this node sees it at once."""
+        read or cancel through this node sees it at once (as from the
+        owner's process of ``incarnation``, which answered)."""
         op = routing.sent_op(result)
         if op is not None:
             await self.runner.run(self.runner.core.on_message(
-                owner, Replicate(ops=(op,), ack=False), self.now_ms()))
+                owner, Replicate(ops=(op,), ack=False), self.now_ms(), incarnation))
 
-    async def _forward(self, owner: str, req: Any, hops: int) -> Any:
+    async def _forward(self, owner: str, req: Any, hops: int) -> tuple[Any, str]:
+        """The owner's result, and the incarnation of the owner's process
+        that gave it ("": unsaid)."""
         self.metrics.inc("mailbox_forwards_total", peer=owner)
         link = self.links.get(owner)
         if (link is None or self._spawn is None
                 or self.peer_protocols.get(owner, 1) < FORWARD_PROTOCOL):
             return await self._forward_http(owner, req, hops)
         fid = _fids.getrandbits(62)
-        fut: asyncio.Future[tuple[Any, Any]] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[tuple[Any, Any, str]] = asyncio.get_running_loop().create_future()
         self._pending[fid] = (owner, fut)
         try:
             if not link.send(Forward(fid, encode_request(req), hops + 1, request_id.get())):
                 raise PeerUnreachable(owner, "unreachable")  # its queue is full
             try:
                 async with asyncio.timeout(limits.forward_timeout_secs):
-                    ok, err = await fut
+                    ok, err, incarnation = await fut
             except TimeoutError:
                 raise PeerUnreachable(owner, "timeout") from None
         finally:
@@ -166,12 +169,13 @@ class MailboxRouter:
             raise exc
         if ok is None:
             raise PeerUnreachable(owner, "rejected (owner failed)")
-        return decode_result(ok, type(req))
+        return decode_result(ok, type(req)), incarnation
 
     # -- the batched channel's forwards ----------------------------------
-    def take_forwards(self, peer: str, msgs: list[Any]) -> list[Any]:
-        """Serve the forwards and answers in a batch from ``peer``; returns
-        the rest (the core's messages), in order."""
+    def take_forwards(self, peer: str, msgs: list[Any], incarnation: str = "") -> list[Any]:
+        """Serve the forwards and answers in a batch from ``peer`` (its
+        process of ``incarnation``); returns the rest (the core's
+        messages), in order."""
         rest: list[Any] = []
         for msg in msgs:
             if isinstance(msg, Forward):
@@ -180,7 +184,7 @@ class MailboxRouter:
             elif isinstance(msg, ForwardResult):
                 entry = self._pending.get(msg.fid)
                 if entry is not None and entry[0] == peer and not entry[1].done():
-                    entry[1].set_result((msg.ok, msg.err))
+                    entry[1].set_result((msg.ok, msg.err, incarnation))
             else:
                 rest.append(msg)
         return rest
@@ -213,8 +217,8 @@ class MailboxRouter:
         if link is not None:
             link.send(ForwardResult(msg.fid, answer.get("ok"), answer.get("err")))
 
-    async def _forward_http(self, owner: str, req: Any, hops: int) -> Any:
-        raw = await self.peers.call(
+    async def _forward_http(self, owner: str, req: Any, hops: int) -> tuple[Any, str]:
+        raw, incarnation = await self.peers.call_from(
             owner, "/peer/v1/mailbox", {"req": encode_request(req), "hops": hops + 1},
             timeout_s=limits.forward_timeout_secs)
         if isinstance(raw, dict) and "err" in raw:
@@ -222,7 +226,7 @@ class MailboxRouter:
         if not isinstance(raw, dict) or not isinstance(raw.get("ok"), dict):
             raise Unavailable("the mailbox owner's answer was unreadable; retry with the same "
                               "request id", retry_after=0.5)
-        return decode_result(raw["ok"], type(req))
+        return decode_result(raw["ok"], type(req)), incarnation
 
     async def handle_forwarded(self, raw: dict[str, Any]) -> dict[str, Any]:
         req, hops = decode_forward(raw)

@@ -165,8 +165,8 @@ class Node:
                   replies: list[Any] | None = None) -> None:
         await self.runner.run(effects, reply_peer=reply_peer, replies=replies)
 
-    async def receive(self, peer: str, msgs: list[Any]) -> list[Any]:
-        return await self.runner.receive(peer, msgs)
+    async def receive(self, peer: str, msgs: list[Any], incarnation: str = "") -> list[Any]:
+        return await self.runner.receive(peer, msgs, incarnation)
 
     def status(self) -> dict[str, Any]:
         return node_status(self.settings, self.core, self.now_ms(), self.started_at_ms)

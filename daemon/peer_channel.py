@@ -104,8 +104,10 @@ class FrameSeal:
 class ClientChannel:
     """The opener's end: exchanges batches for their replies, matched by id."""
 
-    def __init__(self, peer: str, ws: aiohttp.ClientWebSocketResponse, key: bytes | None) -> None:
+    def __init__(self, peer: str, ws: aiohttp.ClientWebSocketResponse, key: bytes | None,
+                 incarnation: str = "") -> None:
         self.peer = peer
+        self.incarnation = incarnation  # of the process serving the other end ("": not said)
         self._ws = ws
         self._out = FrameSeal(key, TO_SERVER)
         self._in = FrameSeal(key, TO_CLIENT)
@@ -232,8 +234,8 @@ class Channels:
             log.info("%s does not serve %s: plain HTTP for %.0f s", peer, LINK_PATH,
                      limits.peer_channel_retry_secs)
             return None
-        ws, key = opened
-        ch = self._channels[peer] = ClientChannel(peer, ws, key)
+        ws, key, incarnation = opened
+        ch = self._channels[peer] = ClientChannel(peer, ws, key, incarnation)
         return ch
 
     async def close(self) -> None:
@@ -246,8 +248,9 @@ class Channels:
 class ServerChannel:
     """The receiver's end of one channel: checks frames and answers them."""
 
-    def __init__(self, ws: Any, key: bytes | None) -> None:
+    def __init__(self, ws: Any, key: bytes | None, incarnation: str = "") -> None:
         self.ws = ws
+        self.incarnation = incarnation  # of the process that opened it ("": not said)
         self._in = FrameSeal(key, TO_SERVER)
         self._out = FrameSeal(key, TO_CLIENT)
         self._send_lock = asyncio.Lock()

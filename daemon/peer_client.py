@@ -10,8 +10,12 @@ told us (:mod:`daemon.peer_auth`). A receiver that restarted answers 401
 with its new boot id in ``X-AIM-Boot``; the client remembers it and sends
 the request again, once, signed afresh. A call made while serving a request
 carries its ``X-Request-Id`` (see :mod:`daemon.logs`) and every call carries
-the sender's ``X-AIM-Protocol``; each call is logged at debug level with
-peer, path, status and duration.
+the sender's ``X-AIM-Protocol`` and ``X-AIM-Incarnation`` (the incarnation
+of its database, which a member that lost its disk changes; a receiver drops
+what a replaced incarnation still had in flight, see
+:meth:`federation.core.NodeCore.on_message`). A receiver's answer names its
+own, and :meth:`PeerClient.call_from` returns it with the answer. Each call
+is logged at debug level with peer, path, status and duration.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from daemon.peer_channel import LINK_PATH, ChannelError, Channels, channel_key
 from federation.messages import PROTOCOL_VERSION
 
 PROTOCOL_HEADER = "X-AIM-Protocol"  # the sender's peer protocol version (federation.messages)
+INCARNATION_HEADER = "X-AIM-Incarnation"  # the incarnation of the sender's (or answerer's) database
 MSGS_PATH = "/peer/v1/msgs"  # batched messages: a frame on the peer channel when it is open
 
 log = logging.getLogger("ai_memory.peer")
@@ -47,8 +52,9 @@ class PeerUnreachable(Exception):
 
 class PeerClient:
     def __init__(self, node_id: str, urls: dict[str, str], secret: str | None, *,
-                 now_s: Callable[[], float]) -> None:
+                 now_s: Callable[[], float], incarnation: str = "") -> None:
         self.node_id = node_id
+        self.incarnation = incarnation  # this node's database's, sent with every call
         self.now_s = now_s  # the node's clock (seconds): what signatures are checked against
         self.urls = urls
         self.secret = secret
@@ -71,6 +77,14 @@ class PeerClient:
 
     async def call(self, peer: str, path: str, payload: Any, *,
                    timeout_s: float | None = None) -> Any:
+        raw, _ = await self.call_from(peer, path, payload, timeout_s=timeout_s)
+        return raw
+
+    async def call_from(self, peer: str, path: str, payload: Any, *,
+                        timeout_s: float | None = None) -> tuple[Any, str]:
+        """The answer and the incarnation of the process that gave it ("" if
+        it did not say): what the answer carries of that member's own ops is
+        that incarnation's."""
         if self._session is None:
             raise PeerUnreachable(peer, "unreachable")
         url = self.urls.get(peer)
@@ -81,13 +95,15 @@ class PeerClient:
             deadline = time.monotonic() + budget
             ch = await self._channel(peer, budget)
             if ch is not None:  # one deadline for opening and the exchange
-                return await self._exchange(ch, payload, max(deadline - time.monotonic(), 0.001))
+                raw = await self._exchange(ch, payload, max(deadline - time.monotonic(), 0.001))
+                return raw, ch.incarnation
         body = msgpack.packb(payload, use_bin_type=True)
         t = aiohttp.ClientTimeout(total=timeout_s or limits.peer_request_timeout_secs)
         started = time.monotonic()
         for attempt in (1, 2):
             headers = {"Content-Type": "application/msgpack", "X-AIM-Node": self.node_id,
-                       PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
+                       PROTOCOL_HEADER: str(PROTOCOL_VERSION),
+                       INCARNATION_HEADER: self.incarnation}
             rid = request_id.get()
             if rid is not None:
                 headers[REQUEST_ID_HEADER] = rid
@@ -100,6 +116,7 @@ class PeerClient:
                                               timeout=t) as resp:
                     raw = await resp.read()
                     new_boot = resp.headers.get(BOOT_HEADER)
+                    incarnation = resp.headers.get(INCARNATION_HEADER, "")
                     status = resp.status
             except TimeoutError:
                 self._log_failure(peer, path, "timeout", started)
@@ -117,7 +134,7 @@ class PeerClient:
         log.debug("peer call", extra={"fields": {
             "peer": peer, "path": path, "status": status, "bytes_out": len(body),
             "ms": round((time.monotonic() - started) * 1000, 1)}})
-        return msgpack.unpackb(raw, raw=False) if raw else None
+        return (msgpack.unpackb(raw, raw=False) if raw else None), incarnation
 
     # -- the peer channel (daemon/peer_channel.py) ---------------------------
 
@@ -143,15 +160,17 @@ class PeerClient:
             raise PeerUnreachable(ch.peer, reason) from None
 
     async def _open_channel(self, peer: str, timeout_s: float) -> Any:
-        """Open the WebSocket of the channel to ``peer``: (ws, frame key), or
-        None if the peer does not serve it (an older version)."""
+        """Open the WebSocket of the channel to ``peer``: (ws, frame key, the
+        incarnation of the process that accepted it), or None if the peer
+        does not serve it (an older version)."""
         if self._session is None:
             raise PeerUnreachable(peer, "unreachable")
         url = self.urls[peer]
         started = time.monotonic()
         for attempt in (1, 2):
             boot = self._boots.get(peer, "")
-            headers = {"X-AIM-Node": self.node_id, PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
+            headers = {"X-AIM-Node": self.node_id, PROTOCOL_HEADER: str(PROTOCOL_VERSION),
+                       INCARNATION_HEADER: self.incarnation}
             if self.secret:
                 headers.update(sign(self.secret, self.node_id, peer, "GET", LINK_PATH, b"",
                                     self.now_s(), boot))
@@ -178,7 +197,10 @@ class PeerClient:
                 raise PeerUnreachable(peer, "unreachable") from None
             key = channel_key(self.secret, headers.get("X-AIM-Sig", ""))
             log.debug("peer channel open", extra={"fields": {"peer": peer}})
-            return ws, key
+            # aiohttp keeps the upgrade's response on the socket object only.
+            upgrade = getattr(ws, "_response", None)
+            incarnation = "" if upgrade is None else upgrade.headers.get(INCARNATION_HEADER, "")
+            return ws, key, incarnation
         raise PeerUnreachable(peer, "rejected (boot)")
 
     @staticmethod

@@ -64,7 +64,7 @@ class PeerLink:
 
     def __init__(self, peer: str, *, peers: PeerClient, metrics: Metrics, spawn: Spawn,
                  on_failed: Callable[[str], Awaitable[None]],
-                 on_replies: Callable[[str, list[Any]], Awaitable[Any]],
+                 on_replies: Callable[[str, list[Any], str], Awaitable[Any]],
                  queue_ops_max: int = limits.replicate_queue_ops_max,
                  inflight_max: int = limits.peer_link_inflight_max) -> None:
         self.peer = peer
@@ -127,7 +127,8 @@ class PeerLink:
 
     async def _deliver(self, batch: list[Any]) -> None:
         try:
-            raw = await self._peers.call(self.peer, "/peer/v1/msgs", [m.to_wire() for m in batch])
+            raw, incarnation = await self._peers.call_from(
+                self.peer, "/peer/v1/msgs", [m.to_wire() for m in batch])
         except PeerUnreachable:
             self._metrics.inc("peer_send_failures_total", peer=self.peer)
             await self._on_failed(self.peer)
@@ -135,4 +136,4 @@ class PeerLink:
         finally:
             self._slots.release()
         self._metrics.inc("peer_batches_total", peer=self.peer)
-        await self._on_replies(self.peer, [decode_msg(m) for m in raw or []])
+        await self._on_replies(self.peer, [decode_msg(m) for m in raw or []], incarnation)

@@ -111,11 +111,12 @@ class ReadQuorum:
 
     async def _pull(self, peer: str, payload: dict[str, Any], timeout_s: float) -> None:
         try:
-            raw = await self.peers.call(peer, "/peer/v1/pull", payload, timeout_s=timeout_s)
+            raw, incarnation = await self.peers.call_from(peer, "/peer/v1/pull", payload,
+                                                          timeout_s=timeout_s)
         except PeerUnreachable:
             await self.runner.send_failed(peer)
             raise
         ops = tuple(Op.from_wire(w) for w in raw or [])
         if ops:
             await self.runner.run(self.runner.core.on_message(
-                peer, Replicate(ops=ops, ack=False), self.now_ms()))
+                peer, Replicate(ops=ops, ack=False), self.now_ms(), incarnation))

@@ -124,7 +124,7 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
         await store.close()
         raise
     peers = PeerClient(c.node_id, {p.node_id: p.url for p in c.peers}, c.secret,
-                       now_s=node_clock.now_s)
+                       now_s=node_clock.now_s, incarnation=core.incarnation)
     background = Background()
     links: dict[str, PeerLink] = {}
 
@@ -140,11 +140,12 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
         router.peer_lost(peer)
         await runner.send_failed(peer)
 
-    async def link_replies(peer: str, msgs: list[Any]) -> None:
+    async def link_replies(peer: str, msgs: list[Any], incarnation: str) -> None:
         # Messages a peer sent back in its HTTP response. What the core
         # answers to them goes out on the link to that peer (no response
         # is waiting to carry it).
-        for reply in await runner.receive(peer, router.take_forwards(peer, msgs)):
+        for reply in await runner.receive(peer, router.take_forwards(peer, msgs, incarnation),
+                                           incarnation):
             send(peer, reply)
 
     for peer in c.peers:

@@ -63,6 +63,7 @@ from federation.effects import (
     Recovering,
     Reply,
     Send,
+    StaleSender,
 )
 from federation.hlc import HLC
 from federation.membership import Membership
@@ -142,6 +143,7 @@ class NodeCore:
         # itself (RecoveryQuery) no offer of theirs sets a GC floor.
         self._reseeded: set[str] = set()
         self._peer_incarnation: dict[str, str] = {}  # per member, of its last RecoveryQuery
+        self._retired: dict[str, set[str]] = {}  # per member, incarnations replaced since
 
     # -- small accessors ------------------------------------------------------
     @property
@@ -249,9 +251,15 @@ class NodeCore:
         out: list[Effect] = [Persist(tuple(new))] if new else []
         return out + self.claims.observe_ops(ops)
 
-    def on_message(self, peer: str, msg: Message, now_ms: int) -> list[Effect]:
+    def on_message(self, peer: str, msg: Message, now_ms: int,
+                   incarnation: str | None = None) -> list[Effect]:
+        """``msg`` from ``peer``; ``incarnation`` is the sending process's
+        (the adapter's envelope: None or "" when the sender did not say,
+        as an older build does not)."""
         if peer == self.node_id or not self.membership.is_member(peer):
             return []
+        if incarnation and self._stale(peer, incarnation, msg):
+            return [StaleSender(peer, incarnation, self._peer_incarnation.get(peer, ""))]
         if isinstance(msg, SyncOffer):
             return self._on_sync_offer(peer, msg, now_ms)
         if peer in self._mismatched:
@@ -264,12 +272,20 @@ class NodeCore:
         if isinstance(msg, Reseeding):
             return self._on_reseeding(peer)
         if isinstance(msg, RecoveryQuery):
+            if msg.incarnation in self._retired.get(peer, ()):
+                return []  # a replaced disk's query, late
             self.peers_recovering[peer] = now_ms
             self._reseeded.discard(peer)
-            if self._peer_incarnation.get(peer) != msg.incarnation:
+            current = self._peer_incarnation.get(peer)
+            if current != msg.incarnation:
                 # A new process on a new or restored disk: the offer held for
                 # the member may be its previous process's and claim ops this
                 # disk lacks. The next offer (from this process) replaces it.
+                # From here on, what its previous processes still have in
+                # flight is dropped (_stale): this answer is the last word on
+                # which of its op ids they used.
+                if current is not None and msg.incarnation:
+                    self._retire(peer, current)
                 self._peer_incarnation[peer] = msg.incarnation
                 self.peer_vv.pop(peer, None)
             # The answer, and every op the asker lacks, held seqs past a gap
@@ -304,6 +320,33 @@ class NodeCore:
         return []
 
     # -- recovery ----------------------------------------------------------------
+    def _stale(self, peer: str, incarnation: str, msg: Message) -> bool:
+        """Is ``msg`` from a process of ``peer`` that an answered
+        ``RecoveryQuery`` replaced? After answering one, this node holds
+        the member to the incarnation that asked: the answer told the new
+        process which of its op ids this node holds, and the new process
+        numbers its ops after every id the answers name. An op of the old
+        process accepted after that could share an id with a new op, and
+        the two copies of the id would differ for good (a lost write, or a
+        lost claim). So every message of another incarnation is dropped
+        from then on: replication, accepts, promises, acks, offers. A query
+        from a new incarnation is the one message let through: it moves
+        the member on (``on_message``)."""
+        current = self._peer_incarnation.get(peer)
+        if not current or incarnation == current:
+            return False
+        if isinstance(msg, RecoveryQuery):
+            # A newer disk announcing itself is let through, unless it is
+            # one already replaced or its envelope contradicts it.
+            return msg.incarnation != incarnation or incarnation in self._retired.get(peer, ())
+        return True
+
+    def _retire(self, peer: str, incarnation: str) -> None:
+        retired = self._retired.setdefault(peer, set())
+        if len(retired) >= limits.retired_incarnations_max:
+            retired.clear()  # bounded; a disk is replaced a handful of times in a cluster's life
+        retired.add(incarnation)
+
     def _promise_table(self) -> dict[str, int]:
         """Per mailbox, the highest epoch this node promised or saw."""
         table = dict(self.claims.seen_epochs())

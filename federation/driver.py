@@ -55,6 +55,7 @@ from federation.effects import (
     Reply,
     Send,
     SendPromise,
+    StaleSender,
 )
 from federation.messages import Message, Promise
 
@@ -212,6 +213,8 @@ def _bookkeeping(host: Host, eff: Any) -> Generator[Step, Any, None]:
         host.report("collected", removed)
     elif isinstance(eff, MembershipMismatch):
         host.report("membership_mismatch", eff)
+    elif isinstance(eff, StaleSender):
+        host.report("stale_sender", eff)
     elif isinstance(eff, Recovering):
         host.report("recovering", eff.reason)
         yield StoreCall("set_recovering", (True,))

@@ -104,6 +104,18 @@ class MembershipMismatch:
 
 
 @dataclass(frozen=True, slots=True)
+class StaleSender:
+    """A message from ``peer`` came from a process of an incarnation the
+    member has since replaced (``incarnation``; the member's current one is
+    ``current``): its previous disk's process, whose ops may share ids with
+    the new process's. It was dropped. Count it."""
+
+    peer: str
+    incarnation: str
+    current: str
+
+
+@dataclass(frozen=True, slots=True)
 class Recovering:
     """This member must recover before it votes again: it found that peers
     hold more of its own ops than it does (its disk was lost or rolled
@@ -119,4 +131,4 @@ class Recovered:
 
 
 Effect = (Persist | PersistPromise | Send | PushMissing | SendPromise | LoadMailbox | Reply
-          | Collect | MembershipMismatch | Recovering | Recovered)
+          | Collect | MembershipMismatch | StaleSender | Recovering | Recovered)

@@ -37,7 +37,7 @@ from daemon.forwarding import decode_forward
 from daemon.http_errors import refuse_unread
 from daemon.peer_auth import BOOT_HEADER, BootMismatch
 from daemon.peer_channel import ChannelError, ServerChannel, channel_key
-from daemon.peer_client import PROTOCOL_HEADER
+from daemon.peer_client import INCARNATION_HEADER, PROTOCOL_HEADER
 from daemon.services import peer as service
 from federation.messages import PROTOCOL_MIN, PROTOCOL_VERSION, decode_msg, is_known_tag
 
@@ -110,14 +110,16 @@ def _peer(handler: Any) -> Any:
     return wrapped
 
 
-def _packed(payload: Any) -> web.Response:
+def _packed(payload: Any, node: Any) -> web.Response:
     return web.Response(body=msgpack.packb(payload, use_bin_type=True),
                         content_type="application/msgpack",
-                        headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
+                        headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION),
+                                 INCARNATION_HEADER: node.core.incarnation})
 
 
-async def _serve_msgs(node: Any, peer: str, body: Any) -> list[Any]:
-    """The wire replies to a batch of messages from ``peer``."""
+async def _serve_msgs(node: Any, peer: str, body: Any, incarnation: str) -> list[Any]:
+    """The wire replies to a batch of messages from ``peer``, sent by its
+    process of ``incarnation`` ("": it did not say)."""
     if not isinstance(body, list):
         raise BadRequest("peer messages come as a list")
     known = [m for m in body if is_known_tag(m)]
@@ -127,13 +129,15 @@ async def _serve_msgs(node: Any, peer: str, body: Any) -> list[Any]:
         decoded = [decode_msg(m) for m in known]
     except Exception:
         raise BadRequest("undecodable peer message") from None
-    replies = await service.receive(node, peer, decoded)
+    replies = await service.receive(node, peer, decoded, incarnation)
     return [m.to_wire() for m in replies]
 
 
 async def msgs(request: web.Request) -> web.Response:
     peer, body = await _peer_body(request)
-    return _packed(await _serve_msgs(request.app[NODE], peer, body))
+    node = request.app[NODE]
+    incarnation = request.headers.get(INCARNATION_HEADER, "")
+    return _packed(await _serve_msgs(node, peer, body, incarnation), node)
 
 
 async def link(request: web.Request) -> web.StreamResponse:
@@ -144,8 +148,10 @@ async def link(request: web.Request) -> web.StreamResponse:
     ws = web.WebSocketResponse(compress=False, autoping=True,
                                heartbeat=limits.peer_channel_heartbeat_secs,
                                max_msg_size=limits.peer_body_max_bytes + 64)
+    ws.headers[INCARNATION_HEADER] = node.core.incarnation
     channel = ServerChannel(ws, channel_key(node.verifier.secret,
-                                            request.headers.get("X-AIM-Sig", "")))
+                                            request.headers.get("X-AIM-Sig", "")),
+                            request.headers.get(INCARNATION_HEADER, ""))
     request.app[_CHANNELS].add(channel)  # before the upgrade: shutdown sees it either way
     await ws.prepare(request)
     async for msg in ws:
@@ -164,7 +170,7 @@ async def link(request: web.Request) -> web.StreamResponse:
 async def _serve_frame(node: Any, peer: str, channel: ServerChannel, fid: int,
                        body: Any) -> None:
     try:
-        replies = await _serve_msgs(node, peer, body)
+        replies = await _serve_msgs(node, peer, body, channel.incarnation)
     except AiMemoryError as exc:
         await channel.answer(fid, None, exc.status)
         return
@@ -191,13 +197,13 @@ async def pull(request: web.Request) -> web.Response:
             and all(isinstance(k, str) and type(v) is int for k, v in vv.items())):
         raise BadRequest("peer pull body must be {key: str, vv: {origin: int}}")
     ops = await service.pull(request.app[NODE], body["key"], dict(vv))
-    return _packed([op.to_wire() for op in ops])
+    return _packed([op.to_wire() for op in ops], request.app[NODE])
 
 
 async def mailbox(request: web.Request) -> web.Response:
     _, body = await _peer_body(request)
     decode_forward(body)  # BadRequest naming the fault; the router decodes it again
-    return _packed(await request.app[NODE].router.handle_forwarded(body))
+    return _packed(await request.app[NODE].router.handle_forwarded(body), request.app[NODE])
 
 
 def add_routes(app: web.Application) -> None:

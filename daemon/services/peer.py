@@ -20,10 +20,11 @@ if TYPE_CHECKING:
     from daemon.ports import PeerPorts
 
 
-async def receive(node: PeerPorts, peer: str, msgs: list[Any]) -> list[Any]:
-    msgs = node.router.take_forwards(peer, msgs)  # forwarded mailbox requests and answers
+async def receive(node: PeerPorts, peer: str, msgs: list[Any], incarnation: str = "") -> list[Any]:
+    """``msgs`` from ``peer``'s process of ``incarnation`` ("": unsaid)."""
+    msgs = node.router.take_forwards(peer, msgs, incarnation)  # forwarded requests and answers
     if node.settings.cluster.peers:
-        return await node.receive(peer, msgs)
+        return await node.receive(peer, msgs, incarnation)
     replies: list[Any] = []
     for msg in msgs:
         await node.run(node.core.on_foreign_push(peer, msg, node.now_ms()),

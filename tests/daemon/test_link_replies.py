@@ -42,7 +42,7 @@ async def test_an_accept_in_a_response_is_answered_on_the_link(tmp_path: Path) -
         op = Op("node2", 1, 1000, MSG_SEND, key, body, 0)
         epoch = 1024 + node.core.membership.index_of("node2")  # node2's term
         link = node.links["node2"]
-        await link._on_replies("node2", [Accept(key, epoch, (op,))])
+        await link._on_replies("node2", [Accept(key, epoch, (op,))], "")
         queued = [link.queue.get_nowait() for _ in range(link.queue.qsize())]
         assert Accepted(key, epoch, (op.op_id,)) in queued, queued
         assert await node.store.message("m-1") is not None  # held before it said so
@@ -77,7 +77,7 @@ async def test_a_forward_waits_on_the_channel_for_its_own_answer(tmp_path: Path)
         rest = router.take_forwards("node3", [ForwardResult(msg.fid, {"value": answer}, None)])
         assert rest == [] and not task.done()  # an answer from another member is not its answer
         router.take_forwards("node2", [ForwardResult(msg.fid, {"value": answer}, None)])
-        assert await task == answer
+        assert await task == (answer, "")
 
         msg, task = await forwarded()
         err = forwarding.encode_error(LimitExceeded("mailbox full", limit="mailbox_pending_max"))

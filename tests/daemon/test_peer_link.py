@@ -53,7 +53,7 @@ async def test_messages_queued_while_a_request_is_out_leave_in_one_request() -> 
     failed: list[str] = []
     background = Background()
 
-    async def on_replies(peer: str, got: list[Any]) -> None:
+    async def on_replies(peer: str, got: list[Any], incarnation: str) -> None:
         replies.extend(got)
         if len(replies) >= 4:  # the first request's ack and the second's three
             all_acked.set()

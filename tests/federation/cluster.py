@@ -20,6 +20,7 @@ from federation.messages import Message, Replicate, Reseeding
 from store.merge import Replica
 
 Drop = Callable[[str, str, Message], bool]
+Queued = tuple[str, str, Message, str]  # sender, receiver, message, the sender's incarnation
 
 
 class Cluster:
@@ -28,8 +29,9 @@ class Cluster:
         self.w = w
         self.timeout_ms = timeout_ms
         self.disks = {i: Replica() for i in self.ids}
+        self.disk_serial = {i: 1 for i in self.ids}  # a new disk, a new incarnation
         self.cores = {i: self._core(i) for i in self.ids}
-        self.queue: list[tuple[str, str, Message]] = []
+        self.queue: list[Queued] = []
         self.replies: dict[Any, Any] = {}
         self.effects: dict[str, list[Effect]] = {i: [] for i in self.ids}
         self.now = 1_000_000
@@ -41,7 +43,8 @@ class Cluster:
                         vv=d.version_vector(), last_hlc=d.max_hlc(),
                         own_max_seq=d.max_seq(node), promises=d.promises(),
                         rng=random.Random(node), gc_interval_ms=0, down_after_ms=3000,
-                        recovering=recovering, recovery_grace_ms=0)
+                        recovering=recovering, incarnation=f"{node}-{self.disk_serial[node]}",
+                        recovery_grace_ms=0)
 
     def restart(self, node: str) -> None:
         self.cores[node] = self._core(node)
@@ -50,6 +53,7 @@ class Cluster:
     def wipe(self, node: str, disk: Replica | None = None) -> None:
         """The node comes back with an empty disk (or ``disk``), recovering."""
         self.disks[node] = disk if disk is not None else Replica()
+        self.disk_serial[node] += 1
         self.cores[node] = self._core(node, recovering=disk is None)
         self.queue = [m for m in self.queue if node not in (m[0], m[1])]
 
@@ -60,6 +64,7 @@ class Cluster:
         self.queue = [m for m in self.queue if node not in (m[0], m[1])]
         self.run(donor, self.cores[donor].on_message(node, Reseeding(donor), self.now))
         self.disks[node] = self.disks[donor].seed_copy()
+        self.disk_serial[node] += 1
         self.cores[node] = self._core(node, recovering=True)
 
     def run(self, node: str, effects: list[Effect]) -> None:
@@ -77,11 +82,11 @@ class Cluster:
             if not self.queue:
                 break
             batch, self.queue = self.queue, []
-            for src, dst, msg in batch:
+            for src, dst, msg, incarnation in batch:
                 if drop is not None and drop(src, dst, msg):
                     continue
                 n += 1
-                self.run(dst, self.cores[dst].on_message(src, msg, self.now))
+                self.run(dst, self.cores[dst].on_message(src, msg, self.now, incarnation))
         return n
 
     def tick(self, ms: int) -> None:
@@ -101,7 +106,7 @@ class _Host:
         return self.cluster.now
 
     def transmit(self, peer: str, msg: Message) -> None:
-        self.cluster.queue.append((self.node, peer, msg))
+        self.cluster.queue.append((self.node, peer, msg, self._incarnation()))
 
     def answer(self, token: Any, value: Any) -> None:
         assert token not in self.cluster.replies, f"token {token} answered twice"
@@ -109,7 +114,11 @@ class _Host:
 
     def push_missing(self, peer: str, vv: dict[str, int]) -> None:
         ops = tuple(self.cluster.disks[self.node].ops_missing(dict(vv), 10_000))
-        self.cluster.queue.append((self.node, peer, Replicate(ops, ack=False)))
+        self.cluster.queue.append((self.node, peer, Replicate(ops, ack=False),
+                                   self._incarnation()))
+
+    def _incarnation(self) -> str:
+        return self.cluster.cores[self.node].incarnation
 
     def applied(self, new: list[Op]) -> None:
         pass

@@ -6,8 +6,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import pytest
-
 from common.errors import MemberRecovering
 from common.ops import mailbox_key
 from federation.claim import MailPop, MailSend
@@ -238,7 +236,8 @@ def test_a_recovery_query_of_a_new_incarnation_drops_the_floor_held_for_it() -> 
         cl.tick(500)
         cl.deliver()
     assert m in cl.cores[c].peer_vv
-    cl.run(c, cl.cores[c].on_message(m, RecoveryQuery("inc-2", "r1", {}), cl.now))
+    query = RecoveryQuery(cl.cores[m].incarnation, "r1", {})  # c never heard m's before
+    cl.run(c, cl.cores[c].on_message(m, query, cl.now, cl.cores[m].incarnation))
     assert m not in cl.cores[c].peer_vv
     cl.tick(500)
     cl.deliver()
@@ -249,9 +248,6 @@ def note(nid: str) -> list[tuple[str, str, dict[str, Any]]]:
     return [("note.new", "inbox:x", {"id": nid, "from": "a", "to": "x"})]
 
 
-@pytest.mark.xfail(strict=True, reason="known limit (docs/federation.md): a recovering member's "
-                   "answers are snapshots; an op of its previous process that lands after them "
-                   "shares its id with the new process's next op")
 def test_an_op_of_the_previous_process_landing_after_recovery_keeps_its_id_to_itself() -> None:
     # The shape of seed 808 (shifted workload): (n1, 17) was a claim of n1's
     # previous process on every peer, and the acknowledged note.read its new

@@ -177,7 +177,7 @@ class Entry:
     def on_forward(self, src: str, msg: Forward) -> None:
         self.route(msg.token, msg.req, msg.hops, reply_to=src)
 
-    def on_answer(self, src: str, msg: Answer) -> None:
+    def on_answer(self, src: str, msg: Answer, incarnation: str = "") -> None:
         r = self.routing.get(msg.token)
         if r is None or r.target != src:
             return  # a late answer: this node stopped waiting for that member
@@ -192,7 +192,8 @@ class Entry:
             return
         core = self.node.core
         assert core is not None
-        self.node.run(core.on_message(src, Replicate(ops=(op,), ack=False), self.node.now_ms()),
+        self.node.run(core.on_message(src, Replicate(ops=(op,), ack=False), self.node.now_ms(),
+                                      incarnation),
                       self.sim.now, then=lambda: self.deliver(msg.token, msg.value, r.reply_to))
 
     # -- reads -----------------------------------------------------------------------
@@ -246,7 +247,7 @@ class Entry:
         ops = tuple(self.node.disk.ops_for_key(msg.key, dict(msg.vv)))
         self.sim.transmit(self.node.id, src, Pulled(msg.token, ops))
 
-    def on_pulled(self, src: str, msg: Pulled) -> None:
+    def on_pulled(self, src: str, msg: Pulled, incarnation: str = "") -> None:
         """Apply what a peer sent (even after the read finished, as the
         daemon does), then count the answer."""
         def counted() -> None:
@@ -258,7 +259,8 @@ class Entry:
         assert core is not None
         if msg.ops:
             self.node.run(core.on_message(src, Replicate(ops=msg.ops, ack=False),
-                                          self.node.now_ms()), self.sim.now, then=counted)
+                                          self.node.now_ms(), incarnation),
+                          self.sim.now, then=counted)
         else:
             counted()
 

@@ -26,6 +26,7 @@ class Envelope:
     src: str
     dst: str
     payload: Any
+    incarnation: str = ""  # the sending process's (its disk's), as the daemon's envelope says
 
 
 class Network:
@@ -45,7 +46,7 @@ class Network:
         self.sent = 0
         self.dropped = 0
 
-    def send(self, src: str, dst: str, payload: Any, now_ms: int) -> bool:
+    def send(self, src: str, dst: str, payload: Any, now_ms: int, incarnation: str = "") -> bool:
         """Queue ``payload``; False if the link is cut right now."""
         self.sent += 1
         link = (src, dst)
@@ -59,7 +60,7 @@ class Network:
         for _ in range(copies):
             self._serial += 1
             delay = self.rng.randint(self.delay_min_ms, self.delay_max_ms)
-            env = Envelope(now_ms + delay, src, dst, payload)
+            env = Envelope(now_ms + delay, src, dst, payload, incarnation)
             heapq.heappush(self._queue, (env.at_ms, self._serial, env))
         return True
 

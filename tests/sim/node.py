@@ -85,7 +85,8 @@ class SimNode:
         self.entry: Entry | None = None  # the client side of the running process
         self.paused = False
         self.inbox: list[Any] = []  # messages that arrived while paused
-        self.incarnation = 0
+        self.incarnation = 0  # process starts (a task of an earlier process is dropped)
+        self.disk_serial = 1  # disks: a seeded copy is a new incarnation of the database
         self.recovering = False  # the disk was lost: the core must recover before it votes
         self.restart()
 
@@ -104,6 +105,7 @@ class SimNode:
         if seed is not None:
             self.disk = seed
             self.recovering = True
+            self.disk_serial += 1
         d = self.disk
         self.incarnation += 1
         self.barriers = []
@@ -115,7 +117,7 @@ class SimNode:
             promises=d.promises(),
             rng=random.Random(f"{cfg.seed}:{self.id}:{self.incarnation}"),
             gc_interval_ms=cfg.gc_interval_ms, down_after_ms=cfg.down_after_ms,
-            recovering=self.recovering, incarnation=f"{self.id}-{self.incarnation}",
+            recovering=self.recovering, incarnation=f"{self.id}-disk{self.disk_serial}",
             recovery_grace_ms=2 * cfg.delay_max_ms + cfg.tick_ms)
         self.entry = Entry(self)
 
@@ -154,6 +156,8 @@ class SimNode:
         elif event == "recovered":
             self.recovering = False
             self.sim.stats["recovered"] += 1
+        elif event == "stale_sender":
+            self.sim.stats["stale_dropped"] += 1
 
     # -- carrying effects ----------------------------------------------------------------
     def run(self, effects: list[Effect], now_ms: int,

@@ -100,7 +100,8 @@ class Sim:
 
     def transmit(self, src: str, dst: str, msg: Any) -> bool:
         """Put ``msg`` on the network; False if the link refused it."""
-        if self.net.send(src, dst, msg, self.now):
+        core = self.nodes[src].core
+        if self.net.send(src, dst, msg, self.now, "" if core is None else core.incarnation):
             return True
         self.stats["send_refused"] += 1
         return False
@@ -186,13 +187,14 @@ class Sim:
         if isinstance(msg, Forward):
             client.on_forward(env.src, msg)
         elif isinstance(msg, Answer):
-            client.on_answer(env.src, msg)
+            client.on_answer(env.src, msg, env.incarnation)
         elif isinstance(msg, Pull):
             client.on_pull(env.src, msg)
         elif isinstance(msg, Pulled):
-            client.on_pulled(env.src, msg)
+            client.on_pulled(env.src, msg, env.incarnation)
         else:
-            node.run(node.core.on_message(env.src, msg, node.clock(self.now)), self.now)
+            node.run(node.core.on_message(env.src, msg, node.clock(self.now), env.incarnation),
+                     self.now)
 
     def step(self) -> None:
         self.now += self.cfg.tick_ms
