@@ -11,6 +11,7 @@ processes never hand out the same bytes) and guarded by a lock.
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 _CHUNK = 4096
@@ -43,3 +44,24 @@ def uuid4() -> str:
 
 def token_hex(nbytes: int) -> str:
     return random_bytes(nbytes).hex()
+
+
+_INCARNATION = re.compile(r"[0-9a-f]{12}-[0-9a-f]{16}")
+
+
+def incarnation_id(born_ms: int, salt: str | None = None) -> str:
+    """A database incarnation id that orders by when it was made: 12 hex
+    digits of ``born_ms``, a dash and 64 random bits (``salt``, 16 hex
+    digits, instead of random ones: the simulator's seeded ids). A member's
+    later disk must get a greater ``born_ms`` (its maker takes the larger
+    of its clock and the copied history's), so peers can tell a replaced
+    disk's late messages from the live one's (federation.core)."""
+    return f"{max(0, born_ms) & 0xFFFFFFFFFFFF:012x}-{salt or token_hex(8)}"
+
+
+def incarnation_born_ms(incarnation: str) -> int | None:
+    """When an :func:`incarnation_id` was made; None for an id of the older,
+    unordered form (32 random hex digits) or any other string."""
+    if not _INCARNATION.fullmatch(incarnation):
+        return None
+    return int(incarnation[:12], 16)

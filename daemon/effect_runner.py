@@ -85,6 +85,7 @@ class EffectRunner:
         self._push_missing = push_missing
         self.on_fatal = on_fatal
         self.applied_listeners: list[Callable[[list[Op]], None]] = []
+        self._stale_warned: set[tuple[str, str]] = set()  # (peer, incarnation) warned of once
         self._tokens = itertools.count(1)
         self._waiters: dict[int, asyncio.Future[Any]] = {}
         self._barriers: list[Barrier] = []
@@ -223,8 +224,16 @@ class EffectRunner:
             self.metrics.inc("gc_ops_removed_total", detail)
         elif event == "stale_sender":
             self.metrics.inc("peer_stale_incarnation_total", peer=detail.peer)
-            log.info("dropped a message from %s's replaced incarnation %s (now %s)",
-                     detail.peer, detail.incarnation, detail.current)
+            if detail.kind == "RecoveryQuery" and len(self._stale_warned) < 64 and (
+                    (detail.peer, detail.incarnation) not in self._stale_warned):
+                self._stale_warned.add((detail.peer, detail.incarnation))
+                log.warning("%s asks to recover as incarnation %s, which incarnation %s replaced:"
+                            " it runs on a disk that was already replaced and cannot recover"
+                            " under it; give it a new one (ai-memory restore, or an empty"
+                            " database to seed)", detail.peer, detail.incarnation, detail.current)
+            else:
+                log.debug("dropped a %s from %s's replaced incarnation %s (now %s)",
+                          detail.kind, detail.peer, detail.incarnation, detail.current)
         elif event == "membership_mismatch":
             self.metrics.inc("membership_mismatch_total", peer=detail.peer)
             log.error("membership mismatch with %s: theirs %s, ours %s",

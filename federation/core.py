@@ -50,6 +50,7 @@ from typing import Any
 from common import limits
 from common.errors import BadRequest, MemberRecovering
 from common.ops import MAILBOX_KINDS, OP_GAP, Op, known_kind
+from common.randomid import incarnation_born_ms
 from federation.claim import Claims, MailRequest
 from federation.detector import FailureDetector
 from federation.effects import (
@@ -143,7 +144,7 @@ class NodeCore:
         # itself (RecoveryQuery) no offer of theirs sets a GC floor.
         self._reseeded: set[str] = set()
         self._peer_incarnation: dict[str, str] = {}  # per member, of its last RecoveryQuery
-        self._retired: dict[str, set[str]] = {}  # per member, incarnations replaced since
+        self._retired: dict[str, dict[str, None]] = {}  # per member, replaced incarnations
 
     # -- small accessors ------------------------------------------------------
     @property
@@ -259,7 +260,8 @@ class NodeCore:
         if peer == self.node_id or not self.membership.is_member(peer):
             return []
         if incarnation and self._stale(peer, incarnation, msg):
-            return [StaleSender(peer, incarnation, self._peer_incarnation.get(peer, ""))]
+            return [StaleSender(peer, incarnation, self._peer_incarnation.get(peer, ""),
+                                type(msg).__name__)]
         if isinstance(msg, SyncOffer):
             return self._on_sync_offer(peer, msg, now_ms)
         if peer in self._mismatched:
@@ -272,8 +274,9 @@ class NodeCore:
         if isinstance(msg, Reseeding):
             return self._on_reseeding(peer)
         if isinstance(msg, RecoveryQuery):
-            if msg.incarnation in self._retired.get(peer, ()):
-                return []  # a replaced disk's query, late
+            if not self._moves_on(peer, msg.incarnation):  # a replaced disk's query, late
+                return [StaleSender(peer, msg.incarnation, self._peer_incarnation.get(peer, ""),
+                                    type(msg).__name__)]
             self.peers_recovering[peer] = now_ms
             self._reseeded.discard(peer)
             current = self._peer_incarnation.get(peer)
@@ -336,16 +339,34 @@ class NodeCore:
         if not current or incarnation == current:
             return False
         if isinstance(msg, RecoveryQuery):
-            # A newer disk announcing itself is let through, unless it is
-            # one already replaced or its envelope contradicts it.
-            return msg.incarnation != incarnation or incarnation in self._retired.get(peer, ())
+            # A newer disk announcing itself is let through, unless its
+            # envelope contradicts it (on_message then checks it is newer).
+            return msg.incarnation != incarnation
         return True
 
+    def _moves_on(self, peer: str, incarnation: str) -> bool:
+        """May a ``RecoveryQuery`` of ``incarnation`` make it the member's
+        current one? Not if it was replaced already, nor if it was made
+        before the current one (:func:`common.randomid.incarnation_born_ms`):
+        then it is a late query of a disk lost before, and taking it would
+        fence the live process off instead. Ids of the older, unordered
+        form cannot be told apart by age: an ordered one wins over them,
+        and between two of them the latest query wins, as before."""
+        if incarnation in self._retired.get(peer, {}):
+            return False
+        current = self._peer_incarnation.get(peer)
+        if not current or not incarnation or incarnation == current:
+            return True
+        born, now = incarnation_born_ms(incarnation), incarnation_born_ms(current)
+        if born is None or now is None:
+            return now is None
+        return (born, incarnation) > (now, current)
+
     def _retire(self, peer: str, incarnation: str) -> None:
-        retired = self._retired.setdefault(peer, set())
-        if len(retired) >= limits.retired_incarnations_max:
-            retired.clear()  # bounded; a disk is replaced a handful of times in a cluster's life
-        retired.add(incarnation)
+        retired = self._retired.setdefault(peer, {})
+        retired[incarnation] = None
+        while len(retired) > limits.retired_incarnations_max:
+            del retired[next(iter(retired))]  # the oldest retired first
 
     def _promise_table(self) -> dict[str, int]:
         """Per mailbox, the highest epoch this node promised or saw."""

@@ -105,14 +105,18 @@ class MembershipMismatch:
 
 @dataclass(frozen=True, slots=True)
 class StaleSender:
-    """A message from ``peer`` came from a process of an incarnation the
-    member has since replaced (``incarnation``; the member's current one is
-    ``current``): its previous disk's process, whose ops may share ids with
-    the new process's. It was dropped. Count it."""
+    """A message (``kind``, its class name) from ``peer`` came from a
+    process of an incarnation the member has since replaced
+    (``incarnation``; the member's current one is ``current``): its previous
+    disk's process, whose ops may share ids with the new process's. It was
+    dropped. Count it; a ``RecoveryQuery`` of a replaced disk is worth a
+    warning (a member started on a disk that was already replaced, which
+    cannot recover under that incarnation)."""
 
     peer: str
     incarnation: str
     current: str
+    kind: str
 
 
 @dataclass(frozen=True, slots=True)

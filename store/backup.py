@@ -20,7 +20,6 @@ on a worker thread.
 from __future__ import annotations
 
 import os
-import secrets
 import sqlite3
 import time
 from dataclasses import asdict, dataclass
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import BadRequest, Conflict, Unavailable
+from common.randomid import incarnation_id
+from store.records import physical_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +47,21 @@ class BackupInfo:
         return asdict(self)
 
 
-def new_incarnation_id() -> str:
-    return secrets.token_hex(16)
+def new_incarnation_id(conn: sqlite3.Connection | None = None) -> str:
+    """An incarnation id for a database made now (:func:`common.randomid.incarnation_id`):
+    later than the clock and than every op the database ``conn`` holds, so
+    a copy of a peer's history made on a machine whose clock is behind
+    still orders after the disk it replaces, as long as that disk wrote no
+    op later than the history shows."""
+    born = int(time.time() * 1000)
+    if conn is not None:
+        try:
+            row = conn.execute("SELECT value FROM node_meta WHERE name = 'max_hlc'").fetchone()
+        except sqlite3.OperationalError:
+            row = None
+        if row is not None and row[0]:
+            born = max(born, physical_ms(int(row[0])) + 1)
+    return incarnation_id(born)
 
 
 def read_incarnation(conn: sqlite3.Connection) -> str | None:
@@ -130,7 +144,7 @@ def restore(backup: str | Path, db_path: str | Path, *, force: bool = False,
         out = sqlite3.connect(tmp, isolation_level=None)
         try:
             src.backup(out, pages=-1)
-            incarnation = new_incarnation_id()
+            incarnation = new_incarnation_id(out)
             out.execute("BEGIN IMMEDIATE")
             out.execute("UPDATE store_meta SET value = ? WHERE name = 'incarnation'",
                         (incarnation,))

@@ -31,6 +31,7 @@ from common.ops import MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_SEND, Op, mailbox_k
 from store import deferred
 from store import queries as Q
 from store.apply import apply_op
+from store.backup import new_incarnation_id
 from store.reader import ReadPool
 from store.records import EMPTY_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS, edit_ops
 from store.schema import connect, migrate
@@ -63,9 +64,12 @@ def _open_writer(path: str) -> tuple[sqlite3.Connection, SeenSet, int, bool]:
             created = True
         if created:
             # A database created now: this member may have had another one
-            # before (a wiped disk), so it recovers before it votes in claims.
+            # before (a wiped disk), so it recovers before it votes in claims,
+            # under an incarnation that orders after the one it replaces.
             conn.execute("INSERT OR REPLACE INTO store_meta (name, value)"
                          " VALUES ('recovering', '1')")
+            conn.execute("UPDATE store_meta SET value = ? WHERE name = 'incarnation'",
+                         (new_incarnation_id(conn),))
         deferred.replay(conn, apply_op, int(time.time() * 1000))
         marks = dict(conn.execute("SELECT origin, watermark FROM vv").fetchall())
         held: dict[str, set[int]] = {}

@@ -27,3 +27,13 @@ def test_a_forked_child_does_not_reuse_the_parents_bytes() -> None:
     os.close(r)
     os.waitpid(pid, 0)
     assert child != randomid.uuid4()
+
+
+def test_incarnation_ids_order_by_birth_and_old_ids_have_none() -> None:
+    early, late = randomid.incarnation_id(1_000), randomid.incarnation_id(2_000)
+    assert early != randomid.incarnation_id(1_000)  # random beyond the time
+    assert randomid.incarnation_born_ms(early) == 1_000
+    assert randomid.incarnation_born_ms(late) == 2_000
+    assert randomid.incarnation_id(5, "00000000000000ab") == "000000000005-00000000000000ab"
+    for unordered in ("", "3f" * 16, "n0-1", "000000000005-xyz", "000000000005-" + "A" * 16):
+        assert randomid.incarnation_born_ms(unordered) is None

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from common.ops import Op
+from common.randomid import incarnation_id
 from federation import driver
 from federation.core import NodeCore
 from federation.effects import Effect
@@ -43,7 +44,8 @@ class Cluster:
                         vv=d.version_vector(), last_hlc=d.max_hlc(),
                         own_max_seq=d.max_seq(node), promises=d.promises(),
                         rng=random.Random(node), gc_interval_ms=0, down_after_ms=3000,
-                        recovering=recovering, incarnation=f"{node}-{self.disk_serial[node]}",
+                        recovering=recovering,
+                        incarnation=incarnation_id(self.disk_serial[node], f"{node.encode().hex():0>16}"),
                         recovery_grace_ms=0)
 
     def restart(self, node: str) -> None:

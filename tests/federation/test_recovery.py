@@ -8,8 +8,9 @@ from typing import Any
 
 from common.errors import MemberRecovering
 from common.ops import mailbox_key
+from common.randomid import incarnation_id
 from federation.claim import MailPop, MailSend
-from federation.effects import Recovered, Recovering
+from federation.effects import Recovered, Recovering, StaleSender
 from federation.messages import Accept, Prepare, RecoveryQuery, Replicate, SyncOffer
 from tests.federation.cluster import Cluster
 
@@ -278,3 +279,71 @@ def test_an_op_of_the_previous_process_landing_after_recovery_keeps_its_id_to_it
         ops = {op.op_id: op for op in held[n]}
         assert new_id != old or ops[new_id].body["id"] == "new", (
             f"{n} holds {old} as the previous process's note, not the acknowledged one")
+
+
+def test_a_late_query_of_an_earlier_replaced_disk_does_not_fence_off_the_live_one() -> None:
+    # The reviewer's case: m is seeded twice in a row; the first new disk's
+    # query to b is held back and lands after the second disk recovered.
+    # Ids order by birth, so b keeps the live disk and drops the late query.
+    cl = Cluster()
+    m, b, c = cl.ids
+    cl.call(m, "write", "w0", note("first"))
+    cl.deliver()
+    cl.seed(m, c)
+    first = cl.cores[m].incarnation
+    cl.tick(250)
+    held = [q for q in cl.queue if q[0] == m and q[1] == b and isinstance(q[2], RecoveryQuery)]
+    assert held
+    cl.seed(m, c)  # lost again before it recovered
+    second = cl.cores[m].incarnation
+    assert second != first
+    recover(cl, m)
+    assert not cl.cores[m].recovering
+    cl.queue.extend(held)
+    cl.deliver()
+    stale = [e for e in cl.effects[b] if isinstance(e, StaleSender)]
+    assert [(e.incarnation, e.current, e.kind) for e in stale] == [
+        (first, second, "RecoveryQuery")]
+    cl.call(m, "write", "after", note("after"))
+    cl.deliver()
+    assert isinstance(cl.replies["after"], list)
+    op_id = cl.replies["after"][0].op_id
+    assert op_id in {op.op_id for op in cl.disks[b].ops_missing({}, 10 ** 6)}  # b still takes m
+
+
+def test_a_query_of_a_retired_disk_is_dropped_and_says_so() -> None:
+    cl = Cluster()
+    m, b, _c = cl.ids
+    core = cl.cores[b]
+    older, newer = incarnation_id(10, "a" * 16), incarnation_id(20, "b" * 16)
+    assert core.on_message(m, RecoveryQuery(older, "r1", {}), cl.now, older)
+    assert core.on_message(m, RecoveryQuery(newer, "r2", {}), cl.now, newer)  # moves on
+    out = core.on_message(m, RecoveryQuery(older, "r3", {}), cl.now, older)
+    assert out == [StaleSender(m, older, newer, "RecoveryQuery")]
+    # The envelope and the query must agree: a query of another disk in
+    # an old process's envelope is dropped too.
+    out = core.on_message(m, RecoveryQuery(incarnation_id(30, "c" * 16), "r4", {}), cl.now, older)
+    assert out == [StaleSender(m, older, newer, "RecoveryQuery")]
+    # The old process's replication is dropped; the live one's is taken.
+    assert core.on_message(m, Replicate((), ack=True), cl.now, older) == [
+        StaleSender(m, older, newer, "Replicate")]
+    assert core.on_message(m, Replicate((), ack=True), cl.now, newer) != [
+        StaleSender(m, newer, newer, "Replicate")]
+
+
+def test_ids_of_the_older_unordered_form_move_on_with_each_new_query() -> None:
+    # Databases made before ids carried their birth: the latest query wins,
+    # as it did before, and an ordered id replaces an unordered one for good.
+    cl = Cluster()
+    m, b, _c = cl.ids
+    core = cl.cores[b]
+    one, two, three, ordered = "1f" * 16, "2e" * 16, "0a" * 16, incarnation_id(5, "d" * 16)
+    for inc in (two, one, three):
+        out = core.on_message(m, RecoveryQuery(inc, "r", {}), cl.now, inc)
+        assert not any(isinstance(e, StaleSender) for e in out), inc
+    # ...but one already replaced stays replaced:
+    out = core.on_message(m, RecoveryQuery(one, "r", {}), cl.now, one)
+    assert out == [StaleSender(m, one, three, "RecoveryQuery")]
+    core.on_message(m, RecoveryQuery(ordered, "r", {}), cl.now, ordered)
+    out = core.on_message(m, RecoveryQuery("4d" * 16, "r", {}), cl.now, "4d" * 16)
+    assert out == [StaleSender(m, "4d" * 16, ordered, "RecoveryQuery")]

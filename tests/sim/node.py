@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from common import limits
 from common.ops import Op
+from common.randomid import incarnation_id
 from federation import driver
 from federation.core import NodeCore
 from federation.effects import Effect, MembershipMismatch
@@ -117,7 +118,8 @@ class SimNode:
             promises=d.promises(),
             rng=random.Random(f"{cfg.seed}:{self.id}:{self.incarnation}"),
             gc_interval_ms=cfg.gc_interval_ms, down_after_ms=cfg.down_after_ms,
-            recovering=self.recovering, incarnation=f"{self.id}-disk{self.disk_serial}",
+            recovering=self.recovering,
+            incarnation=incarnation_id(self.disk_serial, self.id.encode().hex()[:16].ljust(16, "0")),
             recovery_grace_ms=2 * cfg.delay_max_ms + cfg.tick_ms)
         self.entry = Entry(self)
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 
 from common.errors import BadRequest, Conflict
 from common.ops import AGENT_SEEN, Op, agent_key
+from common.randomid import incarnation_born_ms
 from store.backup import describe, online_backup, restore
 from store.db import Store
 
@@ -21,7 +23,9 @@ async def test_every_database_gets_its_own_incarnation_and_keeps_it(tmp_path: Pa
     finally:
         await a.close()
         await b.close()
-    assert len(inc_a) == 32 and inc_a != inc_b
+    assert inc_a != inc_b
+    born_a, born_b = incarnation_born_ms(inc_a), incarnation_born_ms(inc_b)
+    assert born_a is not None and born_b is not None and born_a <= born_b  # ordered by birth
     again = await Store.open(tmp_path / "a.db", "n1")
     try:
         assert await again.incarnation() == inc_a  # reopening is not a new incarnation
@@ -51,6 +55,26 @@ async def test_backup_then_restore_is_a_new_incarnation_with_the_same_contents(
         assert back.version_vector() == info.version_vector
     finally:
         await back.close()
+
+
+async def test_a_restored_incarnation_orders_after_the_history_it_holds(tmp_path: Path) -> None:
+    # A copy of a history written by clocks ahead of this machine's (the
+    # history's latest op an hour from now): the restored disk still orders
+    # after the one it replaces, which wrote into that history.
+    ahead_ms = int(time.time() * 1000) + 3_600_000
+    store = await Store.open(tmp_path / "live.db", "n1")
+    try:
+        op = Op(origin="n1", seq=1, hlc=ahead_ms << 16, kind=AGENT_SEEN, key=agent_key("a"),
+                body={"agent_id": "a", "at_ms": 1})
+        assert await store.apply_ops([op], now_ms=2000)
+        original = await store.incarnation()
+        online_backup(store.path, str(tmp_path / "copy.db"), "n1")
+    finally:
+        await store.close()
+    restored = restore(tmp_path / "copy.db", tmp_path / "restored.db")["incarnation"]
+    born = incarnation_born_ms(restored)
+    assert born is not None and born > ahead_ms
+    assert born > (incarnation_born_ms(original) or 0)
 
 
 def test_restore_refuses_what_is_not_a_sound_ai_memory_backup(tmp_path: Path) -> None:
