@@ -41,8 +41,8 @@ from common import limits
 from common.errors import Unavailable
 from common.ops import Op, known_kind
 from daemon.metrics import Metrics
-from daemon.peer_link import coalesce
 from federation import driver
+from federation.batching import coalesce
 from federation.core import NodeCore
 
 log = logging.getLogger("ai_memory.node")

@@ -2,7 +2,8 @@
 
 The core emits one ``Send`` per message; a :class:`PeerLink` turns a burst
 of them into one signed HTTP request (up to ``limits.replicate_batch_ops_max``
-ops, with runs of quorum ``Replicate`` merged by :func:`coalesce`), keeps at
+ops, with runs of quorum ``Replicate`` merged and each mailbox's ``Accept``
+rounds folded into one message (:mod:`federation.batching`)), keeps at
 most ``limits.peer_link_inflight_max`` requests in flight, and hands the
 replies the peer sends back in the HTTP response to the node.
 
@@ -27,13 +28,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from common import limits
 from daemon.metrics import Metrics
 from daemon.peer_client import PeerClient, PeerUnreachable
-from federation.messages import Replicate, decode_msg
+from federation.batching import coalesce, merge_accepts
+from federation.messages import decode_msg
 
 log = logging.getLogger("ai_memory.peer_link")
 
@@ -43,20 +45,6 @@ Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
 def op_count(msg: Any) -> int:
     """What a message weighs against the ops limits: its ops, at least 1."""
     return len(getattr(msg, "ops", ())) or 1
-
-
-def coalesce(msgs: Iterable[Any]) -> list[Any]:
-    """Merge runs of quorum ``Replicate`` messages into one, so a batch of
-    writes costs the receiver one transaction and one ``Ack``."""
-    out: list[Any] = []
-    for msg in msgs:
-        prev = out[-1] if out else None
-        if (isinstance(msg, Replicate) and isinstance(prev, Replicate)
-                and msg.ack == prev.ack and len(prev.ops) < limits.replicate_batch_ops_max):
-            out[-1] = Replicate(ops=tuple(prev.ops) + tuple(msg.ops), ack=msg.ack)
-        else:
-            out.append(msg)
-    return out
 
 
 class PeerLink:
@@ -123,7 +111,10 @@ class PeerLink:
                 msg = self._take()
                 batch.append(msg)
                 ops_in_batch += op_count(msg)
-            self._spawn(self._deliver(coalesce(batch)))
+            batch, folded = merge_accepts(coalesce(batch))
+            if folded:
+                self._metrics.inc("peer_accepts_folded_total", folded, peer=self.peer)
+            self._spawn(self._deliver(batch))
 
     async def _deliver(self, batch: list[Any]) -> None:
         try:

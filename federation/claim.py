@@ -714,12 +714,22 @@ class Claims:
             return []
         rid = tuple(msg.op_ids)
         rnd = slot.rounds.get(rid)
-        if rnd is None:
-            return []
-        rnd.accepted.add(peer)
-        if len(rnd.accepted) >= self.m.majority:
-            return self._end_round(slot, rid, None, now_ms)
-        return []
+        if rnd is not None:
+            rounds = [rid]
+        else:
+            # Several rounds folded into one Accept on the wire
+            # (federation.batching): the answer names every op of each.
+            held = set(msg.op_ids)
+            rounds = [r for r in slot.rounds if held.issuperset(r)]
+        out: list[Effect] = []
+        for r in rounds:
+            rnd = slot.rounds.get(r)  # ending one round may have ended or replaced others
+            if rnd is None:
+                continue
+            rnd.accepted.add(peer)
+            if len(rnd.accepted) >= self.m.majority:
+                out += self._end_round(slot, r, None, now_ms)
+        return out
 
     def on_rejected(self, msg: Rejected) -> list[Effect]:
         return self._fence(msg.mailbox, msg.promised)

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from common.errors import AiMemoryError
-from federation.messages import Message, Reseeding
+from federation.batching import fold, mailbox_of
+from federation.messages import Accept, Message, Reseeding
 from tests.sim import checker
 from tests.sim.config import SimConfig
 from tests.sim.entry import Answer, Forward, Pull, Pulled
@@ -196,12 +197,35 @@ class Sim:
             node.run(node.core.on_message(env.src, msg, node.clock(self.now), env.incarnation),
                      self.now)
 
+    def _fold(self, envs: list[Any]) -> list[Any]:
+        """What a daemon's peer link does to a burst: the ``Accept`` rounds
+        one process sent one mailbox at one epoch, due together on one
+        link, arrive as one (:func:`federation.batching.fold`), ahead only
+        of messages about other mailboxes."""
+        out: list[Any] = []
+        open_at: dict[tuple[str, str, str, str], int] = {}
+        for env in envs:
+            msg, mailbox = env.payload, mailbox_of(env.payload)
+            key = (env.src, env.dst, env.incarnation, mailbox or "")
+            if mailbox is not None and isinstance(msg, Accept):
+                i = open_at.get(key)
+                merged = None if i is None else fold(out[i].payload, msg)
+                if merged is not None and i is not None:
+                    out[i] = replace(out[i], payload=merged)
+                    self.stats["accepts_folded"] += 1
+                    continue
+                open_at[key] = len(out)
+            elif mailbox is not None:
+                open_at.pop(key, None)
+            out.append(env)
+        return out
+
     def step(self) -> None:
         self.now += self.cfg.tick_ms
         while self._timers and self._timers[0][0] <= self.now:
             _, _, fn, args = heapq.heappop(self._timers)
             fn(*args, self.now)
-        for env in self.net.due(self.now):
+        for env in self._fold(self.net.due(self.now)):
             self._deliver(env)
         for node in self.nodes.values():
             if node.core is not None and not node.paused:

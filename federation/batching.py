@@ -1,0 +1,82 @@
+"""How a burst of messages to one peer becomes fewer, larger messages.
+
+Pure, shared by the daemon's peer links (:mod:`daemon.peer_link`, on the
+way out and, for :func:`coalesce`, on the way in) and the simulator's
+network, so the core meets merged messages in both.
+
+* :func:`coalesce` merges runs of quorum ``Replicate`` into one: a batch of
+  writes costs the receiver one transaction and one ``Ack``.
+* :func:`merge_accepts` folds the ``Accept`` rounds an owner sent one
+  mailbox at one epoch into the first of them: the receiver checks the
+  epoch once, persists the ops in one write and answers one ``Accepted``
+  naming every op id, which the owner counts for each round whose ops it
+  names (:meth:`federation.claim.Claims.on_accepted`). Rounds are not
+  merged in the owner's model, only on the wire; a receiver that refuses
+  refuses them all, as it would have refused each. An ``Accept`` moves
+  ahead only past messages about other mailboxes: anything else about its
+  mailbox (a ``Prepare``, a promise or refusal, another epoch's
+  ``Accept``) closes the group, so no receiver sees a mailbox's messages in
+  another order than they were sent. Only the sender merges: an owner of a
+  build that counts merged answers is the one that asks for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from common import limits
+from federation.messages import Accept, Replicate
+
+
+def coalesce(msgs: Iterable[Any]) -> list[Any]:
+    """Merge runs of quorum ``Replicate`` messages into one."""
+    out: list[Any] = []
+    for msg in msgs:
+        prev = out[-1] if out else None
+        if (isinstance(msg, Replicate) and isinstance(prev, Replicate)
+                and msg.ack == prev.ack and len(prev.ops) < limits.replicate_batch_ops_max):
+            out[-1] = Replicate(ops=tuple(prev.ops) + tuple(msg.ops), ack=msg.ack)
+        else:
+            out.append(msg)
+    return out
+
+
+def mailbox_of(msg: Any) -> str | None:
+    """The mailbox a message is about, if it is about one."""
+    mailbox = getattr(msg, "mailbox", None)
+    return mailbox if isinstance(mailbox, str) else None
+
+
+def fold(into: Accept, more: Accept) -> Accept | None:
+    """``into`` carrying ``more``'s ops too (each op once), or None if they
+    are not of one mailbox and epoch or the result would be too large."""
+    if into.mailbox != more.mailbox or into.epoch != more.epoch:
+        return None
+    held = {op.op_id for op in into.ops}
+    extra = tuple(op for op in more.ops if op.op_id not in held)
+    if len(into.ops) + len(extra) > limits.replicate_batch_ops_max:
+        return None
+    return Accept(into.mailbox, into.epoch, into.ops + extra) if extra else into
+
+
+def merge_accepts(msgs: Iterable[Any]) -> tuple[list[Any], int]:
+    """``msgs`` with each mailbox's ``Accept``s of one epoch folded into the
+    first (see the module docstring), and how many were folded away."""
+    out: list[Any] = []
+    open_at: dict[str, int] = {}  # mailbox -> index in out of the Accept still open
+    folded = 0
+    for msg in msgs:
+        mailbox = mailbox_of(msg)
+        if isinstance(msg, Accept) and mailbox is not None:
+            i = open_at.get(mailbox)
+            merged = None if i is None else fold(out[i], msg)
+            if merged is not None and i is not None:
+                out[i] = merged
+                folded += 1
+                continue
+            open_at[mailbox] = len(out)
+        elif mailbox is not None:
+            open_at.pop(mailbox, None)
+        out.append(msg)
+    return out, folded
