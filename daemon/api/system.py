@@ -33,14 +33,23 @@ async def cluster_status(request: web.Request) -> web.Response:
 
 @web.middleware
 async def timing(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    """Observe each request's time to answer, by route. A WebSocket (the
+    peer channel) is counted, not timed: its handler returns when the
+    socket closes, so its duration is the channel's life, not an answer's."""
     start = time.perf_counter()
+    response = None
     try:
-        return await handler(request)
+        response = await handler(request)
+        return response
     finally:
         route = request.match_info.route.resource
         name = route.canonical if route is not None else "unmatched"
-        request.app[NODE].metrics.observe(
-            "http_request_seconds", time.perf_counter() - start, route=name, method=request.method)
+        metrics = request.app[NODE].metrics
+        if isinstance(response, web.WebSocketResponse):
+            metrics.inc("websockets_closed_total", route=name)
+        else:
+            metrics.observe("http_request_seconds", time.perf_counter() - start,
+                            route=name, method=request.method)
 
 
 MIDDLEWARES = [timing]

@@ -203,6 +203,28 @@ async def test_the_client_sends_batches_on_one_channel_and_learns_the_boot(secur
         await peers.close()
 
 
+async def test_a_channel_is_counted_when_it_closes_and_not_timed_as_a_request(secured) -> None:  # type: ignore[no-untyped-def]
+    from daemon.appkeys import NODE
+
+    metrics = secured.server.app[NODE].metrics
+    peers = client_for(str(secured.make_url("")).rstrip("/"))
+    await peers.start()
+    try:
+        await peers.call("node1", "/peer/v1/msgs", offer())
+    finally:
+        await peers.close()
+    for _ in range(100):  # the server's end sees the close a moment later
+        if metrics.counters["websockets_closed_total"]:
+            break
+        await asyncio.sleep(0.02)
+    assert dict(metrics.counters["websockets_closed_total"]) == {(("route", LINK_PATH),): 1}
+    # Timed: only the refused first upgrade (the boot learned from its 401),
+    # not the channel's life.
+    rows = [row for labels, row in metrics.hists["http_request_seconds"].items()
+            if dict(labels).get("route") == LINK_PATH]
+    assert [sum(row[:-1]) for row in rows] == [1]
+
+
 async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
     runner = web.AppRunner(app)
     await runner.setup()
