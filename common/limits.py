@@ -202,6 +202,7 @@ password_max_chars = 1024  # longer passwords are refused before they are hashed
 api_key_max_chars = 128  # a presented key longer than this is unknown without a lookup
 identity_lease_ms = 1500  # a node trusts its copy of the directory this long after a quorum read
 identity_lease_margin_ms = 250  # a revocation waits the lease plus this before it is acknowledged
+identity_confirm_retry_secs = (0.02, 0.05, 0.1)  # a revocation asks a member that lacks it again after these
 identity_list_max = 10_000  # users, keys or grants one admin list returns
 
 # --- web inbox (/web) --------------------------------------------------------

@@ -15,8 +15,11 @@ network, so the core meets merged messages in both.
   refuses them all, as it would have refused each. An ``Accept`` moves
   ahead only past messages about other mailboxes: anything else about its
   mailbox (a ``Prepare``, a promise or refusal, another epoch's
-  ``Accept``) closes the group, so no receiver sees a mailbox's messages in
-  another order than they were sent. Only the sender merges: an owner of a
+  ``Accept``) closes the group, so no receiver sees those in another order
+  than they were sent. Messages that name no mailbox may carry one inside
+  (a ``Forward``'s request, a ``Replicate`` of mailbox ops): an ``Accept``
+  may pass those, which changes nothing, since accepting depends only on
+  the receiver's promise. Only the sender merges: an owner of a
   build that counts merged answers is the one that asks for them.
 """
 
@@ -26,6 +29,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from common import limits
+from common.ops import Op
 from federation.messages import Accept, Replicate
 
 
@@ -62,21 +66,30 @@ def fold(into: Accept, more: Accept) -> Accept | None:
 
 def merge_accepts(msgs: Iterable[Any]) -> tuple[list[Any], int]:
     """``msgs`` with each mailbox's ``Accept``s of one epoch folded into the
-    first (see the module docstring), and how many were folded away."""
+    first (see the module docstring), and how many were folded away. Linear
+    in the ops: each group gathers its ops once and becomes one message at
+    the end."""
     out: list[Any] = []
+    groups: dict[int, tuple[list[Op], set[tuple[str, int]]]] = {}  # index in out -> its ops
     open_at: dict[str, int] = {}  # mailbox -> index in out of the Accept still open
     folded = 0
     for msg in msgs:
         mailbox = mailbox_of(msg)
         if isinstance(msg, Accept) and mailbox is not None:
             i = open_at.get(mailbox)
-            merged = None if i is None else fold(out[i], msg)
-            if merged is not None and i is not None:
-                out[i] = merged
-                folded += 1
-                continue
+            if i is not None and out[i].epoch == msg.epoch:
+                ops, held = groups.setdefault(i, (list(out[i].ops), {o.op_id for o in out[i].ops}))
+                extra = [op for op in msg.ops if op.op_id not in held]
+                if len(ops) + len(extra) <= limits.replicate_batch_ops_max:
+                    ops.extend(extra)
+                    held.update(op.op_id for op in extra)
+                    folded += 1
+                    continue
             open_at[mailbox] = len(out)
         elif mailbox is not None:
             open_at.pop(mailbox, None)
         out.append(msg)
+    for i, (ops, _) in groups.items():
+        if len(ops) > len(out[i].ops):
+            out[i] = Accept(out[i].mailbox, out[i].epoch, tuple(ops))
     return out, folded

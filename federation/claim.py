@@ -229,6 +229,8 @@ class _Slot:
     queue: deque[tuple[Any, MailRequest]] = field(default_factory=deque)
     parked: list[tuple[Any, MailRequest]] = field(default_factory=list)
     rounds: dict[tuple[OpId, ...], _Round] = field(default_factory=dict)
+    # op id -> the rounds in flight that carry it (an answer names op ids)
+    rounds_of: dict[OpId, set[tuple[OpId, ...]]] = field(default_factory=dict)
     busy: dict[str, int] = field(default_factory=dict)  # message id -> rounds in flight
     busy_requests: set[str] = field(default_factory=set)
     confirmed: set[str] = field(default_factory=set)
@@ -590,6 +592,8 @@ class Claims:
                      confirms_hold=confirms_hold)
         rid = tuple(op.op_id for op in ops)
         slot.rounds[rid] = rnd
+        for op_id in rid:
+            slot.rounds_of.setdefault(op_id, set()).add(rid)
         for mid in rnd.busy:
             slot.busy[mid] = slot.busy.get(mid, 0) + 1
         if request_id is not None:
@@ -603,6 +607,12 @@ class Claims:
     def _end_round(self, slot: _Slot, rid: tuple[OpId, ...], error: AiMemoryError | None,
                    now_ms: int) -> list[Effect]:
         rnd = slot.rounds.pop(rid)
+        for op_id in rid:
+            holders = slot.rounds_of.get(op_id)
+            if holders is not None:
+                holders.discard(rid)
+                if not holders:
+                    del slot.rounds_of[op_id]
         for mid in rnd.busy:
             left = slot.busy.get(mid, 0) - 1
             if left > 0:
@@ -643,6 +653,7 @@ class Claims:
         out += [Reply(t, error) for t, _ in slot.queue]
         out += [Reply(t, error) for t, _ in slot.parked]
         slot.rounds.clear()
+        slot.rounds_of.clear()
         slot.queue.clear()
         slot.parked.clear()
         return out
@@ -712,15 +723,14 @@ class Claims:
         slot = self.slots.get(msg.mailbox)
         if slot is None or slot.role != OWNER or slot.epoch != msg.epoch:
             return []
-        rid = tuple(msg.op_ids)
-        rnd = slot.rounds.get(rid)
-        if rnd is not None:
-            rounds = [rid]
-        else:
-            # Several rounds folded into one Accept on the wire
-            # (federation.batching): the answer names every op of each.
-            held = set(msg.op_ids)
-            rounds = [r for r in slot.rounds if held.issuperset(r)]
+        # Several rounds may have travelled folded into one Accept
+        # (federation.batching): the answer counts for each round all of
+        # whose ops it names, found through the ops it names.
+        held = set(msg.op_ids)
+        candidates: set[tuple[OpId, ...]] = set()
+        for op_id in held:
+            candidates.update(slot.rounds_of.get(op_id, ()))
+        rounds = sorted(r for r in candidates if held.issuperset(r))  # in a fixed order
         out: list[Effect] = []
         for r in rounds:
             rnd = slot.rounds.get(r)  # ending one round may have ended or replaced others

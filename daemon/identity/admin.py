@@ -12,8 +12,10 @@ Actions that take rights away (remove a user, revoke a key, revoke or
 narrow a grant) answer only once they are refused on every member
 (:func:`refused_everywhere`): every peer confirms it holds the ops (a pull
 of ``ident:dir`` below their seqs, which a peer answers only after its
-directory applied what it shows), or else the directory lease of the
-members that did not confirm has run out.
+directory applied what it shows; a peer outside the write quorum that
+lacks them is asked again after ``limits.identity_confirm_retry_secs``,
+since their replication may still be on its way), or else the directory
+lease of the members that did not confirm has run out.
 
 A removed user's name is not reused (removal is a tombstone); a removed
 user's keys are revoked with it. Secrets exist only in the answer to
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from common import limits
 from common.errors import Conflict, NotFound
 from common.ops import APIKEY_PUT, IDENT_KEY, PGRANT_PUT, USER_PUT, Op
 from common.vocab import CONSISTENCY_DEFAULT, Consistency
@@ -93,9 +96,17 @@ async def refused_everywhere(node: Node, ops: list[Op]) -> None:
     timeout = node.settings.cluster.quorum_timeout_ms / 1000
 
     async def holds(peer: str) -> bool:
-        raw = await node.peers.call(peer, "/peer/v1/pull", {"key": IDENT_KEY, "vv": floor},
-                                    timeout_s=timeout)
-        return mine <= {(str(w[0]), int(w[1])) for w in raw or []}
+        # A member outside the write quorum may not have applied the ops
+        # yet when asked (their replication is still on its way): ask it
+        # again a few times before falling back to the lease wait.
+        for pause in (*limits.identity_confirm_retry_secs, None):
+            raw = await node.peers.call(peer, "/peer/v1/pull", {"key": IDENT_KEY, "vv": floor},
+                                        timeout_s=timeout)
+            if mine <= {(str(w[0]), int(w[1])) for w in raw or []}:
+                return True
+            if pause is not None:
+                await asyncio.sleep(pause)
+        return False
 
     peers = [p.node_id for p in node.settings.cluster.peers]
     answers = await asyncio.gather(*(holds(p) for p in peers), return_exceptions=True)

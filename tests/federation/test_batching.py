@@ -104,3 +104,51 @@ def test_an_answer_that_misses_one_of_a_rounds_ops_does_not_count_for_it() -> No
     # Both, folded: the other round ends too.
     cl.run(owner, cl.cores[owner].on_message(peer, Accepted(MB, epoch, (first, second)), cl.now))
     assert isinstance(cl.replies["s1"], Op) and isinstance(cl.replies["s2"], Op)
+
+
+def test_an_answer_naming_part_of_a_rounds_ops_does_not_count_for_it() -> None:
+    # A pop's round carries two ops (the message's send and the claim): an
+    # answer naming one of them, or both at another epoch, is not an accept
+    # of that round; the full set in any order, with more beside it, is.
+    cl = Cluster()
+    owner = cl.cores["n0"].owner_for(MB, cl.now)
+    cl.call(owner, "mailbox_request", "s", MailSend(MB, body("m0")))
+    cl.deliver()
+    cl.call(owner, "mailbox_request", "p", MailPop(MB, request_id="r1"))
+    acc = next(m for _, _, m, _ in cl.queue if isinstance(m, Accept))
+    cl.queue.clear()
+    assert [o.kind for o in acc.ops] == [MSG_SEND, MSG_CLAIM]
+    send_id, claim_id = (o.op_id for o in acc.ops)
+    peer = next(n for n in cl.ids if n != owner)
+    other = ("n9", 1)
+    for partial in ((send_id,), (claim_id,), (claim_id, other)):
+        cl.run(owner, cl.cores[owner].on_message(peer, Accepted(MB, acc.epoch, partial), cl.now))
+        assert "p" not in cl.replies, partial
+    later = Accepted(MB, acc.epoch + 1024, (send_id, claim_id))
+    cl.run(owner, cl.cores[owner].on_message(peer, later, cl.now))
+    assert "p" not in cl.replies
+    whole = Accepted(MB, acc.epoch, (other, claim_id, send_id))
+    cl.run(owner, cl.cores[owner].on_message(peer, whole, cl.now))
+    assert cl.replies["p"]["message"]["id"] == "m0"
+
+
+def test_a_refused_folded_accept_fails_every_round_it_carried() -> None:
+    cl = Cluster()
+    owner = cl.cores["n0"].owner_for(MB, cl.now)
+    cl.call(owner, "mailbox_request", "first", MailSend(MB, body("m0")))
+    cl.deliver()
+    for i in (1, 2):
+        cl.call(owner, "mailbox_request", f"s{i}", MailSend(MB, body(f"m{i}")))
+    epoch = next(m for _, _, m, _ in cl.queue if isinstance(m, Accept)).epoch
+    cl.queue.clear()
+    peer = next(n for n in cl.ids if n != owner)
+    cl.run(owner, cl.cores[owner].on_message(peer, Rejected(MB, epoch + 1024), cl.now))
+    assert all(isinstance(cl.replies[f"s{i}"], Exception) for i in (1, 2))
+
+
+def test_folding_a_large_burst_is_linear() -> None:
+    send = op(1, kind=MSG_SEND)
+    burst = [Accept(MB, 1025, (send, op(i + 2))) for i in range(500)]
+    got, folded = merge_accepts(burst)
+    assert folded == 499 and len(got) == 1
+    assert [o.seq for o in got[0].ops] == list(range(1, 502))  # the send once, then each claim
