@@ -120,6 +120,13 @@ store_busy_timeout_ms = 5000  # SQLite busy_timeout on every connection
 mailbox_load_attempts_max = 5  # reads of a mailbox's state before the node fail-stops
 mailbox_load_retry_base_secs = 0.05  # first wait between those reads; doubles per attempt
 
+# --- the process -----------------------------------------------------------
+# Young container objects allocated (net) before a generation-0 collection.
+# CPython's default, 700, is crossed by the requests one node has in flight
+# alone, so it collected on every few requests without finding garbage.
+gc_young_objects_max = 10_000
+gc_older_every = 10  # collections of one generation before the next older one (CPython's)
+
 # --- federation ------------------------------------------------------------
 quorum_timeout_ms_default = 2000  # (setting) --quorum-timeout-ms
 catchup_interval_secs_default = 2.0  # (setting) --catchup-interval-secs

@@ -16,6 +16,7 @@ import signal
 
 from aiohttp import web
 
+from daemon import collector
 from daemon.app import build_app
 from daemon.http_errors import BoundaryRunner
 from daemon.logs import configure as configure_logs
@@ -51,6 +52,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    stop_watching = collector.watch(node.metrics)
+    collector.freeze_startup()
     if ready is not None:
         ready.set()
     notifier.ready(f"serving on {settings.server.host}:{settings.server.port} as {node.node_id}")
@@ -58,6 +61,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
         await stop.wait()
     finally:
         log.info("shutting down")
+        stop_watching()
         await notifier.stopping()
         await runner.cleanup()
         await node.stop()
@@ -65,6 +69,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
 
 def run(settings: Settings, notifier: Notifier | None = None) -> None:
     configure_logs(settings.log_level, settings.log_format, settings.cluster.node_id)
+    collector.tune()
     try:
         import uvloop
 
