@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 
 _CHUNK = 4096
 _lock = threading.Lock()
@@ -37,6 +38,23 @@ def uuid4() -> str:
     """A random (version 4) UUID in its canonical text form."""
     b = bytearray(random_bytes(16))
     b[6] = (b[6] & 0x0F) | 0x40  # version 4
+    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def uuid7(now_ms: int | None = None) -> str:
+    """A time-ordered (version 7, RFC 9562) UUID: 48 bits of Unix time in
+    milliseconds (``now_ms``, or the clock), then 74 random bits.
+
+    Records get these ids so that a table's primary-key index grows at its
+    end: one batch of new notifications dirties one leaf page of that index
+    instead of one random page per row. With 30,000 notes stored, a commit
+    of 26 replicated notes cost 2.3 ms of CPU with uuid4 ids and 1.6 ms with
+    ordered ones (``docs/performance.md``)."""
+    ms = (int(time.time() * 1000) if now_ms is None else now_ms) & 0xFFFFFFFFFFFF
+    b = bytearray(ms.to_bytes(6, "big") + random_bytes(10))
+    b[6] = (b[6] & 0x0F) | 0x70  # version 7
     b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
     h = b.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

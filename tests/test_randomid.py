@@ -1,8 +1,10 @@
-"""Buffered random ids: uuid4-shaped, unique, fresh after a fork."""
+"""Buffered random ids: uuid4- and uuid7-shaped, unique, fresh after a fork;
+uuid7 ids order by their time."""
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
 from common import randomid
@@ -13,6 +15,20 @@ def test_uuid4_shape_and_uniqueness() -> None:
     assert len(set(ids)) == len(ids)
     assert all(uuid.UUID(i).version == 4 for i in ids)
     assert len(randomid.token_hex(12)) == 24
+
+
+def test_uuid7_shape_time_and_order() -> None:
+    ids = [randomid.uuid7(1_700_000_000_000 + i // 10) for i in range(5000)]
+    assert len(set(ids)) == len(ids)
+    parsed = [uuid.UUID(i) for i in ids]
+    assert all(u.version == 7 and u.variant == uuid.RFC_4122 for u in parsed)
+    assert all(u.int >> 80 == 1_700_000_000_000 + n // 10 for n, u in enumerate(parsed))
+    # Ordered by millisecond as text too (what SQLite's TEXT index compares).
+    firsts = [ids[n] for n in range(0, 5000, 10)]
+    assert firsts == sorted(firsts)
+    assert max(ids[:10]) < min(ids[10:20])
+    now = randomid.uuid7()
+    assert abs((uuid.UUID(now).int >> 80) - int(time.time() * 1000)) < 5_000
 
 
 def test_a_forked_child_does_not_reuse_the_parents_bytes() -> None:

@@ -4,7 +4,9 @@ A create with an ``Idempotency-Key`` gets
 ``uuid5(RECORD_NAMESPACE, f"{kind}:{sender}:{key}")``: the same sender
 retrying the same key on any node names the same record, so the retry
 re-asserts it instead of adding a second one. Two senders using the same
-key get different ids. Without a key the id is a random uuid4.
+key get different ids. Without a key the id is a time-ordered uuid7
+(:func:`common.randomid.uuid7`), which keeps the records' primary-key
+indexes growing at their end.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import uuid
 
 from common import limits
 from common.errors import BadRequest
-from common.randomid import uuid4
+from common.randomid import uuid7
 
 RECORD_NAMESPACE = uuid.UUID("6f1c2b7e-9a4d-5c3e-8b21-4d0e7a9f3c55")
 
-# Ids in paths and id lists: what uuid4/uuid5 produce, plus the id
+# Ids in paths and id lists: what uuid7/uuid5 produce, plus the id
 # characters of records imported from other ai-memory daemons.
 RECORD_ID_RE = r"^[A-Za-z0-9_\-.:]{1,128}$"
 _RECORD_ID = re.compile(RECORD_ID_RE)
@@ -27,7 +29,7 @@ _KEY = re.compile(r"^[A-Za-z0-9_\-:@./]+$")
 
 def record_id(kind: str, sender: str | None, idempotency_key: str | None) -> str:
     if idempotency_key is None:
-        return uuid4()
+        return uuid7()
     return str(uuid.uuid5(RECORD_NAMESPACE, f"{kind}:{sender or ''}:{idempotency_key}"))
 
 

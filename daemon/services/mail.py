@@ -32,7 +32,7 @@ from common.errors import BadRequest, Conflict, Forbidden, NotFound
 from common.lifecycle import CLAIMED, EDITING, PENDING
 from common.ops import ALL_KEYS, SESSION_START, mailbox_key, project_key
 from common.policy import KEYS, Principal, check
-from common.randomid import token_hex, uuid4
+from common.randomid import token_hex, uuid7
 from common.vocab import MEASURED, NATURE_DEFAULT, NATURES, Consistency, Nature, message_body
 from daemon.ports import MailPorts
 from daemon.schemas.timefmt import rfc3339 as iso_ms
@@ -213,7 +213,7 @@ async def send(node: MailPorts, principal: Principal, req: SendRequest, *, sessi
     if idempotency_key:
         msg_id = str(uuid.uuid5(MAIL_NS, f"msg:{sender.name}:{idempotency_key}"))
     else:
-        msg_id = uuid4()
+        msg_id = uuid7()
     op_body = message_body(
         id=msg_id,
         to_workspace=req.to_workspace, to_project=req.to_project, to_agent=req.to_agent,

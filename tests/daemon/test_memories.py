@@ -47,7 +47,7 @@ def test_record_ids_derive_from_sender_and_key() -> None:
     assert a1 != record_id("mem", "bob", "k1")
     assert a1 != record_id("note", "alice", "k1")
     assert record_id("mem", "alice", None) != record_id("mem", "alice", None)
-    assert uuid.UUID(record_id("mem", None, None)).version == 4
+    assert uuid.UUID(record_id("mem", None, None)).version == 7  # time-ordered (uuid7)
 
 
 def test_memory_json_satisfies_the_sdk_model() -> None:
