@@ -66,10 +66,14 @@ class Route:
         self.tried.add(peer)
 
 
+FRESH_ID_VERSIONS = frozenset({4, 7})  # random (older builds) and time-ordered ids
+
+
 def is_retryable_id(value: Any) -> bool:
-    """Only idempotency-key ids (uuid5) can repeat; fresh ones are uuid4."""
+    """Only idempotency-key ids (uuid5) can repeat; fresh ones are uuid7
+    (uuid4 from older builds), minted once for one send."""
     try:
-        return uuid.UUID(str(value)).version != 4
+        return uuid.UUID(str(value)).version not in FRESH_ID_VERSIONS
     except ValueError:
         return True
 
