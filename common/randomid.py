@@ -52,7 +52,7 @@ def uuid7(now_ms: int | None = None) -> str:
     instead of one random page per row. With 30,000 notes stored, a commit
     of 26 replicated notes cost 2.3 ms of CPU with uuid4 ids and 1.6 ms with
     ordered ones (``docs/performance.md``)."""
-    ms = (int(time.time() * 1000) if now_ms is None else now_ms) & 0xFFFFFFFFFFFF
+    ms = min(max(0, int(time.time() * 1000) if now_ms is None else int(now_ms)), 0xFFFFFFFFFFFF)
     b = bytearray(ms.to_bytes(6, "big") + random_bytes(10))
     b[6] = (b[6] & 0x0F) | 0x70  # version 7
     b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant

@@ -37,10 +37,15 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
     runner = BoundaryRunner(app, access_log=None,
                             shutdown_timeout=settings.server.shutdown_grace_secs)
     await runner.setup()
+    # What is alive now (the built node) is kept out of later collections;
+    # done before the socket listens, so its full collection delays no request.
+    collector.freeze_startup()
+    stop_watching = collector.watch(node.metrics)
     site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_address=True)
     try:
         await site.start()
     except OSError:
+        stop_watching()
         await runner.cleanup()
         await node.stop()
         raise
@@ -52,8 +57,6 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    stop_watching = collector.watch(node.metrics)
-    collector.freeze_startup()
     if ready is not None:
         ready.set()
     notifier.ready(f"serving on {settings.server.host}:{settings.server.port} as {node.node_id}")

@@ -27,6 +27,8 @@ def test_uuid7_shape_time_and_order() -> None:
     firsts = [ids[n] for n in range(0, 5000, 10)]
     assert firsts == sorted(firsts)
     assert max(ids[:10]) < min(ids[10:20])
+    for odd, expect in ((-5, 0), (1 << 60, (1 << 48) - 1), (12.9, 12)):  # clamped, not wrapped
+        assert uuid.UUID(randomid.uuid7(odd)).int >> 80 == expect  # type: ignore[arg-type]
     now = randomid.uuid7()
     assert abs((uuid.UUID(now).int >> 80) - int(time.time() * 1000)) < 5_000
 

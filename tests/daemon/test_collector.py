@@ -71,5 +71,7 @@ def test_a_serving_process_froze_its_startup_objects(tmp_path: Path) -> None:
                 assert r.status == 201
         with urllib.request.urlopen(proc.url + "/api/v1/metrics", timeout=5) as r:
             text = r.read().decode()
-    frozen = [line for line in text.splitlines() if line.startswith("ai_memory_gc_frozen_objects ")]
-    assert frozen and float(frozen[0].split()[1]) > 10_000  # modules, schemas, the app
+    gauges = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line.startswith("ai_memory_gc_")}
+    assert gauges["ai_memory_gc_frozen_objects"] > 10_000  # modules, schemas, the app
+    assert gauges["ai_memory_gc_young_objects_max"] == limits.gc_young_objects_max  # tune() ran

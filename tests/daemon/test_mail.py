@@ -293,6 +293,31 @@ async def test_idempotent_send(projects) -> None:  # type: ignore[no-untyped-def
     assert (await (await projects.get("/api/v1/messages", params=B)).json())["count"] == 1
 
 
+async def test_a_fresh_send_is_not_looked_up_and_a_keyed_one_is(  # type: ignore[no-untyped-def]
+        projects, monkeypatch) -> None:
+    # The entry node reads a send's message from the store before the owner
+    # decides only when its id can repeat (an Idempotency-Key's). The ids the
+    # service mints must count as fresh: when they became uuid7 and the check
+    # still said "uuid4", every send paid that read (1-node send+pop halved).
+    import uuid
+
+    from daemon.appkeys import NODE
+    store = projects.server.app[NODE].store
+    looked_up: list[str] = []
+    real = store.message
+
+    async def counting(msg_id: str):  # type: ignore[no-untyped-def]
+        looked_up.append(msg_id)
+        return await real(msg_id)
+    monkeypatch.setattr(store, "message", counting)
+    fresh = await (await send(projects, body="fresh")).json()
+    assert uuid.UUID(fresh["message_id"]).version == 7 and looked_up == []
+    keyed = await (await projects.post("/api/v1/messages", headers={"Idempotency-Key": "k-9"}, json={
+        "to_workspace": "default", "to_project": "project-b", "from_workspace": "default",
+        "from_project": "project-a", "body": "keyed"})).json()
+    assert looked_up == [keyed["message_id"]]
+
+
 @pytest.mark.parametrize("body", [
     {"to_workspace": "default", "to_project": "project-b", "from_workspace": "default",
      "from_project": "project-a"},
