@@ -43,9 +43,10 @@ def uuid4() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def uuid7(now_ms: int | None = None) -> str:
+def uuid7(now_ms: int | None = None, tail: bytes | None = None) -> str:
     """A time-ordered (version 7, RFC 9562) UUID: 48 bits of Unix time in
-    milliseconds (``now_ms``, or the clock), then 74 random bits.
+    milliseconds (``now_ms``, or the clock), then 74 random bits (from
+    ``tail``, 10 bytes, when given: the simulator's seeded ids).
 
     Records get these ids so that a table's primary-key index grows at its
     end: one batch of new notifications dirties one leaf page of that index
@@ -53,7 +54,9 @@ def uuid7(now_ms: int | None = None) -> str:
     of 26 replicated notes cost 2.3 ms of CPU with uuid4 ids and 1.6 ms with
     ordered ones (``docs/performance.md``)."""
     ms = min(max(0, int(time.time() * 1000) if now_ms is None else int(now_ms)), 0xFFFFFFFFFFFF)
-    b = bytearray(ms.to_bytes(6, "big") + random_bytes(10))
+    if tail is not None and len(tail) != 10:
+        raise ValueError("uuid7 tail must be 10 bytes")
+    b = bytearray(ms.to_bytes(6, "big") + (random_bytes(10) if tail is None else tail))
     b[6] = (b[6] & 0x0F) | 0x70  # version 7
     b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
     h = b.hex()

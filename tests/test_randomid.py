@@ -33,6 +33,25 @@ def test_uuid7_shape_time_and_order() -> None:
     assert abs((uuid.UUID(now).int >> 80) - int(time.time() * 1000)) < 5_000
 
 
+def test_uuid7_with_a_given_tail_is_that_tail_with_version_and_variant() -> None:
+    tail = bytes(range(10))
+    a, b = randomid.uuid7(1_234, tail), randomid.uuid7(1_234, tail)
+    assert a == b  # deterministic: what the simulator's seeded ids need
+    u = uuid.UUID(a)
+    assert (u.version, u.variant, u.int >> 80) == (7, uuid.RFC_4122, 1_234)
+    # The tail, but for the version and variant bits.
+    got = u.bytes[6:]
+    assert (got[0] & 0x0F, got[1], got[2] & 0x3F, got[3:]) == (
+        tail[0] & 0x0F, tail[1], tail[2] & 0x3F, tail[3:])
+    assert randomid.uuid7(1_234, bytes(10)) != randomid.uuid7(1_234, b"\xff" * 10)
+    for bad in (b"", bytes(9), bytes(11)):
+        try:
+            randomid.uuid7(1, bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"tail of {len(bad)} bytes accepted")
+
+
 def test_a_forked_child_does_not_reuse_the_parents_bytes() -> None:
     randomid.uuid4()  # fill the parent's buffer
     r, w = os.pipe()

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from common.errors import MemberRecovering
 from common.ops import Op, inbox_key
 from federation import read, routing
+from federation.claim import MailSend
 from federation.messages import Replicate
 
 if TYPE_CHECKING:
@@ -154,6 +155,8 @@ class Entry:
         if r is None or r.target != target:
             return  # answered, or already given up on that member
         r.route.failed(target)
+        if isinstance(r.req, MailSend) and not routing.is_retryable_id(r.req.body["id"]):
+            self.sim.stats["minted_failovers"] += 1  # the same minted id, to another member
         self.node.run(self.node.core_call("on_send_failed", target), self.sim.now)
         if token in self.routing:
             self._next(token)
@@ -163,6 +166,8 @@ class Entry:
         core = self.node.core
         assert core is not None
         message_id = routing.needs_decided_check(req)
+        if message_id is None and isinstance(req, MailSend):
+            self.sim.stats["minted_sends_owned"] += 1  # decided by the core, no lookup
         if message_id is not None:
             disk = self.node.disk
             decided = routing.decided_send(req, disk.message(message_id),

@@ -173,7 +173,12 @@ class Sim:
     def _retry(self, attempt: Attempt, now_ms: int) -> None:
         """Retry an attempt whose outcome the client never learned."""
         self.stats["retries"] += 1
-        self.submit(attempt.kind, attempt.req, now_ms)
+        req = attempt.req
+        if attempt.kind == "send":
+            req = self.workload.resend(req, now_ms)
+            if req is not attempt.req:
+                self.stats["keyless_resends"] += 1
+        self.submit(attempt.kind, req, now_ms)
 
     # -- delivery ----------------------------------------------------------------------------
     def _deliver(self, env: Any) -> None:

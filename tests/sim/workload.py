@@ -7,19 +7,29 @@ mailbox, and the answer travels back the same way. The history keeps every
 attempt and, for those answered, the value; only answered attempts count as
 *acknowledged* for the invariants.
 
-Retries reuse identities the way real clients do: a mail send keeps its
-message id, a pop keeps its request id and claimer session. Writes are
-never retried with a new id, so every op body is unique and traceable.
+Retries reuse identities the way real clients do: a pop keeps its request
+id and claimer session, and a send with an idempotency key keeps its
+message id (``msg-N`` here: an id the routing treats as retryable, so the
+owner looks it up before deciding). About half the sends carry no key: the
+daemon mints their id (a uuid7, seeded here), the owner skips that lookup,
+and a client that retries one sends it again under a new id, as a keyless
+HTTP retry does; both copies are sends of their own in the history. Inside
+the cluster a forward that fails over keeps the minted id, so the
+simulator covers the fresh-id path an owner takes without the lookup.
+Writes are never retried with a new id, so every op body is unique and
+traceable.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from common.ops import MEM_DEL, MEM_PUT, NOTE_NEW, NOTE_READ, inbox_key, mailbox_key, mem_key
+from common.randomid import uuid7
 from federation.claim import MailCancel, MailHold, MailPop, MailRelease, MailSend
+from federation.routing import is_retryable_id
 
 AGENTS = ("alice", "bob", "carol")
 SENDERS = (("w", "p0"), ("w", "p1"), ("w", "p2"))
@@ -72,6 +82,10 @@ class Workload:
         # which differs between processes before Python 3.12, so one seed
         # replayed in another process drew other editors.
         self.editors = random.Random(repr(rng.getstate()))
+        # Which sends are keyless, and their minted ids, come from a stream
+        # of their own too, so the main one draws as it did before them.
+        self.minted = random.Random("minted:" + repr(rng.getstate()))
+        self.fresh_p = 0.5
 
     def _next(self, prefix: str) -> str:
         self._n += 1
@@ -146,8 +160,25 @@ class Workload:
             items.append((NOTE_NEW, inbox_key(to), body))
         return items
 
+    def _message_id(self, now_ms: int) -> str:
+        """A keyed id (``msg-N``), or, for a keyless send, a minted uuid7."""
+        if self.minted.random() < self.fresh_p:
+            return uuid7(now_ms, self.minted.randbytes(10))
+        return self._next("msg")
+
+    def resend(self, req: MailSend, now_ms: int) -> MailSend:
+        """What a client sends when it retries ``req``: the same request if
+        its id is a key, else the same message under a newly minted id (a
+        new send: a keyless retry may leave two copies, both real)."""
+        if is_retryable_id(req.body["id"]):
+            return req
+        mid = uuid7(now_ms, self.minted.randbytes(10))
+        body = dict(req.body, id=mid, created_at_ms=now_ms)
+        self.history.send_bodies[mid] = body
+        return replace(req, body=body, sent_at_ms=None)
+
     def _send(self, key: str, ws: str, proj: str, now_ms: int) -> MailSend:
-        mid = self._next("msg")
+        mid = self._message_id(now_ms)
         fws, fproj = self.rng.choice(SENDERS)
         body = {"id": mid, "to_workspace": ws, "to_project": proj,
                 "to_agent": self.rng.choice((None, None, None, "codex")),
