@@ -143,6 +143,7 @@ peer_channel_enabled = True  # batched peer messages as frames on one WebSocket 
 peer_channel_retry_secs = 30.0  # a peer without the channel (older version) gets HTTP this long
 peer_channel_heartbeat_secs = 20.0  # ping an idle peer channel; no pong in half of it closes it
 peer_body_max_bytes = 64 * 1024 * 1024  # msgpack peer bodies
+peer_batch_bytes_max = 8 * 1024 * 1024  # op bytes one push, pull answer or peer batch carries (a larger batch is split)
 forward_hops_max = 2  # a forwarded mailbox request may be re-forwarded this often
 read_hedge_ms = 100  # a read-quorum pull not answered by then: ask the next peer too
 peer_down_after_secs = 3.0  # no contact this long and a peer counts as down
@@ -237,6 +238,9 @@ assert writer_batch_max <= writer_queue_max // 2
 # in what an owner may have waiting.
 assert webhook_intake_batch_ops <= webhook_intake_ops_max
 assert mailbox_pending_max <= mailbox_history_load_max
+# A batch of any size fits what its receiver accepts, with room for one
+# request's worth of op beyond the batch budget (the op that crossed it).
+assert peer_batch_bytes_max + 2 * request_body_max_bytes <= peer_body_max_bytes
 # Ticks are much finer than any timeout they drive.
 assert tick_secs * 1000 * 10 <= min(quorum_timeout_ms_default, claim_timeout_ms)
 assert peer_down_after_secs * 1000 > read_hedge_ms

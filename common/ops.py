@@ -217,6 +217,15 @@ def pack_body(body: dict[str, Any]) -> bytes:
     return packed
 
 
+OP_FRAME_BYTES = 64  # what an op costs on the wire besides its key and body
+
+
+def op_weight(key_bytes: int, body_bytes: int) -> int:
+    """The bytes an op of this key and packed body adds to a peer batch
+    (approximately: what ``limits.peer_batch_bytes_max`` is counted in)."""
+    return OP_FRAME_BYTES + key_bytes + body_bytes
+
+
 def unpack_body(raw: bytes) -> dict[str, Any]:
     out = msgpack.unpackb(raw, raw=False)
     if not isinstance(out, dict):

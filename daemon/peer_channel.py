@@ -16,7 +16,8 @@ once, so an upgrade cannot be replayed and a channel never outlives the
 receiver's process. A receiver that restarted answers 401 with its new boot
 id and the sender opens again, once, signed afresh.
 
-**Frames.** Binary, msgpack: ``[id, messages]`` from the opener and
+**Frames.** Binary, msgpack: ``[id, messages]`` from the opener (built
+from the batch its sender packed once, :func:`frame`) and
 ``[id, replies]`` (or ``[id, None, status]`` for a refused batch) back. With
 a cluster secret every frame ends with a 16-byte HMAC-SHA256 tag under a
 key derived from the upgrade's signature, over the direction, the frame's
@@ -54,6 +55,13 @@ log = logging.getLogger("ai_memory.peer")
 LINK_PATH = "/peer/v1/link"
 TAG_BYTES = 16
 TO_SERVER, TO_CLIENT = b"q", b"r"
+
+
+def frame(fid: int, body: bytes) -> bytes:
+    """The msgpack of ``[fid, payload]`` from ``payload`` already packed
+    (``body``): a two-element array is its header byte, then its elements."""
+    head: bytes = msgpack.packb(fid)
+    return b"\x92" + head + body
 
 
 class ChannelError(Exception):
@@ -118,9 +126,10 @@ class ClientChannel:
         self._reader = asyncio.get_running_loop().create_task(
             self._read(), name=f"peer-channel-{peer}")
 
-    async def exchange(self, payload: Any, timeout_s: float) -> Any:
-        """``payload``'s replies; ChannelError if the channel fails first,
-        TimeoutError (the channel then closes) if they do not come in time."""
+    async def exchange(self, body: bytes, timeout_s: float) -> Any:
+        """The replies to ``body`` (a packed batch); ChannelError if the
+        channel fails first, TimeoutError (the channel then closes) if they
+        do not come in time."""
         if self.closed:
             raise ChannelError("channel closed")
         fid = self._ids
@@ -130,8 +139,7 @@ class ClientChannel:
         try:
             async with asyncio.timeout(timeout_s):
                 async with self._send_lock:  # frame numbers follow the order on the wire
-                    await self._ws.send_bytes(
-                        self._out.seal(msgpack.packb([fid, payload], use_bin_type=True)))
+                    await self._ws.send_bytes(self._out.seal(frame(fid, body)))
                 return await fut
         except TimeoutError:
             self.close()

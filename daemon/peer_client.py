@@ -43,6 +43,12 @@ MSGS_PATH = "/peer/v1/msgs"  # batched messages: a frame on the peer channel whe
 log = logging.getLogger("ai_memory.peer")
 
 
+def pack(payload: Any) -> bytes:
+    """A peer call's body: msgpack, binary strings as bin."""
+    body: bytes = msgpack.packb(payload, use_bin_type=True)
+    return body
+
+
 class PeerUnreachable(Exception):
     def __init__(self, peer: str, reason: str) -> None:
         super().__init__(f"{peer}: {reason}")
@@ -85,6 +91,12 @@ class PeerClient:
         """The answer and the incarnation of the process that gave it ("" if
         it did not say): what the answer carries of that member's own ops is
         that incarnation's."""
+        return await self.call_packed(peer, path, pack(payload), timeout_s=timeout_s)
+
+    async def call_packed(self, peer: str, path: str, body: bytes, *,
+                          timeout_s: float | None = None) -> tuple[Any, str]:
+        """:meth:`call_from` for a payload already packed (:func:`pack`): a
+        caller that weighs a batch by its packed size packs it once."""
         if self._session is None:
             raise PeerUnreachable(peer, "unreachable")
         url = self.urls.get(peer)
@@ -95,9 +107,8 @@ class PeerClient:
             deadline = time.monotonic() + budget
             ch = await self._channel(peer, budget)
             if ch is not None:  # one deadline for opening and the exchange
-                raw = await self._exchange(ch, payload, max(deadline - time.monotonic(), 0.001))
+                raw = await self._exchange(ch, body, max(deadline - time.monotonic(), 0.001))
                 return raw, ch.incarnation
-        body = msgpack.packb(payload, use_bin_type=True)
         t = aiohttp.ClientTimeout(total=timeout_s or limits.peer_request_timeout_secs)
         started = time.monotonic()
         for attempt in (1, 2):
@@ -147,10 +158,10 @@ class PeerClient:
             self._log_failure(peer, LINK_PATH, "timeout", started)
             raise PeerUnreachable(peer, "timeout") from None
 
-    async def _exchange(self, ch: Any, payload: Any, timeout_s: float | None) -> Any:
+    async def _exchange(self, ch: Any, body: bytes, timeout_s: float | None) -> Any:
         started = time.monotonic()
         try:
-            return await ch.exchange(payload, timeout_s or limits.peer_request_timeout_secs)
+            return await ch.exchange(body, timeout_s or limits.peer_request_timeout_secs)
         except TimeoutError:
             self._log_failure(ch.peer, LINK_PATH, "timeout", started)
             raise PeerUnreachable(ch.peer, "timeout") from None

@@ -16,6 +16,13 @@ forwards and their answers), and a lone message never waits for a timer. A faile
 request is reported to the core like a lost packet (``on_send_failed``):
 quorum waits time out and anti-entropy repairs the rest.
 
+A batch is also bounded in bytes: one whose packed size exceeds
+``limits.peer_batch_bytes_max`` (many large memories written at once) is
+halved (:func:`federation.batching.halve`) until each part fits, and the
+parts go one after the other in the same slot, counted in
+``peer_batches_split_total``. Without this, such a batch exceeded what the
+receiver accepts (``limits.peer_body_max_bytes``) and failed as a whole.
+
 The queue is bounded in *ops* (``limits.replicate_queue_ops_max``). A send
 that would overflow it is not queued: it is counted in the metric
 ``peer_queue_dropped_total`` (labelled by peer) and logged once per burst,
@@ -33,8 +40,8 @@ from typing import Any
 
 from common import limits
 from daemon.metrics import Metrics
-from daemon.peer_client import PeerClient, PeerUnreachable
-from federation.batching import coalesce, merge_accepts
+from daemon.peer_client import MSGS_PATH, PeerClient, PeerUnreachable, pack
+from federation.batching import coalesce, halve, merge_accepts
 from federation.messages import decode_msg
 
 log = logging.getLogger("ai_memory.peer_link")
@@ -117,14 +124,32 @@ class PeerLink:
             self._spawn(self._deliver(batch))
 
     async def _deliver(self, batch: list[Any]) -> None:
+        parts = [batch]  # a stack: the next part to send is last
+        released = False
         try:
-            raw, incarnation = await self._peers.call_from(
-                self.peer, "/peer/v1/msgs", [m.to_wire() for m in batch])
-        except PeerUnreachable:
-            self._metrics.inc("peer_send_failures_total", peer=self.peer)
-            await self._on_failed(self.peer)
-            return
+            while parts:
+                msgs = parts.pop()
+                body = pack([m.to_wire() for m in msgs])
+                if len(body) > limits.peer_batch_bytes_max:
+                    halves = halve(msgs)
+                    if halves is not None:
+                        self._metrics.inc("peer_batches_split_total", peer=self.peer)
+                        parts += reversed(halves)
+                        continue
+                try:
+                    raw, incarnation = await self._peers.call_packed(self.peer, MSGS_PATH, body)
+                except PeerUnreachable:
+                    released = True
+                    self._slots.release()
+                    self._metrics.inc("peer_send_failures_total", peer=self.peer)
+                    await self._on_failed(self.peer)  # what is left of the batch is lost too
+                    return
+                if not parts:  # the last part is back: the next batch may go
+                    released = True
+                    self._slots.release()
+                self._metrics.inc("peer_batches_total", peer=self.peer)
+                await self._on_replies(self.peer, [decode_msg(m) for m in raw or []],
+                                       incarnation)
         finally:
-            self._slots.release()
-        self._metrics.inc("peer_batches_total", peer=self.peer)
-        await self._on_replies(self.peer, [decode_msg(m) for m in raw or []], incarnation)
+            if not released:
+                self._slots.release()

@@ -6,6 +6,9 @@ network, so the core meets merged messages in both.
 
 * :func:`coalesce` merges runs of quorum ``Replicate`` into one: a batch of
   writes costs the receiver one transaction and one ``Ack``.
+* :func:`halve` undoes that for a batch too large to send in one piece
+  (``limits.peer_batch_bytes_max``): two batches, sent one after the
+  other, that the receiver serves as it would have served the one.
 * :func:`merge_accepts` folds the ``Accept`` rounds an owner sent one
   mailbox at one epoch into the first of them: the receiver checks the
   epoch once, persists the ops in one write and answers one ``Accepted``
@@ -93,3 +96,20 @@ def merge_accepts(msgs: Iterable[Any]) -> tuple[list[Any], int]:
         if len(ops) > len(out[i].ops):
             out[i] = Accept(out[i].mailbox, out[i].epoch, tuple(ops))
     return out, folded
+
+
+def halve(msgs: list[Any]) -> list[list[Any]] | None:
+    """``msgs`` as two batches, in order, or None if it is one message that
+    cannot be split. A lone ``Replicate`` splits its ops: each half is
+    acknowledged by op id, as the whole would have been. Other messages
+    stay whole (an ``Accept``'s rounds are counted by the ops it names
+    together)."""
+    if len(msgs) > 1:
+        mid = len(msgs) // 2
+        return [msgs[:mid], msgs[mid:]]
+    if len(msgs) == 1 and isinstance(msgs[0], Replicate) and len(msgs[0].ops) > 1:
+        rep = msgs[0]
+        mid = len(rep.ops) // 2
+        return [[Replicate(ops=tuple(rep.ops[:mid]), ack=rep.ack)],
+                [Replicate(ops=tuple(rep.ops[mid:]), ack=rep.ack)]]
+    return None

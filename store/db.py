@@ -27,7 +27,16 @@ from typing import Any
 
 from common import limits
 from common.lifecycle import CANCELLED, CLAIMED, EDITING, PENDING
-from common.ops import MSG_CANCEL, MSG_CLAIM, MSG_EMPTY, MSG_SEND, Op, mailbox_key, unpack_body
+from common.ops import (
+    MSG_CANCEL,
+    MSG_CLAIM,
+    MSG_EMPTY,
+    MSG_SEND,
+    Op,
+    mailbox_key,
+    op_weight,
+    unpack_body,
+)
 from store import deferred
 from store import queries as Q
 from store.apply import apply_op
@@ -80,6 +89,19 @@ def _open_writer(path: str) -> tuple[sqlite3.Connection, SeenSet, int, bool]:
         conn.close()
         raise
     return conn, SeenSet(marks, held), row[0] if row else 0, created
+
+
+def _within_budget(sizes: list[Any], budget: int) -> tuple[int | None, int]:
+    """The last seq of ``sizes`` (rows of seq and key + body bytes) a batch
+    with ``budget`` bytes left takes, and what is left after it: ops are
+    taken while some budget is left, so the op that uses it up is the last."""
+    last = None
+    for seq, size in sizes:
+        if budget <= 0:
+            break
+        last = seq
+        budget -= op_weight(0, size or 0)
+    return last, budget
 
 
 def _op(row: sqlite3.Row) -> Op:
@@ -186,18 +208,37 @@ class Store:
     def max_hlc(self) -> int:
         return self._writer.max_hlc
 
-    async def ops_missing(self, vv: dict[str, int], limit: int) -> list[Op]:
-        """Logged ops ``vv`` does not cover, ordered by (origin, seq), at most ``limit``."""
+    async def ops_missing(self, vv: dict[str, int], limit: int,
+                          bytes_max: int | None = None) -> list[Op]:
+        """Logged ops ``vv`` does not cover, ordered by (origin, seq), at most
+        ``limit`` and, with ``bytes_max``, ops of at most that many bytes
+        (:func:`common.ops.op_weight`) past the first: the batch stops at
+        the op that reaches it. Sizes are read first (``length()`` of a
+        blob does not read it), so no more rows than the batch are loaded."""
         out: list[Op] = []
         seen = self._writer.seen
+        budget = bytes_max
         for origin in sorted(seen.origins()):
-            if len(out) >= limit:
+            if len(out) >= limit or (budget is not None and budget <= 0):
                 break
-            if seen.max_seq(origin) <= vv.get(origin, 0):
+            floor = vv.get(origin, 0)
+            if seen.max_seq(origin) <= floor:
                 continue  # the peer already holds all we have of this origin
-            rows = await self._reads.fetchall(
-                f"SELECT {Q.OP_COLS} FROM oplog WHERE origin = ? AND seq > ? ORDER BY seq LIMIT ?",
-                (origin, vv.get(origin, 0), limit - len(out)))
+            want = limit - len(out)
+            if budget is None:
+                rows = await self._reads.fetchall(
+                    f"SELECT {Q.OP_COLS} FROM oplog WHERE origin = ? AND seq > ?"
+                    " ORDER BY seq LIMIT ?", (origin, floor, want))
+            else:
+                sizes = await self._reads.fetchall(
+                    "SELECT seq, length(key) + length(body) FROM oplog"
+                    " WHERE origin = ? AND seq > ? ORDER BY seq LIMIT ?", (origin, floor, want))
+                last, budget = _within_budget(sizes, budget)
+                if last is None:
+                    continue
+                rows = await self._reads.fetchall(
+                    f"SELECT {Q.OP_COLS} FROM oplog WHERE origin = ? AND seq > ? AND seq <= ?"
+                    " ORDER BY seq", (origin, floor, last))
             out.extend(_op(r) for r in rows)
         return out
 

@@ -53,7 +53,7 @@ from typing import Any
 from common import lifecycle, limits
 from common import ops as K
 from common.lifecycle import CLAIMED, EDITING, PENDING
-from common.ops import Op
+from common.ops import Op, op_weight, pack_body
 from store.records import (
     EMPTY_FIELDS,
     MESSAGE_FIELDS,
@@ -362,10 +362,21 @@ class Replica:
     def max_hlc(self) -> int:
         return self._max_hlc
 
-    def ops_missing(self, vv: dict[str, int], limit: int) -> list[Op]:
-        """Logged ops that ``vv`` does not cover, by (origin, seq), at most ``limit``."""
+    def ops_missing(self, vv: dict[str, int], limit: int,
+                    bytes_max: int | None = None) -> list[Op]:
+        """Logged ops that ``vv`` does not cover, by (origin, seq), at most
+        ``limit``, and with ``bytes_max`` cut as ``Store.ops_missing`` cuts
+        them (ops are taken while some of the budget is left)."""
         ids = sorted(oid for oid in self._log if oid[1] > vv.get(oid[0], 0))
-        return [self._log[oid] for oid in ids[:limit]]
+        out = [self._log[oid] for oid in ids[:limit]]
+        if bytes_max is None:
+            return out
+        budget = bytes_max
+        for i, op in enumerate(out):
+            if budget <= 0:
+                return out[:i]
+            budget -= op_weight(0, len(op.key) + len(pack_body(op.body)))
+        return out
 
     def ops_for_key(self, key: str, vv: dict[str, int] | None = None) -> list[Op]:
         floor = vv or {}

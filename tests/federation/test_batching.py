@@ -7,7 +7,7 @@ from typing import Any
 
 from common import limits
 from common.ops import MSG_CLAIM, MSG_SEND, Op, mailbox_key
-from federation.batching import coalesce, fold, merge_accepts
+from federation.batching import coalesce, fold, halve, merge_accepts
 from federation.claim import MailPop, MailSend
 from federation.messages import Accept, Accepted, Prepare, Rejected, Replicate
 from tests.federation.cluster import Cluster
@@ -152,3 +152,17 @@ def test_folding_a_large_burst_is_linear() -> None:
     got, folded = merge_accepts(burst)
     assert folded == 499 and len(got) == 1
     assert [o.seq for o in got[0].ops] == list(range(1, 502))  # the send once, then each claim
+
+
+def test_halve_splits_a_list_or_a_lone_replicate_and_nothing_else() -> None:
+    ops = tuple(Op("n1", s, s, "agent.seen", "agent:a", {"agent_id": "a", "at_ms": s})
+                for s in range(1, 6))
+    reps = [Replicate(ops[:2], ack=True), Replicate(ops[2:], ack=False)]
+    assert halve(reps) == [[reps[0]], [reps[1]]]
+    three = [*reps, Replicate(ops[:1], ack=True)]
+    assert halve(three) == [three[:1], three[1:]]
+    (first,), (second,) = halve([Replicate(ops, ack=True)])  # type: ignore[misc]
+    assert first == Replicate(ops[:2], ack=True) and second == Replicate(ops[2:], ack=True)
+    assert halve([Replicate(ops[:1], ack=True)]) is None  # one op: nothing to split
+    assert halve([Accept("w/p", 3, ops)]) is None  # an Accept's rounds stay together
+    assert halve([]) is None

@@ -260,12 +260,15 @@ class SimNode:
         return new
 
     def _push(self, peer: str, vv: dict[str, int], now_ms: int) -> None:
+        # As daemon/anti_entropy.py pushes: bounded batches, up to what the
+        # disk held when the push began (here, in one step: all of it).
+        target = {o: self.disk.max_seq(o) for o in self.disk.version_vector()}
         while True:
-            ops = self.disk.ops_missing(vv, limits.sync_batch_ops_max)
+            ops = self.disk.ops_missing(vv, limits.sync_batch_ops_max, limits.peer_batch_bytes_max)
             if not ops:
                 return
             self.sim.send(self.id, peer, Replicate(tuple(ops), ack=False), now_ms)
             for op in ops:
                 vv[op.origin] = max(vv.get(op.origin, 0), op.seq)
-            if len(ops) < limits.sync_batch_ops_max:
+            if all(vv.get(o, 0) >= seq for o, seq in target.items()):
                 return

@@ -46,6 +46,9 @@ async def views(s: Any, ops: list[Op]) -> dict[str, Any]:
         "max_seq": [s.max_seq(o) for o in ORIGINS],
         "missing": [o.op_id for o in await v(s.ops_missing({"n1": 2}, 7))],
         "missing_all": [o.op_id for o in await v(s.ops_missing({}, 1000))],
+        # Cut by bytes the same way: the op that uses up the budget is the last.
+        "missing_bytes": [[o.op_id for o in await v(s.ops_missing({"n2": 1}, 1000, budget))]
+                          for budget in (1, 150, 400, 1500)],
         "for_key": {op.key: [o.op_id for o in await v(s.ops_for_key(op.key, {"n2": 1}))]
                     for op in ops},
         "agents": await v(s.list_agents()),

@@ -189,3 +189,22 @@ async def test_a_call_job_sees_the_notes_of_earlier_jobs_in_its_batch(tmp_path: 
         assert (await store.stats())["writer"]["batches"] == 1
     finally:
         await store.close()
+
+
+async def test_ops_missing_stops_at_the_op_that_uses_up_the_byte_budget(tmp_path: Path) -> None:
+    def big(origin: str, seq: int) -> Op:
+        return Op(origin, seq, seq, K.MEM_PUT, K.mem_key(f"{origin}-{seq}"),
+                  {"id": f"{origin}-{seq}", "content": "x" * 10_000})
+
+    store = await Store.open(tmp_path / "n.db", "n1")
+    try:
+        await store.apply_ops([big(o, s) for o in ("a", "b") for s in range(1, 5)], 0)
+        ids = [o.op_id for o in await store.ops_missing({}, 100, 25_000)]
+        assert ids == [("a", 1), ("a", 2), ("a", 3)]  # 20 KB left room; the third used it up
+        ids = [o.op_id for o in await store.ops_missing({"a": 3}, 100, 25_000)]
+        assert ids == [("a", 4), ("b", 1), ("b", 2)]  # the budget runs on across origins
+        assert [o.op_id for o in await store.ops_missing({}, 100, 1)] == [("a", 1)]  # never empty
+        assert [o.op_id for o in await store.ops_missing({}, 2, 10 ** 9)] == [("a", 1), ("a", 2)]
+        assert len(await store.ops_missing({}, 100)) == 8  # no budget: no cut
+    finally:
+        await store.close()
