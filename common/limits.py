@@ -143,6 +143,7 @@ peer_channel_enabled = True  # batched peer messages as frames on one WebSocket 
 peer_channel_retry_secs = 30.0  # a peer without the channel (older version) gets HTTP this long
 peer_channel_heartbeat_secs = 20.0  # ping an idle peer channel; no pong in half of it closes it
 peer_body_max_bytes = 64 * 1024 * 1024  # msgpack peer bodies
+peer_channel_frames_serving_max = 64  # frames one peer channel serves at once; beyond it the receiver stops reading (TCP backpressure)
 peer_batch_bytes_max = 8 * 1024 * 1024  # op bytes one push, pull answer or peer batch carries (a larger batch is split)
 forward_hops_max = 2  # a forwarded mailbox request may be re-forwarded this often
 read_hedge_ms = 100  # a read-quorum pull not answered by then: ask the next peer too

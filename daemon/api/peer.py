@@ -15,9 +15,11 @@ know are skipped and counted, not allowed to fail the batch.
 
 ``link`` (``GET /peer/v1/link``) upgrades to the peer channel
 (:mod:`daemon.peer_channel`): the same batches as ``msgs``, as WebSocket
-frames, each served in its own task like a request of its own. The upgrade
-is checked like any peer request; a frame that fails its tag closes the
-channel.
+frames, each served in its own task like a request of its own, at most
+``limits.peer_channel_frames_serving_max`` at once per channel (the next
+frame is read when one is answered, so a flood backs up into the sender's
+socket). The upgrade is checked like any peer request; a frame that fails
+its tag closes the channel.
 """
 
 from __future__ import annotations
@@ -162,6 +164,11 @@ async def link(request: web.Request) -> web.StreamResponse:
         except ChannelError as exc:
             log.warning("closing the peer channel from %s: %s", peer, exc)
             break
+        if len(channel.serving) >= limits.peer_channel_frames_serving_max:
+            # Backpressure: read no further until one is answered, so a peer
+            # that sends faster than this node serves fills its own socket
+            # buffer, not this node's memory.
+            await asyncio.wait(list(channel.serving), return_when=asyncio.FIRST_COMPLETED)
         channel.track(node.spawn(_serve_frame(node, peer, channel, fid, body)))
     await ws.close()
     return ws

@@ -403,3 +403,38 @@ async def test_shutdown_answers_the_frames_being_served_then_closes(
             await closing
     finally:
         await node.stop()
+
+
+async def test_a_channel_serves_a_bounded_number_of_frames_at_once(
+        secured, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from daemon.api import peer as peer_api
+
+    monkeypatch.setattr(limits, "peer_channel_frames_serving_max", 3)
+    real = peer_api.service.receive
+    serving, most = 0, 0
+    release = asyncio.Event()
+
+    async def held(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal serving, most
+        serving += 1
+        most = max(most, serving)
+        try:
+            await release.wait()
+            return await real(*args, **kwargs)
+        finally:
+            serving -= 1
+
+    monkeypatch.setattr(peer_api.service, "receive", held)
+    ws, out, into = await open_channel(secured)
+    for fid in range(10):
+        await ws.send_bytes(out.seal(msgpack.packb([fid, offer()])))
+    await asyncio.sleep(0.3)
+    assert (serving, most) == (3, 3)  # the rest wait, unread
+    release.set()
+    answered = set()
+    for _ in range(10):
+        answer = msgpack.unpackb(into.open((await ws.receive(timeout=5)).data))
+        assert isinstance(answer[1], list)
+        answered.add(answer[0])
+    assert answered == set(range(10)) and most == 3
+    await ws.close()
