@@ -96,7 +96,12 @@ class PeerClient:
     async def call_packed(self, peer: str, path: str, body: bytes, *,
                           timeout_s: float | None = None) -> tuple[Any, str]:
         """:meth:`call_from` for a payload already packed (:func:`pack`): a
-        caller that weighs a batch by its packed size packs it once."""
+        caller that weighs a batch by its packed size packs it once. A body
+        the receiver would refuse as too large is refused here, before it
+        is sent: as a frame it would close the channel for every exchange."""
+        if len(body) > limits.peer_body_max_bytes:
+            self._log_failure(peer, path, "rejected (413)", time.monotonic())
+            raise PeerUnreachable(peer, "rejected (413)")
         if self._session is None:
             raise PeerUnreachable(peer, "unreachable")
         url = self.urls.get(peer)

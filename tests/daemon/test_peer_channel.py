@@ -438,3 +438,21 @@ async def test_a_channel_serves_a_bounded_number_of_frames_at_once(
         answered.add(answer[0])
     assert answered == set(range(10)) and most == 3
     await ws.close()
+
+
+async def test_a_body_too_large_for_the_receiver_fails_alone_and_the_channel_stays(
+        secured, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    peers = client_for(str(secured.make_url("")).rstrip("/"))
+    await peers.start()
+    try:
+        await peers.call("node1", "/peer/v1/msgs", offer())
+        assert peers.channels is not None
+        first = peers.channels._channels["node1"]
+        monkeypatch.setattr(limits, "peer_body_max_bytes", 1_000)
+        with pytest.raises(PeerUnreachable) as refused:
+            await peers.call("node1", "/peer/v1/msgs", [SyncOffer({"x" * 2_000: 1}, "x").to_wire()])
+        assert refused.value.reason == "rejected (413)"
+        assert await peers.call("node1", "/peer/v1/msgs", offer()) is not None
+        assert peers.channels._channels["node1"] is first and not first.closed
+    finally:
+        await peers.close()
