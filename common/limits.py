@@ -239,8 +239,9 @@ assert writer_batch_max <= writer_queue_max // 2
 # in what an owner may have waiting.
 assert webhook_intake_batch_ops <= webhook_intake_ops_max
 assert mailbox_pending_max <= mailbox_history_load_max
-# A batch of any size fits what its receiver accepts, with room for one
-# request's worth of op beyond the batch budget (the op that crossed it).
+# A batch cut at the budget fits what its receiver accepts, with room for
+# the op that crossed it (one that cannot be split, such as a folded
+# Accept, is sent whole; the sender refuses it if it exceeds the limit).
 assert peer_batch_bytes_max + 2 * request_body_max_bytes <= peer_body_max_bytes
 # Ticks are much finer than any timeout they drive.
 assert tick_secs * 1000 * 10 <= min(quorum_timeout_ms_default, claim_timeout_ms)

@@ -148,8 +148,15 @@ class PeerLink:
                     released = True
                     self._slots.release()
                 self._metrics.inc("peer_batches_total", peer=self.peer)
-                await self._on_replies(self.peer, [decode_msg(m) for m in raw or []],
-                                       incarnation)
+                replies = [decode_msg(m) for m in raw or []]
+                if not parts:
+                    await self._on_replies(self.peer, replies, incarnation)
+                    continue
+                try:  # a part's replies failing must not lose the parts after it
+                    await self._on_replies(self.peer, replies, incarnation)
+                except Exception:
+                    log.exception("handling the replies of %s to part of a batch failed",
+                                  self.peer)
         finally:
             if not released:
                 self._slots.release()

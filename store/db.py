@@ -32,6 +32,7 @@ from common.ops import (
     MSG_CLAIM,
     MSG_EMPTY,
     MSG_SEND,
+    OP_FRAME_BYTES,
     Op,
     mailbox_key,
     op_weight,
@@ -89,19 +90,6 @@ def _open_writer(path: str) -> tuple[sqlite3.Connection, SeenSet, int, bool]:
         conn.close()
         raise
     return conn, SeenSet(marks, held), row[0] if row else 0, created
-
-
-def _within_budget(sizes: list[Any], budget: int) -> tuple[int | None, int]:
-    """The last seq of ``sizes`` (rows of seq and key + body bytes) a batch
-    with ``budget`` bytes left takes, and what is left after it: ops are
-    taken while some budget is left, so the op that uses it up is the last."""
-    last = None
-    for seq, size in sizes:
-        if budget <= 0:
-            break
-        last = seq
-        budget -= op_weight(0, size or 0)
-    return last, budget
 
 
 def _op(row: sqlite3.Row) -> Op:
@@ -213,8 +201,8 @@ class Store:
         """Logged ops ``vv`` does not cover, ordered by (origin, seq), at most
         ``limit`` and, with ``bytes_max``, ops of at most that many bytes
         (:func:`common.ops.op_weight`) past the first: the batch stops at
-        the op that reaches it. Sizes are read first (``length()`` of a
-        blob does not read it), so no more rows than the batch are loaded."""
+        the op that reaches it. Sizes are summed in SQL before any body is
+        read, so no more rows than the batch are loaded."""
         out: list[Op] = []
         seen = self._writer.seen
         budget = bytes_max
@@ -230,15 +218,17 @@ class Store:
                     f"SELECT {Q.OP_COLS} FROM oplog WHERE origin = ? AND seq > ?"
                     " ORDER BY seq LIMIT ?", (origin, floor, want))
             else:
-                sizes = await self._reads.fetchall(
-                    "SELECT seq, length(key) + length(body) FROM oplog"
-                    " WHERE origin = ? AND seq > ? ORDER BY seq LIMIT ?", (origin, floor, want))
-                last, budget = _within_budget(sizes, budget)
-                if last is None:
-                    continue
+                # One statement, so one snapshot: the sizes of the next
+                # ``want`` ops (``length()`` of a blob does not read it), then
+                # the rows of those that start within the budget.
                 rows = await self._reads.fetchall(
-                    f"SELECT {Q.OP_COLS} FROM oplog WHERE origin = ? AND seq > ? AND seq <= ?"
-                    " ORDER BY seq", (origin, floor, last))
+                    f"SELECT {Q.OP_COLS} FROM (SELECT seq AS s, sum(w) OVER"
+                    " (ORDER BY seq ROWS UNBOUNDED PRECEDING) - w AS before FROM"
+                    " (SELECT seq, ? + length(key) + length(body) AS w FROM oplog"
+                    "  WHERE origin = ? AND seq > ? ORDER BY seq LIMIT ?))"
+                    " JOIN oplog ON origin = ? AND seq = s WHERE before < ? ORDER BY seq",
+                    (OP_FRAME_BYTES, origin, floor, want, origin, budget))
+                budget -= sum(op_weight(0, len(r["key"]) + len(r["body"])) for r in rows)
             out.extend(_op(r) for r in rows)
         return out
 

@@ -6,8 +6,7 @@ with no peers, only stores replication pushed at it; see
 ``NodeCore.on_foreign_push``); ``pull`` answers a read-quorum pull with the
 ops for one key that the caller's version vector lacks, or for
 :data:`common.ops.ALL_KEYS` every op it lacks (at most
-``limits.all_keys_pull_max`` ops and about ``limits.peer_batch_bytes_max``
-bytes; reads that span records, such as a search).
+``limits.all_keys_pull_max``; reads that span records, such as a search).
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ async def pull(node: PeerPorts, key: str, vv: dict[str, int]) -> list[Op]:
         # acknowledges a revocation on such answers).
         await node.runner.settle()
     if key == ALL_KEYS:
-        return await node.store.ops_missing(vv, limits.all_keys_pull_max,
-                                            limits.peer_batch_bytes_max)
+        # Not cut by bytes: the answer is a response, which no limit refuses,
+        # and the reader cannot tell a cut answer from a whole one.
+        return await node.store.ops_missing(vv, limits.all_keys_pull_max)
     return await node.store.ops_for_key(key, vv)
