@@ -14,7 +14,7 @@ were one push of 74 MB, which the receiver refuses
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from common import limits
@@ -27,9 +27,9 @@ from federation.messages import Replicate, decode_msg
 
 class MissingOps(Protocol):
     async def ops_missing(self, vv: dict[str, int], limit: int,
-                          bytes_max: int | None = None) -> list[Op]: ...
-    def version_vector(self) -> dict[str, int]: ...
-    def max_seq(self, origin: str) -> int: ...
+                          bytes_max: int | None = None,
+                          upto: Mapping[str, int] | None = None) -> list[Op]: ...
+    def max_seqs(self) -> dict[str, int]: ...
 
 
 class Pusher:
@@ -51,14 +51,15 @@ class Pusher:
 
     async def _push(self, peer: str, vv: dict[str, int]) -> None:
         store = self._store
-        # What this node holds now: the push ends once the peer has it all,
-        # so writes arriving meanwhile (replicated on their own) do not keep
-        # it going.
-        target = {origin: store.max_seq(origin) for origin in store.version_vector()}
+        # What this node holds now, gaps included: the push streams no op
+        # past it and ends once the peer has it all, so writes arriving
+        # meanwhile (replicated on their own) neither ride along nor keep it
+        # going.
+        target = store.max_seqs()
         try:
             while True:
                 ops = await store.ops_missing(vv, limits.sync_batch_ops_max,
-                                              limits.peer_batch_bytes_max)
+                                              limits.peer_batch_bytes_max, upto=target)
                 if not ops:
                     return
                 msg = Replicate(ops=tuple(ops), ack=False)

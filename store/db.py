@@ -20,7 +20,7 @@ import itertools
 import os
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -196,13 +196,22 @@ class Store:
     def max_hlc(self) -> int:
         return self._writer.max_hlc
 
+    def max_seqs(self) -> dict[str, int]:
+        """The greatest seq held of every origin, gaps or not (held-only
+        origins, whose watermark is still 0, included)."""
+        seen = self._writer.seen
+        return {origin: seen.max_seq(origin) for origin in seen.origins()}
+
     async def ops_missing(self, vv: dict[str, int], limit: int,
-                          bytes_max: int | None = None) -> list[Op]:
+                          bytes_max: int | None = None,
+                          upto: Mapping[str, int] | None = None) -> list[Op]:
         """Logged ops ``vv`` does not cover, ordered by (origin, seq), at most
         ``limit`` and, with ``bytes_max``, ops of at most that many bytes
         (:func:`common.ops.op_weight`) past the first: the batch stops at
         the op that reaches it. Sizes are summed in SQL before any body is
-        read, so no more rows than the batch are loaded."""
+        read, so no more rows than the batch are loaded. With ``upto``, only
+        ops at or below its seq for their origin, and none of an origin it
+        does not name (a push's target: what the node held when it began)."""
         out: list[Op] = []
         seen = self._writer.seen
         budget = bytes_max
@@ -210,25 +219,29 @@ class Store:
             if len(out) >= limit or (budget is not None and budget <= 0):
                 break
             floor = vv.get(origin, 0)
-            if seen.max_seq(origin) <= floor:
-                continue  # the peer already holds all we have of this origin
+            top = seen.max_seq(origin) if upto is None else min(
+                upto.get(origin, 0), seen.max_seq(origin))
+            if top <= floor:
+                continue  # the peer already holds all we have (or push) of this origin
             want = limit - len(out)
             if budget is None:
                 rows = await self._reads.fetchall(
-                    f"SELECT {Q.OP_COLS} FROM oplog WHERE origin = ? AND seq > ?"
-                    " ORDER BY seq LIMIT ?", (origin, floor, want))
+                    f"SELECT {Q.OP_COLS} FROM oplog WHERE origin = ? AND seq > ? AND seq <= ?"
+                    " ORDER BY seq LIMIT ?", (origin, floor, top, want))
             else:
                 # One statement, so one snapshot: the sizes of the next
-                # ``want`` ops (``length()`` of a blob does not read it), then
-                # the rows of those that start within the budget.
+                # ``want`` ops (``length()`` of a blob does not read it; a
+                # key's text is cast to count its bytes), then the rows of
+                # those that start within the budget.
                 rows = await self._reads.fetchall(
                     f"SELECT {Q.OP_COLS} FROM (SELECT seq AS s, sum(w) OVER"
                     " (ORDER BY seq ROWS UNBOUNDED PRECEDING) - w AS before FROM"
-                    " (SELECT seq, ? + length(key) + length(body) AS w FROM oplog"
-                    "  WHERE origin = ? AND seq > ? ORDER BY seq LIMIT ?))"
+                    " (SELECT seq, ? + length(CAST(key AS BLOB)) + length(body) AS w"
+                    "  FROM oplog WHERE origin = ? AND seq > ? AND seq <= ?"
+                    "  ORDER BY seq LIMIT ?))"
                     " JOIN oplog ON origin = ? AND seq = s WHERE before < ? ORDER BY seq",
-                    (OP_FRAME_BYTES, origin, floor, want, origin, budget))
-                budget -= sum(op_weight(0, len(r["key"]) + len(r["body"])) for r in rows)
+                    (OP_FRAME_BYTES, origin, floor, top, want, origin, budget))
+                budget -= sum(op_weight(len(r["key"].encode()), len(r["body"])) for r in rows)
             out.extend(_op(r) for r in rows)
         return out
 

@@ -46,7 +46,7 @@ expired is not stored) and :meth:`Replica.gc`.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -362,12 +362,18 @@ class Replica:
     def max_hlc(self) -> int:
         return self._max_hlc
 
+    def max_seqs(self) -> dict[str, int]:
+        return {origin: self.seen.max_seq(origin) for origin in self.seen.origins()}
+
     def ops_missing(self, vv: dict[str, int], limit: int,
-                    bytes_max: int | None = None) -> list[Op]:
+                    bytes_max: int | None = None,
+                    upto: Mapping[str, int] | None = None) -> list[Op]:
         """Logged ops that ``vv`` does not cover, by (origin, seq), at most
-        ``limit``, and with ``bytes_max`` cut as ``Store.ops_missing`` cuts
-        them (ops are taken while some of the budget is left)."""
-        ids = sorted(oid for oid in self._log if oid[1] > vv.get(oid[0], 0))
+        ``limit``, and with ``bytes_max`` and ``upto`` cut as
+        ``Store.ops_missing`` cuts them (ops are taken while some of the
+        budget is left)."""
+        ids = sorted(oid for oid in self._log if oid[1] > vv.get(oid[0], 0)
+                     and (upto is None or oid[1] <= upto.get(oid[0], 0)))
         out = [self._log[oid] for oid in ids[:limit]]
         if bytes_max is None:
             return out
@@ -375,7 +381,7 @@ class Replica:
         for i, op in enumerate(out):
             if budget <= 0:
                 return out[:i]
-            budget -= op_weight(0, len(op.key) + len(pack_body(op.body)))
+            budget -= op_weight(len(op.key.encode()), len(pack_body(op.body)))
         return out
 
     def ops_for_key(self, key: str, vv: dict[str, int] | None = None) -> list[Op]:

@@ -18,27 +18,35 @@ from federation.messages import decode_msg
 from store.db import Store
 
 
-def _big(seq: int, size: int = 10_000) -> Op:
-    return Op("a", seq, seq, K.MEM_PUT, K.mem_key(f"m{seq}"), {"id": f"m{seq}", "content": "x" * size})
+def _big(seq: int, size: int = 10_000, origin: str = "a") -> Op:
+    return Op(origin, seq, seq, K.MEM_PUT, K.mem_key(f"{origin}{seq}"),
+              {"id": f"{origin}{seq}", "content": "x" * size})
 
 
 class RecordingPeers:
     """The peer seam: records each push's ops and packed size; ``during``
     runs once, while the first push is out."""
 
-    def __init__(self, during: Any = None, fail_at: int | None = None) -> None:
+    def __init__(self, during: Any = None, fail_at: int | None = None,
+                 every: bool = False) -> None:
         self.sizes: list[int] = []
         self.seqs: list[list[int]] = []
+        self.ids: list[tuple[str, int]] = []
         self.during = during
         self.fail_at = fail_at
+        self.every = every  # run ``during`` while every push is out, not only the first
 
     async def call_from(self, peer: str, path: str, payload: Any, **_: Any) -> tuple[Any, str]:
         if self.fail_at is not None and len(self.sizes) == self.fail_at:
             raise PeerUnreachable(peer, "unreachable")
         self.sizes.append(len(msgpack.packb(payload, use_bin_type=True)))
-        self.seqs.append([op.seq for m in payload for op in decode_msg(m).ops])
+        ops = [op for m in payload for op in decode_msg(m).ops]
+        self.seqs.append([op.seq for op in ops])
+        self.ids += [op.op_id for op in ops]
         if self.during is not None:
-            during, self.during = self.during, None
+            during = self.during
+            if not self.every:
+                self.during = None
             await during()
         return [], ""
 
@@ -107,5 +115,45 @@ async def test_a_failed_push_reports_the_peer_and_stops(tmp_path: Path, monkeypa
         peers = RecordingPeers(fail_at=1)
         assert await _push(store, peers, {}) == ["node2"]
         assert peers.seqs == [[1, 2, 3, 4, 5]]
+    finally:
+        await store.close()
+
+
+async def test_writes_meanwhile_to_an_earlier_origin_neither_ride_along_nor_hold_the_push_up(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    # Origin "a" sorts first and takes 5 more writes while each batch is out;
+    # without the push's target as an upper bound every batch would be new
+    # "a" ops and origin "b" would wait for the writes to stop.
+    monkeypatch.setattr("common.limits.peer_batch_bytes_max", 50_000)
+    store = await Store.open(tmp_path / "n.db", "node1")
+    try:
+        await store.apply_ops([_big(s) for s in range(1, 11)], 0)
+        await store.apply_ops([_big(s, origin="b") for s in range(1, 6)], 0)
+        next_seq = [11]
+
+        async def more_writes() -> None:
+            await store.apply_ops([_big(s) for s in range(next_seq[0], next_seq[0] + 5)], 0)
+            next_seq[0] += 5
+
+        peers = RecordingPeers(during=more_writes, every=True)
+        assert await _push(store, peers, {}) == []
+        assert peers.ids == [("a", s) for s in range(1, 11)] + [("b", s) for s in range(1, 6)]
+        assert store.max_seq("a") == next_seq[0] - 1 > 10  # the writes did happen
+    finally:
+        await store.close()
+
+
+async def test_a_push_carries_the_ops_held_past_a_gap_of_an_origin(tmp_path: Path) -> None:
+    # Origin "c" is held only above a gap (its watermark is still 0): those
+    # ops are part of what the node holds, so they are part of the push.
+    store = await Store.open(tmp_path / "n.db", "node1")
+    try:
+        await store.apply_ops([_big(s, 100) for s in (1, 2)], 0)
+        await store.apply_ops([_big(s, 100, origin="c") for s in (3, 4)], 0)
+        assert store.version_vector() == {"a": 2}
+        assert store.max_seqs() == {"a": 2, "c": 4}
+        peers = RecordingPeers()
+        assert await _push(store, peers, {"a": 2}) == []
+        assert peers.ids == [("c", 3), ("c", 4)]
     finally:
         await store.close()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from common import limits
+
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
@@ -39,6 +41,10 @@ class SimConfig:
     read_hedge_ms: int = 100  # a read's pull not answered by then: ask the next peer too
     read_p: float = 0.08  # share of client requests that are quorum reads of an inbox
     disk_delay_max_ms: int = 0  # a store write completes after up to this long (a slow disk)
+    # The byte budget of an anti-entropy push's batches. The daemon's 8 MiB
+    # never binds on the simulator's small ops; a few hundred bytes cuts a
+    # push into batches of a few ops, as large ops cut a real one.
+    push_bytes_max: int = limits.peer_batch_bytes_max
 
     @property
     def forward_timeout_ms(self) -> int:
@@ -67,4 +73,5 @@ class SimConfig:
                    dup_max=rng.choice((0.0, 0.1)),
                    mailboxes=rng.choice((1, 1, 2)),
                    pending_cap=rng.choice((3, 6, 256)),
-                   disk_delay_max_ms=rng.choice((0, 2, 10, 40)))
+                   disk_delay_max_ms=rng.choice((0, 2, 10, 40)),
+                   push_bytes_max=rng.choice((limits.peer_batch_bytes_max, 500)))

@@ -262,11 +262,15 @@ class SimNode:
     def _push(self, peer: str, vv: dict[str, int], now_ms: int) -> None:
         # As daemon/anti_entropy.py pushes: bounded batches, up to what the
         # disk held when the push began (here, in one step: all of it).
-        target = {o: self.disk.max_seq(o) for o in self.disk.version_vector()}
+        target = self.disk.max_seqs()
         while True:
-            ops = self.disk.ops_missing(vv, limits.sync_batch_ops_max, limits.peer_batch_bytes_max)
+            ops = self.disk.ops_missing(vv, limits.sync_batch_ops_max, self.sim.cfg.push_bytes_max,
+                                        upto=target)
             if not ops:
                 return
+            if len(ops) < limits.sync_batch_ops_max and self.disk.ops_missing(
+                    {**vv, **{op.origin: op.seq for op in ops}}, 1, upto=target):
+                self.sim.stats["push_batches_cut"] += 1  # the budget ended it, not the ops
             self.sim.send(self.id, peer, Replicate(tuple(ops), ack=False), now_ms)
             for op in ops:
                 vv[op.origin] = max(vv.get(op.origin, 0), op.seq)

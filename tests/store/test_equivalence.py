@@ -49,6 +49,10 @@ async def views(s: Any, ops: list[Op]) -> dict[str, Any]:
         # Cut by bytes the same way: the op that uses up the budget is the last.
         "missing_bytes": [[o.op_id for o in await v(s.ops_missing({"n2": 1}, 1000, budget))]
                           for budget in (1, 150, 400, 1500)],
+        # Bounded by a push's target, origins it does not name left out.
+        "missing_upto": [o.op_id for o in await v(s.ops_missing({"n1": 1}, 1000, 10 ** 6,
+                                                                upto={"n1": 4, "n3": 2}))],
+        "max_seqs": s.max_seqs(),
         "for_key": {op.key: [o.op_id for o in await v(s.ops_for_key(op.key, {"n2": 1}))]
                     for op in ops},
         "agents": await v(s.list_agents()),

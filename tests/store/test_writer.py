@@ -208,3 +208,24 @@ async def test_ops_missing_stops_at_the_op_that_uses_up_the_byte_budget(tmp_path
         assert len(await store.ops_missing({}, 100)) == 8  # no budget: no cut
     finally:
         await store.close()
+
+
+async def test_the_byte_budget_counts_a_key_in_bytes_not_characters(tmp_path: Path) -> None:
+    # Keys of 3,000 four-byte characters: 12 KB each in bytes, 3 KB in
+    # characters, with the same name in the body (12 KB packed). A budget of
+    # 40 KB takes two such ops (24 KB each); counting the key's characters
+    # (15 KB an op) it would take three.
+    def wide(seq: int) -> Op:
+        name = "\U0001f600" * 3000 + str(seq)
+        return Op("a", seq, seq, K.MEM_PUT, K.mem_key(name), {"id": name})
+
+    store = await Store.open(tmp_path / "n.db", "n1")
+    try:
+        await store.apply_ops([wide(s) for s in range(1, 9)], 0)
+        ids = [o.op_id for o in await store.ops_missing({}, 100, 40_000)]
+        assert ids == [("a", 1), ("a", 2)]
+        assert [o.op_id for o in await store.ops_missing({}, 100, 40_000, upto={"a": 1})] == [
+            ("a", 1)]
+        assert await store.ops_missing({}, 100, upto={"b": 5}) == []  # "a" not named: none
+    finally:
+        await store.close()
