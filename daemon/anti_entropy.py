@@ -2,11 +2,13 @@
 
 The core notices from a peer's ``SyncOffer`` that the peer lacks ops this
 node holds and emits ``PushMissing(peer, vv)``. :class:`Pusher` runs at most
-one push per peer at a time (a second request while one runs is dropped:
-the running push already streams everything up to the newest op), reading
-batches of at most ``limits.sync_batch_ops_max`` ops and about
-``limits.peer_batch_bytes_max`` bytes from the store until the peer holds
-everything this node held when the push began. The byte bound is what lets
+one push per peer at a time, reading batches of at most
+``limits.sync_batch_ops_max`` ops and about ``limits.peer_batch_bytes_max``
+bytes from the store, none past what this node held when the push began,
+until the peer holds all of that. A request while a push runs is dropped:
+what the node took in meanwhile (its own writes, which the link replicates,
+and ops other peers sent it) is offered again by the peer's next
+``SyncOffer``, at most one catch-up interval after the push ends. The byte bound is what lets
 a member that missed large writes catch up at all: 82 memories of 900 KB
 were one push of 74 MB, which the receiver refuses
 (``limits.peer_body_max_bytes``), every time it was tried.

@@ -209,9 +209,11 @@ class Store:
         ``limit`` and, with ``bytes_max``, ops of at most that many bytes
         (:func:`common.ops.op_weight`) past the first: the batch stops at
         the op that reaches it. Sizes are summed in SQL before any body is
-        read, so no more rows than the batch are loaded. With ``upto``, only
-        ops at or below its seq for their origin, and none of an origin it
-        does not name (a push's target: what the node held when it began)."""
+        read, so no more rows than the batch are loaded. Only ops the
+        seen-set records are read (an op committed by a writer batch still
+        settling waits for the next read); with ``upto``, only ops at or
+        below its seq for their origin, and none of an origin it does not
+        name (a push's target: what the node held when it began)."""
         out: list[Op] = []
         seen = self._writer.seen
         budget = bytes_max

@@ -143,9 +143,13 @@ async def test_writes_meanwhile_to_an_earlier_origin_neither_ride_along_nor_hold
         await store.close()
 
 
-async def test_a_push_carries_the_ops_held_past_a_gap_of_an_origin(tmp_path: Path) -> None:
+async def test_a_push_carries_the_ops_held_past_a_gap_of_an_origin(tmp_path: Path,
+                                                                    monkeypatch: Any) -> None:
     # Origin "c" is held only above a gap (its watermark is still 0): those
-    # ops are part of what the node holds, so they are part of the push.
+    # ops are part of what the node holds, so they are part of the push's
+    # target. The budget ends the first batch at "a"'s last op; a target of
+    # the watermarks alone was met right there and "c" was never sent.
+    monkeypatch.setattr("common.limits.peer_batch_bytes_max", 300)
     store = await Store.open(tmp_path / "n.db", "node1")
     try:
         await store.apply_ops([_big(s, 100) for s in (1, 2)], 0)
@@ -153,7 +157,8 @@ async def test_a_push_carries_the_ops_held_past_a_gap_of_an_origin(tmp_path: Pat
         assert store.version_vector() == {"a": 2}
         assert store.max_seqs() == {"a": 2, "c": 4}
         peers = RecordingPeers()
-        assert await _push(store, peers, {"a": 2}) == []
-        assert peers.ids == [("c", 3), ("c", 4)]
+        assert await _push(store, peers, {}) == []
+        assert peers.seqs[0] == [1, 2]  # the budget's cut
+        assert peers.ids == [("a", 1), ("a", 2), ("c", 3), ("c", 4)]
     finally:
         await store.close()

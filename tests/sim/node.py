@@ -260,8 +260,12 @@ class SimNode:
         return new
 
     def _push(self, peer: str, vv: dict[str, int], now_ms: int) -> None:
-        # As daemon/anti_entropy.py pushes: bounded batches, up to what the
-        # disk held when the push began (here, in one step: all of it).
+        # As daemon/anti_entropy.py pushes: batches bounded in ops and bytes
+        # (SimConfig.push_bytes_max), up to what the disk held when the push
+        # began, ops held past a gap included. Here the push is one step, so
+        # nothing is written between its batches: the bound on each read
+        # changes nothing in the simulator (tests/daemon/test_anti_entropy.py
+        # checks it against a real store).
         target = self.disk.max_seqs()
         while True:
             ops = self.disk.ops_missing(vv, limits.sync_batch_ops_max, self.sim.cfg.push_bytes_max,
