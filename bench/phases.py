@@ -89,6 +89,36 @@ def measure_workload(
     return out
 
 
+def paired_rounds(
+    pool: LoadPool,
+    progress: Progress,
+    profile: Profile,
+    systems: list[tuple[str, tuple[str, ...], tuple[tuple[str, int], ...], WorkloadSpec]],
+) -> dict[str, Any]:
+    """The maximum of each system, measured one right after another, in
+    ``profile.paired_rounds`` rounds whose order is reversed every round.
+
+    ``systems`` are (label, urls, cpu_pids, spec), all running. The ratio
+    targets compare systems that the other phases measure minutes apart,
+    and on a shared machine the speed of the same work drifts by tens of
+    percent over minutes (``python -m bench.machine``); each round's ratio
+    is taken within seconds, and the reversed order puts a drift's trend on
+    both sides of it. Each burst is a closed loop of ``max_duration_s``."""
+    rounds: list[dict[str, Any]] = []
+    for i in range(profile.paired_rounds):
+        order = systems if i % 2 == 0 else systems[::-1]
+        this: dict[str, Any] = {"order": [label for label, *_ in order], "max": {}}
+        for label, urls, pids, spec in order:
+            job = LoadJob(spec, urls, mode="closed", concurrency=profile.concurrency,
+                          duration_s=profile.max_duration_s, warmup_s=profile.warmup_s, cpu_pids=pids)
+            with progress.step(f"paired {i + 1}/{profile.paired_rounds} · {label} · {spec.name}") as update:
+                res = result_dict(pool.run(job, update))
+            res.pop("kinds", None)
+            this["max"][label] = res
+        rounds.append(this)
+    return {"workload": "notify", "rounds": rounds}
+
+
 def setup_projects(urls: tuple[str, ...], spec: WorkloadSpec) -> None:
     """Start a session in every project the send+pop workload uses."""
     for project in (*spec.projects, spec.sender_project):

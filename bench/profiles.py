@@ -38,6 +38,9 @@ class Profile:
     projects: int  # mailboxes the send+pop workload spreads over
     converge_timeout_s: float
     nats: bool
+    # Rounds of the paired phase: echo, 1 node and 3 nodes notify at their
+    # maximum one right after another, the order reversed every round.
+    paired_rounds: int
 
     @property
     def big_inbox(self) -> int:
@@ -66,6 +69,7 @@ QUICK = Profile(
     projects=8,
     converge_timeout_s=60.0,
     nats=True,
+    paired_rounds=3,
 )
 
 FULL = Profile(
@@ -87,6 +91,7 @@ FULL = Profile(
     projects=8,
     converge_timeout_s=300.0,
     nats=True,
+    paired_rounds=5,
 )
 
 PROFILES = {p.name: p for p in (QUICK, FULL)}

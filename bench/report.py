@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bench.targets import Target
+from bench.targets import ECHO, ONE, THREE, Target
 
 DOCS_BEGIN = "<!-- bench:results:begin -->"
 DOCS_END = "<!-- bench:results:end -->"
@@ -255,6 +255,30 @@ def _nats_section(results: dict[str, Any]) -> list[str]:
     return [title, "", *table]
 
 
+def _paired_section(results: dict[str, Any]) -> list[str]:
+    """The paired rounds: each system's notify maximum, seconds apart."""
+    paired = results.get("paired")
+    if not paired or not paired.get("rounds"):
+        return []
+    names = (ECHO, ONE, THREE)
+    lines = ["**Paired rounds**: the echo server, 1 node and 3 nodes W=2 running side by side, each "
+             "driven at its maximum (closed loop) one right after another, the order reversed every "
+             "round; the notify ratio targets are the medians of these rounds' ratios. Throughput "
+             "ops/s, then CPU ms per operation.", ""]
+    rows = []
+    for i, r in enumerate(paired["rounds"], 1):
+        m = r["max"]
+        cells = [str(i), " → ".join(r["order"])]
+        cells += [f"{_n(m[k]['rps'])} · {_ms3(_cpu(m[k]))}" for k in names]
+        cpu3, cpue = _cpu(m[THREE]), _cpu(m[ECHO])
+        cells += [f"{m[ONE]['rps'] / m[ECHO]['rps']:.0%}", f"{m[THREE]['rps'] / m[ONE]['rps']:.0%}",
+                  "-" if not cpu3 or not cpue else f"x{cpu3 / cpue:.1f}"]
+        rows.append(cells)
+    lines += _table(["round", "order", "echo", "1 node notify", "3 nodes notify", "1 node vs echo",
+                     "3 nodes vs 1 node", "CPU per notify vs echo"], rows)
+    return lines
+
+
 def _targets_section(results: dict[str, Any], targets: list[Target]) -> list[str]:
     """Every target's verdict, then the phases that failed."""
     lines = ["**Targets**", ""]
@@ -274,6 +298,7 @@ def markdown(results: dict[str, Any], targets: list[Target]) -> str:
     lines += _cpu_section(results)
     lines += _sweep_section(results)
     lines += _scenario_sections(results)
+    lines += _paired_section(results)
     lines += _nats_section(results)
     lines += _targets_section(results, targets)
     return "\n".join(lines)

@@ -2,8 +2,10 @@
 
 Order: the echo ceiling; a 1-node cluster (every workload); a 3-node W=2
 cluster (every workload, then the catch-up / inbox / RSS scenario on the
-same cluster); then NATS JetStream (every profile; skipped, with the
-reason, where it is not installed). Each phase runs inside
+same cluster); the paired rounds (a fresh echo server, 1-node and 3-node
+cluster side by side, their notify maximum measured in alternating
+rounds, for the ratio targets); then NATS JetStream (every profile;
+skipped, with the reason, where it is not installed). Each phase runs inside
 :func:`_phase`, which records a failure in ``results["errors"]`` and moves
 on, so a half-built daemon still yields a report that says what failed. All
 servers run in a temp dir that is removed at the end (their logs are
@@ -34,7 +36,7 @@ from bench.progress import Progress
 from bench.targets import Target, evaluate
 from bench.workloads import WorkloadSpec
 
-PHASES = ("echo", "cluster1", "cluster3", "scenario", "nats")
+PHASES = ("echo", "cluster1", "cluster3", "scenario", "paired", "nats")
 REPO = Path(__file__).resolve().parent.parent
 NOMINAL_BIG_INBOX = 100_000
 
@@ -58,6 +60,8 @@ def _count_steps(profile: Profile, only: tuple[str, ...]) -> int:
     n += sum(len(profile.workloads) * per_workload for c in ("cluster1", "cluster3") if c in only)
     if "scenario" in only:
         n += len(profile.inbox_sizes) + 1 + 2 * len(profile.inbox_sizes) * len(profile.inbox_consistencies)
+    if "paired" in only:
+        n += 3 * profile.paired_rounds
     if "nats" in only and profile.nats:
         n += 1
     return n
@@ -90,6 +94,7 @@ class Run:
             "workloads": [],
             "scenario": None,
             "cluster_rss_after_workloads": {},
+            "paired": None,
             "nats": None,
             "errors": [],
         }
@@ -132,6 +137,18 @@ class Run:
                 self.results["scenario"] = self._phase(f"{cluster.label}: catch-up/inbox/RSS", lambda: (
                     phases.catchup_inbox_rss(pool, self.progress, self.profile, cluster, NOMINAL_BIG_INBOX)))
 
+    def _paired(self, pool: LoadPool) -> None:
+        one = Cluster(self.workdir / "paired1", size=1, write_quorum=1)
+        three = Cluster(self.workdir / "paired3", size=3, write_quorum=2)
+        (self.workdir / "paired-echo").mkdir(parents=True, exist_ok=True)
+        with running(echo_server(self.workdir / "paired-echo")) as echo, running(one), running(three):
+            notify = self._workload_spec("notify")
+            self.results["paired"] = phases.paired_rounds(pool, self.progress, self.profile, [
+                ("echo server", (echo.url,), ((echo.name, echo.pid),), WorkloadSpec("echo")),
+                (one.label, one.urls, one.pids(), notify),
+                (three.label, three.urls, three.pids(), notify),
+            ])
+
     def execute(self) -> tuple[dict[str, Any], list[Target], str]:
         try:
             with LoadPool(self.profile.loadgen_procs) as pool:
@@ -141,6 +158,8 @@ class Run:
                     self._phase("1 node", lambda: self._cluster(pool, 1))
                 if "cluster3" in self.only or "scenario" in self.only:
                     self._phase("3 nodes", lambda: self._cluster(pool, 3))
+                if "paired" in self.only:
+                    self._phase("paired", lambda: self._paired(pool))
                 if "nats" in self.only and self.profile.nats:
                     self.results["nats"] = self._phase("nats", lambda: nats_compare.run(
                         pool, self.progress, self.profile, self.workdir))

@@ -17,6 +17,7 @@ from bench import plots, report
 from bench.cpu import CLK_TCK, CpuWindow, cpu_summary, cpu_ticks, merge_windows
 from bench.loadgen import LoadJob, run_job
 from bench.procs import echo_server, running
+from bench.progress import Progress
 from bench.stats import Sample, merge_samples, percentile, summarize
 from bench.targets import evaluate
 from bench.workloads import WorkloadSpec
@@ -243,3 +244,81 @@ def test_hotpath_shares_each_threads_cpu_by_its_samples() -> None:
     assert "1.000  HTTP POST /api/v1/notify" in text and "0.400  peer_batches_total" in text
     assert "20.00  HTTP POST /api/v1/notify" in text  # 2 s inside the node over 100 requests
     assert "GET /api/v1/metrics" not in text  # the scrapes themselves are not work of the workload
+
+
+def test_machine_probe_measures_wakeups_and_cold_work() -> None:
+    from bench import machine
+
+    m = machine.measure(rounds=8)
+    assert m["cpus"] >= 1 and 0 < m["syscall_cpu_us"] < 1000
+    for key in ("ping_pong_any_cpu", "ping_pong_one_cpu"):
+        assert m[key]["round_trip_us"] > 0 and m[key]["cpu_us"] >= 0
+    assert m["chunk_back_to_back_us"] > 0
+    assert set(m["chunk_after_gap_ratio"]) == {"sleep", "spin"}
+    for ratios in m["chunk_after_gap_ratio"].values():
+        assert list(ratios) == ["0.5", "2", "5", "20"] and all(r > 0 for r in ratios.values())
+    text = machine.render(m)
+    assert "ping-pong, one CPU" in text and "after a gap (spin)" in text
+
+
+def _paired(ratios: list[tuple[float, float, float]]) -> dict[str, Any]:
+    """Paired rounds whose (echo, 1 node, 3 nodes) rps and CPU are given."""
+    rounds = []
+    for i, (echo_rps, one_rps, three_rps) in enumerate(ratios):
+        m = {"echo server": _point(echo_rps, 2.0, cpu_ms=0.1),
+             "1 node": _point(one_rps, 5.0, cpu_ms=0.3),
+             "3 nodes W=2": _point(three_rps, 9.0, cpu_ms=0.1 * (5 + i))}
+        order = list(m) if i % 2 == 0 else list(m)[::-1]
+        rounds.append({"order": order, "max": m})
+    return {"workload": "notify", "rounds": rounds}
+
+
+def test_notify_ratio_targets_take_the_median_of_the_paired_rounds(tmp_path: Path) -> None:
+    results = _results()
+    # The phases alone: 3 nodes at 75 % of 1 node (PASS), 1 node at 80 % of
+    # echo (PASS), CPU x5 (MISS). The rounds say otherwise, round by round.
+    results["paired"] = _paired([(1000, 500, 300), (1000, 700, 490), (1000, 550, 400)])
+    by_name = {t.name: t for t in evaluate(results)}
+    one = by_name["notify throughput, 1 node vs echo"]
+    assert one.value == pytest.approx(0.55) and one.verdict == "MISS"  # 50 / 70 / 55 %
+    assert "median of 3 paired rounds (50%, 70%, 55%)" in one.measured
+    assert "the phases, minutes apart: 800/s = 80% of echo" in one.measured
+    three = by_name["notify throughput, 3 nodes W=2 vs 1 node"]
+    assert three.value == pytest.approx(0.7) and three.verdict == "PASS"  # 60 / 70 / 73 %
+    cpu = by_name["cluster CPU per notify vs echo CPU per request, 3 nodes W=2"]
+    assert cpu.value == pytest.approx(6.0, rel=0.05) and cpu.verdict == "MISS"  # x5, x6, x7
+    # A round without CPU readings: that target falls back to the phases.
+    results["paired"]["rounds"][1]["max"]["echo server"]["cpu"] = None
+    cpu = next(t for t in evaluate(results) if t.name == cpu.name)
+    assert cpu.value == pytest.approx(5.0) and "paired" not in cpu.measured
+
+    results["paired"] = _paired([(1000, 500, 300), (1000, 700, 490)])
+    md = report.write_run(tmp_path / "r", results, evaluate(results))
+    assert "**Paired rounds**" in md
+    assert "| 1 | echo server → 1 node → 3 nodes W=2 | 1,000 · 0.100 | 500 · 0.300 | 300 · 0.500 | 50% | 60% | x5.0 |" in md
+    assert "| 2 | 3 nodes W=2 → 1 node → echo server |" in md
+
+
+def test_paired_rounds_alternate_their_order_against_real_servers(tmp_path: Path) -> None:
+    from dataclasses import replace as dc_replace
+
+    from bench import phases
+    from bench.profiles import QUICK
+
+    class InProcess:  # the pool seam: run each job here, as the smoke tests do
+        def run(self, job: LoadJob, update: Any = None) -> Any:
+            return run_job(job)
+
+    profile = dc_replace(QUICK, paired_rounds=3, max_duration_s=0.3, warmup_s=0.0, concurrency=4)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with running(echo_server(tmp_path / "a")) as a, running(echo_server(tmp_path / "b")) as b:
+        got = phases.paired_rounds(InProcess(), Progress(0, enabled=False), profile, [  # type: ignore[arg-type]
+            ("echo server", (a.url,), (("a", a.pid),), WorkloadSpec("echo")),
+            ("1 node", (b.url,), (("b", b.pid),), WorkloadSpec("echo")),
+        ])
+    assert [r["order"] for r in got["rounds"]] == [
+        ["echo server", "1 node"], ["1 node", "echo server"], ["echo server", "1 node"]]
+    for r in got["rounds"]:
+        for m in r["max"].values():
+            assert m["rps"] > 0 and m["cpu"]["ms_per_op"] > 0 and "kinds" not in m
