@@ -6,16 +6,18 @@ This probe measures the machine underneath, without any of our code, so
 two machines (a laptop, a CI VM) can be told apart before their benchmark
 figures are compared:
 
-* **syscall**: ``os.getppid()`` in a loop, CPU per call;
+* **syscall**: ``os.getppid()`` in a Python loop, CPU per call (the
+  loop's own cost included, so an upper bound);
 * **ping-pong**: two processes bounce one byte over a socketpair, once
-  free to run on any CPU and once pinned to one (``os.sched_setaffinity``),
-  wall time per round trip and this side's CPU for it (two wakeups);
+  free to run on any CPU and once pinned to one (``os.sched_setaffinity``,
+  Linux only), wall time per round trip and this side's CPU for it (two
+  wakeups);
 * **cold work**: the same fixed chunk of pure Python (JSON round trips of
-  a notify-sized body) run back to back, then after an idle gap of 0.5 to
-  20 ms (a sleep), then after the same gaps spent spinning: its CPU
-  (``time.thread_time``) as a ratio to the back-to-back figure. A ratio
-  well above 1 means work costs more the longer since it last ran, which is
-  what a node at half load does between events.
+  a notify-sized body) run after an idle gap of 0.5 to 20 ms (a sleep, then
+  the same gaps spent spinning), as a ratio of its CPU
+  (``time.thread_time``, median) to the same chunk run back to back just
+  before. A ratio well above 1 means work costs more the longer since it
+  last ran, which is what a node at half load does between events.
 
     .venv/bin/python -m bench.machine [--rounds 400] [--json]
 """
@@ -52,10 +54,12 @@ def ping_pong(trips: int, *, pin: bool) -> dict[str, float]:
     try:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child's side
-            here.close()
-            for _ in range(trips):
-                there.sendall(there.recv(1))
-            os._exit(0)
+            try:
+                here.close()
+                for _ in range(trips):
+                    there.sendall(there.recv(1))
+            finally:
+                os._exit(0)  # never back into the parent's code
         there.close()
         wall, cpu = time.perf_counter(), time.process_time()
         for _ in range(trips):
@@ -95,16 +99,20 @@ def chunk_us(rounds: int, gap_s: float, wait: Callable[[float], None]) -> float:
 
 def measure(rounds: int) -> dict[str, Any]:
     warm = chunk_us(rounds, 0.0, time.sleep)
-    cold = {}
+    cold: dict[str, dict[str, float]] = {}
+    each = max(20, rounds // 4)
     for label, wait in (("sleep", time.sleep), ("spin", _spin)):
-        cold[label] = {f"{gap:g}": chunk_us(max(20, rounds // 4), gap / 1000, wait) / warm
+        # Each ratio against a back-to-back figure taken just before it, so
+        # the machine's drift over the probe stays out of the ratios.
+        cold[label] = {f"{gap:g}": chunk_us(each, gap / 1000, wait) / chunk_us(each, 0.0, time.sleep)
                        for gap in GAPS_MS}
     trips = max(200, rounds * 20)
+    pinnable = hasattr(os, "sched_setaffinity")
     return {
-        "cpus": len(os.sched_getaffinity(0)),
+        "cpus": len(os.sched_getaffinity(0)) if pinnable else os.cpu_count(),
         "syscall_cpu_us": syscall_us(rounds * 200),
-        "ping_pong_any_cpu": ping_pong(trips, pin=False),
-        "ping_pong_one_cpu": ping_pong(trips, pin=True),
+        "ping_pong_any_cpu": ping_pong(trips, pin=False) if pinnable else None,
+        "ping_pong_one_cpu": ping_pong(trips, pin=True) if pinnable else None,
         "chunk_back_to_back_us": warm,
         "chunk_after_gap_ratio": cold,
     }
@@ -113,10 +121,13 @@ def measure(rounds: int) -> dict[str, Any]:
 def render(m: dict[str, Any]) -> str:
     lines = [
         f"CPUs usable: {m['cpus']}",
-        f"syscall (getppid): {m['syscall_cpu_us']:.2f} us of CPU",
+        f"syscall (getppid, with the loop): {m['syscall_cpu_us']:.2f} us of CPU",
     ]
     for key, label in (("ping_pong_any_cpu", "any CPU"), ("ping_pong_one_cpu", "one CPU")):
         p = m[key]
+        if p is None:
+            lines.append(f"process ping-pong, {label}: not measured (no CPU affinity here)")
+            continue
         lines.append(f"process ping-pong, {label}: {p['round_trip_us']:.1f} us per round trip,"
                      f" {p['cpu_us']:.1f} us of this side's CPU")
     lines.append(f"fixed Python chunk back to back: {m['chunk_back_to_back_us']:.1f} us of CPU")

@@ -101,9 +101,10 @@ def paired_rounds(
     ``systems`` are (label, urls, cpu_pids, spec), all running. The ratio
     targets compare systems that the other phases measure minutes apart,
     and on a shared machine the speed of the same work drifts by tens of
-    percent over minutes (``python -m bench.machine``); each round's ratio
-    is taken within seconds, and the reversed order puts a drift's trend on
-    both sides of it. Each burst is a closed loop of ``max_duration_s``."""
+    percent over minutes; a round takes seconds, and a round with the next
+    one (reversed) gives every system the same mean time, so a steady drift
+    cancels out of their ratios (:func:`bench.targets.paired_series`).
+    Each burst is a closed loop of ``max_duration_s``."""
     rounds: list[dict[str, Any]] = []
     for i in range(profile.paired_rounds):
         order = systems if i % 2 == 0 else systems[::-1]

@@ -39,7 +39,8 @@ class Profile:
     converge_timeout_s: float
     nats: bool
     # Rounds of the paired phase: echo, 1 node and 3 nodes notify at their
-    # maximum one right after another, the order reversed every round.
+    # maximum one right after another, the order reversed every round (even:
+    # the ratios are taken over a round and its reverse).
     paired_rounds: int
 
     @property
@@ -69,7 +70,7 @@ QUICK = Profile(
     projects=8,
     converge_timeout_s=60.0,
     nats=True,
-    paired_rounds=3,
+    paired_rounds=4,
 )
 
 FULL = Profile(
@@ -91,7 +92,7 @@ FULL = Profile(
     projects=8,
     converge_timeout_s=300.0,
     nats=True,
-    paired_rounds=5,
+    paired_rounds=6,
 )
 
 PROFILES = {p.name: p for p in (QUICK, FULL)}

@@ -255,6 +255,10 @@ def _nats_section(results: dict[str, Any]) -> list[str]:
     return [title, "", *table]
 
 
+def _ratio(num: float, den: float) -> str:
+    return f"{num / den:.0%}" if den else "-"
+
+
 def _paired_section(results: dict[str, Any]) -> list[str]:
     """The paired rounds: each system's notify maximum, seconds apart."""
     paired = results.get("paired")
@@ -263,15 +267,16 @@ def _paired_section(results: dict[str, Any]) -> list[str]:
     names = (ECHO, ONE, THREE)
     lines = ["**Paired rounds**: the echo server, 1 node and 3 nodes W=2 running side by side, each "
              "driven at its maximum (closed loop) one right after another, the order reversed every "
-             "round; the notify ratio targets are the medians of these rounds' ratios. Throughput "
-             "ops/s, then CPU ms per operation.", ""]
+             "round; each notify ratio target is the median over the pairs of rounds (a round and the "
+             "reversed one after it) of the ratio of the pair's mean figures. Throughput ops/s, then "
+             "CPU ms per operation.", ""]
     rows = []
     for i, r in enumerate(paired["rounds"], 1):
         m = r["max"]
         cells = [str(i), " → ".join(r["order"])]
         cells += [f"{_n(m[k]['rps'])} · {_ms3(_cpu(m[k]))}" for k in names]
         cpu3, cpue = _cpu(m[THREE]), _cpu(m[ECHO])
-        cells += [f"{m[ONE]['rps'] / m[ECHO]['rps']:.0%}", f"{m[THREE]['rps'] / m[ONE]['rps']:.0%}",
+        cells += [_ratio(m[ONE]["rps"], m[ECHO]["rps"]), _ratio(m[THREE]["rps"], m[ONE]["rps"]),
                   "-" if not cpu3 or not cpue else f"x{cpu3 / cpue:.1f}"]
         rows.append(cells)
     lines += _table(["round", "order", "echo", "1 node notify", "3 nodes notify", "1 node vs echo",

@@ -33,7 +33,7 @@ from bench.loadgen import LoadPool
 from bench.procs import Cluster, echo_server, http_json, running
 from bench.profiles import Profile
 from bench.progress import Progress
-from bench.targets import Target, evaluate
+from bench.targets import ECHO, Target, evaluate
 from bench.workloads import WorkloadSpec
 
 PHASES = ("echo", "cluster1", "cluster3", "scenario", "paired", "nats")
@@ -144,7 +144,7 @@ class Run:
         with running(echo_server(self.workdir / "paired-echo")) as echo, running(one), running(three):
             notify = self._workload_spec("notify")
             self.results["paired"] = phases.paired_rounds(pool, self.progress, self.profile, [
-                ("echo server", (echo.url,), ((echo.name, echo.pid),), WorkloadSpec("echo")),
+                (ECHO, (echo.url,), ((echo.name, echo.pid),), WorkloadSpec("echo")),
                 (one.label, one.urls, one.pids(), notify),
                 (three.label, three.urls, three.pids(), notify),
             ])

@@ -14,7 +14,8 @@ claims/s and p99 bounds do not, and the report says so.
 The three notify ratios (1 node against echo, 3 nodes against 1 node, and
 CPU per notify against echo's CPU per request) are read from the paired
 rounds when that phase ran: each round measures the systems seconds apart,
-and the verdict is the median of the rounds' ratios. The phases' own
+the next one in the reverse order, and the verdict is the median of the
+ratios of those pairs of rounds. The phases' own
 figures, minutes apart, are printed beside it and used when the paired
 rounds are missing.
 """
@@ -132,11 +133,21 @@ def _rps(d: dict[str, Any]) -> float:
 
 def paired_series(results: dict[str, Any], num: str, den: str,
                   figure: Callable[[dict[str, Any]], float]) -> list[float]:
-    """``figure`` of system ``num`` over that of ``den``, one per paired round."""
+    """``figure`` of system ``num`` over that of ``den``, one per pair of
+    rounds. A pair is a round and the next one, run in the reverse order, so
+    every system's two bursts sit at the same mean time: a drift that runs
+    the same way through the pair cancels out of the pair's ratio (the
+    figures of each system are averaged over its two bursts first)."""
     paired = results.get("paired")
     if not paired or not paired.get("rounds"):
         raise KeyError("paired rounds not run")
-    return [figure(r["max"][num]) / figure(r["max"][den]) for r in paired["rounds"]]
+    rounds = paired["rounds"]
+    out = []
+    for i in range(0, len(rounds), 2):
+        pair = rounds[i:i + 2]
+        out.append(statistics.fmean(figure(r["max"][num]) for r in pair)
+                   / statistics.fmean(figure(r["max"][den]) for r in pair))
+    return out
 
 
 def _prefer_paired(results: dict[str, Any], num: str, den: str,
@@ -145,10 +156,16 @@ def _prefer_paired(results: dict[str, Any], num: str, den: str,
                    phases: Callable[[dict[str, Any]], Measured]) -> Measured:
     try:
         series = paired_series(results, num, den, figure)
-    except (KeyError, TypeError, ZeroDivisionError):
-        return phases(results)
+    except KeyError as e:
+        if not results.get("paired"):
+            return phases(results)  # the paired rounds did not run
+        value, text, ok_ = phases(results)
+        return value, f"{text} (paired rounds unusable: {e})", ok_
+    except (TypeError, ZeroDivisionError) as e:
+        value, text, ok_ = phases(results)
+        return value, f"{text} (paired rounds unusable: {type(e).__name__})", ok_
     median = statistics.median(series)
-    text = (f"{fmt(median)}, median of {len(series)} paired rounds"
+    text = (f"{fmt(median)}, median of {len(series)} pairs of paired rounds"
             f" ({', '.join(fmt(x) for x in series)})")
     try:
         text += f"; the phases, minutes apart: {phases(results)[1]}"

@@ -273,30 +273,62 @@ def _paired(ratios: list[tuple[float, float, float]]) -> dict[str, Any]:
     return {"workload": "notify", "rounds": rounds}
 
 
-def test_notify_ratio_targets_take_the_median_of_the_paired_rounds(tmp_path: Path) -> None:
+def test_notify_ratio_targets_take_the_median_over_pairs_of_rounds(tmp_path: Path) -> None:
     results = _results()
     # The phases alone: 3 nodes at 75 % of 1 node (PASS), 1 node at 80 % of
-    # echo (PASS), CPU x5 (MISS). The rounds say otherwise, round by round.
-    results["paired"] = _paired([(1000, 500, 300), (1000, 700, 490), (1000, 550, 400)])
+    # echo (PASS), CPU x5 (MISS). Four rounds, two pairs, say otherwise.
+    results["paired"] = _paired([(1000, 500, 300), (1000, 700, 490),
+                                 (1000, 550, 400), (1000, 450, 330)])
     by_name = {t.name: t for t in evaluate(results)}
     one = by_name["notify throughput, 1 node vs echo"]
-    assert one.value == pytest.approx(0.55) and one.verdict == "MISS"  # 50 / 70 / 55 %
-    assert "median of 3 paired rounds (50%, 70%, 55%)" in one.measured
+    assert one.value == pytest.approx(0.55) and one.verdict == "MISS"  # pairs: 600 / 500 of 1000
+    assert "median of 2 pairs of paired rounds (60%, 50%)" in one.measured
     assert "the phases, minutes apart: 800/s = 80% of echo" in one.measured
     three = by_name["notify throughput, 3 nodes W=2 vs 1 node"]
-    assert three.value == pytest.approx(0.7) and three.verdict == "PASS"  # 60 / 70 / 73 %
+    # Pair means 395 / 600 and 365 / 500, not the mean of the rounds' ratios.
+    assert three.value == pytest.approx((395 / 600 + 365 / 500) / 2) and three.verdict == "MISS"
     cpu = by_name["cluster CPU per notify vs echo CPU per request, 3 nodes W=2"]
-    assert cpu.value == pytest.approx(6.0, rel=0.05) and cpu.verdict == "MISS"  # x5, x6, x7
-    # A round without CPU readings: that target falls back to the phases.
+    assert cpu.value == pytest.approx(6.5, rel=0.05) and cpu.verdict == "MISS"  # x5.5, x7.5
+    # A round without CPU readings: that target falls back to the phases, and says why.
     results["paired"]["rounds"][1]["max"]["echo server"]["cpu"] = None
     cpu = next(t for t in evaluate(results) if t.name == cpu.name)
-    assert cpu.value == pytest.approx(5.0) and "paired" not in cpu.measured
+    assert cpu.value == pytest.approx(5.0)
+    assert "(paired rounds unusable: 'CPU per operation" in cpu.measured
+    # A pair where a system answered nothing at all: unusable, not a crash.
+    results["paired"] = _paired([(0, 500, 300), (0, 700, 490)])
+    one = next(t for t in evaluate(results) if t.name == one.name)
+    assert one.verdict == "PASS" and "(paired rounds unusable: ZeroDivisionError)" in one.measured
 
-    results["paired"] = _paired([(1000, 500, 300), (1000, 700, 490)])
+    results["paired"] = _paired([(1000, 500, 300), (0, 700, 490)])
     md = report.write_run(tmp_path / "r", results, evaluate(results))
     assert "**Paired rounds**" in md
     assert "| 1 | echo server → 1 node → 3 nodes W=2 | 1,000 · 0.100 | 500 · 0.300 | 300 · 0.500 | 50% | 60% | x5.0 |" in md
-    assert "| 2 | 3 nodes W=2 → 1 node → echo server |" in md
+    # Echo answered nothing in round 2: no CPU per request and no ratio to it.
+    row = next(line for line in md.splitlines() if line.startswith("| 2 |"))
+    assert row.startswith("| 2 | 3 nodes W=2 → 1 node → echo server | 0 · - | 700 · 0.300 | 490 · ")
+    assert row.endswith(" | - | 70% | - |")
+
+
+def test_the_paired_phase_runs_real_servers_under_the_targets_labels(tmp_path: Path) -> None:
+    from dataclasses import replace as dc_replace
+
+    from bench.profiles import QUICK
+    from bench.runner import Run
+
+    profile = dc_replace(QUICK, paired_rounds=2, max_duration_s=0.4, warmup_s=0.0, concurrency=8)
+    results, targets, md = Run(profile, tmp_path / "out", progress=False, only=("paired",)).execute()
+    assert results["errors"] == []
+    assert [r["order"] for r in results["paired"]["rounds"]] == [
+        ["echo server", "1 node", "3 nodes W=2"], ["3 nodes W=2", "1 node", "echo server"]]
+    for r in results["paired"]["rounds"]:
+        for m in r["max"].values():
+            assert m["rps"] > 0 and m["cpu"]["ms_per_op"] > 0
+    by_name = {t.name: t for t in targets}
+    for name in ("notify throughput, 1 node vs echo", "notify throughput, 3 nodes W=2 vs 1 node",
+                 "cluster CPU per notify vs echo CPU per request, 3 nodes W=2"):
+        assert by_name[name].verdict in ("PASS", "MISS"), by_name[name]
+        assert "median of 1 pairs of paired rounds" in by_name[name].measured
+    assert "**Paired rounds**" in md
 
 
 def test_paired_rounds_alternate_their_order_against_real_servers(tmp_path: Path) -> None:
