@@ -335,6 +335,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--open-rate", type=float, default=0.0,
                     help="offer this many ops/s open-loop instead of the closed loop (CPU per op at equal "
                          "rates, e.g. 1 node against 3, without the amortization a higher rate buys)")
+    ap.add_argument("--client", choices=("raw", "aiohttp"), default="aiohttp",
+                    help="the load generator's HTTP client")
     ap.add_argument("--top", type=int, default=25, help="frames per list")
     ap.add_argument("--out", type=Path, default=None, help="where the raw stacks go (default: a temp dir)")
     return ap
@@ -384,10 +386,11 @@ def _start_samplers(
 def _load_job(args: argparse.Namespace, spec: WorkloadSpec, cluster: Cluster) -> LoadJob:
     """Closed loop at ``--concurrency``, or open loop at ``--open-rate`` when given."""
     job = LoadJob(spec, cluster.urls, mode="closed", concurrency=args.concurrency,
-                  duration_s=args.seconds, warmup_s=0.0, cpu_pids=cluster.pids())
+                  duration_s=args.seconds, warmup_s=0.0, cpu_pids=cluster.pids(), client=args.client)
     if args.open_rate > 0:
         job = LoadJob(spec, cluster.urls, mode="open", rate=args.open_rate, duration_s=args.seconds,
-                      warmup_s=0.0, max_inflight=max(args.concurrency * 16, 256), cpu_pids=cluster.pids())
+                      warmup_s=0.0, max_inflight=max(args.concurrency * 16, 256), cpu_pids=cluster.pids(),
+                      client=args.client)
     return job
 
 

@@ -1,4 +1,4 @@
-"""The load generator: keep-alive aiohttp clients in their own processes.
+"""The load generator: keep-alive HTTP clients in their own processes.
 
 The server under test gets the machine's cores only if the client does not
 share its event loop or its process, so every measured phase runs in a pool
@@ -27,6 +27,13 @@ When the job names the servers' pids (``cpu_pids``), each process also
 reads their CPU counters from /proc when its measured window opens and
 closes (:mod:`bench.cpu`), so every result carries the CPU the servers
 burned per operation.
+
+The client is aiohttp's ``ClientSession`` (``client="aiohttp"``, the
+default, which every recorded run used) or :class:`bench.rawhttp.RawSession`
+(``client="raw"``), which costs a third as much CPU per request. On a
+machine whose cores the client shares with the servers, every microsecond
+it spends is taken from them; docs/performance.md has what the lean client
+changes, and why it is not yet the default.
 """
 
 from __future__ import annotations
@@ -45,10 +52,12 @@ from typing import Any
 import aiohttp
 
 from bench.cpu import CpuProbe, CpuWindow, merge_windows
+from bench.rawhttp import RawSession, decode_json
 from bench.stats import Sample, merge_samples
 from bench.workloads import OPERATIONS, WorkloadSpec
 
 MODES = ("closed", "open", "count")
+CLIENTS = ("raw", "aiohttp")
 REQUEST_TIMEOUT_S = 30.0
 PROGRESS_FLUSH_S = 0.1
 
@@ -69,10 +78,13 @@ class LoadJob:
     seed: int = 1
     start_at: float = 0.0  # time.time() at which every process starts
     cpu_pids: tuple[tuple[str, int], ...] = ()  # (name, pid) of the servers whose CPU is measured
+    client: str = "aiohttp"  # the HTTP client: "aiohttp" or "raw" (bench.rawhttp)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.client not in CLIENTS:
+            raise ValueError(f"client must be one of {CLIENTS}, got {self.client!r}")
         if not self.targets:
             raise ValueError("a load job needs at least one target URL")
         if self.mode == "open" and self.rate <= 0:
@@ -143,7 +155,7 @@ def add_progress(n: int) -> None:
 class _Client:
     """Issues requests round-robin over the targets; owns the samples."""
 
-    def __init__(self, session: aiohttp.ClientSession, targets: tuple[str, ...],
+    def __init__(self, session: aiohttp.ClientSession | RawSession, targets: tuple[str, ...],
                  probe: CpuProbe | None = None) -> None:
         self.session = session
         self.targets = targets
@@ -194,14 +206,20 @@ class _OpRequester:
     ) -> tuple[int, Any]:
         url = self.client.next_target() + path
         t0 = time.perf_counter()
+        session = self.client.session
+        body: Any = None
         try:
-            async with self.client.session.request(method, url, json=json, params=params, headers=headers) as resp:
-                if want_body and resp.status < 300:
-                    body: Any = await resp.json(content_type=None)
-                else:
-                    await resp.read()
-                    body = None
-                status = resp.status
+            if isinstance(session, RawSession):
+                status, raw = await session.request(method, url, json=json, params=params, headers=headers)
+                if want_body and status < 300:
+                    body = decode_json(raw)
+            else:
+                async with session.request(method, url, json=json, params=params, headers=headers) as resp:
+                    if want_body and resp.status < 300:
+                        body = await resp.json(content_type=None)
+                    else:
+                        await resp.read()
+                    status = resp.status
         except (TimeoutError, aiohttp.ClientError, ValueError):
             if self.record:
                 self.client.sample(kind).record_transport_error((time.perf_counter() - t0) * 1000.0)
@@ -312,7 +330,8 @@ _RUNNERS: dict[str, Callable[[_Client, LoadJob, random.Random], Coroutine[Any, A
 }
 
 
-async def _open_connections(session: aiohttp.ClientSession, targets: tuple[str, ...], n: int) -> None:
+async def _open_connections(session: aiohttp.ClientSession | RawSession, targets: tuple[str, ...],
+                            n: int) -> None:
     """Open about ``n`` keep-alive connections before the clock starts.
 
     Concurrent health checks force distinct connections; growing the
@@ -324,6 +343,9 @@ async def _open_connections(session: aiohttp.ClientSession, targets: tuple[str, 
     while True:
         async def ping(i: int) -> None:
             url = targets[i % len(targets)] + "/api/v1/health"
+            if isinstance(session, RawSession):
+                await session.request("GET", url)
+                return
             async with session.get(url) as resp:
                 await resp.read()
 
@@ -333,11 +355,16 @@ async def _open_connections(session: aiohttp.ClientSession, targets: tuple[str, 
         k = min(k * 2, n)
 
 
+def _session(job: LoadJob, limit: int) -> aiohttp.ClientSession | RawSession:
+    if job.client == "raw":
+        return RawSession(job.targets, limit, REQUEST_TIMEOUT_S)
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=None, force_close=False)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S))
+
+
 async def _run_async(job: LoadJob) -> LoadResult:
     limit = job.connections if job.mode == "open" else job.concurrency
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=None, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    async with _session(job, limit) as session:
         client = _Client(session, job.targets, CpuProbe(job.cpu_pids))
         client._next = job.seed  # spread processes over the targets
         await _open_connections(session, job.targets, limit)

@@ -68,6 +68,7 @@ def measure_workload(
     job = LoadJob(
         spec, urls, mode="closed", concurrency=profile.concurrency,
         duration_s=profile.max_duration_s, warmup_s=profile.warmup_s, cpu_pids=cpu_pids,
+        client=profile.client,
     )
     with progress.step(f"{label} · {spec.name} · max") as update:
         best = result_dict(pool.run(job, update), claims=claims)
@@ -111,7 +112,8 @@ def paired_rounds(
         this: dict[str, Any] = {"order": [label for label, *_ in order], "max": {}}
         for label, urls, pids, spec in order:
             job = LoadJob(spec, urls, mode="closed", concurrency=profile.concurrency,
-                          duration_s=profile.max_duration_s, warmup_s=profile.warmup_s, cpu_pids=pids)
+                          duration_s=profile.max_duration_s, warmup_s=profile.warmup_s, cpu_pids=pids,
+                          client=profile.client)
             with progress.step(f"paired {i + 1}/{profile.paired_rounds} · {label} · {spec.name}") as update:
                 res = result_dict(pool.run(job, update))
             res.pop("kinds", None)
@@ -181,7 +183,8 @@ def catchup_inbox_rss(
     fills = []
     for size in profile.inbox_sizes:
         spec = WorkloadSpec("notify", notify_target=f"bench-inbox-{size}")
-        job = LoadJob(spec, live, mode="count", total=size, concurrency=profile.fill_concurrency)
+        job = LoadJob(spec, live, mode="count", total=size, concurrency=profile.fill_concurrency,
+                      client=profile.client)
         with progress.step(f"fill inbox {size:,} ({cluster.size - 1} of {cluster.size} nodes up)", total=size) as update:
             r = pool.run(job, update)
         d = result_dict(r)
@@ -240,11 +243,11 @@ def _inbox_reads(
     when a read is slow (``inbox_reads``, cut off at ``inbox_max_s``).
     """
     job = LoadJob(spec, cluster.urls, mode="closed", concurrency=profile.inbox_concurrency,
-                  duration_s=profile.inbox_duration_s, warmup_s=profile.warmup_s)
+                  duration_s=profile.inbox_duration_s, warmup_s=profile.warmup_s, client=profile.client)
     with progress.step(f"inbox {size:,} ({consistency}) · max") as update:
         best = result_dict(pool.run(job, update))
     seq = LoadJob(spec, cluster.urls, mode="count", concurrency=1, total=profile.inbox_reads,
-                  deadline_s=profile.inbox_max_s)
+                  deadline_s=profile.inbox_max_s, client=profile.client)
     with progress.step(f"inbox {size:,} ({consistency}) · 1 client", total=profile.inbox_reads) as update:
         one = result_dict(pool.run(seq, update))
     return {"size": size, "consistency": consistency, "max": best, "sequential": one}

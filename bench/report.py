@@ -101,7 +101,8 @@ def _header(meta: dict[str, Any]) -> list[str]:
         f"Run `{meta['run_id']}` · profile **{meta['profile']}** · commit `{meta.get('commit') or '?'}` · "
         f"daemon {meta.get('daemon_version') or '?'} · {meta['cores']} cores · "
         f"{meta['profile_settings']['concurrency']} keep-alive connections from "
-        f"{meta['profile_settings']['loadgen_procs']} load-generator process(es).",
+        f"{meta['profile_settings']['loadgen_procs']} load-generator process(es), "
+        f"{meta['profile_settings'].get('client', 'aiohttp')} HTTP client.",
         "",
     ]
     if meta.get("loadavg_start") and meta.get("loadavg_end"):

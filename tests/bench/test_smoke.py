@@ -354,3 +354,19 @@ def test_paired_rounds_alternate_their_order_against_real_servers(tmp_path: Path
     for r in got["rounds"]:
         for m in r["max"].values():
             assert m["rps"] > 0 and m["cpu"]["ms_per_op"] > 0 and "kinds" not in m
+
+
+def test_the_lean_client_drives_the_load_generator_too(tmp_path: Path) -> None:
+    with running(echo_server(tmp_path)) as srv:
+        closed = run_job(LoadJob(WorkloadSpec("echo"), (srv.url,), mode="count", total=300, concurrency=16,
+                                 client="raw", cpu_pids=(("echo", srv.pid),)))
+        opened = run_job(LoadJob(WorkloadSpec("echo"), (srv.url,), mode="open", rate=400.0, duration_s=0.5,
+                                 connections=8, client="raw"))
+    op = summarize(closed.samples["op"], closed.elapsed_s)
+    assert (op.requests, op.ok, op.errors) == (300, 300, 0)
+    assert closed.samples["echo"].statuses == {201: 300}
+    assert closed.cpu is not None
+    o = summarize(opened.samples["op"], opened.elapsed_s, offered_rps=400.0)
+    assert o.ok == 200 and o.dropped == 0
+    with pytest.raises(ValueError, match="client"):
+        LoadJob(WorkloadSpec("echo"), (srv.url,), client="curl")
