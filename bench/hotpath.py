@@ -359,7 +359,7 @@ def _prepare(args: argparse.Namespace, pool: LoadPool, cluster: Cluster) -> Work
     if args.workload == "inbox":
         agent = f"bench-inbox-{args.inbox_size}"
         pool.run(LoadJob(WorkloadSpec("notify", notify_target=agent), cluster.urls, mode="count",
-                         total=args.inbox_size, concurrency=128))
+                         total=args.inbox_size, concurrency=128, client=args.client))
         spec = WorkloadSpec("inbox", inbox_agent=agent)
     else:
         spec = WorkloadSpec(args.workload, projects=_PROJECTS if args.workload in ("sendpop", "mix") else ())

@@ -30,7 +30,7 @@ burned per operation.
 
 The client is aiohttp's ``ClientSession`` (``client="aiohttp"``, the
 default, which every recorded run used) or :class:`bench.rawhttp.RawSession`
-(``client="raw"``), which costs a third as much CPU per request. On a
+(``client="raw"``), which costs 30-44 % of its CPU per request. On a
 machine whose cores the client shares with the servers, every microsecond
 it spends is taken from them; docs/performance.md has what the lean client
 changes, and why it is not yet the default.

@@ -42,8 +42,8 @@ class Profile:
     # maximum one right after another, the order reversed every round (even:
     # the ratios are taken over a round and its reverse).
     paired_rounds: int
-    # The load generator's HTTP client (bench.loadgen.CLIENTS). "raw" costs a
-    # third of "aiohttp" per request, CPU the servers would otherwise lose;
+    # The load generator's HTTP client (bench.loadgen.CLIENTS). "raw" costs
+    # 30-44 % of "aiohttp"'s CPU per request, CPU the servers would otherwise lose;
     # "aiohttp" stays the default until the inbox scenario is understood
     # with it (docs/performance.md, sixth session).
     client: str = "aiohttp"

@@ -59,7 +59,8 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._buf += data
         if self._waiter is None:
-            return  # bytes nobody asked for: the next parse refuses them
+            self.reusable = False  # bytes nobody asked for: never credit them to a request
+            return
         try:
             done = self._parse()
         except aiohttp.ClientPayloadError as exc:
@@ -88,6 +89,8 @@ class _Conn(asyncio.Protocol):
                 name, _, value = line.partition(":")
                 name = name.strip().lower()
                 if name == "content-length":
+                    if not value.strip().isdigit():
+                        raise aiohttp.ClientPayloadError(f"bad Content-Length {value.strip()[:40]!r}")
                     length = int(value)
                 elif name == "transfer-encoding":
                     raise aiohttp.ClientPayloadError("chunked responses are not supported")
@@ -102,8 +105,8 @@ class _Conn(asyncio.Protocol):
         body = bytes(buf[start:stop])
         del buf[:stop]
         self._need = None
-        if close:
-            self.reusable = False
+        if close or buf:
+            self.reusable = False  # asked to close, or bytes past the answer: do not reuse
         return status, body
 
     def _fail(self, exc: BaseException) -> None:
@@ -121,9 +124,8 @@ class _Conn(asyncio.Protocol):
 
 
 class RawSession:
-    """Keep-alive connections to the base URLs ``targets``, at most
-    ``limit`` in all, shared out evenly between them (requests go round
-    robin)."""
+    """Keep-alive connections to the base URLs ``targets``: ``limit`` shared
+    out evenly between them, rounded up (requests go round robin)."""
 
     def __init__(self, targets: tuple[str, ...], limit: int, timeout_s: float) -> None:
         self._per_host = max(1, -(-max(1, limit) // max(1, len(targets))))
@@ -148,45 +150,72 @@ class RawSession:
 
     async def _acquire(self, host: str, port: int) -> _Conn:
         key = (host, port)
+        loop = asyncio.get_running_loop()
         self._open.setdefault(key, 0)
         idle = self._idle.setdefault(key, [])
-        while idle:
-            conn = idle.pop()
-            if conn.reusable and not conn.closed:
-                return conn
-            self._forget(key, conn)
-        if self._open[key] < self._per_host:
-            self._open[key] += 1
+        waiters = self._waiters.setdefault(key, deque())
+        while True:
+            while idle:
+                conn = idle.pop()
+                if conn.reusable and not conn.closed:
+                    return conn
+                self._drop(key, conn)
+            if self._open[key] < self._per_host:
+                self._open[key] += 1
+                try:
+                    _, proto = await loop.create_connection(_Conn, host, port)
+                except BaseException as exc:  # a refusal, or a timeout cancelling the connect
+                    self._open[key] -= 1
+                    self._wake(key)
+                    if isinstance(exc, OSError):
+                        raise aiohttp.ClientConnectionError(str(exc)) from exc
+                    raise
+                self._all.add(proto)
+                return proto
+            fut: asyncio.Future[_Conn | None] = loop.create_future()
+            waiters.append(fut)
             try:
-                _, proto = await asyncio.get_running_loop().create_connection(_Conn, host, port)
-            except OSError as exc:
-                self._open[key] -= 1
-                raise aiohttp.ClientConnectionError(str(exc)) from exc
-            self._all.add(proto)
-            return proto
-        fut: asyncio.Future[_Conn | None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(key, deque()).append(fut)
-        got = await fut
-        return got if got is not None else await self._acquire(host, port)
+                got = await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled():  # handed over, then cancelled: pass it on
+                    handed = fut.result()
+                    if handed is not None:
+                        self._release(key, handed)
+                    else:
+                        self._wake(key)
+                raise
+            if got is not None:
+                return got
+            # None: a connection was dropped, so there is room to open one.
 
-    def _forget(self, key: tuple[str, int], conn: _Conn) -> None:
-        self._all.discard(conn)
-        self._open[key] -= 1
+    def _drop(self, key: tuple[str, int], conn: _Conn) -> None:
+        if conn.transport is not None:
+            conn.transport.close()
+        if conn in self._all:
+            self._all.discard(conn)
+            self._open[key] -= 1
 
-    def _release(self, key: tuple[str, int], conn: _Conn) -> None:
-        keep = conn.reusable and not conn.closed
-        if not keep:
-            if conn.transport is not None:
-                conn.transport.close()
-            self._forget(key, conn)
+    def _wake(self, key: tuple[str, int]) -> None:
+        """Tell the first live waiter that it may open a connection."""
         waiters = self._waiters.get(key)
         while waiters:
             w = waiters.popleft()
             if not w.done():
-                w.set_result(conn if keep else None)  # None: it opens one of its own
+                w.set_result(None)
                 return
-        if keep:
-            self._idle[key].append(conn)
+
+    def _release(self, key: tuple[str, int], conn: _Conn) -> None:
+        if not (conn.reusable and not conn.closed):
+            self._drop(key, conn)
+            self._wake(key)
+            return
+        waiters = self._waiters.get(key)
+        while waiters:
+            w = waiters.popleft()
+            if not w.done():
+                w.set_result(conn)
+                return
+        self._idle[key].append(conn)
 
     async def request(self, method: str, url: str, *, json: Any = None,
                       params: dict[str, str] | None = None,

@@ -118,3 +118,76 @@ async def test_a_refused_connection_is_a_client_error() -> None:
     async with RawSession(("http://127.0.0.1:9",), 1, 1.0) as s:
         with pytest.raises(aiohttp.ClientConnectionError):
             await s.request("GET", "http://127.0.0.1:9/echo")
+
+
+async def test_requests_cancelled_while_they_wait_for_a_connection_leave_no_slot_taken(
+        server: tuple[str, dict[str, Any]]) -> None:
+    base, _ = server
+    key = ("127.0.0.1", int(base.rsplit(":", 1)[1]))
+    async with RawSession((base,), 1, 0.5) as s:
+        slow = asyncio.ensure_future(s.request("GET", base + "/slow"))
+        await asyncio.sleep(0.05)  # the only connection is now taken
+        waiting = [asyncio.ensure_future(s.request("GET", base + "/echo")) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        for w in waiting:
+            w.cancel()  # as a timeout cancels them
+        for w in waiting:
+            with pytest.raises(asyncio.CancelledError):
+                await w
+        with pytest.raises(TimeoutError):
+            await slow
+        assert s._open[key] == 0 and not [w for w in s._waiters[key] if not w.done()]
+        answers = await asyncio.gather(*(s.request("GET", base + "/echo") for _ in range(5)))
+        assert [status for status, _ in answers] == [200] * 5
+        assert s._open[key] == 1
+
+
+async def test_a_connect_that_never_completes_times_out_and_frees_its_slot() -> None:
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)  # never accepted: once its queue is full, connects hang
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        f = socket.socket()
+        f.setblocking(False)
+        f.connect_ex(("127.0.0.1", port))
+        fillers.append(f)
+    try:
+        async with RawSession((f"http://127.0.0.1:{port}",), 1, 0.3) as s:
+            for _ in range(2):  # a slot lost by the first would make the second wait, not connect
+                with pytest.raises(TimeoutError):
+                    await s.request("GET", f"http://127.0.0.1:{port}/")
+            assert s._open[("127.0.0.1", port)] == 0
+    finally:
+        for f in fillers:
+            f.close()
+        listener.close()
+
+
+async def test_a_waiter_cancelled_after_its_hand_over_passes_the_connection_on(
+        server: tuple[str, dict[str, Any]]) -> None:
+    base, _ = server
+    key = ("127.0.0.1", int(base.rsplit(":", 1)[1]))
+    async with RawSession((base,), 1, 5.0) as s:
+        first = asyncio.ensure_future(s.request("GET", base + "/echo"))
+        await asyncio.sleep(0)  # the first takes the only connection
+        second = asyncio.ensure_future(s.request("GET", base + "/echo"))
+        third = asyncio.ensure_future(s.request("GET", base + "/echo"))
+        await asyncio.sleep(0)  # both wait for it
+        release = s._release
+
+        def release_then_cancel(k: tuple[str, int], conn: Any) -> None:
+            release(k, conn)  # hands the connection to the second...
+            if not second.done():
+                second.cancel()  # ...which is cancelled before it resumes
+
+        s._release = release_then_cancel  # type: ignore[method-assign]
+        assert (await first)[0] == 200
+        s._release = release  # type: ignore[method-assign]
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        assert (await asyncio.wait_for(third, 2.0))[0] == 200  # it got the connection passed on
+        assert s._open[key] == 1
