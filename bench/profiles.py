@@ -44,8 +44,8 @@ class Profile:
     paired_rounds: int
     # The load generator's HTTP client (bench.loadgen.CLIENTS). "raw" costs
     # 30-44 % of "aiohttp"'s CPU per request, CPU the servers would otherwise lose;
-    # "aiohttp" stays the default until the inbox scenario is understood
-    # with it (docs/performance.md, sixth session).
+    # "aiohttp" stays the default: "raw" would double the echo yardstick the
+    # notify targets are written against (docs/performance.md, sixth session).
     client: str = "aiohttp"
 
     @property
