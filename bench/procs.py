@@ -270,7 +270,7 @@ class Cluster:
             peers = [f"{pid}=http://{HOST}:{pp}" for j, (pid, pp) in enumerate(zip(ids, ports, strict=True)) if j != i]
             if peers:
                 argv += ["--quorum-peers", ",".join(peers), "--quorum-writes", str(self.write_quorum)]
-            argv += ["--initial-cluster-state", "new", *self.extra_args]  # a fresh cluster
+            argv += list(self.extra_args)  # a fresh cluster decides so itself (daemon/joining.py)
             self.nodes.append(ServerProc(node_id, argv, port, self.workdir / f"{node_id}.log"))
         try:
             for n in self.nodes:

@@ -97,13 +97,9 @@ def up(
                  "(node1 on it, node i on base + i - 1); nothing was started")
     data_dir.mkdir(parents=True, exist_ok=True)
     command = shlex.split(exe) if exe else [sys.executable, "-m", "cli"]
-    # A new cluster (no member has a database yet) bootstraps on its first
-    # start; the supervisor drops the flag for every restart, so a member
-    # whose file went missing later is seeded from a peer and recovers.
-    bootstrap = ["--initial-cluster-state", "new"] if not any(
-        Path(s.db).exists() for s in specs) else []
-    children = [ChildSpec(s.node_id, serve_argv(command, s, specs) + bootstrap, s.url)
-                for s in specs]
+    # No flag for a first start: members with no database find out together
+    # whether the cluster is new (daemon/joining.py), as on separate hosts.
+    children = [ChildSpec(s.node_id, serve_argv(command, s, specs), s.url) for s in specs]
     env = {**os.environ, SECRET_ENV: secret or new_secret(), "PYTHONUNBUFFERED": "1"}
     if host in ("127.0.0.1", "localhost", "::1"):
         # A local cluster is for trying things out: let it call hooks on this host.

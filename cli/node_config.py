@@ -2,7 +2,7 @@
 
 Each file is what ``ai-memory serve --config FILE`` reads (the sections of
 ``daemon/settings.py``): ``[server]`` host and port, ``[store]`` db,
-``[cluster]`` node id, peers as ``id=url`` entries, write quorum and the
+``[cluster]`` node id, cluster id, peers as ``id=url`` entries, write quorum and the
 shared secret that signs peer requests. The secret is generated once per
 cluster with :func:`secrets.token_hex`, so the files are written readable by
 their owner only.
@@ -37,7 +37,13 @@ def _toml_str(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def render_config(spec: NodeSpec, cluster: list[NodeSpec], secret: str, now: datetime) -> str:
+def new_cluster_id() -> str:
+    """A cluster's id: every member stores it and refuses another cluster's data."""
+    return "c-" + secrets.token_hex(8)
+
+
+def render_config(spec: NodeSpec, cluster: list[NodeSpec], secret: str, now: datetime,
+                  cluster_id: str = "") -> str:
     peers = ", ".join(_toml_str(p) for p in peer_entries(spec, cluster))
     return "\n".join(
         [
@@ -56,6 +62,7 @@ def render_config(spec: NodeSpec, cluster: list[NodeSpec], secret: str, now: dat
             "",
             "[cluster]",
             f"node_id = {_toml_str(spec.node_id)}",
+            *([f"cluster_id = {_toml_str(cluster_id)}"] if cluster_id else []),
             f"peers = [{peers}]",
             f"write_quorum = {majority(len(cluster))}",
             f"secret = {_toml_str(secret)}",
@@ -77,9 +84,10 @@ def write_configs(cluster: list[NodeSpec], out_dir: Path, *, force: bool = False
         raise Conflict(f"refusing to overwrite {', '.join(existing)} (pass --force)")
     out_dir.mkdir(parents=True, exist_ok=True)
     secret = new_secret()
+    cluster_id = new_cluster_id()
     now = datetime.now(UTC)
     for spec, target in zip(cluster, targets, strict=True):
-        text = render_config(spec, cluster, secret, now)
+        text = render_config(spec, cluster, secret, now, cluster_id)
         tmp = target.with_name(target.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

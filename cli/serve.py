@@ -23,10 +23,16 @@ from common.errors import AiMemoryError
               help="Anti-entropy interval (default 2).")
 @click.option("--cluster-secret", default=None, envvar="AI_MEMORY_CLUSTER_SECRET",
               help="Shared secret that signs peer requests.")
-@click.option("--initial-cluster-state", type=click.Choice(["new", "existing"]), default=None,
-              help="existing (default): a member whose database is created empty recovers "
-                   "from every other member before it votes in claims; new: bootstrapping "
-                   "a cluster, an empty database is a new member.")
+@click.option("--initial-cluster-state", type=click.Choice(["auto", "new", "existing"]),
+              default=None,
+              help="What a member with no database does. auto (default): asks the other "
+                   "members; seeded from one that holds data, bootstraps only with all of "
+                   "them, each new too, and waits otherwise. existing: never bootstraps, "
+                   "waits to be seeded. new: bootstraps at once (only for a cluster whose "
+                   "other members are gone for good).")
+@click.option("--cluster-id", default=None,
+              help="This cluster's id (cluster init writes one; default: derived from the "
+                   "member list). A member refuses data of another cluster.")
 @click.option("--auth", type=click.Choice(["anonymous", "keys"]), default=None,
               help="anonymous (default): X-Agent-Id is a claim, loopback only; keys: every "
                    "request but GET /health needs a key (env AI_MEMORY_AUTH).")
@@ -53,6 +59,9 @@ def serve(**flags: object) -> None:
         sys.exit(2)
     try:
         run(settings, Notifier.from_env(os.environ))
+    except AiMemoryError as exc:
+        click.echo(f"ai-memory serve: {exc}", err=True)
+        sys.exit(exc.exit_code)
     except OSError as exc:
         if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
             raise

@@ -58,21 +58,6 @@ class ChildSpec:
     url: str
 
 
-def without_bootstrap(argv: list[str]) -> list[str]:
-    """``argv`` without ``--initial-cluster-state new`` (first starts only)."""
-    out: list[str] = []
-    skip = False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if arg == "--initial-cluster-state" and i + 1 < len(argv):
-            skip = True
-            continue
-        out.append(arg)
-    return out
-
-
 @dataclass(slots=True)
 class Child:
     spec: ChildSpec
@@ -152,10 +137,8 @@ class Supervisor:
         self.out(f"[cluster] started {spec.node_id} (pid {proc.pid}) for {spec.url}")
 
     async def _restart(self, child: Child) -> None:
-        # A restart is never a bootstrap: a member whose database went missing
-        # since must be seeded from a peer and recover, not start empty.
-        child.spec = ChildSpec(child.spec.node_id, without_bootstrap(child.spec.argv),
-                               child.spec.url)
+        # The same command: a member whose database went missing since finds
+        # its peers holding data, and is seeded from one (daemon/joining.py).
         child.proc, child.pump = await self._spawn(child.spec)
         child.started_at = _now()
         self._save_state()

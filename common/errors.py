@@ -9,6 +9,7 @@
     │   ├── Forbidden            403   identity mismatch, reading another agent's inbox
     │   ├── NotFound             404   no such memory / message / subscription
     │   ├── Conflict             409   state forbids it (already claimed, scope refused)
+    │   │   └── ClusterMismatch  409   a member or database of another cluster
     │   ├── PayloadTooLarge      413   body over limits.request_body_max_bytes
     │   └── LimitExceeded        429   mailbox full, too many items (names the limit)
     └── ServerError                    ours or the cluster's; a retry may help
@@ -75,6 +76,13 @@ class Conflict(ClientError):
     status = 409
     exit_code = 4
     code = "conflict"
+
+
+class ClusterMismatch(Conflict):
+    """A member (or a database) that belongs to another cluster than the
+    configuration names: a deployment mistake, refused before it serves."""
+
+    code = "cluster_mismatch"
 
 
 class PayloadTooLarge(ClientError):

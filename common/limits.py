@@ -158,6 +158,14 @@ auth_clock_skew_max_secs = 900  # signed peer requests further off than this are
 auth_nonce_cache_max = 100_000
 gc_interval_secs = 30.0
 mailbox_owner_idle_secs = 300.0  # an owner drops an idle mailbox's model (re-acquired on demand)
+# A member with no database asks the others what they hold before it serves
+# (federation/bootstrap.py, daemon/joining.py).
+cluster_id_max_chars = 64
+join_probe_timeout_secs = 2.0  # one probe of one member
+join_retry_first_secs = 0.2  # the first wait between rounds of probes ...
+join_retry_max_secs = 5.0  # ... doubling up to this
+join_log_every_secs = 30.0  # the same wait is logged again after this long
+join_systemd_extend_secs = 60.0  # each round extends systemd's start timeout by this
 mailbox_requests_max = 512  # requests waiting at one mailbox owner; beyond it: 503 + Retry-After (sheds load before clients give up)
 
 # --- webhooks --------------------------------------------------------------
@@ -246,6 +254,9 @@ assert peer_batch_bytes_max + 2 * request_body_max_bytes <= peer_body_max_bytes
 # Ticks are much finer than any timeout they drive.
 assert tick_secs * 1000 * 10 <= min(quorum_timeout_ms_default, claim_timeout_ms)
 assert peer_down_after_secs * 1000 > read_hedge_ms
+# A waiting member probes again well within systemd's start-timeout extension.
+assert join_retry_max_secs + join_probe_timeout_secs < join_systemd_extend_secs
+assert join_retry_first_secs <= join_retry_max_secs
 # A late copy of a forwarded pop must meet its decision: the owner refuses
 # copies older than the TTL (which allows for the clock skew peers tolerate),
 # and the decision outlives that on every node, whose clocks may differ from

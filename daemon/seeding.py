@@ -1,7 +1,8 @@
 """Seeding a member that lost its disk from a copy of a peer's database.
 
 A member started with no database file while its cluster already exists
-(``--initial-cluster-state existing``, the default) cannot rebuild what
+(found so by :mod:`daemon.joining`, or told by ``--initial-cluster-state
+existing``) cannot rebuild what
 the others garbage-collected from their op logs: anti-entropy only streams
 ops still in a log. So before it opens a store it asks each peer in turn
 for a consistent online backup (``POST /api/v1/admin/backup``, signed like
@@ -9,8 +10,8 @@ any peer request), installs the first one that arrives as its database
 under a new incarnation, without that peer's promises, and marked as
 recovering (:func:`store.backup.restore`). The core then recovers from
 every member before it votes (docs/federation.md, "A member that lost its
-disk"). With no peer reachable it gives up with a clear error; systemd (or
-``cluster up``) starts it again later.
+disk"). With no donor reachable it raises :class:`Unavailable`, and the
+caller (:func:`daemon.joining.prepare`) waits and asks again.
 
 Before it downloads a peer's copy it tells every peer so
 (:class:`federation.messages.Reseeding` on the batched peer channel), and
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -38,6 +38,7 @@ from daemon.peer_client import PeerClient, PeerUnreachable
 from daemon.settings import Settings
 from federation.messages import Reseeding
 from store.backup import restore
+from store.db import holds_data
 
 log = logging.getLogger("ai_memory.node")
 
@@ -66,8 +67,9 @@ async def _download(session: aiohttp.ClientSession, settings: Settings, peer: st
             return
 
 
-async def seed_from_peers(settings: Settings) -> str:
-    """Install a peer's copy as this member's database; returns the peer."""
+async def seed_from_peers(settings: Settings, donors: tuple[str, ...] | None = None) -> str:
+    """Install a peer's copy as this member's database; returns the peer.
+    ``donors``: the members to try, in order (default: every peer)."""
     db = Path(settings.store.db_path)
     db.parent.mkdir(parents=True, exist_ok=True)
     part = db.with_name(db.name + ".seed")
@@ -79,7 +81,8 @@ async def seed_from_peers(settings: Settings) -> str:
     await peers.start()
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            for member in c.peers:
+            by_id = {m.node_id: m for m in c.peers}
+            for member in [by_id[d] for d in donors if d in by_id] if donors else c.peers:
                 try:
                     # Every peer first drops the GC floor it holds for us;
                     # the donor must have, before its copy is made.
@@ -87,7 +90,10 @@ async def seed_from_peers(settings: Settings) -> str:
                         raise Unavailable("it did not take the Reseeding message")
                     await _download(session, settings, member.node_id,
                                     member.url.rstrip("/"), part)
-                    await asyncio.to_thread(restore, part, db, foreign=True)
+                    # A file a command made offline (user add --db) holds
+                    # nothing of the cluster: the copy replaces it.
+                    await asyncio.to_thread(restore, part, db, foreign=True,
+                                            force=not holds_data(db))
                     log.warning("no database at %s: seeded from %s's copy; recovering from "
                                 "every member before voting", db, member.node_id)
                     return member.node_id
@@ -98,8 +104,7 @@ async def seed_from_peers(settings: Settings) -> str:
     finally:
         await peers.close()
     raise Unavailable("this member has no database and no peer could seed it ("
-                      + "; ".join(errors) + "); start it again once a peer is up, or pass "
-                      "--initial-cluster-state new when bootstrapping a new cluster")
+                      + "; ".join(errors) + ")")
 
 
 async def _announce(peers: PeerClient, settings: Settings, donor: str) -> set[str]:
@@ -118,6 +123,7 @@ async def _announce(peers: PeerClient, settings: Settings, donor: str) -> set[st
 
 
 def needs_seed(settings: Settings) -> bool:
+    """A node built with peers and no data that is not bootstrapping. (``serve``
+    settles this before it builds the node, see :mod:`daemon.joining`.)"""
     c = settings.cluster
-    return (bool(c.peers) and c.initial_state == "existing"
-            and not os.path.exists(settings.store.db_path))
+    return bool(c.peers) and c.initial_state != "new" and not holds_data(settings.store.db_path)

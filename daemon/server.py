@@ -1,5 +1,9 @@
 """Run one node until SIGTERM/SIGINT, then shut down in order.
 
+Before the node is built, a member with no database settles with the
+others whether it bootstraps a new cluster or is seeded
+(:mod:`daemon.joining`); meanwhile it already answers ``/health``.
+
 Order: stop accepting connections, let in-flight requests finish within
 ``server.shutdown_grace_secs``, stop the node (background tasks, peer links,
 store). Under systemd (``Type=notify``) the node says READY=1 once it
@@ -19,6 +23,7 @@ from aiohttp import web
 from daemon import collector
 from daemon.app import build_app
 from daemon.http_errors import BoundaryRunner
+from daemon.joining import prepare
 from daemon.logs import configure as configure_logs
 from daemon.settings import Settings, check_exposure
 from daemon.systemd import Notifier
@@ -31,6 +36,24 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
                 notifier: Notifier | None = None) -> None:
     notifier = notifier or Notifier(None)
     check_exposure(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    # A member with no database first finds out, with the others, whether
+    # the cluster is new (daemon/joining.py); a stop meanwhile ends it.
+    joining = asyncio.ensure_future(prepare(settings, notifier))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({joining, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not joining.done():
+        joining.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await joining
+        log.info("stopped before joining the cluster")
+        return
+    settings = joining.result()
     node = await build_node(settings)
     await node.start()
     app = build_app(node)
@@ -52,11 +75,6 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
     log.info("ai-memory %s serving on %s:%s as %s (members: %s, W=%s)",
              settings.version, settings.server.host, settings.server.port, node.node_id,
              ",".join(settings.cluster.member_ids), settings.cluster.w)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
     if ready is not None:
         ready.set()
     notifier.ready(f"serving on {settings.server.host}:{settings.server.port} as {node.node_id}")

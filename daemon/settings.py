@@ -55,10 +55,16 @@ class ClusterSettings:
     quorum_timeout_ms: int = limits.quorum_timeout_ms_default
     catchup_interval_secs: float = limits.catchup_interval_secs_default
     secret: str | None = None  # shared secret that signs peer requests
-    # "existing" (default): a database created empty at start means this member
-    # may have lost one, so it recovers from the others before it votes.
-    # "new": bootstrapping a cluster; an empty database is a new member.
-    initial_state: str = "existing"
+    # What a member that starts with no database does (federation/bootstrap.py):
+    # "auto" (default): asks the other members; it is seeded from one that
+    # holds the cluster's data, waits while any is silent, and bootstraps
+    # only together with all of them, each new too. "existing": never
+    # bootstraps, waits to be seeded. "new": bootstraps at once (the override
+    # for a cluster whose other members are gone for good).
+    initial_state: str = "auto"
+    # Which cluster this member belongs to; stored in its database at the
+    # first start. "": derived from the member ids (bootstrap.derived_cluster_id).
+    cluster_id: str = ""
     # Derived once (it is read on every peer request), not a setting.
     _members: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -205,10 +211,15 @@ def _cluster_settings(pick: Pick, c_cluster: Mapping[str, Any], node_id: str,
         ),
         secret=pick("cluster_secret", "CLUSTER_SECRET", c_cluster, "secret", None),
         initial_state=str(pick("initial_cluster_state", "INITIAL_CLUSTER_STATE", c_cluster,
-                               "initial_state", "existing")),
+                               "initial_state", "auto")),
+        cluster_id=str(pick("cluster_id", "CLUSTER_ID", c_cluster, "cluster_id", "")).strip(),
     )
-    if cluster.initial_state not in ("new", "existing"):
-        raise BadRequest("--initial-cluster-state must be new or existing")
+    if cluster.initial_state not in ("auto", "new", "existing"):
+        raise BadRequest("--initial-cluster-state must be auto, new or existing")
+    if len(cluster.cluster_id) > limits.cluster_id_max_chars or any(
+            not (ch.isalnum() or ch in "-_.") for ch in cluster.cluster_id):
+        raise BadRequest(f"cluster id must be at most {limits.cluster_id_max_chars} letters, "
+                         "digits, '-', '_' or '.'")
     n = len(cluster.member_ids)
     if cluster.write_quorum is not None and not 1 <= cluster.write_quorum <= n:
         raise BadRequest(f"--quorum-writes must be between 1 and {n} (members: {n})")

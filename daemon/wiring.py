@@ -20,10 +20,11 @@ import random
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from common import limits
+from common.errors import ClusterMismatch
 from common.ops import IDENT_KEY
 from common.policy import Directory
 from daemon.admission import Admission
@@ -48,6 +49,7 @@ from daemon.streams import StreamHub
 from daemon.tasks import Background
 from daemon.webhooks.service import Webhooks
 from daemon.webhooks.ssrf import AddressPolicy
+from federation.bootstrap import derived_cluster_id
 from federation.core import NodeCore
 from store.db import Store
 
@@ -92,6 +94,23 @@ async def _load_core(settings: Settings, store: Store) -> NodeCore:
         recovering=recovering, incarnation=await store.incarnation())
 
 
+async def _check_cluster_id(settings: Settings, store: Store) -> str:
+    """The database's cluster id, checked against the configured one; a
+    database without one (new, or from before ids) takes the configured or
+    derived id."""
+    c = settings.cluster
+    stored = await store.cluster_id()
+    if not stored:
+        stored = c.cluster_id or derived_cluster_id(c.member_ids)
+        await store.set_cluster_id(stored)
+    elif c.cluster_id and stored != c.cluster_id:
+        raise ClusterMismatch(
+            f"the database at {settings.store.db_path} belongs to cluster {stored}, but this "
+            f"member is configured for cluster {c.cluster_id}: point --db at this cluster's "
+            "database, or fix [cluster] cluster_id")
+    return stored
+
+
 def _admission(settings: Settings, metrics: Metrics, clock: Clock) -> Admission:
     hooks = settings.webhooks
     policy = AddressPolicy(allow_loopback=hooks.allow_loopback_webhooks,
@@ -116,6 +135,10 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
         await seed_from_peers(settings)
     store = await Store.open(settings.store.db_path, c.node_id)
     try:
+        cluster_id = await _check_cluster_id(settings, store)
+        if cluster_id != c.cluster_id:  # what the node reports is what its database holds
+            settings = replace(settings, cluster=replace(c, cluster_id=cluster_id))
+            c = settings.cluster
         if settings.auth.bootstrap_root_key:
             await ensure_root_key(store, c.node_id, settings.auth.bootstrap_root_key,
                                   settings.auth.root_username or "admin")

@@ -153,6 +153,15 @@ class NodeCore:
         return self._seen.to_dict()
 
     @property
+    def pristine(self) -> bool:
+        """Has this member never held an op of another member, never promised
+        an epoch, and nothing to recover? Then no member can have given it
+        anything that a member with no database must not forget
+        (:mod:`federation.bootstrap`)."""
+        return (not self.recovering and not self.promises
+                and self._seen.origins() <= {self.node_id})
+
+    @property
     def durable_vv(self) -> dict[str, int]:
         """The ops this node's store is known to hold (their persist
         completed). ``SyncOffer`` carries this vector and the ``Collect``

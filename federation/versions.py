@@ -66,6 +66,10 @@ class VersionVector:
     def to_dict(self) -> dict[str, int]:
         return dict(self._marks)
 
+    def origins(self) -> set[str]:
+        """Every origin of which an op is held."""
+        return set(self._marks) | set(self._held)
+
     def held_count(self) -> int:
         return sum(len(s) for s in self._held.values())
 

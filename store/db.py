@@ -92,6 +92,24 @@ def _open_writer(path: str) -> tuple[sqlite3.Connection, SeenSet, int, bool]:
     return conn, SeenSet(marks, held), row[0] if row else 0, created
 
 
+def holds_data(path: str | os.PathLike[str]) -> bool:
+    """Has a node ever opened the database at ``path``? False when there is
+    no file, or only one a command made before any node served it
+    (``user add --db``): such a member has nothing of its cluster yet."""
+    path = os.fspath(path)
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return False
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        row = conn.execute(
+            "SELECT 1 FROM store_meta WHERE name = 'created_offline'").fetchone()
+    except sqlite3.OperationalError:
+        return True  # not one of ours, or older than store_meta: let the open say
+    finally:
+        conn.close()
+    return row is None
+
+
 def _op(row: sqlite3.Row) -> Op:
     return Op(origin=row["origin"], seq=row["seq"], hlc=row["hlc"], kind=row["kind"],
               key=row["key"], body=unpack_body(row["body"]), epoch=row["epoch"])
@@ -330,6 +348,19 @@ class Store:
         def run(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT OR REPLACE INTO store_meta (name, value) VALUES ('recovering', ?)",
                          ("1" if recovering else "0",))
+        await self._writer.call(run)
+
+    async def cluster_id(self) -> str:
+        """The id of the cluster this database belongs to ("" until a node
+        first opened it as a member: databases made before cluster ids)."""
+        row = await self._reads.fetchone(
+            "SELECT value FROM store_meta WHERE name = 'cluster_id'")
+        return "" if row is None else str(row[0])
+
+    async def set_cluster_id(self, cluster_id: str) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO store_meta (name, value) VALUES ('cluster_id', ?)",
+                         (cluster_id,))
         await self._writer.call(run)
 
     async def incarnation(self) -> str:

@@ -37,10 +37,12 @@ from common.errors import AiMemoryError, BadRequest, Forbidden
 from daemon.appkeys import NODE
 from daemon.forwarding import decode_forward
 from daemon.http_errors import refuse_unread
+from daemon.joining import HELLO_PATH, hello_answer
 from daemon.peer_auth import BOOT_HEADER, BootMismatch
 from daemon.peer_channel import ChannelError, ServerChannel, channel_key
 from daemon.peer_client import INCARNATION_HEADER, PROTOCOL_HEADER
 from daemon.services import peer as service
+from federation.bootstrap import SERVING
 from federation.messages import PROTOCOL_MIN, PROTOCOL_VERSION, decode_msg, is_known_tag
 
 log = logging.getLogger("ai_memory.peer")
@@ -197,6 +199,15 @@ async def _close_channels(app: web.Application) -> None:
                          return_exceptions=True)
 
 
+async def hello(request: web.Request) -> web.Response:
+    """The first-start probe (:mod:`daemon.joining`): this member serves a
+    database of its cluster."""
+    node = request.app[NODE]
+    await _peer_body(request)
+    return _packed(hello_answer(SERVING, node.node_id, node.settings.cluster.cluster_id,
+                                fresh=node.core.pristine), node)
+
+
 async def pull(request: web.Request) -> web.Response:
     _, body = await _peer_body(request)
     vv = body.get("vv") or {} if isinstance(body, dict) else None
@@ -216,6 +227,7 @@ async def mailbox(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app[_CHANNELS] = weakref.WeakSet()
     app.on_shutdown.append(_close_channels)
+    app.router.add_post(HELLO_PATH, _peer(hello))
     app.router.add_post("/peer/v1/msgs", _peer(msgs))
     app.router.add_get("/peer/v1/link", _peer(link))
     app.router.add_post("/peer/v1/pull", _peer(pull))

@@ -19,6 +19,8 @@ async def health(request: web.Request) -> web.Response:
         "node_id": node.node_id,
         "federation_enabled": node.settings.cluster.enabled,
         "recovering": node.core.recovering,
+        "state": "recovering" if node.core.recovering else "serving",
+        "cluster_id": node.settings.cluster.cluster_id,
     })
 
 

@@ -114,9 +114,7 @@ def test_up_starts_nodes_with_their_flags_and_stops_them_on_ctrl_c(tmp_path: Pat
         "2",
         "--quorum-peers",
         f"node1=http://127.0.0.1:{up.base},node3=http://127.0.0.1:{up.base + 2}",
-        "--initial-cluster-state",  # no member had a database yet: a new cluster
-        "new",
-    ]
+    ]  # no bootstrap flag: the members find out together that the cluster is new
     secrets = {
         json.loads((up.data / f"node{i}.db.args.json").read_text())["secret"] for i in (1, 2, 3)
     }
@@ -297,9 +295,3 @@ def test_serve_on_a_port_in_use_says_so_without_a_traceback(tmp_path: Path) -> N
     assert "Traceback" not in result.stderr
 
 
-def test_restarts_never_bootstrap() -> None:
-    from cli.supervisor import without_bootstrap
-
-    argv = ["serve", "--db", "n1.db", "--initial-cluster-state", "new", "--port", "9"]
-    assert without_bootstrap(argv) == ["serve", "--db", "n1.db", "--port", "9"]
-    assert without_bootstrap(["serve"]) == ["serve"]

@@ -98,7 +98,6 @@ class Cluster:
                 if src != dst:
                     self.net.add(src, dst, self.procs[dst].port)
         self.write_quorum = write_quorum
-        self.bootstrapped = False  # True once every member started on a new database
         self.quorum_timeout_ms = quorum_timeout_ms
         self.catchup_interval_secs = catchup_interval_secs
         self.secret = secret
@@ -114,8 +113,6 @@ class Cluster:
                "--catchup-interval-secs", str(self.catchup_interval_secs)]
         if self.write_quorum is not None:
             cmd += ["--quorum-writes", str(self.write_quorum)]
-        if not self.bootstrapped:
-            cmd += ["--initial-cluster-state", "new"]  # the first start of a new cluster
         if self.secret:
             cmd += ["--cluster-secret", self.secret]
         return cmd
@@ -127,8 +124,6 @@ class Cluster:
             with open(p.log, "ab") as log:  # the child keeps its own copy of the fd
                 p.popen = subprocess.Popen(self._cmd(node), cwd=ROOT, env=env, stdout=log,
                                            stderr=subprocess.STDOUT)
-        if nid is None:
-            self.bootstrapped = True  # from now on an empty database is a lost disk
         if wait:
             for node in [nid] if nid else self.ids:
                 self.wait_healthy(node)
