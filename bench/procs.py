@@ -273,8 +273,12 @@ class Cluster:
             argv += list(self.extra_args)  # a fresh cluster decides so itself (daemon/joining.py)
             self.nodes.append(ServerProc(node_id, argv, port, self.workdir / f"{node_id}.log"))
         try:
+            # All at once, as members of a new cluster start: each waits for
+            # the others before it serves (daemon/joining.py).
             for n in self.nodes:
-                n.start()
+                n.launch()
+            for n in self.nodes:
+                n.wait_healthy(START_TIMEOUT_S)
         except BaseException:
             self.stop()
             raise

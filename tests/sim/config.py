@@ -45,6 +45,11 @@ class SimConfig:
     # never binds on the simulator's small ops; a few hundred bytes cuts a
     # push into batches of a few ops, as large ops cut a real one.
     push_bytes_max: int = limits.peer_batch_bytes_max
+    # The run begins as a new cluster does: no member has a disk, each starts
+    # within start_spread_ms of the first and joins by daemon/joining.py's
+    # rule (federation.bootstrap.decide), crashing and losing disks meanwhile.
+    first_start: bool = False
+    start_spread_ms: int = 1_500
 
     @property
     def forward_timeout_ms(self) -> int:
@@ -74,4 +79,6 @@ class SimConfig:
                    mailboxes=rng.choice((1, 1, 2)),
                    pending_cap=rng.choice((3, 6, 256)),
                    disk_delay_max_ms=rng.choice((0, 2, 10, 40)),
-                   push_bytes_max=rng.choice((limits.peer_batch_bytes_max, 500)))
+                   push_bytes_max=rng.choice((limits.peer_batch_bytes_max, 500)),
+                   first_start=rng.random() < 0.5,
+                   start_spread_ms=rng.choice((0, 300, 1500)))

@@ -75,7 +75,8 @@ class _Task:
 
 
 class SimNode:
-    def __init__(self, sim: Sim, node_id: str, members: list[str], skew_ms: int) -> None:
+    def __init__(self, sim: Sim, node_id: str, members: list[str], skew_ms: int,
+                 start: bool = True) -> None:
         self.sim = sim
         self.id = node_id
         self.members = members
@@ -89,7 +90,9 @@ class SimNode:
         self.incarnation = 0  # process starts (a task of an earlier process is dropped)
         self.disk_serial = 1  # disks: a seeded copy is a new incarnation of the database
         self.recovering = False  # the disk was lost: the core must recover before it votes
-        self.restart()
+        self.has_disk = start  # False: no database yet (a first start, or a lost disk)
+        if start:
+            self.restart()
 
     @property
     def up(self) -> bool:
@@ -107,6 +110,7 @@ class SimNode:
             self.disk = seed
             self.recovering = True
             self.disk_serial += 1
+        self.has_disk = True
         d = self.disk
         self.incarnation += 1
         self.barriers = []
@@ -122,6 +126,13 @@ class SimNode:
             incarnation=incarnation_id(self.disk_serial, self.id.encode().hex()[:16].ljust(16, "0")),
             recovery_grace_ms=2 * cfg.delay_max_ms + cfg.tick_ms)
         self.entry = Entry(self)
+
+    def bootstrap(self) -> None:
+        """Start on a new, empty disk as a member of a new cluster."""
+        self.disk = SimDisk()
+        self.recovering = False
+        self.disk_serial += 1
+        self.restart()
 
     def crash(self) -> None:
         self.core = None

@@ -32,6 +32,8 @@ from typing import Any
 
 from common.errors import AiMemoryError
 from federation.batching import fold, mailbox_of
+from federation.bootstrap import SERVING, WAITING, Bootstrap, PeerView, Refuse, Seed, decide
+from federation.membership import EPOCH_STRIDE
 from federation.messages import Accept, Message, Reseeding
 from tests.sim import checker
 from tests.sim.config import SimConfig
@@ -41,6 +43,19 @@ from tests.sim.node import SimNode
 from tests.sim.workload import Attempt, Workload
 
 EPOCH_MS = 1_700_000_000_000  # simulated wall time starts here
+SIM_CLUSTER_ID = "c-sim"
+
+
+def _holds_cluster_data(node: SimNode) -> bool:
+    """Does the node's disk hold what a member that lost it must not forget:
+    an op of another member, or a promise to another member's candidacy?
+    (Its own candidacies' epochs, which nobody promised, and its own ops,
+    which nobody holds, are forgotten harmlessly: anything acknowledged
+    was held by a majority.)"""
+    seqs = node.disk.max_seqs()
+    me = sorted(node.members).index(node.id)
+    return any(seq > 0 and origin != node.id for origin, seq in seqs.items()) or any(
+        epoch % EPOCH_STRIDE != me for epoch in node.disk.promises().values())
 CHECK_EVERY_MS = 100
 
 
@@ -79,13 +94,20 @@ class Sim:
         self.history = self.workload.history
         self.monitor = checker.Monitor(self)
         self.nodes = {
-            i: SimNode(self, i, self.ids, self.rng.randint(-cfg.skew_max_ms, cfg.skew_max_ms))
+            i: SimNode(self, i, self.ids, self.rng.randint(-cfg.skew_max_ms, cfg.skew_max_ms),
+                       start=not cfg.first_start)
             for i in self.ids
         }
         self._tokens = 0
         self._heal_at = self.now + cfg.fault_ms
         self._next_check = self.now + CHECK_EVERY_MS
         self._wiping: set[str] = set()  # crashed members that come back without their disk
+        self._joining: set[str] = set()  # processes without a database, deciding (they answer probes)
+        self._join_gen: Counter[str] = Counter()  # per member: its joining process (a crash ends one)
+        self._had_data: set[str] = set()  # wiped members whose lost disk held the cluster's data
+        if cfg.first_start:
+            for i in self.ids:
+                self.later(self.now + self.rng.randint(0, cfg.start_spread_ms), self._restart, i)
         self.last_write_ms = 0  # when a node last wrote an op of its own
 
     # -- plumbing used by nodes ------------------------------------------------------
@@ -257,8 +279,15 @@ class Sim:
                 wipe = rng.random() < cfg.wipe_p and self._may_wipe()
                 if wipe:
                     self._wiping.add(victim)
+                    if _holds_cluster_data(node):
+                        self._had_data.add(victim)
                     self.monitor.disk_lost()
                     self.stats["disks_lost"] += 1
+                self.later(now_ms + rng.randint(50, 1000), self._restart, victim)
+            elif victim in self._joining:
+                # A crash while it decides: a later process starts deciding anew.
+                self._joining.discard(victim)
+                self.stats["join_crashes"] += 1
                 self.later(now_ms + rng.randint(50, 1000), self._restart, victim)
         elif r < 0.77:
             victim = rng.choice(self.ids)
@@ -291,20 +320,61 @@ class Sim:
         node = self.nodes[node_id]
         if node.up:
             return
-        if node_id not in self._wiping:
+        if node_id not in self._wiping and node.has_disk:
             node.restart()
             self.stats["restarts"] += 1
             return
-        # A lost disk: the member starts from a copy of a reachable peer's
-        # replicated state (the daemon fetches a backup), or waits for one.
-        donors = [p for p in self.ids if p != node_id and self.nodes[p].up
-                  and not self.nodes[p].paused and not self.nodes[p].recovering
-                  and (p, node_id) not in self.net.blocked
-                  and (node_id, p) not in self.net.blocked]
-        if not donors:
-            self.later(now_ms + 100, self._restart, node_id)
+        # No database (a first start, or a lost disk): a new process joins.
+        self._join_gen[node_id] += 1
+        self._joining.add(node_id)
+        self._join(node_id, self._join_gen[node_id], now_ms)
+
+    def _probe(self, me: str, peer: str) -> PeerView:
+        """What ``peer`` answers ``me``'s /peer/v1/hello (daemon/joining.py)."""
+        p = self.nodes[peer]
+        if (me, peer) in self.net.blocked or (peer, me) in self.net.blocked or p.paused:
+            return PeerView(peer, False, why="cut or paused")
+        if p.core is not None:
+            return PeerView(peer, True, SERVING, SIM_CLUSTER_ID, fresh=p.core.pristine)
+        if peer in self._joining:
+            return PeerView(peer, True, WAITING)
+        return PeerView(peer, False, why="down")
+
+    def _join(self, node_id: str, gen: int, now_ms: int) -> None:
+        """One round of a joining process: probe every member, then do what
+        :func:`federation.bootstrap.decide` says, as daemon/joining.py does."""
+        node = self.nodes[node_id]
+        if node.up or node_id not in self._joining or gen != self._join_gen[node_id]:
+            return  # joined already, or that process crashed
+        views = [self._probe(node_id, p) for p in self.ids if p != node_id]
+        decision = decide(views, cluster_id=SIM_CLUSTER_ID, member_ids=self.ids)
+        if isinstance(decision, Bootstrap):
+            if node_id in self._had_data:
+                self.monitor.fail(f"{node_id} lost a disk that held the cluster's data and "
+                                  f"bootstrapped as new ({views})")
+            self._joining.discard(node_id)
+            self._wiping.discard(node_id)
+            self._had_data.discard(node_id)
+            self.monitor.forget(node_id)
+            node.bootstrap()
+            self.stats["bootstraps"] += 1
+            self.stats["restarts"] += 1
             return
-        donor = self.rng.choice(donors)
+        if isinstance(decision, Seed):
+            self._joining.discard(node_id)
+            self._had_data.discard(node_id)
+            self._seed(node_id, self.rng.choice(decision.donors), now_ms)
+            return
+        if isinstance(decision, Refuse):  # one cluster id for all: never
+            self.monitor.fail(f"{node_id} refused to join: {decision.reason}")
+            return
+        self.stats["join_waits"] += 1
+        self.later(now_ms + self.rng.randint(50, 200), self._join, node_id, gen)
+
+    def _seed(self, node_id: str, donor: str, now_ms: int) -> None:
+        """A member without a database starts from a copy of ``donor``'s
+        replicated state (the daemon downloads a backup) and recovers."""
+        node = self.nodes[node_id]
         self._wiping.discard(node_id)
         self.monitor.forget(node_id)
         # As daemon/seeding.py: Reseeding reaches the donor before its copy is

@@ -43,7 +43,8 @@ def test_invariants_hold_on_many_seeds() -> None:
     # The faults and the load really happened (a run without them proves nothing).
     for key in ("crashes", "pauses", "partitions", "retries", "forwarded", "gc_ops",
                 "reads_checked", "decided_sends", "minted_sends_owned", "minted_failovers",
-                "keyless_resends", "push_batches_cut"):
+                "keyless_resends", "push_batches_cut", "bootstraps", "join_waits",
+                "join_crashes", "seeded"):
         assert totals.get(key, 0) > SEEDS // 10, key
 
 
