@@ -61,7 +61,7 @@ def parse_events(value: object) -> tuple[str, ...]:
     else:
         raise ValueError('events must be a list of event names, a comma-separated string, or "*"')
     if len(names) > MAX_NAMES:
-        raise ValueError(f"events names at most {MAX_NAMES} events")
+        raise ValueError(f"events may name at most {MAX_NAMES} events")
     seen: dict[str, str] = {}
     every = False
     for name in names:
