@@ -53,6 +53,7 @@ from daemon.schemas.timefmt import rfc3339
 from daemon.services import ns_subscriptions
 from daemon.validation import AgentId, Lenient, Namespace, Strict, text, validate
 from daemon.webhooks.names import parse_events
+from daemon.webhooks.outbox import is_seq
 from daemon.webhooks.signing import SIGNATURE_SECRET, SignatureVersion
 
 
@@ -171,7 +172,7 @@ async def replay_dead_letter(request: web.Request) -> web.Response:
     """Put one dead letter back in the outbox, to be tried afresh."""
     principal = principal_of(request)
     ref = request.match_info["ref"]
-    if not ref.isdigit():
+    if not is_seq(ref):
         ref = check_record_id(ref, "dead letter id")
     webhooks = request.app[NODE].webhooks
     row = await webhooks.dead_letter(ref)

@@ -145,8 +145,13 @@ def dead_letters(conn: sqlite3.Connection, limit: int) -> list[dict[str, object]
                       "created_at_ms"), r, strict=True)) for r in rows]
 
 
+def is_seq(ref: str) -> bool:
+    """Does ``ref`` name a row by its seq (ASCII digits, small enough for SQLite)?"""
+    return ref.isascii() and ref.isdigit() and len(ref) <= 18
+
+
 def _dead_where(ref: str) -> tuple[str, tuple[object, ...]]:
-    if ref.isdigit():
+    if is_seq(ref):
         return "seq = ? AND dead = 1", (int(ref),)
     return "delivery_id = ? AND dead = 1", (ref,)
 

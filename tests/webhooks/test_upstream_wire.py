@@ -283,6 +283,8 @@ async def test_replay_a_dead_letter(daemon_factory: Any, receiver: Receiver) -> 
     assert (await d.c.post(f"{BASE}/dead-letters/{row['delivery_id']}/replay")).status == 404
     assert (await d.c.post(f"{BASE}/dead-letters/no-such/replay")).status == 404
     assert (await d.c.post(f"{BASE}/dead-letters/bad%20id/replay")).status == 400
+    assert (await d.c.post(f"{BASE}/dead-letters/{'9' * 40}/replay")).status == 404
+    assert (await d.c.post(f"{BASE}/dead-letters/%C2%B2/replay")).status == 400  # "²"
     text = await (await d.c.get("/metrics")).text()
     assert "webhook_replayed_total" in text
 
