@@ -34,6 +34,7 @@ from cli.notify import notify
 from cli.output import print_error
 from cli.session import session
 from cli.state import CliState
+from cli.subscription import subscription
 from common import __version__
 from common.errors import AiMemoryError
 
@@ -111,6 +112,7 @@ def cli(ctx: click.Context, url: str, agent_id: str | None, api_key: str | None,
 for _command in (notify, inbox, agents, session, message, memories, health, cluster, backup,
                  restore, user, key, grant, revoke, whoami):
     cli.add_command(_command)
+cli.add_command(subscription)
 
 
 def main() -> None:

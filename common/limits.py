@@ -180,6 +180,7 @@ webhook_dead_letter_max = 10_000  # dead-lettered outbox rows kept; beyond it th
 webhook_intake_ops_max = 100_000  # applied ops waiting in memory to become outbox rows; overflow is refused, counted (webhook_dropped_total) and logged
 webhook_url_max_chars = 2048
 webhook_secret_max_chars = 256
+webhook_events_text_max_chars = 1024  # a comma-separated events string (upstream's form)
 webhook_versions_prune_secs = 600.0  # how often expired rows leave the webhook memory-version table
 webhook_intake_batch_ops = 5000  # applied ops folded into one outbox intake transaction
 webhook_burst_rows = 64  # rows one subscription delivers back to back before yielding its slot

@@ -68,7 +68,8 @@ ROOT_ONLY: Final = frozenset({
 
 # Actions on a record that only its author (the agent a key is bound to) or
 # root may take in keys mode.
-AUTHOR_ONLY: Final = frozenset({"memory.update", "memory.delete", "subscription.delete"})
+AUTHOR_ONLY: Final = frozenset({"memory.update", "memory.delete", "subscription.delete",
+                                 "subscription.replay"})
 
 
 @dataclass(frozen=True, slots=True)

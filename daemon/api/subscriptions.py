@@ -7,8 +7,21 @@ are not replicated, but the events they receive come from every op this
 node applies, including ops replicated from peers.
 
 Bodies are validated completely before anything is written: an unknown
-event name, a hostile or unresolvable URL, a bad namespace or secret is a
-400 and leaves no row behind.
+event name, a hostile or unresolvable URL, a bad namespace, filter or
+secret is a 400 and leaves no row behind.
+
+Upstream's wire shapes are accepted as they are sent: ``events`` as a list,
+``"*"`` or a comma-separated string, upstream's event names
+(:mod:`daemon.webhooks.names`), its ``event_types`` list, and its exact
+``namespace_filter`` and ``agent_filter`` (an empty string there means no
+filter, as upstream reads it). ``signature_version`` picks what
+``X-AI-Memory-Signature`` carries (:mod:`daemon.webhooks.signing`).
+``DELETE /subscriptions?id=`` is the same as ``DELETE /subscriptions/{id}``.
+
+Dead letters are listed (``GET /subscriptions/dead-letters``) and put back
+in the outbox one at a time (``POST /subscriptions/dead-letters/{id}/replay``,
+``id`` the delivery id or the row's seq) by the subscription's creator or
+root.
 
 Upstream's namespace shape shares the path: a body ``{"agent_id",
 "namespace"}`` without ``url`` subscribes an agent to a namespace,
@@ -24,10 +37,10 @@ created a subscription (a key bound to it) or root deletes it
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from aiohttp import web
-from pydantic import AfterValidator, Field, StringConstraints
+from pydantic import BeforeValidator, Field, StringConstraints, model_validator
 
 from common import limits
 from common.errors import BadRequest
@@ -39,24 +52,54 @@ from daemon.schemas.ids import check_idempotency_key, check_record_id
 from daemon.schemas.timefmt import rfc3339
 from daemon.services import ns_subscriptions
 from daemon.validation import AgentId, Lenient, Namespace, Strict, text, validate
-from daemon.webhooks.events import EVENTS
+from daemon.webhooks.names import parse_events
+from daemon.webhooks.outbox import is_seq
+from daemon.webhooks.signing import SIGNATURE_SECRET, SignatureVersion
 
 
-def _known_event(name: str) -> str:
-    if name not in EVENTS:
-        raise ValueError(f"unknown event {name!r}; known events: {', '.join(EVENTS)}")
-    return name
+def _event_types(value: object) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise ValueError("event_types must be a non-empty list of event names")
+    return parse_events(value)
 
 
-EventName = Annotated[str, AfterValidator(_known_event)]
+def _blank_is_none(value: object) -> object:
+    return None if value == "" else value
+
+
+EventSet = Annotated[tuple[str, ...], BeforeValidator(parse_events)]
 
 
 class SubscribeIn(Strict):
     url: Annotated[str, StringConstraints(min_length=1, max_length=limits.webhook_url_max_chars)]
-    events: Annotated[list[EventName], Field(max_length=len(EVENTS))] = Field(default_factory=list)
+    events: EventSet = ()
+    event_types: Annotated[tuple[str, ...] | None, BeforeValidator(_event_types)] = None
     namespace: Namespace | None = None
+    namespace_filter: Annotated[Namespace | None, BeforeValidator(_blank_is_none)] = None
+    agent_filter: Annotated[AgentId | None, BeforeValidator(_blank_is_none)] = None
+    signature_version: SignatureVersion = SIGNATURE_SECRET
     secret: text(limits.webhook_secret_max_chars, min_chars=1) | None = None  # type: ignore[valid-type]
     agent_id: AgentId | None = None
+
+    @model_validator(mode="after")
+    def _one_event_set(self) -> SubscribeIn:
+        if self.event_types is not None:
+            if "events" in self.model_fields_set and self.events != self.event_types:
+                raise ValueError("events and event_types name different events; send one")
+            self.events = self.event_types
+        return self
+
+
+async def create_webhook(node: Any, body: SubscribeIn, agent: str | None,
+                         key: str | None) -> dict[str, Any]:
+    """The create both ``POST /subscriptions`` and MCP's memory_subscribe make."""
+    out: dict[str, Any] = await node.webhooks.subscribe(
+        url=body.url, events=body.events, namespace=body.namespace, secret=body.secret,
+        created_by=agent, idempotency_key=key, namespace_filter=body.namespace_filter,
+        agent_filter=body.agent_filter, signature_version=body.signature_version)
+    return out
 
 
 class NamespaceSubscribeIn(Strict):
@@ -84,10 +127,7 @@ async def subscribe(request: web.Request) -> web.Response:
         return web.json_response(out, status=201)
     body = validate(SubscribeIn, data)
     agent = acting_agent(principal_of(request), body.agent_id, required=False)
-    out = await request.app[NODE].webhooks.subscribe(
-        url=body.url, events=list(body.events), namespace=body.namespace, secret=body.secret,
-        created_by=agent, idempotency_key=key)
-    return web.json_response(out, status=201)
+    return web.json_response(await create_webhook(node, body, agent, key), status=201)
 
 
 async def list_subscriptions(request: web.Request) -> web.Response:
@@ -102,11 +142,15 @@ async def list_subscriptions(request: web.Request) -> web.Response:
     return web.json_response({"subscriptions": subs, "count": len(subs)})
 
 
-async def unsubscribe(request: web.Request) -> web.Response:
+async def _unsubscribe(request: web.Request, raw_id: str) -> web.Response:
     principal = principal_of(request)
-    sub_id = check_record_id(request.match_info["sub_id"], "subscription id")
+    sub_id = check_record_id(raw_id, "subscription id")
     check_author(principal, request.app[NODE].webhooks.creator(sub_id), "subscription.delete")
     return web.json_response(await request.app[NODE].webhooks.unsubscribe(sub_id))
+
+
+async def unsubscribe(request: web.Request) -> web.Response:
+    return await _unsubscribe(request, request.match_info["sub_id"])
 
 
 class DeadLettersQuery(Lenient):
@@ -124,11 +168,25 @@ async def dead_letters(request: web.Request) -> web.Response:
     return web.json_response({"dead_letters": rows, "count": len(rows)})
 
 
+async def replay_dead_letter(request: web.Request) -> web.Response:
+    """Put one dead letter back in the outbox, to be tried afresh."""
+    principal = principal_of(request)
+    ref = request.match_info["ref"]
+    if not is_seq(ref):
+        ref = check_record_id(ref, "dead letter id")
+    webhooks = request.app[NODE].webhooks
+    row = await webhooks.dead_letter(ref)
+    check_author(principal, webhooks.creator(str(row["sub_id"])), "subscription.replay")
+    return web.json_response(await webhooks.replay(ref))
+
+
 async def unsubscribe_namespace(request: web.Request) -> web.Response:
+    if "id" in request.query and "agent_id" not in request.query:  # the newer SDK's shape
+        return await _unsubscribe(request, request.query["id"])
     node = request.app[NODE]
     q = query_model(request, NamespaceQuery)
     if q.namespace is None:
-        raise BadRequest("DELETE /subscriptions takes agent_id and namespace "
+        raise BadRequest("DELETE /subscriptions takes agent_id and namespace, or id "
                          "(or use DELETE /subscriptions/{id} for a webhook)")
     agent = acting_agent(principal_of(request), q.agent_id)
     assert agent is not None
@@ -139,5 +197,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/api/v1/subscriptions", subscribe)
     app.router.add_get("/api/v1/subscriptions", list_subscriptions)
     app.router.add_get("/api/v1/subscriptions/dead-letters", dead_letters)
+    app.router.add_post("/api/v1/subscriptions/dead-letters/{ref}/replay", replay_dead_letter)
     app.router.add_delete("/api/v1/subscriptions/{sub_id}", unsubscribe)
     app.router.add_delete("/api/v1/subscriptions", unsubscribe_namespace)

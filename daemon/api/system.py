@@ -60,4 +60,5 @@ MIDDLEWARES = [timing]
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/v1/health", health)
     app.router.add_get("/api/v1/metrics", metrics)
+    app.router.add_get("/metrics", metrics)  # Prometheus' default scrape path
     app.router.add_get("/api/v1/cluster/status", cluster_status)

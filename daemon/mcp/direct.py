@@ -29,7 +29,7 @@ from common import limits
 from common.errors import ServerError, Unavailable
 from common.policy import Principal, check_author
 from daemon.api.mail import CancelIn, ListIn, PopIn, ScopeQuery, SendIn
-from daemon.api.subscriptions import SubscribeIn
+from daemon.api.subscriptions import SubscribeIn, create_webhook
 from daemon.appkeys import NODE
 from daemon.auth import acting_agent, owner_user, principal_of
 from daemon.node import Node
@@ -136,9 +136,7 @@ async def _handoff(c: Call) -> Any:
 async def _subscribe(c: Call) -> Any:
     body = validate(SubscribeIn, c.body)
     agent = c.agent(body.agent_id, required=False)
-    return await c.node.webhooks.subscribe(
-        url=body.url, events=list(body.events), namespace=body.namespace, secret=body.secret,
-        created_by=agent, idempotency_key=c.idempotency_key)
+    return await create_webhook(c.node, body, agent, c.idempotency_key)
 
 
 async def _subscriptions(c: Call) -> Any:

@@ -490,16 +490,17 @@ class Tools:
         self,
         url: Annotated[str, Field(min_length=1, description="Where the node POSTs signed events.")],
         events: Annotated[
-            list[str],
+            list[str] | str,
             Field(
-                min_length=1,
-                description='Events to deliver, e.g. ["memory_store", "memory_promote"].',
+                description='Events to deliver: a list, e.g. ["memory_store", "memory_promote"], '
+                'a comma-separated string, or "*" for all.',
             ),
-        ],
+        ] = "*",
         namespace: Annotated[
             str | None,
             Field(
-                max_length=limits.namespace_max_chars, description="Only events in this namespace."
+                max_length=limits.namespace_max_chars,
+                description="Only events whose namespace starts with this prefix.",
             ),
         ] = None,
         secret: Annotated[
@@ -508,6 +509,16 @@ class Tools:
                 description="Shared secret; each POST carries an HMAC-SHA256 signature made with it."
             ),
         ] = None,
+        namespace_filter: Annotated[
+            str | None,
+            Field(max_length=limits.namespace_max_chars,
+                  description="Only events in exactly this namespace."),
+        ] = None,
+        agent_filter: Annotated[
+            str | None,
+            Field(max_length=limits.agent_id_max_chars,
+                  description="Only events by (or to) exactly this agent."),
+        ] = None,
     ) -> dict[str, Any]:
         """Subscribe a URL to memory events; the node POSTs each event as HMAC-signed JSON.
 
@@ -515,7 +526,8 @@ class Tools:
         for talking to other agents (use memory_notify for that). Returns the subscription
         with its id.
         """
-        body = _drop_none({"url": url, "events": events, "namespace": namespace, "secret": secret})
+        body = _drop_none({"url": url, "events": events, "namespace": namespace, "secret": secret,
+                           "namespace_filter": namespace_filter, "agent_filter": agent_filter})
         reply: dict[str, Any] = await self.client.post("/api/v1/subscriptions", body)
         return reply
 

@@ -74,6 +74,12 @@ MIGRATIONS: list[str] = [
     CREATE INDEX webhook_memory_versions_expiry ON webhook_memory_versions (expires_at_ms)
         WHERE deleted = 0 AND expires_at_ms IS NOT NULL;
     """,
+    # 2: upstream's exact filters and the signature a subscription's deliveries carry.
+    """
+    ALTER TABLE webhook_subscriptions ADD COLUMN namespace_filter TEXT;   -- exact; NULL = any
+    ALTER TABLE webhook_subscriptions ADD COLUMN agent_filter TEXT;       -- exact; NULL = any
+    ALTER TABLE webhook_subscriptions ADD COLUMN signature_version TEXT NOT NULL DEFAULT 'secret';
+    """,
 ]
 
 

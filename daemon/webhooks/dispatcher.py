@@ -171,6 +171,12 @@ class Dispatcher:
         if res.enqueued:
             self._wake.set()
 
+    def requeued(self) -> None:
+        """A dead row went back to pending (:meth:`Webhooks.replay`): count it, wake the loop."""
+        self.pending += 1
+        self.dead = max(0, self.dead - 1)
+        self._wake.set()
+
     async def _prune_loop(self) -> None:
         while True:
             await asyncio.sleep(limits.webhook_versions_prune_secs)
@@ -244,7 +250,7 @@ class Dispatcher:
         assert self._session is not None
         headers = delivery_headers(sub.secret, row.body, event=row.event,
                                    delivery_id=row.delivery_id, now_ms=self.now_ms(),
-                                   user_agent=self._user_agent)
+                                   user_agent=self._user_agent, version=sub.signature_version)
         try:
             async with self._session.post(sub.url, data=row.body, headers=headers,
                                           allow_redirects=False) as resp:

@@ -12,6 +12,8 @@ mem.put            ``memory_store`` when the body is a first version
                    ``memory_promote`` when it raises the tier to ``long``
                    from a lower tier this node knew; else ``memory_update``
 mem.del            ``memory_delete``
+link.put           ``memory_link_created``: source, target, relation, and
+                   the source memory's namespace as this node knew it
 note.new           ``notify``
 msg.send           ``message_send``: scope and actor only -- never the body,
                    subject or message id (observers get a signal to go and
@@ -19,6 +21,11 @@ msg.send           ``message_send``: scope and actor only -- never the body,
 msg.claim          ``message_claim``
 msg.cancel         ``message_cancel``
 =================  =========================================================
+
+Each event also names the agents it concerns (:attr:`Event.agents`: the
+actor, and for a notification or a message the recipient too), which a
+subscription's ``agent_filter`` is matched against
+(:mod:`daemon.webhooks.filters`).
 
 Events describe changes to this node's state, so a memory op that changes
 nothing produces none: a put that loses last-writer-wins to a version this
@@ -49,16 +56,20 @@ MEMORY_UPDATE: Final = "memory_update"
 MEMORY_PROMOTE: Final = "memory_promote"
 MEMORY_DELETE: Final = "memory_delete"
 MEMORY_CONSOLIDATE: Final = "memory_consolidate"
+MEMORY_LINK_CREATED: Final = "memory_link_created"
 NOTIFY: Final = "notify"
 MESSAGE_SEND: Final = "message_send"
 MESSAGE_CLAIM: Final = "message_claim"
 MESSAGE_CANCEL: Final = "message_cancel"
+# Accepted in subscriptions (daemon/webhooks/names.py) but not produced yet:
+# the approval queue will produce it.
+APPROVAL_REQUESTED: Final = "approval_requested"
 
 EVENTS: Final = (MEMORY_STORE, MEMORY_UPDATE, MEMORY_PROMOTE, MEMORY_DELETE, MEMORY_CONSOLIDATE,
-                 NOTIFY, MESSAGE_SEND, MESSAGE_CLAIM, MESSAGE_CANCEL)
+                 MEMORY_LINK_CREATED, NOTIFY, MESSAGE_SEND, MESSAGE_CLAIM, MESSAGE_CANCEL)
 # Op kinds that can produce an event; the others are ignored at intake.
-EVENT_KINDS: Final = frozenset({K.MEM_PUT, K.MEM_DEL, K.NOTE_NEW, K.MSG_SEND, K.MSG_CLAIM,
-                                K.MSG_CANCEL})
+EVENT_KINDS: Final = frozenset({K.MEM_PUT, K.MEM_DEL, K.LINK_PUT, K.NOTE_NEW, K.MSG_SEND,
+                                K.MSG_CLAIM, K.MSG_CANCEL})
 MEMORY_KINDS: Final = frozenset({K.MEM_PUT, K.MEM_DEL})
 
 Rank = tuple[int, str, int]
@@ -79,11 +90,20 @@ class MemoryVersion:
 @dataclass(frozen=True, slots=True)
 class Event:
     name: str
-    namespace: str | None  # what a subscription's namespace prefix is matched against
+    namespace: str | None  # what a subscription's namespace filters are matched against
     payload: dict[str, Any]
+    agents: tuple[str, ...] = ()  # what a subscription's agent_filter is matched against
 
     def body(self) -> bytes:
         return canonical_json(self.payload)
+
+    def body_as(self, name: str) -> bytes:
+        """The body under another name for this event (an upstream alias)."""
+        return self.body() if name == self.name else canonical_json({**self.payload, "event": name})
+
+
+def _agents(*candidates: Any) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(str(a) for a in candidates if a))
 
 
 def canonical_json(value: Any) -> bytes:
@@ -143,7 +163,19 @@ def _memory_event(op: Op, prior: MemoryVersion | None, node_id: str) -> Event | 
     }
     if name == MEMORY_CONSOLIDATE:
         payload["consolidated_from"] = [str(i) for i in op.body["metadata"]["consolidated_from"]]
-    return Event(name, current.namespace, payload)
+    return Event(name, current.namespace, payload, _agents(current.agent_id))
+
+
+def _link_event(op: Op, source: MemoryVersion | None, node_id: str) -> Event:
+    b = op.body
+    ns = source.namespace if source is not None else None
+    return Event(MEMORY_LINK_CREATED, ns, {
+        "event": MEMORY_LINK_CREATED, "memory_id": str(b["source_id"]),
+        "source_id": str(b["source_id"]), "target_id": str(b["target_id"]),
+        "relation": str(b["relation"]), "namespace": ns, "agent_id": None,
+        "timestamp": rfc3339(physical_ms(op.hlc)), "node_id": node_id,
+        "change_id": f"{op.origin}#{op.seq}",
+    })
 
 
 def _mailbox_scope(op: Op) -> tuple[str | None, str | None]:
@@ -168,7 +200,7 @@ def _other_event(op: Op, node_id: str) -> Event | None:
             "event": NOTIFY, "id": str(b["id"]), "namespace": ns, "tier": b.get("tier"),
             "agent_id": b.get("from"), "to": b.get("to"), "priority": b.get("priority"),
             "timestamp": stamp, "node_id": node_id, "change_id": f"{op.origin}#{op.seq}",
-        })
+        }, _agents(b.get("from"), b.get("to")))
     if op.kind == K.MSG_SEND:
         ns = _scope_ns(b.get("to_workspace"), b.get("to_project"))
         # Observer rule: scope and actor metadata only. No body, no subject,
@@ -179,7 +211,7 @@ def _other_event(op: Op, node_id: str) -> Event | None:
             "to_agent": b.get("to_agent"), "from_workspace": b.get("from_workspace"),
             "from_project": b.get("from_project"), "from_agent": b.get("from_agent"),
             "agent_id": b.get("from_agent"), "timestamp": stamp, "node_id": node_id,
-        })
+        }, _agents(b.get("from_agent"), b.get("to_agent")))
     if op.kind in (K.MSG_CLAIM, K.MSG_CANCEL):
         workspace, project = _mailbox_scope(op)
         ns = _scope_ns(workspace, project)
@@ -193,22 +225,27 @@ def _other_event(op: Op, node_id: str) -> Event | None:
             payload["agent_id"] = b.get("claimer_agent")
         else:
             payload.update(by_workspace=b.get("by_workspace"), by_project=b.get("by_project"))
-        return Event(name, ns, payload)
+        return Event(name, ns, payload, _agents(payload.get("agent_id")))
     return None
+
+
+def version_key(op: Op) -> str | None:
+    """The memory whose :class:`MemoryVersion` :func:`classify` needs for
+    ``op``: the memory itself, or a link's source; ``None`` for the rest."""
+    if op.kind in MEMORY_KINDS:
+        raw = op.body.get("id")
+    elif op.kind == K.LINK_PUT:
+        raw = op.body.get("source_id")
+    else:
+        return None
+    return None if raw is None else str(raw)
 
 
 def classify(op: Op, prior: MemoryVersion | None, node_id: str) -> Event | None:
     """The event ``op`` produces on this node, given what it knew of the
-    memory before (``prior``, only consulted for memory ops)."""
+    memory before (``prior``: the memory of :func:`version_key`)."""
     if op.kind in MEMORY_KINDS:
         return _memory_event(op, prior, node_id)
+    if op.kind == K.LINK_PUT:
+        return _link_event(op, prior, node_id)
     return _other_event(op, node_id)
-
-
-def matches(event: Event, events: tuple[str, ...], namespace: str | None) -> bool:
-    """Does a subscription (event names, empty = all; namespace prefix) want ``event``?"""
-    if events and event.name not in events:
-        return False
-    if namespace is None:
-        return True
-    return event.namespace is not None and event.namespace.startswith(namespace)

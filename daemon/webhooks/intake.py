@@ -1,9 +1,11 @@
 """Intake: a batch of applied ops becomes outbox rows, in one transaction.
 
 For each op in order: look up what this node knew of the memory (memory
-ops only), classify it (:func:`daemon.webhooks.events.classify`), remember
-the memory's new version, and add a row for every subscription that wants
-the event. Versions are kept even when nobody subscribes, so a
+ops, and a link's source), classify it
+(:func:`daemon.webhooks.events.classify`), remember the memory's new
+version, and add a row for every subscription that wants the event
+(:func:`daemon.webhooks.filters.route`), under the name that subscription
+asked for it by. Versions are kept even when nobody subscribes, so a
 subscription added later still tells a promote from an update.
 
 The outbox is bounded: rows beyond the ``room`` left under ``outbox_max``
@@ -23,7 +25,8 @@ from common.ops import Op
 from common.randomid import uuid4
 from daemon.webhooks import outbox
 from daemon.webhooks.db import transaction
-from daemon.webhooks.events import MEMORY_KINDS, MemoryVersion, classify, matches, next_version
+from daemon.webhooks.events import MEMORY_KINDS, MemoryVersion, classify, next_version, version_key
+from daemon.webhooks.filters import route
 from daemon.webhooks.registry import Subscription
 
 log = logging.getLogger("ai_memory.webhooks")
@@ -68,24 +71,17 @@ def prune_versions(conn: sqlite3.Connection, now_ms: int) -> int:
             " AND expires_at_ms <= ?", (now_ms,)).rowcount
 
 
-def _memory_id(op: Op) -> str | None:
-    if op.kind not in MEMORY_KINDS:
-        return None
-    raw = op.body.get("id")
-    return None if raw is None else str(raw)
-
-
 def admit(conn: sqlite3.Connection, ops: list[Op], subs: list[Subscription], node_id: str,
           now_ms: int, room: int) -> Admitted:
     """Turn ``ops`` into at most ``room`` new outbox rows (the caller keeps
     the exact pending count, so the bound costs no COUNT over the outbox)."""
     result = Admitted()
     with transaction(conn):
-        versions = _load_versions(conn, filter(None, (_memory_id(op) for op in ops)))
+        versions = _load_versions(conn, filter(None, (version_key(op) for op in ops)))
         changed: dict[str, MemoryVersion] = {}
         rows: list[outbox.NewRow] = []
         for op in ops:
-            mid = _memory_id(op)
+            mid = version_key(op)
             prior = versions.get(mid) if mid is not None else None
             try:
                 event = classify(op, prior, node_id)
@@ -95,15 +91,20 @@ def admit(conn: sqlite3.Connection, ops: list[Op], subs: list[Subscription], nod
                             op.origin, op.seq, op.kind)
                 result.skipped += 1
                 continue
-            if mid is not None:
+            if mid is not None and op.kind in MEMORY_KINDS:
                 current = next_version(op, prior)
                 if current is not None:
                     versions[mid] = changed[mid] = current
             if event is None:
                 continue
+            bodies = {event.name: body}
             for sub in subs:
-                if matches(event, sub.events, sub.namespace):
-                    rows.append(outbox.NewRow(sub.id, uuid4(), event.name, body))
+                name = route(event, sub)
+                if name is None:
+                    continue
+                if name not in bodies:
+                    bodies[name] = event.body_as(name)
+                rows.append(outbox.NewRow(sub.id, uuid4(), name, bodies[name]))
         if changed:
             _save_versions(conn, changed)
         if rows:

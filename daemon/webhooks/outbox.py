@@ -10,6 +10,8 @@ A failed attempt bumps ``attempts`` and moves ``next_at_ms`` out by
 :func:`retry_delay_secs`; after the last allowed attempt the row is marked
 dead (:func:`bury`) and kept for inspection, and beyond
 ``dead_letter_max`` dead rows the oldest are purged, counted by the caller.
+An operator may put a dead row back (:func:`replay`): it is appended as a
+new pending row with the same delivery id and body, and tried afresh.
 All functions here take the connection and run on the webhook database
 thread; :func:`retry_delay_secs` is the one pure piece.
 """
@@ -141,3 +143,46 @@ def dead_letters(conn: sqlite3.Connection, limit: int) -> list[dict[str, object]
         " FROM webhook_outbox WHERE dead = 1 ORDER BY seq LIMIT ?", (limit,))
     return [dict(zip(("seq", "sub_id", "delivery_id", "event", "attempts", "last_error",
                       "created_at_ms"), r, strict=True)) for r in rows]
+
+
+def is_seq(ref: str) -> bool:
+    """Does ``ref`` name a row by its seq (ASCII digits, small enough for SQLite)?"""
+    return ref.isascii() and ref.isdigit() and len(ref) <= 18
+
+
+def _dead_where(ref: str) -> tuple[str, tuple[object, ...]]:
+    if is_seq(ref):
+        return "seq = ? AND dead = 1", (int(ref),)
+    return "delivery_id = ? AND dead = 1", (ref,)
+
+
+def dead_letter(conn: sqlite3.Connection, ref: str) -> dict[str, object] | None:
+    """One dead row by delivery id (or seq, all digits), without its body."""
+    where, args = _dead_where(ref)
+    r = conn.execute(
+        "SELECT seq, sub_id, delivery_id, event, attempts, last_error, created_at_ms"
+        f" FROM webhook_outbox WHERE {where}", args).fetchone()
+    return None if r is None else dict(zip(
+        ("seq", "sub_id", "delivery_id", "event", "attempts", "last_error", "created_at_ms"),
+        r, strict=True))
+
+
+def replay(conn: sqlite3.Connection, ref: str, now_ms: int) -> dict[str, object] | None:
+    """Put a dead row back in the outbox: appended as a new pending row at
+    the tail of its subscription (so the per-subscription order of what is
+    pending still holds), due now, with no attempts, the same delivery id
+    and the exact same body; the dead row goes. ``None`` if no dead row
+    matches ``ref``."""
+    where, args = _dead_where(ref)
+    with transaction(conn):
+        r = conn.execute(
+            "SELECT seq, sub_id, delivery_id, event, body, created_at_ms FROM webhook_outbox"
+            f" WHERE {where}", args).fetchone()
+        if r is None:
+            return None
+        conn.execute("DELETE FROM webhook_outbox WHERE seq = ?", (r[0],))
+        cur = conn.execute(
+            "INSERT INTO webhook_outbox (sub_id, delivery_id, event, body, next_at_ms,"
+            " created_at_ms) VALUES (?, ?, ?, ?, ?, ?)", (r[1], r[2], r[3], r[4], now_ms, r[5]))
+    return {"replayed": True, "seq": cur.lastrowid, "replaced_seq": r[0], "sub_id": r[1],
+            "delivery_id": r[2], "event": r[3]}

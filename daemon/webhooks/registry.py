@@ -5,6 +5,12 @@ is loaded once at start and the in-memory copy is updated on each create
 and delete (after the row is committed). At most ``limits.subscriptions_max``
 exist; the count is checked inside the inserting transaction. Deleting a
 subscription deletes its outbox rows in the same transaction.
+
+Beside our ``namespace`` prefix, a row keeps upstream's exact
+``namespace_filter`` and ``agent_filter`` (:mod:`daemon.webhooks.filters`)
+and the ``signature_version`` its deliveries are signed with
+(:mod:`daemon.webhooks.signing`). Like the rest of the row they belong to
+this daemon and are not replicated.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from dataclasses import dataclass
 from common.errors import LimitExceeded
 from daemon.schemas.timefmt import rfc3339
 from daemon.webhooks.db import WebhookDB, transaction
+from daemon.webhooks.signing import SIGNATURE_SECRET
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,18 +34,29 @@ class Subscription:
     secret: str
     created_at_ms: int
     created_by: str | None = None
+    namespace_filter: str | None = None  # exact namespace; None: any
+    agent_filter: str | None = None  # exact agent; None: any
+    signature_version: str = SIGNATURE_SECRET
 
     def public(self) -> dict[str, object]:
         """The API view: everything but the secret."""
         return {"id": self.id, "url": self.url, "events": list(self.events),
-                "namespace": self.namespace, "created_at": rfc3339(self.created_at_ms),
-                "created_by": self.created_by}
+                "namespace": self.namespace, "namespace_filter": self.namespace_filter,
+                "agent_filter": self.agent_filter, "signature_version": self.signature_version,
+                "created_at": rfc3339(self.created_at_ms), "created_by": self.created_by}
+
+    def asks(self) -> tuple[object, ...]:
+        """What a create asked for, to compare an idempotent retry with."""
+        return (self.url, self.events, self.namespace, self.namespace_filter,
+                self.agent_filter, self.signature_version)
 
 
 def _row(r: sqlite3.Row) -> Subscription:
     return Subscription(id=r["id"], url=r["url"], events=tuple(json.loads(r["events"])),
                         namespace=r["namespace"], secret=r["secret"],
-                        created_at_ms=r["created_at_ms"], created_by=r["created_by"])
+                        created_at_ms=r["created_at_ms"], created_by=r["created_by"],
+                        namespace_filter=r["namespace_filter"], agent_filter=r["agent_filter"],
+                        signature_version=r["signature_version"])
 
 
 def _load(conn: sqlite3.Connection) -> list[Subscription]:
@@ -54,9 +72,11 @@ def _insert(conn: sqlite3.Connection, sub: Subscription, cap: int) -> None:
                                 "(limits.subscriptions_max)", limit="subscriptions_max")
         conn.execute(
             "INSERT INTO webhook_subscriptions (id, url, events, namespace, secret, created_at_ms,"
-            " created_by) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            " created_by, namespace_filter, agent_filter, signature_version)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (sub.id, sub.url, json.dumps(list(sub.events)), sub.namespace, sub.secret,
-             sub.created_at_ms, sub.created_by))
+             sub.created_at_ms, sub.created_by, sub.namespace_filter, sub.agent_filter,
+             sub.signature_version))
 
 
 def _delete(conn: sqlite3.Connection, sub_id: str) -> tuple[int, int] | None:

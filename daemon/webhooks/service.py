@@ -2,7 +2,7 @@
 
 It owns the webhook database, the subscription registry and the
 dispatcher, and offers what the HTTP handlers need (subscribe, list,
-unsubscribe) plus :meth:`Webhooks.on_applied`, the node's applied-ops
+unsubscribe, dead letters and their replay) plus :meth:`Webhooks.on_applied`, the node's applied-ops
 listener. The listener is registered when the node is built, before the
 database is open: ops applied in that window are held (bounded like the
 intake) and handed to the dispatcher at :meth:`start`.
@@ -20,7 +20,7 @@ import random
 from typing import Any
 
 from common import limits
-from common.errors import Conflict, NotFound, Unavailable
+from common.errors import Conflict, LimitExceeded, NotFound, Unavailable
 from common.ops import Op
 from daemon.schemas.ids import record_id
 from daemon.webhooks import outbox
@@ -28,7 +28,7 @@ from daemon.webhooks.config import WebhookSettings, side_db_path
 from daemon.webhooks.db import WebhookDB
 from daemon.webhooks.dispatcher import Dispatcher
 from daemon.webhooks.registry import Registry, Subscription
-from daemon.webhooks.signing import new_secret
+from daemon.webhooks.signing import SIGNATURE_SECRET, new_secret
 from daemon.webhooks.ssrf import Resolve, check_url, system_resolve
 
 
@@ -92,23 +92,27 @@ class Webhooks:
         return self.registry, self.dispatcher
 
     # -- what the handlers call ---------------------------------------------------
-    async def subscribe(self, *, url: str, events: list[str], namespace: str | None,
-                        secret: str | None, created_by: str | None,
-                        idempotency_key: str | None = None) -> dict[str, Any]:
+    async def subscribe(self, *, url: str, events: list[str] | tuple[str, ...],
+                        namespace: str | None, secret: str | None, created_by: str | None,
+                        idempotency_key: str | None = None, namespace_filter: str | None = None,
+                        agent_filter: str | None = None,
+                        signature_version: str = SIGNATURE_SECRET) -> dict[str, Any]:
+        """Create a subscription; ``events`` as parsed by
+        :func:`daemon.webhooks.names.parse_events` (empty: every event)."""
         registry, dispatcher = self._ready()
-        events_t = tuple(dict.fromkeys(events))
         sub_id = record_id("sub", created_by, idempotency_key)
+        sub = Subscription(id=sub_id, url=url, events=tuple(dict.fromkeys(events)),
+                           namespace=namespace, secret=secret or new_secret(),
+                           created_at_ms=self.node.now_ms(), created_by=created_by,
+                           namespace_filter=namespace_filter, agent_filter=agent_filter,
+                           signature_version=signature_version)
         existing = registry.get(sub_id)
         if existing is not None:
-            if (existing.url, existing.events, existing.namespace) != (url, events_t, namespace) \
-                    or (secret is not None and secret != existing.secret):
+            if existing.asks() != sub.asks() or (secret is not None and secret != existing.secret):
                 raise Conflict("this Idempotency-Key already created a different subscription",
                                id=sub_id)
             return {**existing.public(), "replayed": True}
         await check_url(url, dispatcher.policy, self._resolve)
-        sub = Subscription(id=sub_id, url=url, events=events_t, namespace=namespace,
-                           secret=secret or new_secret(), created_at_ms=self.node.now_ms(),
-                           created_by=created_by)
         await registry.add(sub)
         self.node.metrics.inc("webhook_subscriptions_created_total")
         out = sub.public()
@@ -142,3 +146,26 @@ class Webhooks:
         if self.db is None:
             return []
         return await self.db.call(outbox.dead_letters, limit)
+
+    async def dead_letter(self, ref: str) -> dict[str, object]:
+        """One dead letter by delivery id or seq (404 if there is none)."""
+        self._ready()
+        assert self.db is not None
+        row = await self.db.call(outbox.dead_letter, ref)
+        if row is None:
+            raise NotFound(f"dead letter {ref} not found")
+        return row
+
+    async def replay(self, ref: str) -> dict[str, object]:
+        """Re-queue dead letter ``ref`` to the outbox (:func:`outbox.replay`)."""
+        _, dispatcher = self._ready()
+        assert self.db is not None
+        if dispatcher.pending >= self.settings.outbox_max:
+            raise LimitExceeded(f"the outbox already holds {dispatcher.pending} pending deliveries"
+                                " (webhooks.outbox_max)", limit="outbox_max")
+        out = await self.db.call(outbox.replay, ref, self.node.now_ms())
+        if out is None:
+            raise NotFound(f"dead letter {ref} not found")
+        dispatcher.requeued()
+        self.node.metrics.inc("webhook_replayed_total", event=str(out["event"]))
+        return out

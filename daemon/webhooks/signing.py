@@ -1,6 +1,6 @@
 """HMAC-SHA256 signatures on webhook deliveries.
 
-Every POST is signed three ways with the subscription's secret, so each
+Every POST is signed four ways with the subscription's secret, so each
 verification style in use works on the same delivery:
 
 * ``X-AI-Memory-Signature: sha256=<hex hmac(secret, timestamp + "." + body)>``
@@ -20,10 +20,24 @@ verification style in use works on the same delivery:
   subscription secret in that form is decoded to its key; any other secret
   uses its UTF-8 bytes as the key, and :func:`standard_secret` gives the
   ``whsec_`` form a receiver passes to ``standardwebhooks.Webhook``.
+* The upstream daemon's newer recipe: key = SHA-256 of the secret (the 32
+  raw digest bytes), message = ``"{unix seconds}.{body}"``, sent as
+  ``X-AI-Memory-Signature-Sha256-Key: sha256=<hex>`` with the seconds in
+  ``X-AI-Memory-Unix-Timestamp``; upstream's verifier allows 300 s of skew.
 
-``X-AI-Memory-Delivery`` is the outbox row's id, the same on every retry of
-one delivery, so receivers can drop duplicates; ``X-AI-Memory-Event`` names
-the event. The body is signed as the exact bytes sent.
+Upstream's verifier reads that recipe from ``X-AI-Memory-Signature`` and
+``X-AI-Memory-Timestamp``, the headers that carry the document's recipe
+here. A subscription made with ``signature_version: "sha256-key"`` gets it
+there instead: ``X-AI-Memory-Timestamp`` is then the Unix seconds and
+``X-AI-Memory-Signature`` the SHA-256-key signature, while
+``X-AI-Memory-Signature-V2`` keeps the document's recipe over that same
+timestamp string. The default, ``"secret"``, is the document's recipe.
+
+``X-AI-Memory-Delivery`` (and ``X-AI-Memory-Correlation-Id``, upstream's
+name) is the outbox row's id, the same on every retry of one delivery, so
+receivers can drop duplicates; ``X-AI-Memory-Event`` names the event. The
+body is signed as the exact bytes sent; the timestamps are those of the
+attempt, so a retry after the receiver's window is signed afresh.
 """
 
 from __future__ import annotations
@@ -34,6 +48,7 @@ import hashlib
 import hmac
 import secrets
 from datetime import UTC, datetime
+from typing import Final, Literal, get_args
 
 SIGNATURE = "X-AI-Memory-Signature"
 SIGNATURE_V2 = "X-AI-Memory-Signature-V2"
@@ -41,10 +56,17 @@ BODY_SIGNATURE = "X-AI-Memory-Body-Signature"
 TIMESTAMP = "X-AI-Memory-Timestamp"
 EVENT = "X-AI-Memory-Event"
 DELIVERY = "X-AI-Memory-Delivery"
+CORRELATION = "X-AI-Memory-Correlation-Id"
+SHA256_KEY_SIGNATURE = "X-AI-Memory-Signature-Sha256-Key"
+UNIX_TIMESTAMP = "X-AI-Memory-Unix-Timestamp"
 SW_ID = "webhook-id"
 SW_TIMESTAMP = "webhook-timestamp"
 SW_SIGNATURE = "webhook-signature"
 SW_PREFIX = "whsec_"
+SignatureVersion = Literal["secret", "sha256-key"]
+SIGNATURE_SECRET: Final = "secret"  # the document's recipe in X-AI-Memory-Signature (default)
+SIGNATURE_SHA256_KEY: Final = "sha256-key"  # upstream's newer recipe there instead
+SIGNATURE_VERSIONS: Final = get_args(SignatureVersion)
 
 
 def new_secret() -> str:
@@ -62,6 +84,13 @@ def sign_body(secret: str, body: bytes) -> str:
 
 def sign_timestamped(secret: str, timestamp: str, body: bytes) -> str:
     return _mac(secret, timestamp.encode("ascii") + b"." + body)
+
+
+def sign_sha256_key(secret: str, unix_secs: int, body: bytes) -> str:
+    """Upstream's newer recipe: HMAC-SHA256(SHA-256(secret), "{unix}.{body}")."""
+    key = hashlib.sha256(secret.encode("utf-8")).digest()
+    mac = hmac.new(key, str(unix_secs).encode("ascii") + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
 
 
 def standard_key(secret: str) -> bytes:
@@ -94,21 +123,27 @@ def header_timestamp(now_ms: int) -> str:
 
 
 def delivery_headers(secret: str, body: bytes, *, event: str, delivery_id: str,
-                     now_ms: int, user_agent: str) -> dict[str, str]:
-    ts = header_timestamp(now_ms)
+                     now_ms: int, user_agent: str,
+                     version: str = SIGNATURE_SECRET) -> dict[str, str]:
+    unix = now_ms // 1000
+    keyed = sign_sha256_key(secret, unix, body)
+    ts = str(unix) if version == SIGNATURE_SHA256_KEY else header_timestamp(now_ms)
     timestamped = sign_timestamped(secret, ts, body)
     return {
         "Content-Type": "application/json",
         "User-Agent": user_agent,
         EVENT: event,
         DELIVERY: delivery_id,
+        CORRELATION: delivery_id,
         TIMESTAMP: ts,
-        SIGNATURE: timestamped,
+        SIGNATURE: keyed if version == SIGNATURE_SHA256_KEY else timestamped,
         SIGNATURE_V2: timestamped,
         BODY_SIGNATURE: sign_body(secret, body),
         SW_ID: delivery_id,
-        SW_TIMESTAMP: str(now_ms // 1000),
-        SW_SIGNATURE: sign_standard(secret, delivery_id, now_ms // 1000, body),
+        SW_TIMESTAMP: str(unix),
+        SW_SIGNATURE: sign_standard(secret, delivery_id, unix, body),
+        UNIX_TIMESTAMP: str(unix),
+        SHA256_KEY_SIGNATURE: keyed,
     }
 
 

@@ -233,6 +233,12 @@ async def test_every_tool_answers_on_some_node(keyed_cluster: Cluster, tmp_path:
         subs = await call(n1, "memory_list_subscriptions", {})
         assert sub["id"] in [s["id"] for s in subs["subscriptions"]]
         await call(n1, "memory_unsubscribe", {"subscription_id": sub["id"]})
+        upstream = await call(n1, "memory_subscribe", {
+            "url": "http://127.0.0.1:9/hook", "events": "memory_store,agent_notified",
+            "namespace_filter": "team/a", "agent_filter": "bob"})
+        assert upstream["events"] == ["memory_store", "agent_notified"]
+        assert (upstream["namespace_filter"], upstream["agent_filter"]) == ("team/a", "bob")
+        await call(n1, "memory_unsubscribe", {"subscription_id": upstream["id"]})
         stored = await call(n2, "memory_store", {
             "title": f"zebra {suffix}", "content": "striped horses graze", "tier": "long",
             "namespace": f"ns-{suffix}", "tags": ["animals"], "priority": 6})

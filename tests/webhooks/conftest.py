@@ -36,14 +36,15 @@ def hooked_settings(db: Path, hooks: WebhookSettings = FAST, **cluster: Any) -> 
 class Daemon:
     """A real node plus its app behind a test client; restartable."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, directory: Any = None) -> None:
         self.settings = settings
+        self.directory = directory
         self.node: Node | None = None
         self.client: TestClient[web.Request, web.Application] | None = None
         self.app: web.Application | None = None
 
     async def start(self) -> Daemon:
-        self.node = await build_node(self.settings)
+        self.node = await build_node(self.settings, directory=self.directory)
         await self.node.start()
         self.app = build_app(self.node)
         self.client = TestClient(TestServer(self.app))

@@ -10,7 +10,7 @@ from ai_memory.models import Subscription, SubscriptionRequest
 
 from common import limits
 from daemon.settings import AuthSettings
-from daemon.webhooks.events import EVENTS
+from daemon.webhooks.names import ACCEPTED
 from tests.webhooks.conftest import Daemon, Receiver, hooked_settings, hooks_with
 
 BASE = "/api/v1/subscriptions"
@@ -61,10 +61,28 @@ BAD: list[tuple[Any, int]] = [
     ({}, 400),
     ({"url": 5}, 400),
     ({"url": ""}, 400),
-    ({"url": "URL", "events": "memory_store"}, 400),
+    ({"url": "URL", "events": "memory_store,memory_archive"}, 400),
+    ({"url": "URL", "events": ""}, 400),
+    ({"url": "URL", "events": " , "}, 400),
+    ({"url": "URL", "events": 5}, 400),
+    ({"url": "URL", "events": {"memory_store": True}}, 400),
+    ({"url": "URL", "events": "x" * (limits.webhook_events_text_max_chars + 1)}, 400),
     ({"url": "URL", "events": ["memory_store", "memory_archive"]}, 400),
+    ({"url": "URL", "events": ["*", "memory_archive"]}, 400),
     ({"url": "URL", "events": [1]}, 400),
-    ({"url": "URL", "events": ["notify"] * (len(EVENTS) + 1)}, 400),
+    ({"url": "URL", "events": [None]}, 400),
+    ({"url": "URL", "events": ["notify"] * (len(ACCEPTED) + 1)}, 400),
+    ({"url": "URL", "event_types": []}, 400),
+    ({"url": "URL", "event_types": "memory_store"}, 400),
+    ({"url": "URL", "event_types": ["memory_archive"]}, 400),
+    ({"url": "URL", "events": ["notify"], "event_types": ["memory_store"]}, 400),
+    ({"url": "URL", "namespace_filter": 7}, 400),
+    ({"url": "URL", "namespace_filter": "a\nb"}, 400),
+    ({"url": "URL", "namespace_filter": ["team/a"]}, 400),
+    ({"url": "URL", "agent_filter": "not an agent"}, 400),
+    ({"url": "URL", "agent_filter": 3}, 400),
+    ({"url": "URL", "signature_version": "v9"}, 400),
+    ({"url": "URL", "signature_version": 1}, 400),
     ({"url": "URL", "namespace": ""}, 400),
     ({"url": "URL", "namespace": "a\nb"}, 400),
     ({"url": "URL", "secret": ""}, 400),

@@ -8,7 +8,9 @@ from typing import Any
 from common import ops as K
 from common.ops import Op
 from daemon.webhooks import events as E
-from daemon.webhooks.events import MemoryVersion, classify, matches, next_version
+from daemon.webhooks.events import MemoryVersion, classify, next_version
+from daemon.webhooks.filters import route
+from daemon.webhooks.registry import Subscription
 
 T0 = 1_777_267_800_000
 
@@ -125,6 +127,10 @@ def test_ops_without_events() -> None:
     for kind, key, body in cases:
         assert classify(Op("n1", 1, hlc(T0), kind, key, body), None, "n") is None
     assert E.EVENT_KINDS.isdisjoint({K.NOTE_READ, K.AGENT_SEEN, K.AGENT_REG, K.SESSION_START})
+
+
+def matches(ev: E.Event, events: tuple[str, ...], namespace: str | None) -> bool:
+    return route(ev, Subscription("s", "http://x/", events, namespace, "k", T0)) is not None
 
 
 def test_subscription_matching() -> None:
