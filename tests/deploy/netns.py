@@ -13,7 +13,8 @@ Why namespaces: each node then really is a separate host with its own
 address and its own links, started as systemd starts it (``serve --config``
 under ``ip netns exec``), and faults are made where they happen on real
 networks: a link taken down (both ways), or every packet dropped on one side
-of a link (one way). ``tc ... netem loss 100%`` is used for the one-way cut
+of a link (one way; neighbour entries are static, so ARP does not turn a
+one-way cut into a two-way one). ``tc ... netem loss 100%`` is used for the one-way cut
 where the kernel has netem; otherwise the ``blackhole`` qdisc, which drops
 every packet a device sends just the same (this machine's kernel has no
 netem). :func:`unavailable` says why namespaces cannot be made here (so the
@@ -23,6 +24,7 @@ in the namespaces and deletes them, and is safe to call twice.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -97,10 +99,25 @@ class Network:
                 _ip("-n", self.bridge_ns, "link", "set", f"p-{name}", "up")
                 _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
                 _ip("-n", ns, "link", "set", "eth0", "up")
+            self._static_neighbours()
         except BaseException:
             self.close()
             raise
         return self
+
+    def _static_neighbours(self) -> None:
+        """Every namespace knows every other's MAC address for good, so that a
+        one-way cut stays one way: with ARP, the cut side's neighbour entries
+        would fail within seconds and silence the other direction too."""
+        macs = {}
+        for name, ns in self.namespaces.items():
+            link = json.loads(_ip("-j", "-n", ns, "link", "show", "eth0").stdout)
+            macs[name] = link[0]["address"]
+        for name, ns in self.namespaces.items():
+            for other, mac in macs.items():
+                if other != name:
+                    _ip("-n", ns, "neigh", "replace", self.addresses[other], "lladdr", mac,
+                        "dev", "eth0", "nud", "permanent")
 
     def _netns(self, ns: str) -> None:
         _ip("netns", "add", ns)
@@ -142,6 +159,7 @@ class Network:
         for host in [name] if name else list(self._cuts):
             for undo in reversed(self._cuts.pop(host, [])):
                 _ip(*undo)
+        self._static_neighbours()  # a link taken down lost its entries
 
     # -- cleanup -------------------------------------------------------------
 
