@@ -40,7 +40,7 @@ from common.errors import AiMemoryError
 
 LAZY_COMMANDS = {"serve": ("cli.serve", "serve"), "mcp": ("cli.mcp_cmd", "mcp"),
                  "mcp-bridge": ("cli.mcp_cmd", "mcp_bridge"), "hook": ("cli.hooks", "hook"),
-                 "install-hooks": ("cli.hooks", "install_hooks"), "skill": ("cli.skill", "skill")}
+                 "install-hooks": ("cli.install_hooks", "install_hooks"), "skill": ("cli.skill", "skill")}
 
 
 class RootGroup(click.Group):
