@@ -25,6 +25,7 @@ from cli.layout import DbPath, NodeSpec, majority, peer_entries, plan_cluster
 from cli.node_config import new_secret, write_configs
 from cli.output import note, print_json, table
 from cli.state import CliState, pass_state
+from common import limits
 from common.errors import BadRequest, ServerError
 
 SECRET_ENV = "AI_MEMORY_CLUSTER_SECRET"
@@ -153,13 +154,29 @@ _DATA_OPTION = click.option(
 )
 
 
-def _control(cmd: str, node: str, data_dir: Path) -> None:
+def _control(cmd: str, node: str, data_dir: Path, wait: float | None = None) -> None:
     from cli.cluster_control import request
 
-    reply = request(data_dir, cmd, node)
-    click.echo(f"{reply['node']}: {reply['state']}"
-               + (f" (pid {reply['pid']})" if reply.get("pid") else "")
-               + (f" ({reply['note']})" if reply.get("note") else ""))
+    if wait is None:
+        reply = request(data_dir, cmd, node)
+    else:  # the supervisor answers once the node is healthy, or after `wait`
+        reply = request(data_dir, cmd, node, timeout=wait + limits.cluster_control_timeout_secs,
+                        wait=wait)
+    click.echo(control_line(reply))
+
+
+def control_line(reply: dict[str, object]) -> str:
+    """``node2: killed (SIGKILL, pid 123)``, ``node2: running (pid 9, answers http://...)``."""
+    details = [str(reply[k]) for k in ("signal",) if reply.get(k)]
+    if reply.get("pid"):
+        details.append(f"pid {reply['pid']}")
+    if reply.get("status") is not None and reply.get("state") != "running":
+        details.append(f"exit status {reply['status']}")
+    if reply.get("url"):
+        details.append(f"answers {reply['url']}/api/v1/health")
+    if reply.get("note"):
+        details.append(str(reply["note"]))
+    return f"{reply['node']}: {reply['state']}" + (f" ({', '.join(details)})" if details else "")
 
 
 @cluster.command("stop")
@@ -181,9 +198,15 @@ def kill_node(node: str, data_dir: Path) -> None:
 @cluster.command("start")
 @click.argument("node")
 @_DATA_OPTION
-def start_node(node: str, data_dir: Path) -> None:
-    """Start again a node that `cluster stop` or `cluster kill` took down."""
-    _control("start", node, data_dir)
+@click.option("--timeout", "wait", type=click.FloatRange(min=0.1), show_default=True,
+              default=limits.cluster_up_start_wait_secs,
+              help="Seconds to wait for the node to answer its health check.")
+def start_node(node: str, data_dir: Path, wait: float) -> None:
+    """Start again a node that `cluster stop` or `cluster kill` took down.
+
+    Returns once the node answers /api/v1/health as itself (exit 6 if it
+    does not within --timeout; `cluster up` keeps trying)."""
+    _control("start", node, data_dir, wait)
 
 
 @cluster.command("status")

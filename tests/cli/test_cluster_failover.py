@@ -105,7 +105,7 @@ def test_kill_a_node_keep_writing_bring_it_back_and_it_converges(tmp_path: Path)
         sent = {f"before-{i}" for i in range(5)}
         assert all(notify(n1, t) in (200, 201) for t in sorted(sent))
 
-        assert "node3: stopped" in up.control("kill", "node3")
+        assert "node3: killed (SIGKILL" in up.control("kill", "node3")
         assert up.state()["nodes"]["node3"]["state"] == "stopped"
         during = {f"during-{i}" for i in range(20)}
         codes = [notify(n1 if i % 2 else n2, t) for i, t in enumerate(sorted(during))]
