@@ -124,6 +124,6 @@ def restore(file: Path, db: Path, force: bool) -> None:
     from store.backup import restore as do_restore
 
     result = do_restore(file, db, force=force)
-    click.echo(f"{result['db']}: restored {result['oplog_ops']} ops as incarnation "
-               f"{result['incarnation']} (was {result['restored_from']})")
+    click.echo(f"{result['db']}: restored {result['ops']} ops in its version vector as "
+               f"incarnation {result['incarnation']} (was {result['restored_from']})")
     note("start the node: it catches up from its peers before long")
