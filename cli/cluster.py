@@ -20,9 +20,9 @@ from pathlib import Path
 
 import click
 
-from cli import cluster_status
+from cli import cluster_status, local_secret
 from cli.layout import DbPath, NodeSpec, majority, peer_entries, plan_cluster
-from cli.node_config import new_secret, write_configs
+from cli.node_config import write_configs
 from cli.output import note, print_json, table
 from cli.state import CliState, pass_state
 from common import limits
@@ -78,7 +78,7 @@ def serve_argv(exe: list[str], spec: NodeSpec, nodes: list[NodeSpec]) -> list[st
     "--secret",
     envvar=SECRET_ENV,
     show_envvar=True,
-    help="Shared peer secret (default: a new random one for this run).",
+    help="Shared peer secret (default: the one in DATA/cluster.secret, made on first use).",
 )
 @click.option("--exe", help="Command that runs ai-memory (default: this Python with -m cli).")
 def up(
@@ -105,7 +105,11 @@ def up(
         Path(s.db).exists() for s in specs) else []
     children = [ChildSpec(s.node_id, serve_argv(command, s, specs) + bootstrap, s.url)
                 for s in specs]
-    env = {**os.environ, SECRET_ENV: secret or new_secret(), "PYTHONUNBUFFERED": "1"}
+    extra_state: dict[str, str] = {}
+    if not secret:  # one secret for the life of this data directory: backups just work
+        secret = local_secret.load_or_create(data_dir.resolve())
+        extra_state["secret_file"] = str(local_secret.secret_path(data_dir.resolve()))
+    env = {**os.environ, SECRET_ENV: secret, "PYTHONUNBUFFERED": "1"}
     if host in ("127.0.0.1", "localhost", "::1"):
         # A local cluster is for trying things out: let it call hooks on this host.
         env.setdefault("AI_MEMORY_ALLOW_LOOPBACK_WEBHOOKS", "1")
@@ -124,7 +128,8 @@ def up(
             "A node that exits is restarted. Ctrl-C stops every node."
         )
 
-    supervisor = Supervisor(specs=children, env=env, out=click.echo, data_dir=data_dir.resolve())
+    supervisor = Supervisor(specs=children, env=env, out=click.echo, data_dir=data_dir.resolve(),
+                            extra_state=extra_state)
     code = asyncio.run(supervisor.run(on_ready=summary))
     raise SystemExit(code)
 
