@@ -405,6 +405,8 @@ class Supervisor:
                 if already:
                     reply["note"] = "already running"
                 return reply
+        if self._stop.is_set():
+            return {"error": "the cluster is stopping"}
         tail = " | ".join(list(child.tail)[-3:])
         return {"error": f"{node} does not answer {child.spec.url}/api/v1/health after {wait:g}s"
                          f" (state {child.state}); `cluster up` keeps trying"
