@@ -317,13 +317,19 @@ async def pop(node: MailPorts, principal: Principal, *, workspace: str | None, p
     # forwards again (after a timeout) meets the same decision. A caller that
     # sent none gets one back, which it may use to retry.
     rid = request_id or f"pop-{token_hex(16)}"
+    if not await project_exists(node, scope.workspace, scope.project):
+        # Nothing can be pending for a project nobody started a session in
+        # (a send to it is refused), and projects never disappear: answer
+        # here, without making this mailbox's owner take it (an epoch, a
+        # logged "nothing pending" decision, an entry in `cluster status`).
+        return {"message": None, "request_id": rid, "workspace": scope.workspace,
+                "project": scope.project, "project_exists": False}
     result = await node.mailbox(MailPop(
         mailbox=mailbox_key(scope.workspace, scope.project), request_id=rid,
         message_id=message_id, agent=harness, claimer=claimer))
     if result is None:
         return {"message": None, "request_id": rid, "workspace": scope.workspace,
-                "project": scope.project,
-                "project_exists": await project_exists(node, scope.workspace, scope.project)}
+                "project": scope.project, "project_exists": True}
     msg, claim = result["message"], result["claim"]
     row = _hide(public_message({**msg, "state": CLAIMED}), principal, "from_workspace_id",
                 "from_project_id")
