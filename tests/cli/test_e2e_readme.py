@@ -151,7 +151,5 @@ def test_every_readme_example_before_the_failure_section_works_where_it_appears(
         warnings.warn("README walk left out " + ", ".join(walk.left_out), stacklevel=1)
 
 
-@pytest.mark.xfail(reason="`cluster start` says running before the node listens (issue 23, "
-                          "section 6); remove this mark once it waits", strict=False)
 def test_the_failure_section_works_too(walk: Walk) -> None:
     assert walk.rc == 0 and "README walk: done" in walk.printed, walk.printed
