@@ -152,6 +152,7 @@ class SessionState:
 
 def _client(state: CliState) -> ApiClient:
     return ApiClient(state.url or DEFAULT_URL, agent_id=state.agent_id, api_key=state.api_key,
+                     ca_cert=state.ca_cert,
                      timeout=limits.hook_http_timeout_secs)
 
 
