@@ -51,3 +51,22 @@ def test_tls_rotate_commands(tmp_path: Path) -> None:
     empty.mkdir()
     missing = CliRunner().invoke(cli, ["tls", "rotate", "--dir", str(empty)])
     assert missing.exit_code == 3 and "ca.key" in missing.output
+
+
+def test_the_systemd_drop_in_hands_over_the_files_the_config_names(tmp_path: Path) -> None:
+    import configparser
+
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    text = (deploy / "ai-memory@.service.d" / "tls.conf").read_text()
+    creds = [line.split("=", 1)[1] for line in text.splitlines()
+             if line.startswith("LoadCredential=")]
+    ids = {c.split(":", 1)[0].replace("%i", "node1") for c in creds}
+    conf = _init(tmp_path, "--tls")["tls"]
+    assert ids == {conf["cert"], conf["key"], *conf["ca"]}  # names inside %d, the config's dir
+    for cred in creds:
+        cid, source = cred.split(":", 1)
+        assert source == "/etc/ai-memory/" + cid  # installed beside /etc/ai-memory/%i.toml
+    unit = (deploy / "ai-memory@.service").read_text()
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in unit
