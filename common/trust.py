@@ -69,8 +69,13 @@ def explain(exc: BaseException, origin: str) -> str | None:
         if id(cur) in seen:
             continue
         seen.add(id(cur))
+        inner = getattr(cur, "certificate_error", None)  # aiohttp's wrapper
+        if isinstance(inner, BaseException):
+            todo.append(inner)
+            continue
         if isinstance(cur, ssl.SSLCertVerificationError):
-            why = cur.verify_message or cur.reason or str(cur)
+            why = (getattr(cur, "verify_message", None) or getattr(cur, "reason", None)
+                   or str(cur))
             return f"cannot verify the TLS certificate of {origin}: {why}"
         reason = getattr(cur, "reason", None)
         todo += [e for e in (cur.__cause__, cur.__context__, reason)

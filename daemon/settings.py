@@ -418,12 +418,26 @@ def check_exposure(settings: Settings) -> None:
         "is trusted (docs/security.md)")
 
 
+def _on_this_machine(host: str, own: str) -> bool:
+    """A peer address whose traffic never leaves this machine: loopback, the
+    unspecified address, or the very address this node listens on (several
+    nodes of `cluster up` on one host)."""
+    import ipaddress
+
+    if is_loopback_host(host) or host.strip("[]") == own.strip("[]"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
 def check_links(settings: Settings) -> None:
     """Refuse peer links that would cross a network in clear, and TLS set up
     by halves (see docs/security.md, "TLS")."""
     c, tls = settings.cluster, settings.tls
     plain = [p for p in c.peers if p.url.startswith("http://")
-             and not is_loopback_host(urlsplit(p.url).hostname or "")]
+             and not _on_this_machine(urlsplit(p.url).hostname or "", settings.server.host)]
     if plain and not c.insecure_plaintext_peers:
         raise BadRequest(
             f"refusing plaintext peer {plain[0].node_id}={plain[0].url}: peer requests would "

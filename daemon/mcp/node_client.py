@@ -129,7 +129,9 @@ class NodeClient:
                 if reply.status >= 400:
                     raise error_from_reply(reply.status, body, reply.headers.get("Retry-After"))
         except aiohttp.ClientConnectorError as exc:
+            unverified = trust.explain(exc, self.base_url)
             raise _unavailable(
+                f"{unverified}; {trust.HINT}" if unverified else
                 f"cannot connect to {self.base_url}: {exc.os_error.strerror or exc}",
                 "cannot_connect",
             ) from exc

@@ -220,3 +220,31 @@ def test_a_plaintext_peer_off_loopback_is_refused_at_start(tmp_path: Path) -> No
     assert not (tmp_path / "n.db").exists()
     with daemon_process(tmp_path / "ok", *args, "--insecure-plaintext-peers") as proc:
         assert proc.popen.poll() is None  # it serves (and answered /health)
+
+
+def test_the_mcp_server_and_the_bridge_trust_the_cluster_ca(trio: TlsTrio) -> None:
+    from common.errors import Unavailable
+    from daemon.mcp.bridge import BridgeSettings, Upstream
+    from daemon.mcp.node_client import NodeClient
+    from daemon.mcp.settings import McpSettings
+
+    url = trio.url("node3")
+
+    async def mcp_health(ca: str | None) -> object:
+        async with NodeClient(McpSettings(url=url, agent_id="mcp", ca_cert=ca)) as node:
+            return await node.request("GET", "/api/v1/health")
+
+    assert asyncio.run(mcp_health(str(trio.ca)))["status"] == "ok"  # type: ignore[index]
+    with pytest.raises(Unavailable, match=r"cannot verify the TLS certificate.*--ca-cert"):
+        asyncio.run(mcp_health(None))
+
+    async def bridge_health(ca: str | None) -> int:
+        up = Upstream(BridgeSettings(urls=(url,), ca_cert=ca))
+        try:
+            return (await up._http_for(url).get(url + "/api/v1/health")).status_code
+        finally:
+            await up.aclose()
+
+    assert asyncio.run(bridge_health(str(trio.ca))) == 200
+    with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
+        asyncio.run(bridge_health(None))

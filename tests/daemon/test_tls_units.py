@@ -71,6 +71,9 @@ def test_a_plaintext_peer_off_loopback_is_refused_unless_the_operator_insists() 
         _links(quorum_peers="node2=http://peer.example:9077")
     _links(quorum_peers="node2=http://10.1.2.3:9077", insecure_plaintext_peers=True)
     _links(quorum_peers="node2=http://127.0.0.1:9078,node3=http://localhost:9079")
+    # peers on this node's own address (cluster up --host X) never leave the machine
+    _links(host="10.1.2.3", quorum_peers="node2=http://10.1.2.3:9078", insecure_anonymous=True)
+    _links(quorum_peers="node2=http://0.0.0.0:9078")
     load_settings({"quorum_peers": "n2=http://10.0.0.2:1"},
                   env={"AI_MEMORY_INSECURE_PLAINTEXT_PEERS": "1"})  # env form accepted
 
