@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -28,7 +29,7 @@ import click
 from cli.local_secret import for_url
 from cli.output import note, print_json
 from cli.state import CliState, pass_state
-from common import limits
+from common import limits, trust
 from common.errors import Unauthorized, from_reply
 
 SECRET_ENV = "AI_MEMORY_CLUSTER_SECRET"
@@ -61,7 +62,7 @@ def fetch_backup(url: str, out: Path, secret: str | None,
         req = urllib.request.Request(url.rstrip("/") + path, data=b"", method="POST",
                                      headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout, context=_tls(url)) as resp:
                 meta = json.loads(resp.headers["X-AIM-Backup"])
                 with open(tmp, "wb") as fh:
                     while chunk := resp.read(limits.backup_chunk_bytes):
@@ -78,6 +79,9 @@ def fetch_backup(url: str, out: Path, secret: str | None,
                 error.details["hint"] = UNAUTHORIZED_HINT
             raise error from None
         except urllib.error.URLError as exc:
+            unverified = trust.explain(exc, url)
+            if unverified:
+                raise CannotConnect(unverified, hint=trust.HINT) from None
             raise CannotConnect(f"cannot connect to {url}: {exc.reason}") from None
     if tmp.stat().st_size != meta["bytes"]:
         tmp.unlink()
@@ -89,12 +93,17 @@ def fetch_backup(url: str, out: Path, secret: str | None,
     return meta  # type: ignore[no-any-return]
 
 
+def _tls(url: str) -> ssl.SSLContext | None:
+    return trust.context() if url.startswith("https:") else None
+
+
 def _node_id(url: str, timeout: float) -> str:
     """The node id a node reports on /health (what a signature is made for)."""
     from cli.client import CannotConnect
 
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/api/v1/health", timeout=timeout) as resp:
+        with urllib.request.urlopen(url.rstrip("/") + "/api/v1/health", timeout=timeout,
+                                    context=_tls(url)) as resp:
             return str(json.loads(resp.read())["node_id"])
     except (urllib.error.URLError, KeyError, ValueError) as exc:
         raise CannotConnect(f"cannot read the node id of {url}: {exc}") from None

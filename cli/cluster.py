@@ -266,17 +266,32 @@ def status(state: CliState, as_json: bool) -> None:
     help="Database root; node i uses DATA/node{i}/ai-memory.db (systemd StateDirectory).",
 )
 @click.option("--force", is_flag=True, help="Overwrite existing config files.")
+@click.option("--tls/--no-tls", "tls", default=None,
+              help="Mint a cluster CA and node certificates; serve https, peers over mutual "
+                   "TLS. Default: on when a host is not loopback.")
 def init(
-    nodes: int, base_port: int, out_dir: Path, hosts: tuple[str, ...], data_dir: Path, force: bool
+    nodes: int, base_port: int, out_dir: Path, hosts: tuple[str, ...], data_dir: Path, force: bool,
+    tls: bool | None,
 ) -> None:
     """Write one TOML config per node, sharing a freshly generated cluster secret."""
-    specs = plan_cluster(
-        nodes, base_port, hosts or ("127.0.0.1",), DbPath(data_dir, "ai-memory.db")
-    )
+    from cli.node_config import is_loopback_host
+
+    hosts = hosts or ("127.0.0.1",)
+    if tls is None:
+        tls = not all(is_loopback_host(h) for h in hosts)
+    specs = plan_cluster(nodes, base_port, hosts, DbPath(data_dir, "ai-memory.db"), tls=tls)
     written = write_configs(specs, out_dir, force=force)
+    if tls:
+        from cli import pki
+
+        pki.mint_cluster(out_dir, [(s.node_id, s.host) for s in specs])
     for spec, path in zip(specs, written, strict=True):
         click.echo(f"{path}  {spec.node_id} {spec.url}  db {spec.db}")
     note(
         f"write quorum {majority(nodes)} of {nodes}; the files hold the cluster secret (mode 0600).\n"
         f"Install each as /etc/ai-memory/<node>.toml and start ai-memory@<node> (see deploy/README.md)."
     )
+    if tls:
+        note(f"TLS: {out_dir}/ca.crt is the cluster CA (clients: --ca-cert or AI_MEMORY_CA_CERT); "
+             "install <node>.crt, <node>.key and ca.crt beside each config. ca.key stays here: "
+             "`ai-memory tls rotate --dir` mints the next certificates with it.")

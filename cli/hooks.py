@@ -163,7 +163,7 @@ def on_first_node(state: CliState, urls: tuple[str, ...],
     failed: AiMemoryError | None = None
     for url in candidates:
         client = ApiClient(url, agent_id=state.agent_id, api_key=state.api_key, key=state.key,
-                           timeout=limits.hook_http_timeout_secs)
+                           ca_cert=state.ca_cert, timeout=limits.hook_http_timeout_secs)
         try:
             return call(client)
         except (CannotConnect, TransportFailed) as exc:
