@@ -243,7 +243,10 @@ def test_every_node_failing_its_first_starts_ends_the_command(tmp_path: Path) ->
 def test_ctrl_c_during_the_start_stops_every_node_in_order(tmp_path: Path) -> None:
     up = UpProcess(tmp_path, 3, mode="slow:node3", extra_env={"FAKE_NODE_DELAY": "30"})
     up.read_until("[node3] opening database slowly")
+    # node1 and node2 are up (their SIGTERM handlers installed); node3 is
+    # still opening its database, and its default SIGTERM kills it.
     wait_for(lambda: node_id_at(url(up, 1)) == "node1", what="node1")
+    wait_for(lambda: node_id_at(url(up, 2)) == "node2", what="node2")
     code = stop(up)
     out = up.output()
     assert code == 0, out
