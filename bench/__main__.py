@@ -6,7 +6,8 @@ target and writes ``bench/results/<run>/`` (results.json, results.md,
 PNG plots, server logs) and ``bench/results/latest.md``. ``--update-docs``
 also copies the tables into docs/performance.md. Exit status is 0 when the
 run completed, whatever the targets say (targets are reported, not
-enforced), and 1 when a phase failed.
+enforced), and 1 when a phase failed. ``--tls`` runs only the TLS cost
+comparison (:mod:`bench.tls_cost`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="the load generator's HTTP client (default aiohttp; raw costs 30-44 % of its CPU per request)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--update-docs", action="store_true", help="copy the tables into docs/performance.md")
+    parser.add_argument("--tls", action="store_true",
+                        help="only the TLS cost: server CPU per notify and per claim, plain and TLS "
+                             "clusters in alternating rounds (bench/tls_cost.py)")
+    parser.add_argument("--tls-rounds", type=int, default=6, help="with --tls: rounds per cluster")
+    parser.add_argument("--tls-notifies", type=int, default=1500, help="with --tls: notifies per round")
+    parser.add_argument("--tls-claims", type=int, default=480, help="with --tls: claims per round")
     args = parser.parse_args(argv)
+    if args.tls:
+        from bench import tls_cost
+
+        return tls_cost.main(args.tls_rounds, args.tls_notifies, args.tls_claims)
 
     only = tuple(p.strip() for p in args.only.split(",") if p.strip())
     unknown = set(only) - set(PHASES)

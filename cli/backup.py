@@ -2,7 +2,8 @@
 
 ``backup --url NODE --out FILE`` asks the node for a consistent online copy
 of its database (``POST /api/v1/admin/backup``, signed with the cluster
-secret when one is given) and writes it to FILE, plus ``FILE.json``: the
+secret when one is given or when NODE belongs to the `cluster up` running in
+``--data``, see :mod:`cli.local_secret`) and writes it to FILE, plus ``FILE.json``: the
 node id, incarnation and version vector the copy holds, its schema version,
 op count, size and the time the node took. The file is written beside FILE
 first and renamed, so FILE is either complete or absent.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -24,13 +26,18 @@ from typing import Any
 
 import click
 
+from cli.local_secret import for_url
 from cli.output import note, print_json
 from cli.state import CliState, pass_state
-from common import limits
-from common.errors import from_reply
+from common import limits, trust
+from common.errors import Unauthorized, from_reply
 
 SECRET_ENV = "AI_MEMORY_CLUSTER_SECRET"
 OPERATOR_ID = "ai-memory-operator"
+UNAUTHORIZED_HINT = (
+    f"pass the cluster's secret with --secret or set {SECRET_ENV} (a `cluster up` cluster "
+    "keeps it in DATA/cluster.secret, found by itself with --data DATA when --url is one of its "
+    "nodes), or a root key with --api-key")
 
 
 def fetch_backup(url: str, out: Path, secret: str | None,
@@ -55,7 +62,7 @@ def fetch_backup(url: str, out: Path, secret: str | None,
         req = urllib.request.Request(url.rstrip("/") + path, data=b"", method="POST",
                                      headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout, context=_tls(url)) as resp:
                 meta = json.loads(resp.headers["X-AIM-Backup"])
                 with open(tmp, "wb") as fh:
                     while chunk := resp.read(limits.backup_chunk_bytes):
@@ -67,8 +74,14 @@ def fetch_backup(url: str, out: Path, secret: str | None,
             if exc.code == 401 and announced and announced != boot and attempt == 1:
                 boot = announced
                 continue
-            raise from_reply(exc.code, raw, exc.headers.get("Retry-After")) from None
+            error = from_reply(exc.code, raw, exc.headers.get("Retry-After"))
+            if isinstance(error, Unauthorized):
+                error.details["hint"] = UNAUTHORIZED_HINT
+            raise error from None
         except urllib.error.URLError as exc:
+            unverified = trust.explain(exc, url)
+            if unverified:
+                raise CannotConnect(unverified, hint=trust.HINT) from None
             raise CannotConnect(f"cannot connect to {url}: {exc.reason}") from None
     if tmp.stat().st_size != meta["bytes"]:
         tmp.unlink()
@@ -80,12 +93,17 @@ def fetch_backup(url: str, out: Path, secret: str | None,
     return meta  # type: ignore[no-any-return]
 
 
+def _tls(url: str) -> ssl.SSLContext | None:
+    return trust.context() if url.startswith("https:") else None
+
+
 def _node_id(url: str, timeout: float) -> str:
     """The node id a node reports on /health (what a signature is made for)."""
     from cli.client import CannotConnect
 
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/api/v1/health", timeout=timeout) as resp:
+        with urllib.request.urlopen(url.rstrip("/") + "/api/v1/health", timeout=timeout,
+                                    context=_tls(url)) as resp:
             return str(json.loads(resp.read())["node_id"])
     except (urllib.error.URLError, KeyError, ValueError) as exc:
         raise CannotConnect(f"cannot read the node id of {url}: {exc}") from None
@@ -96,14 +114,24 @@ def _node_id(url: str, timeout: float) -> str:
               help="Where to write the database copy (and OUT.json beside it).")
 @click.option("--secret", envvar=SECRET_ENV, show_envvar=True,
               help="The cluster secret, when the node has one: signs the request.")
+@click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path(".data"), show_default=True,
+              help="Data directory of a local `cluster up`: without --secret, its "
+                   "cluster.secret signs a backup of one of its nodes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the backup's description as JSON.")
 @pass_state
-def backup(state: CliState, out: Path, secret: str | None, as_json: bool) -> None:
+def backup(state: CliState, out: Path, secret: str | None, data_dir: Path,
+           as_json: bool) -> None:
     """Take a consistent online backup of the node at --url.
 
-    Signed with the cluster secret, or, given a root key (--api-key), sent
-    with that key instead (what a keys-mode node without a secret needs)."""
-    meta = fetch_backup(state.url, out, secret, key=getattr(state, "key", None) or state.api_key)
+    Signed with the cluster secret (--secret, AI_MEMORY_CLUSTER_SECRET, or
+    that of the `cluster up` running in --data when --url is one of its
+    nodes), or, given a root key (--api-key), sent with that key instead
+    (what a keys-mode node without a secret needs)."""
+    key = getattr(state, "key", None) or state.api_key
+    if not secret and not key:
+        secret = for_url(state.url, data_dir)
+    meta = fetch_backup(state.url, out, secret, key=key)
     if as_json:
         print_json(meta)
         return
@@ -124,6 +152,6 @@ def restore(file: Path, db: Path, force: bool) -> None:
     from store.backup import restore as do_restore
 
     result = do_restore(file, db, force=force)
-    click.echo(f"{result['db']}: restored {result['oplog_ops']} ops as incarnation "
-               f"{result['incarnation']} (was {result['restored_from']})")
+    click.echo(f"{result['db']}: restored {result['ops']} ops in its version vector as "
+               f"incarnation {result['incarnation']} (was {result['restored_from']})")
     note("start the node: it catches up from its peers before long")

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from common import __version__, limits
+from common import __version__, limits, trust
 from common.errors import (
     AiMemoryError,
     BadRequest,
@@ -74,20 +74,28 @@ class Transport(Protocol):
 
 
 class UrllibTransport:
-    """Sends one request with ``urllib``; HTTP error statuses are returned, not raised."""
+    """Sends one request with ``urllib``; HTTP error statuses are returned, not raised.
+    An https URL is verified against the cluster CA (:mod:`common.trust`)."""
+
+    def __init__(self, ca_cert: str | None = None) -> None:
+        self.ca_cert = ca_cert
 
     def send(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: float
     ) -> Response:
         request = urllib.request.Request(url, data=body, headers=dict(headers), method=method)
+        tls = trust.context(self.ca_cert) if url.startswith("https:") else None
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as reply:
+            with urllib.request.urlopen(request, timeout=timeout, context=tls) as reply:
                 return Response(reply.status, _lower_keys(reply.headers.items()), reply.read())
         except urllib.error.HTTPError as exc:
             with exc:
                 return Response(exc.code, _lower_keys(exc.headers.items()), exc.read())
         except urllib.error.URLError as exc:
             reason = exc.reason
+            unverified = trust.explain(exc, _origin(url))
+            if unverified:  # nothing was sent: the handshake failed
+                raise CannotConnect(unverified, hint=trust.HINT) from exc
             if isinstance(reason, TimeoutError):
                 raise TransportFailed(f"no answer from {_origin(url)} within {timeout:g}s") from exc
             if isinstance(reason, OSError) and not isinstance(
@@ -136,6 +144,7 @@ class ApiClient:
         agent_id: str | None = None,
         api_key: str | None = None,
         key: str | None = None,
+        ca_cert: str | None = None,
         transport: Transport | None = None,
         timeout: float = limits.cli_http_timeout_secs,
         sleep: Callable[[float], None] = time.sleep,
@@ -144,7 +153,8 @@ class ApiClient:
         self.agent_id = agent_id
         self.api_key = api_key
         self.key = key  # sent as Authorization: Bearer
-        self.transport = transport or UrllibTransport()
+        self.ca_cert = ca_cert  # None: --ca-cert / AI_MEMORY_CA_CERT (common.trust)
+        self.transport = transport or UrllibTransport(ca_cert)
         self.timeout = timeout
         self.sleep = sleep
 

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import click
 
-from cli import cluster_status
+from cli import cluster_status, local_secret
 from cli.layout import DbPath, NodeSpec, majority, peer_entries, plan_cluster
-from cli.node_config import new_secret, write_configs
+from cli.node_config import write_configs
 from cli.output import note, print_json, table
 from cli.state import CliState, pass_state
+from common import limits
 from common.errors import BadRequest, ServerError
 
 SECRET_ENV = "AI_MEMORY_CLUSTER_SECRET"
@@ -77,7 +78,7 @@ def serve_argv(exe: list[str], spec: NodeSpec, nodes: list[NodeSpec]) -> list[st
     "--secret",
     envvar=SECRET_ENV,
     show_envvar=True,
-    help="Shared peer secret (default: a new random one for this run).",
+    help="Shared peer secret (default: the one in DATA/cluster.secret, made on first use).",
 )
 @click.option("--exe", help="Command that runs ai-memory (default: this Python with -m cli).")
 def up(
@@ -100,7 +101,11 @@ def up(
     # No flag for a first start: members with no database find out together
     # whether the cluster is new (daemon/joining.py), as on separate hosts.
     children = [ChildSpec(s.node_id, serve_argv(command, s, specs), s.url) for s in specs]
-    env = {**os.environ, SECRET_ENV: secret or new_secret(), "PYTHONUNBUFFERED": "1"}
+    extra_state: dict[str, str] = {}
+    if not secret:  # one secret for the life of this data directory: backups just work
+        secret = local_secret.load_or_create(data_dir.resolve())
+        extra_state["secret_file"] = str(local_secret.secret_path(data_dir.resolve()))
+    env = {**os.environ, SECRET_ENV: secret, "PYTHONUNBUFFERED": "1"}
     if host in ("127.0.0.1", "localhost", "::1"):
         # A local cluster is for trying things out: let it call hooks on this host.
         env.setdefault("AI_MEMORY_ALLOW_LOOPBACK_WEBHOOKS", "1")
@@ -119,7 +124,8 @@ def up(
             "A node that exits is restarted. Ctrl-C stops every node."
         )
 
-    supervisor = Supervisor(specs=children, env=env, out=click.echo, data_dir=data_dir.resolve())
+    supervisor = Supervisor(specs=children, env=env, out=click.echo, data_dir=data_dir.resolve(),
+                            extra_state=extra_state)
     code = asyncio.run(supervisor.run(on_ready=summary))
     raise SystemExit(code)
 
@@ -149,13 +155,29 @@ _DATA_OPTION = click.option(
 )
 
 
-def _control(cmd: str, node: str, data_dir: Path) -> None:
+def _control(cmd: str, node: str, data_dir: Path, wait: float | None = None) -> None:
     from cli.cluster_control import request
 
-    reply = request(data_dir, cmd, node)
-    click.echo(f"{reply['node']}: {reply['state']}"
-               + (f" (pid {reply['pid']})" if reply.get("pid") else "")
-               + (f" ({reply['note']})" if reply.get("note") else ""))
+    if wait is None:
+        reply = request(data_dir, cmd, node)
+    else:  # the supervisor answers once the node is healthy, or after `wait`
+        reply = request(data_dir, cmd, node, timeout=wait + limits.cluster_control_timeout_secs,
+                        wait=wait)
+    click.echo(control_line(reply))
+
+
+def control_line(reply: dict[str, object]) -> str:
+    """``node2: killed (SIGKILL, pid 123)``, ``node2: running (pid 9, answers http://...)``."""
+    details = [str(reply[k]) for k in ("signal",) if reply.get(k)]
+    if reply.get("pid"):
+        details.append(f"pid {reply['pid']}")
+    if reply.get("status") is not None and reply.get("state") != "running":
+        details.append(f"exit status {reply['status']}")
+    if reply.get("url"):
+        details.append(f"answers {reply['url']}/api/v1/health")
+    if reply.get("note"):
+        details.append(str(reply["note"]))
+    return f"{reply['node']}: {reply['state']}" + (f" ({', '.join(details)})" if details else "")
 
 
 @cluster.command("stop")
@@ -177,9 +199,15 @@ def kill_node(node: str, data_dir: Path) -> None:
 @cluster.command("start")
 @click.argument("node")
 @_DATA_OPTION
-def start_node(node: str, data_dir: Path) -> None:
-    """Start again a node that `cluster stop` or `cluster kill` took down."""
-    _control("start", node, data_dir)
+@click.option("--timeout", "wait", type=click.FloatRange(min=0.1), show_default=True,
+              default=limits.cluster_up_start_wait_secs,
+              help="Seconds to wait for the node to answer its health check.")
+def start_node(node: str, data_dir: Path, wait: float) -> None:
+    """Start again a node that `cluster stop` or `cluster kill` took down.
+
+    Returns once the node answers /api/v1/health as itself (exit 6 if it
+    does not within --timeout; `cluster up` keeps trying)."""
+    _control("start", node, data_dir, wait)
 
 
 @cluster.command("status")
@@ -239,17 +267,32 @@ def status(state: CliState, as_json: bool) -> None:
     help="Database root; node i uses DATA/node{i}/ai-memory.db (systemd StateDirectory).",
 )
 @click.option("--force", is_flag=True, help="Overwrite existing config files.")
+@click.option("--tls/--no-tls", "tls", default=None,
+              help="Mint a cluster CA and node certificates; serve https, peers over mutual "
+                   "TLS. Default: on when a host is not loopback.")
 def init(
-    nodes: int, base_port: int, out_dir: Path, hosts: tuple[str, ...], data_dir: Path, force: bool
+    nodes: int, base_port: int, out_dir: Path, hosts: tuple[str, ...], data_dir: Path, force: bool,
+    tls: bool | None,
 ) -> None:
     """Write one TOML config per node, sharing a freshly generated cluster secret."""
-    specs = plan_cluster(
-        nodes, base_port, hosts or ("127.0.0.1",), DbPath(data_dir, "ai-memory.db")
-    )
+    from cli.node_config import is_loopback_host
+
+    hosts = hosts or ("127.0.0.1",)
+    if tls is None:
+        tls = not all(is_loopback_host(h) for h in hosts)
+    specs = plan_cluster(nodes, base_port, hosts, DbPath(data_dir, "ai-memory.db"), tls=tls)
     written = write_configs(specs, out_dir, force=force)
+    if tls:
+        from cli import pki
+
+        pki.mint_cluster(out_dir, [(s.node_id, s.host) for s in specs])
     for spec, path in zip(specs, written, strict=True):
         click.echo(f"{path}  {spec.node_id} {spec.url}  db {spec.db}")
     note(
         f"write quorum {majority(nodes)} of {nodes}; the files hold the cluster secret (mode 0600).\n"
         f"Install each as /etc/ai-memory/<node>.toml and start ai-memory@<node> (see deploy/README.md)."
     )
+    if tls:
+        note(f"TLS: {out_dir}/ca.crt is the cluster CA (clients: --ca-cert or AI_MEMORY_CA_CERT); "
+             "install <node>.crt, <node>.key and ca.crt beside each config. ca.key stays here: "
+             "`ai-memory tls rotate --dir` mints the next certificates with it.")

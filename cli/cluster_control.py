@@ -5,7 +5,8 @@ control socket, and every node's pid, url and state) whenever a node starts
 or exits, and removes it when it stops. ``ai-memory cluster stop|start|kill
 NODE`` reads that file, connects to the Unix socket it names, sends one JSON
 line (``{"cmd": "stop", "node": "node2"}``) and prints the one JSON line it
-gets back. Only the supervisor starts and stops nodes, so its restart logic
+gets back (``cluster start`` waits for the node's health check first).
+Only the supervisor starts and stops nodes, so its restart logic
 always knows which exits were asked for.
 
 The socket lives in the data directory when the path fits a Unix socket
@@ -15,11 +16,13 @@ directory under a name derived from the data directory.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import socket
 import tempfile
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +47,6 @@ def socket_path(data_dir: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"ai-memory-{digest}.sock"
 
 
-def restart_delay(failures: int, first: float = limits.cluster_up_restart_backoff_first_secs,
-                  cap: float = limits.cluster_up_restart_backoff_max_secs) -> float:
-    """Wait before restart number ``failures`` (1-based): doubles, capped."""
-    if failures < 1:
-        return 0.0
-    return float(min(cap, first * 2 ** (failures - 1)))
-
-
 def write_state(data_dir: Path, state: dict[str, Any]) -> None:
     """Replace the state file atomically (a reader never sees half of it)."""
     path = state_path(data_dir)
@@ -72,8 +67,29 @@ def read_state(data_dir: Path) -> dict[str, Any]:
     return state
 
 
+async def serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    handle: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]) -> None:
+    """Read one JSON request line, answer it with ``handle``'s reply, close."""
+    try:
+        try:
+            line = await reader.readline()
+            req = json.loads(line)
+            if not isinstance(req, dict):
+                raise ValueError("not an object")
+            reply = await handle(req)
+        except (ValueError, asyncio.LimitOverrunError) as exc:
+            reply = {"error": f"bad control request: {exc}"}
+        writer.write(json.dumps(reply).encode() + b"\n")
+        await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
 def request(data_dir: Path, cmd: str, node: str,
-            timeout: float = limits.cluster_control_timeout_secs) -> dict[str, Any]:
+            timeout: float = limits.cluster_control_timeout_secs,
+            **extra: Any) -> dict[str, Any]:
     """Send one command to the supervisor of ``data_dir``; its answer."""
     if cmd not in COMMANDS:
         raise BadRequest(f"unknown cluster command {cmd!r}")
@@ -88,7 +104,7 @@ def request(data_dir: Path, cmd: str, node: str,
             sock.connect(str(state["control"]))
         except OSError as exc:
             raise Unavailable(f"the `cluster up` supervisor does not answer: {exc}") from None
-        sock.sendall(json.dumps({"cmd": cmd, "node": node}).encode() + b"\n")
+        sock.sendall(json.dumps({"cmd": cmd, "node": node, **extra}).encode() + b"\n")
         data = b""
         while not data.endswith(b"\n"):
             chunk = sock.recv(65536)
@@ -106,5 +122,7 @@ def request(data_dir: Path, cmd: str, node: str,
     if not isinstance(reply, dict):
         raise Unavailable("malformed answer from the supervisor")
     if "error" in reply:
+        if reply.get("code") == "unavailable":
+            raise Unavailable(str(reply["error"]))
         raise BadRequest(str(reply["error"]))
     return reply

@@ -11,7 +11,8 @@ member reports per origin; last contact is the first node's view. The
 overall health is the first node's ``quorum_healthy`` (or, from a daemon
 that does not report it, whether it reaches ``write_quorum`` members).
 Member URLs come from ``members`` entries (``{"node_id", "url"}``, ``id=url``
-or a URL) or from ``peers[id].url``.
+or a URL) or from ``peers[id].url``. Owned mailboxes are shown as
+``workspace/project@epoch`` (``--json`` keeps the keys, ``mbox:...``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from common.errors import AiMemoryError
 
 STATUS_PATH = "/api/v1/cluster/status"
 MAILBOXES_SHOWN = 3
+MAILBOX_PREFIX = "mbox:"  # the key's prefix: the column already says these are mailboxes
 
 
 @dataclass(slots=True)
@@ -174,7 +176,7 @@ def rows(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[str, An
 def _mailboxes(owned: Mapping[str, Any]) -> str:
     if not owned:
         return "-"
-    items = [f"{box}@{epoch}" for box, epoch in sorted(owned.items())]
+    items = [f"{box.removeprefix(MAILBOX_PREFIX)}@{epoch}" for box, epoch in sorted(owned.items())]
     shown = ", ".join(items[:MAILBOXES_SHOWN])
     more = len(items) - MAILBOXES_SHOWN
     return f"{shown} (+{more})" if more > 0 else shown

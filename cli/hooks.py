@@ -23,9 +23,9 @@ The notice comes from ``GET /handoff?inbox_only=1``: a count and names only,
 never a message's text. A hook never fails the harness: a node that cannot be
 reached or refuses is reported on stderr and the hook exits 0.
 
-``install-hooks`` prints (or with ``--write`` merges into the harness's own
-files) the hook entries and the ``mcp-bridge`` MCP entry for Claude Code,
-Codex or Kimi.
+Both take ``--url`` once per node (or comma-separated): the hook asks the
+first node that answers, so a node that is down does not cost the notice.
+``install-hooks`` (:mod:`cli.install_hooks`) writes the entries that run them.
 """
 
 from __future__ import annotations
@@ -34,22 +34,24 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sys
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
-from cli.client import DEFAULT_URL, ApiClient
+from cli.client import DEFAULT_URL, ApiClient, CannotConnect, TransportFailed
+from cli.node_urls import split_urls
 from cli.scope import CONFIG_FILE, resolve_scope
 from cli.state import CliState, pass_state
 from common import limits
 from common.errors import AiMemoryError, BadRequest
 from daemon.mcp.settings import session_from_env
 
+T = TypeVar("T")
 HARNESSES = ("claude-code", "codex", "kimi")
 SESSION_HEADER = "x-memory-actor-session-id"
 _SCOPE_CHARS = re.compile(r"[^A-Za-z0-9_\-.]+")
@@ -150,9 +152,24 @@ class SessionState:
 
 # -- talking to the node -------------------------------------------------------------
 
-def _client(state: CliState) -> ApiClient:
-    return ApiClient(state.url or DEFAULT_URL, agent_id=state.agent_id, api_key=state.api_key,
-                     timeout=limits.hook_http_timeout_secs)
+def on_first_node(state: CliState, urls: tuple[str, ...],
+                  call: Callable[[ApiClient], T]) -> T:
+    """``call`` against the first of ``urls`` (else the global ``--url``) that answers.
+
+    Only a node that cannot be reached or does not answer in time is passed
+    over: recording a session is idempotent, so trying it on the next is safe.
+    """
+    candidates = split_urls(urls) or (state.url or DEFAULT_URL,)
+    failed: AiMemoryError | None = None
+    for url in candidates:
+        client = ApiClient(url, agent_id=state.agent_id, api_key=state.api_key, key=state.key,
+                           ca_cert=state.ca_cert, timeout=limits.hook_http_timeout_secs)
+        try:
+            return call(client)
+        except (CannotConnect, TransportFailed) as exc:
+            failed = exc
+    assert failed is not None
+    raise failed
 
 
 def fetch_notice(client: ApiClient, workspace: str, project: str, harness: str,
@@ -186,16 +203,20 @@ _harness = click.option("--harness", type=click.Choice(HARNESSES), required=True
                         help="Which harness runs the hook.")
 _state = click.option("--state-dir", "state_dir_opt", default=None,
                       help="Where per-session notice state is kept (AI_MEMORY_STATE_DIR).")
+_urls = click.option("--url", "urls", multiple=True,
+                     help="A node's address; repeat (or separate with commas) to fall back "
+                          "to the next when one is down. Default: the global --url.")
 
 
 @hook.command("session-start")
 @_harness
 @_state
+@_urls
 @click.option("--once", is_flag=True,
               help="Act only on the first call of a session (run from a prompt hook).")
 @pass_state
 def session_start(state: CliState, harness: str, state_dir_opt: str | None,
-                  once: bool) -> None:
+                  urls: tuple[str, ...], once: bool) -> None:
     """Record this session with the node; print the inbox notice when mail waits."""
     event = read_event()
     sid = _session_id(event)
@@ -205,12 +226,15 @@ def session_start(state: CliState, harness: str, state_dir_opt: str | None,
         return
     try:
         workspace, project = project_for(cwd)
-        client = _client(state)
         body: dict[str, Any] = {"workspace": workspace, "project": project, "harness": harness}
         if sid:
             body["session_id"] = sid
-        client.post("/api/v1/sessions", body)
-        reply = fetch_notice(client, workspace, project, harness, sid)
+
+        def start(client: ApiClient) -> dict[str, Any]:
+            client.post("/api/v1/sessions", body)
+            return fetch_notice(client, workspace, project, harness, sid)
+
+        reply = on_first_node(state, urls, start)
     except AiMemoryError as exc:
         _report(exc)
         return
@@ -223,8 +247,10 @@ def session_start(state: CliState, harness: str, state_dir_opt: str | None,
 @hook.command("prompt")
 @_harness
 @_state
+@_urls
 @pass_state
-def prompt(state: CliState, harness: str, state_dir_opt: str | None) -> None:
+def prompt(state: CliState, harness: str, state_dir_opt: str | None,
+           urls: tuple[str, ...]) -> None:
     """Print the inbox notice mid-session when the project opts in and it changed."""
     event = read_event()
     cwd = _cwd(event)
@@ -233,7 +259,8 @@ def prompt(state: CliState, harness: str, state_dir_opt: str | None) -> None:
             return
         sid = _session_id(event)
         workspace, project = project_for(cwd)
-        reply = fetch_notice(_client(state), workspace, project, harness, sid)
+        reply = on_first_node(
+            state, urls, lambda client: fetch_notice(client, workspace, project, harness, sid))
     except AiMemoryError as exc:
         _report(exc)
         return
@@ -245,129 +272,3 @@ def prompt(state: CliState, harness: str, state_dir_opt: str | None) -> None:
     store.save({**seen, "at": time.time()})
     if reply.get("notice"):
         click.echo(reply["notice"])
-
-
-# -- install-hooks ----------------------------------------------------------------------------
-
-def _exe() -> str:
-    return shutil.which("ai-memory") or "ai-memory"
-
-
-def plan(harness: str, base: Path, url: str, exe: str) -> list[tuple[Path, str, Any]]:
-    """What to add where: (file, "json"|"toml", entries) for one harness."""
-    bridge = {"command": exe, "args": ["mcp-bridge", "--url", url]}
-    start = f"{exe} --url {url} hook session-start --harness {harness}"
-    on_prompt = f"{exe} --url {url} hook prompt --harness {harness}"
-    if harness == "claude-code":
-        hooks_cc: dict[str, Any] = {"hooks": {
-            "SessionStart": [{"hooks": [{"type": "command", "command": start}]}],
-            "UserPromptSubmit": [{"hooks": [{"type": "command", "command": on_prompt}]}],
-        }}
-        return [(base / ".claude" / "settings.json", "json", hooks_cc),
-                (base / ".mcp.json", "json", {"mcpServers": {"ai-memory": bridge}})]
-    if harness == "codex":
-        hooks: dict[str, Any] = {"hooks": {
-            "SessionStart": [{"matcher": "startup|resume|clear",
-                              "hooks": [{"type": "command", "command": start, "timeout": 10}]}],
-            "UserPromptSubmit": [{"hooks": [{"type": "command", "command": on_prompt,
-                                             "timeout": 10}]}],
-        }}
-        toml = ("\n[mcp_servers.ai-memory]\n"
-                f"command = {json.dumps(exe)}\n"
-                f"args = {json.dumps(bridge['args'])}\n"
-                'env_vars = ["CODEX_THREAD_ID"]\n')
-        return [(base / ".codex" / "hooks.json", "json", hooks),
-                (base / ".codex" / "config.toml", "toml",
-                 {"mcp_servers.ai-memory": toml, "features.codex_hooks": "\n[features]\ncodex_hooks = true\n"})]
-    # kimi drops SessionStart output: its first prompt hook starts the session
-    first = f"{exe} --url {url} hook session-start --harness kimi --once"
-    toml_hook = f'\n[[hooks]]\nevent = "UserPromptSubmit"\ncommand = {json.dumps(first)}\ntimeout = 10\n'
-    return [(base / ".kimi" / "config.toml", "toml", {"hooks": toml_hook}),
-            (base / ".kimi" / "mcp.json", "json", {"mcpServers": {"ai-memory": bridge}})]
-
-
-def _merge_json(existing: Any, add: Any) -> Any:
-    """``add`` merged into ``existing``: objects key by key, hook lists without repeats."""
-    if isinstance(existing, dict) and isinstance(add, dict):
-        out = dict(existing)
-        for k, v in add.items():
-            out[k] = _merge_json(existing[k], v) if k in existing else v
-        return out
-    if isinstance(existing, list) and isinstance(add, list):
-        return existing + [item for item in add if item not in existing]
-    return add
-
-
-def _has_toml(data: dict[str, Any], dotted: str, text: str) -> bool:
-    if dotted == "hooks":
-        hooks = data.get("hooks")
-        command = text.split("command = ", 1)[1].split("\n", 1)[0]
-        return isinstance(hooks, list) and any(
-            json.dumps(h.get("command")) == command for h in hooks if isinstance(h, dict))
-    node: Any = data
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
-
-
-def write_plan(entries: list[tuple[Path, str, Any]]) -> list[str]:
-    """Merge every entry into its file; the lines to tell the user."""
-    said: list[str] = []
-    for path, kind, add in entries:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = path.read_text() if path.exists() else ""
-        if kind == "json":
-            try:
-                existing = json.loads(text) if text.strip() else {}
-            except ValueError as exc:
-                raise BadRequest(f"{path} is not JSON ({exc}); fix it or add the entries by hand") from None
-            merged = _merge_json(existing, add)
-            if merged != existing:
-                path.write_text(json.dumps(merged, indent=2) + "\n")
-                said.append(f"updated {path}")
-            else:
-                said.append(f"{path} already has the entries")
-            continue
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise BadRequest(f"{path} is not TOML ({exc}); fix it or add the entries by hand") from None
-        for dotted, block in add.items():
-            if _has_toml(data, dotted, block):
-                said.append(f"{path} already has {dotted}")
-            elif "." in dotted and dotted.split(".")[0] in data and dotted != "mcp_servers.ai-memory":
-                said.append(f"{path}: add `{dotted.split('.', 1)[1]} = true` to its "
-                            f"[{dotted.split('.')[0]}] table by hand")
-            else:
-                text = text + ("" if not text or text.endswith("\n") else "\n") + block
-                said.append(f"added {dotted} to {path}")
-        path.write_text(text)
-    return said
-
-
-@click.command("install-hooks")
-@click.option("--harness", type=click.Choice(HARNESSES), required=True)
-@click.option("--write", is_flag=True, help="Merge the entries into the files instead of printing.")
-@click.option("--dir", "base", default=None, type=click.Path(file_okay=False),
-              help="Project directory (claude-code, codex; default: here) or home (kimi; "
-                   "default: ~).")
-@click.option("--exe", default=None, help="The ai-memory executable the entries run.")
-@pass_state
-def install_hooks(state: CliState, harness: str, write: bool, base: str | None,
-                  exe: str | None) -> None:
-    """Print (or --write) the hook and MCP entries a harness needs for ai-memory."""
-    root = Path(base) if base else (Path.home() if harness == "kimi" else Path.cwd())
-    entries = plan(harness, root, state.url or DEFAULT_URL, exe or _exe())
-    if write:
-        for line in write_plan(entries):
-            click.echo(line)
-        return
-    for path, kind, add in entries:
-        click.echo(f"# {path}")
-        if kind == "json":
-            click.echo(json.dumps(add, indent=2))
-        else:
-            click.echo("".join(add.values()).strip())
-        click.echo("")

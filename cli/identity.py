@@ -226,6 +226,21 @@ def revoke(state: CliState, user_name: str, workspace: str, project: str | None,
                                                              else " (unchanged)"))
 
 
+def mode_words(who: dict[str, Any]) -> str:
+    """The node's mode, and what it means for this caller. ``mode`` is how
+    the caller was identified (a key is resolved on an anonymous node too);
+    ``node_mode`` (absent from older nodes) is the mode the node runs in."""
+    node_mode = who.get("node_mode")
+    if node_mode is None:
+        return f", {who.get('mode')} mode"
+    if node_mode != "anonymous":
+        return f"; the node runs in {node_mode} mode"
+    if who.get("mode") == "anonymous":
+        return ("; the node runs in anonymous mode: no key, X-Agent-Id names the agent "
+                "and every project is open")
+    return "; the node runs in anonymous mode, but a key is still checked: its grants apply"
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON reply.")
 @pass_state
@@ -239,6 +254,7 @@ def whoami(state: CliState, as_json: bool) -> None:
     agent = who.get("agent")
     click.echo(f"{user}" + (" (root)" if who.get("root") else "")
                + (f", agent {agent}" + (" (bound to the key)" if who.get("agent_bound") else "")
-                  if agent else "") + f", {who.get('mode')} mode")
+                  if agent else "")
+               + (f", key {who['key_id']}" if who.get("key_id") else "") + mode_words(who))
     for g in who.get("grants") or []:
         click.echo(f"  {g.get('access')} on {g.get('workspace')}/{g.get('project') or '*'}")

@@ -24,11 +24,12 @@ class NodeSpec:
     host: str
     port: int
     db: Path
+    tls: bool = False  # served over https, peers with mutual TLS (cluster init --tls)
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
 
 def majority(n: int) -> int:
@@ -40,6 +41,7 @@ def plan_cluster(
     base_port: int,
     hosts: tuple[str, ...],
     db_for: Callable[[str], Path],
+    tls: bool = False,
 ) -> list[NodeSpec]:
     """One :class:`NodeSpec` per node; ``hosts`` holds one host for all or one per node."""
     if not 1 <= nodes <= MAX_NODES:
@@ -54,7 +56,7 @@ def plan_cluster(
     for i in range(1, nodes + 1):
         node_id = f"node{i}"
         host = hosts[0] if len(hosts) == 1 else hosts[i - 1]
-        specs.append(NodeSpec(node_id, host, base_port + i - 1, db_for(node_id)))
+        specs.append(NodeSpec(node_id, host, base_port + i - 1, db_for(node_id), tls))
     return specs
 
 

@@ -4,7 +4,9 @@ Global options say where the daemon is and who is asking: ``--url``
 (``AI_MEMORY_URL``, default http://127.0.0.1:9077), ``--agent-id``
 (``AI_MEMORY_AGENT_ID``, sent as ``X-Agent-Id``) and ``--api-key``
 (``AI_MEMORY_API_KEY``, sent as ``X-API-Key``) and ``--key``
-(``AI_MEMORY_KEY``, a directory key sent as ``Authorization: Bearer``).
+(``AI_MEMORY_KEY``, a directory key sent as ``Authorization: Bearer``),
+and for an https daemon ``--ca-cert`` (``AI_MEMORY_CA_CERT``, the cluster
+CA its certificate is verified against, see :mod:`common.trust`).
 
 Any :class:`common.errors.AiMemoryError` raised by a command is printed on
 stderr and ends the process with its ``exit_code``: 2 client error, 3 not
@@ -35,12 +37,13 @@ from cli.output import print_error
 from cli.session import session
 from cli.state import CliState
 from cli.subscription import subscription
-from common import __version__
+from common import __version__, trust
 from common.errors import AiMemoryError
 
 LAZY_COMMANDS = {"serve": ("cli.serve", "serve"), "mcp": ("cli.mcp_cmd", "mcp"),
                  "mcp-bridge": ("cli.mcp_cmd", "mcp_bridge"), "hook": ("cli.hooks", "hook"),
-                 "install-hooks": ("cli.hooks", "install_hooks"), "skill": ("cli.skill", "skill")}
+                 "install-hooks": ("cli.install_hooks", "install_hooks"), "skill": ("cli.skill", "skill"),
+                 "tls": ("cli.tls_cmd", "tls")}
 
 
 class RootGroup(click.Group):
@@ -101,12 +104,20 @@ class RootGroup(click.Group):
     show_envvar=True,
     help="An API key (aim_...), sent as Authorization: Bearer.",
 )
+@click.option(
+    "--ca-cert",
+    envvar="AI_MEMORY_CA_CERT",
+    show_envvar=True,
+    help="CA file (PEM; comma separated for several) that an https daemon's certificate "
+         "is verified against: the cluster's ca.crt from `cluster init`.",
+)
 @click.pass_context
 def cli(ctx: click.Context, url: str, agent_id: str | None, api_key: str | None,
-        key: str | None) -> None:
+        key: str | None, ca_cert: str | None) -> None:
     """ai-memory: notify agents, exchange claim-once project mail, run a cluster."""
+    trust.default_ca = ca_cert or None  # for clients built without the state
     ctx.obj = CliState(url=normalize_url(url), agent_id=agent_id or None, api_key=api_key or None,
-                       key=key or None)
+                       key=key or None, ca_cert=ca_cert or None)
 
 
 for _command in (notify, inbox, agents, session, message, memories, health, cluster, backup,

@@ -8,7 +8,8 @@ An MCP client config starts it, for example::
 The node address and identity come from this command's flags, else the root
 group's ``--url`` / ``--agent-id`` / ``--api-key``, else the environment
 (``AI_MEMORY_URL``, ``AI_MEMORY_AGENT_ID``, ``AI_MEMORY_API_KEY``,
-``AI_MEMORY_SESSION_ID``). A node in keys mode needs a key: ``--key`` or
+``AI_MEMORY_SESSION_ID``); an https node is verified against ``--ca-cert``
+(``AI_MEMORY_CA_CERT``, the cluster CA). A node in keys mode needs a key: ``--key`` or
 ``AI_MEMORY_KEY``, sent as ``Authorization: Bearer`` on every call. The project it speaks for is resolved as for
 every other command (:mod:`cli.scope`: flags, ``AI_MEMORY_WORKSPACE`` /
 ``AI_MEMORY_PROJECT``, then ``.ai-memory.toml`` from the working directory
@@ -54,6 +55,8 @@ from common.errors import BadRequest
     default=None,
     help="The hook session this server acts for (x-memory-actor-session-id).",
 )
+@click.option("--ca-cert", envvar="AI_MEMORY_CA_CERT", default=None,
+              help="The cluster CA (PEM) an https node's certificate is verified against.")
 @click.option("--workspace", default=None, help="Workspace of the project this agent works in.")
 @click.option("--project", default=None, help="Project this agent works in.")
 @pass_state
@@ -64,6 +67,7 @@ def mcp(
     api_key: str | None,
     key: str | None,
     session_id: str | None,
+    ca_cert: str | None,
     workspace: str | None,
     project: str | None,
 ) -> None:
@@ -83,6 +87,7 @@ def mcp(
         session_id=session_id,
         workspace=scope.workspace if scope else None,
         project=scope.project if scope else None,
+        ca_cert=ca_cert or state.ca_cert,
     )
     run_stdio(settings)
 
@@ -107,6 +112,8 @@ def _split_urls(values: tuple[str, ...]) -> tuple[str, ...]:
                    "variable the harness exports (CLAUDE_CODE_SESSION_ID, CODEX_THREAD_ID, ...).")
 @click.option("--harness", default=None,
               help="Harness name for the inbox notice (default: from the session variable).")
+@click.option("--ca-cert", envvar="AI_MEMORY_CA_CERT", default=None,
+              help="The cluster CA (PEM) an https node's certificate is verified against.")
 @click.option("--workspace", default=None, help="Workspace of the project (static clients).")
 @click.option("--project", default=None, help="Project this agent works in (static clients).")
 @click.option("--channel", type=click.Choice(["inbox"]), default=None,
@@ -123,6 +130,7 @@ def mcp_bridge(
     api_key: str | None,
     session_id: str | None,
     harness: str | None,
+    ca_cert: str | None,
     workspace: str | None,
     project: str | None,
     channel: str | None,
@@ -149,6 +157,7 @@ def mcp_bridge(
             channel=channel == "inbox",
             poll_fast_secs=poll_fast_secs or limits.bridge_poll_fast_secs,
             poll_slow_secs=poll_slow_secs or limits.bridge_poll_slow_secs,
+            ca_cert=ca_cert or state.ca_cert,
         )
     except (BadRequest, ValueError) as exc:
         raise click.UsageError(getattr(exc, "message", None) or str(exc)) from exc

@@ -3,7 +3,8 @@
 The current project (see :mod:`cli.scope`) is the sender of ``send`` and the
 mailbox of ``list``, ``pop`` and ``cancel``. When nothing names it the CLI
 sends no scope; the daemon then refuses send, pop and cancel (409, naming
-the project it would have guessed) and the refusal is printed as it came.
+the project it would have guessed), and the CLI says which flags, variables
+or ``.ai-memory.toml`` table name the project (exit 4).
 
 ``pop`` always carries a request id (a new UUID unless ``--request-id``).
 ``pop --wait`` blocks on the mailbox's push stream (:mod:`cli.stream`) and
@@ -31,14 +32,20 @@ import click
 from cli.body import read_body
 from cli.client import ApiClient, create_idempotently, drop_none
 from cli.output import indent, note, print_json
-from cli.scope import Scope, resolve_scope
+from cli.scope import Scope, how_to_name, name_the_project, resolve_scope
 from cli.state import CliState, pass_state
 from cli.stream import Event
 from cli.stream import wait as wait_on_stream
 from common import limits
 from common.errors import AiMemoryError, NotFound, Unavailable
 from common.lifecycle import PENDING
-from common.vocab import NATURE_DEFAULT, NATURES
+from common.vocab import (
+    FROM_AGENT_UNNAMED,
+    FROM_AGENT_UNNAMED_MEANING,
+    NATURE_DEFAULT,
+    NATURE_MEANINGS,
+    NATURES,
+)
 
 
 def scope_options(fn: Any) -> Any:
@@ -71,7 +78,8 @@ def message() -> None:
 @click.option(
     "--nature",
     type=click.Choice(NATURES),
-    help="How the sender knows: measured needs --evidence (default unknown).",
+    help="How you know what the body says: measured (you checked it; needs --evidence), "
+    "reported (you were told), inferred (your conclusion); default unknown.",
 )
 @click.option("--evidence", help="What backs a measured claim: a command, file:line, a message id.")
 @click.option("--from-workspace", help="Sender workspace (else env or .ai-memory.toml).")
@@ -118,7 +126,13 @@ def send(
             "evidence": evidence,
         }
     )
-    reply = create_idempotently(state.client(), "/api/v1/messages", request, idempotency_key)
+    try:
+        reply = create_idempotently(state.client(), "/api/v1/messages", request, idempotency_key)
+    except AiMemoryError as exc:
+        plain = name_the_project(exc, "sent", ("--from-workspace", "--from-project"))
+        if plain is exc:
+            raise
+        raise plain from None
     if as_json:
         print_json(reply)
         return
@@ -133,18 +147,32 @@ def send(
         note(f"warning: the daemon scrubbed {reply['scrubbed']} secret(s) from the message")
 
 
+def nature_line(msg: dict[str, Any]) -> str:
+    """``nature: X (what X means)``, then the evidence when there is some."""
+    nature = msg.get("nature") or NATURE_DEFAULT
+    meaning = NATURE_MEANINGS.get(nature)
+    line = f"nature: {nature}" + (f" ({meaning})" if meaning else "")
+    return line + (f"; evidence: {msg['evidence']}" if msg.get("evidence") else "")
+
+
+def agent_other_note(agents: list[Any]) -> str | None:
+    """What ``agent other`` means, when a shown message carries it."""
+    if FROM_AGENT_UNNAMED not in agents:
+        return None
+    return f"agent {FROM_AGENT_UNNAMED}: {FROM_AGENT_UNNAMED_MEANING}"
+
+
 def render_listed(row: dict[str, Any]) -> str:
     sender = where(row.get("from_workspace_id"), row.get("from_project_id"))
     if row.get("from_agent"):
-        sender += f" ({row['from_agent']})"
+        sender += f" (agent {row['from_agent']})"
     recipient = where(row.get("to_workspace"), row.get("to_project"))
     if row.get("to_agent"):
         recipient += f" (for {row['to_agent']})"
     lines = [
         f"[{row.get('state', '?')}] {row.get('id')}  {sender} -> {recipient}  at {row.get('created_at', '?')}",
         f"  subject: {row.get('subject') or '-'}",
-        f"  nature: {row.get('nature') or NATURE_DEFAULT}"
-        + (f"  evidence: {row['evidence']}" if row.get("evidence") else ""),
+        f"  {nature_line(row)}",
     ]
     if row.get("body"):
         lines.append(indent(str(row["body"])))
@@ -183,12 +211,13 @@ def list_messages(
     if as_json:
         print_json(reply)
         return
-    _refuse_unknown_project(reply)
+    _refuse_unknown_project(reply, scope)
     resolved = reply.get("resolved_scope")
     if resolved:
         note(
-            f"note: the daemon chose {where(resolved.get('workspace'), resolved.get('project'))} "
-            f"by {reply.get('scope_source', 'inference')}; {reply.get('hint', '')}".rstrip("; ")
+            f"note: no project was named, so the node chose "
+            f"{where(resolved.get('workspace'), resolved.get('project'))} "
+            f"({reply.get('scope_source', 'inference')}); to name yours, {how_to_name()}"
         )
     rows = reply.get("messages", [])
     box = reply.get("box", "outbox" if outbox else "inbox")
@@ -197,6 +226,9 @@ def list_messages(
     )
     for row in rows:
         click.echo(render_listed(row))
+    explained = agent_other_note([row.get("from_agent") for row in rows])
+    if explained:
+        note(explained)
 
 
 def render_popped(reply: dict[str, Any]) -> str:
@@ -208,10 +240,11 @@ def render_popped(reply: dict[str, Any]) -> str:
         extras.append(f"user {prov['from_owner_user']}")
     lines = [
         f"claimed {msg.get('id')} from {sender}" + (f" ({', '.join(extras)})" if extras else ""),
-        f"subject: {msg.get('subject') or '-'}",
-        f"nature: {msg.get('nature') or NATURE_DEFAULT}"
-        + (f"  evidence: {msg['evidence']}" if msg.get("evidence") else ""),
     ]
+    explained = agent_other_note([prov.get("from_agent")])
+    if explained:
+        lines.append(f"  {explained}")
+    lines += [f"subject: {msg.get('subject') or '-'}", nature_line(msg)]
     if reply.get("security_notice"):
         lines.append(f"security notice: {reply['security_notice']}")
     lines += ["", str(msg.get("body", ""))]
@@ -265,7 +298,7 @@ def pop(
             got = _pop_once(client, base, None, scope, agent)
             if got.get("message") is not None:
                 return got
-            _refuse_unknown_project(got)
+            _refuse_unknown_project(got, scope)
             if not hinted:  # say once why mail that is there is not ours
                 hinted.append(True)
                 hint = _harness_hint(client, scope, agent)
@@ -289,16 +322,22 @@ def pop(
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
 
-        reply = wait_on_stream(
-            client, "/api/v1/messages/stream",
-            drop_none({**scope_fields(scope), "agent": agent}),
-            timeout=timeout, check=attempt, on_event=announced,
-            what=f"arrived in {where(*_scope_pair(scope))}", note=note)
+        try:
+            reply = wait_on_stream(
+                client, "/api/v1/messages/stream",
+                drop_none({**scope_fields(scope), "agent": agent}),
+                timeout=timeout, check=attempt, on_event=announced,
+                what=f"arrived in {where(*_scope_pair(scope))}", note=note)
+        except AiMemoryError as exc:
+            plain = name_the_project(exc, "popped")
+            if plain is exc:
+                raise
+            raise plain from None
     if as_json:
         print_json(reply)
         return
     if reply.get("message") is None:
-        _refuse_unknown_project(reply)
+        _refuse_unknown_project(reply, scope)
         ws, proj = _scope_pair(scope)
         note(f"no pending message in {where(reply.get('workspace', ws), reply.get('project', proj))}")
         hint = _harness_hint(client, scope, agent)
@@ -326,7 +365,12 @@ def _pop_once(client: ApiClient, base: dict[str, Any], request_id: str | None,
     try:
         reply: dict[str, Any] = client.retrying_once(
             lambda: client.post("/api/v1/messages/pop", request))
-    except Unavailable as exc:
+    except AiMemoryError as exc:
+        plain = name_the_project(exc, "popped")
+        if plain is not exc:
+            raise plain from None
+        if not isinstance(exc, Unavailable):
+            raise
         exc.details.setdefault(
             "hint",
             f"the claim may have happened; run `{_pop_command(scope, agent, rid)}` "
@@ -343,9 +387,12 @@ def _still_pending(client: ApiClient, scope: Scope | None, agent: str | None,
     return any(row.get("id") == msg_id for row in listed.get("messages", []))
 
 
-def _refuse_unknown_project(reply: dict[str, Any]) -> None:
+def _refuse_unknown_project(reply: dict[str, Any], scope: Scope | None) -> None:
     if reply.get("project_exists") is False:
         name = where(reply.get("workspace"), reply.get("project"))
+        if scope is None:
+            raise NotFound(f"no project was named, and the node's guess, {name}, does not exist: "
+                           f"{how_to_name()}")
         raise NotFound(
             f"project {name} does not exist: a project exists once an agent has started a "
             "session there (`ai-memory session start`); check --workspace/--project",
@@ -404,7 +451,13 @@ def cancel(
         request["all"] = True
     else:
         request["message_id"] = message_id
-    reply = state.client().post("/api/v1/messages/cancel", request)
+    try:
+        reply = state.client().post("/api/v1/messages/cancel", request)
+    except AiMemoryError as exc:
+        plain = name_the_project(exc, "cancelled")
+        if plain is exc:
+            raise
+        raise plain from None
     if as_json:
         print_json(reply)
         return

@@ -2,10 +2,12 @@
 
 Each file is what ``ai-memory serve --config FILE`` reads (the sections of
 ``daemon/settings.py``): ``[server]`` host and port, ``[store]`` db,
-``[cluster]`` node id, cluster id, peers as ``id=url`` entries, write quorum and the
-shared secret that signs peer requests. The secret is generated once per
-cluster with :func:`secrets.token_hex`, so the files are written readable by
-their owner only.
+``[cluster]`` node id, cluster id, peers as ``id=url`` entries, write quorum
+and the shared secret that signs peer requests, and with TLS a ``[tls]``
+section naming the member's certificate, key and the cluster CA by paths
+relative to the config (the files :mod:`cli.pki` writes beside it). The
+secret is generated once per cluster with :func:`secrets.token_hex`, so the
+files are written readable by their owner only.
 """
 
 from __future__ import annotations
@@ -72,8 +74,23 @@ def render_config(spec: NodeSpec, cluster: list[NodeSpec], secret: str, now: dat
             "# anonymous is refused on a non-loopback address without --insecure-anonymous.",
             f"mode = {_toml_str('anonymous' if is_loopback_host(spec.host) else 'keys')}",
             "",
+            *(_tls_section(spec) if spec.tls else []),
         ]
     )
+
+
+def _tls_section(spec: NodeSpec) -> list[str]:
+    from cli.pki import CA_CERT, cert_file, key_file
+
+    return [
+        "[tls]",
+        "# HTTPS for clients, mutual TLS with the peers. Relative paths are read from this",
+        "# file's directory (systemd: the credentials directory, deploy/README.md).",
+        f"cert = {_toml_str(cert_file(spec.node_id))}",
+        f"key = {_toml_str(key_file(spec.node_id))}",
+        f"ca = [{_toml_str(CA_CERT)}]  # the cluster CA; old and new during a CA rotation",
+        "",
+    ]
 
 
 def write_configs(cluster: list[NodeSpec], out_dir: Path, *, force: bool = False) -> list[Path]:

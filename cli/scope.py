@@ -11,9 +11,10 @@ then the nearest ``.ai-memory.toml`` in the working directory or a parent::
 A file without a ``[project]`` table is passed over, so a repository can keep
 other settings there. If no source names either field the CLI sends no scope
 at all and lets the daemon decide; the daemon refuses a guessed scope for
-send, pop and cancel, and that refusal is shown to the user as it is. Naming
-only one of the two is a usage error, because half a scope would be
-completed by the daemon's guess.
+send, pop and cancel, and :func:`name_the_project` turns that refusal into
+plain words: which flags, variables or file name the project. Naming only
+one of the two is a usage error, because half a scope would be completed by
+the daemon's guess.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.errors import BadRequest
+from common.errors import AiMemoryError, BadRequest, Conflict
 
 CONFIG_FILE = ".ai-memory.toml"
 ENV_WORKSPACE = "AI_MEMORY_WORKSPACE"
@@ -110,3 +111,32 @@ def resolve_scope(
             f"also pass {missing}, set {env_name}, or name both in {CONFIG_FILE} [project]"
         )
     return Scope(workspace, project, "+".join(dict.fromkeys(sources)))
+
+
+def how_to_name(flag_names: tuple[str, str] = ("--workspace", "--project")) -> str:
+    """The three ways to name a project, in words, for an error or a hint."""
+    ws, proj = flag_names
+    return (f"pass {ws} and {proj} (for example `{ws} default {proj} project-b`), or set "
+            f"{ENV_WORKSPACE} and {ENV_PROJECT}, or put a [project] table "
+            f'(workspace = "...", name = "...") in {CONFIG_FILE} in this directory or a parent')
+
+
+def name_the_project(exc: AiMemoryError, what: str,
+                     flag_names: tuple[str, str] = ("--workspace", "--project")) -> AiMemoryError:
+    """The daemon's refusal of a guessed scope (409 with ``scope_source``), in plain words.
+
+    The daemon writes that refusal for MCP agents ("resolved by shared_slot,
+    not named"); at a terminal the user needs to know what to pass. Any other
+    error comes back unchanged. ``what`` is what was refused ("popped").
+    """
+    if not isinstance(exc, Conflict) or "scope_source" not in exc.details:
+        return exc
+    details: dict[str, object] = {}
+    guessed = exc.details.get("resolved_scope")
+    if isinstance(guessed, dict) and guessed.get("workspace") and guessed.get("project"):
+        details["the node would have guessed"] = (
+            f"{guessed['workspace']}/{guessed['project']} ({exc.details['scope_source']})")
+    plain = Conflict(f"no project was named, so nothing was {what}: {how_to_name(flag_names)}",
+                     **details)
+    plain.code = exc.code
+    return plain

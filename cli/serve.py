@@ -38,6 +38,15 @@ from common.errors import AiMemoryError
                    "request but GET /health needs a key (env AI_MEMORY_AUTH).")
 @click.option("--insecure-anonymous", is_flag=True, default=False,
               help="Serve anonymous mode on a non-loopback address anyway.")
+@click.option("--tls-cert", default=None, type=click.Path(dir_okay=False),
+              help="Serve HTTPS with this certificate (PEM; env AI_MEMORY_TLS_CERT, [tls] cert).")
+@click.option("--tls-key", default=None, type=click.Path(dir_okay=False),
+              help="The certificate's private key (env AI_MEMORY_TLS_KEY, [tls] key).")
+@click.option("--tls-ca", default=None,
+              help="Cluster CA file(s), comma separated: verifies peers and client "
+                   "certificates (env AI_MEMORY_TLS_CA, [tls] ca).")
+@click.option("--insecure-plaintext-peers", is_flag=True, default=False,
+              help="Accept http:// peers that are not loopback (unencrypted peer traffic).")
 @click.option("--config", "config", default=None, type=click.Path(exists=True, dir_okay=False),
               help="TOML config file.")
 @click.option("--log-level", default=None, help="debug, info, warning, error.")
@@ -48,12 +57,15 @@ def serve(**flags: object) -> None:
     from daemon.server import run
     from daemon.settings import check_exposure, load_settings
     from daemon.systemd import Notifier
+    from daemon.tls import server_context
 
-    if not flags.get("insecure_anonymous"):
-        flags.pop("insecure_anonymous", None)
+    for name in ("insecure_anonymous", "insecure_plaintext_peers"):
+        if not flags.get(name):
+            flags.pop(name, None)
     try:
         settings = load_settings(flags)
         check_exposure(settings)
+        server_context(settings)  # a TLS file that cannot be read stops the start here
     except (AiMemoryError, OSError, ValueError) as exc:
         click.echo(f"ai-memory serve: {exc}", err=True)
         sys.exit(2)

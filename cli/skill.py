@@ -88,13 +88,17 @@ def skill() -> None:
 
 @skill.command("install")
 @click.option("--dir", "base", default=None, type=click.Path(file_okay=False),
-              help="Skills directory (default ~/.claude/skills); the file goes in "
+              help="Skills directory (default ~/.claude/skills, Claude Code's personal skills; "
+                   ".claude/skills is one project's); the file goes in "
                    f"<dir>/{SKILL_NAME}/SKILL.md.")
 def install(base: str | None) -> None:
-    """Write SKILL.md for the ai-memory-messaging skill."""
+    """Write SKILL.md for the ai-memory-messaging skill, and say where."""
     root = Path(base) if base else Path.home() / ".claude" / "skills"
     path = root / SKILL_NAME / "SKILL.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     existed = path.exists() and path.read_text() == SKILL_MD
     path.write_text(SKILL_MD)
     click.echo(f"{'unchanged' if existed else 'wrote'} {path}")
+    if base is None:
+        click.echo("(Claude Code's personal skills, seen in every project; --dir DIR writes "
+                   "elsewhere, e.g. --dir .claude/skills for this project only)", err=True)

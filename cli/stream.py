@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cli.client import ApiClient, CannotConnect, Response, TransportFailed, error_from_response
-from common import __version__, limits
+from common import __version__, limits, trust
 from common.errors import AiMemoryError, Unavailable, WaitTimedOut
 
 T = TypeVar("T")
@@ -48,8 +48,13 @@ class _Stream:
     def __init__(self, client: ApiClient, path: str, params: Mapping[str, Any],
                  last_event_id: str | None, timeout: float) -> None:
         url = urllib.parse.urlsplit(client.url_for(path, params))
-        cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-        self.conn = cls(url.hostname or "127.0.0.1", url.port, timeout=timeout)
+        if url.scheme == "https":
+            self.conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                url.hostname or "127.0.0.1", url.port, timeout=timeout,
+                context=trust.context(client.ca_cert))
+        else:
+            self.conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port,
+                                                   timeout=timeout)
         headers = {"Accept": "text/event-stream", "User-Agent": f"ai-memory-cli/{__version__}"}
         if client.agent_id:
             headers["X-Agent-Id"] = client.agent_id
@@ -64,6 +69,9 @@ class _Stream:
             self.resp = self.conn.getresponse()
         except OSError as exc:
             self.conn.close()
+            unverified = trust.explain(exc, origin)
+            if unverified:
+                raise CannotConnect(unverified, hint=trust.HINT) from exc
             if isinstance(exc, TimeoutError):
                 raise TransportFailed(f"no answer from {origin} within {timeout:g}s") from exc
             raise CannotConnect(f"cannot connect to {origin}: {exc.strerror or exc}") from exc

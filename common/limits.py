@@ -200,6 +200,11 @@ cluster_up_stop_grace_secs = 15.0  # `cluster up`: after SIGTERM, wait this long
 cluster_up_restart_backoff_first_secs = 0.5  # `cluster up`: wait before restarting a node that exited
 cluster_up_restart_backoff_max_secs = 8.0  # `cluster up`: the restart wait doubles per exit up to this
 cluster_up_restart_reset_secs = 30.0  # `cluster up`: a node up this long starts its backoff over
+cluster_up_report_after_failures = 3  # `cluster up`: this many exits in a row print the node's log tail
+cluster_up_report_every_failures = 8  # `cluster up`: ... and again every this many exits after that
+cluster_up_give_up_failures = 3  # `cluster up`: ends when every node failed this many first starts
+cluster_up_log_tail_lines = 12  # `cluster up`: lines of a failing node's output shown again
+cluster_up_start_wait_secs = 30.0  # `cluster start NODE`: wait this long for its /health
 cluster_control_request_max_bytes = 4096  # `cluster up` control socket: one request line
 cluster_control_timeout_secs = 30.0  # `cluster stop|start|kill`: wait this long for the supervisor's answer
 cluster_status_timeout_secs = 3.0  # `cluster status`: per-member status request
@@ -230,6 +235,10 @@ web_sessions_max = 1_000  # browser sessions one node keeps (the oldest go first
 web_session_idle_secs = 8 * 3600  # a session unused this long is forgotten
 web_login_body_max_bytes = 4_096  # a login request's JSON body
 web_held_max = 256  # held messages the banner lists per project (the mailbox cap)
+
+# --- TLS (daemon/tls.py, common/certs.py) ------------------------------------
+tls_ca_cert_days = 3650  # a cluster CA minted by `cluster init` / `tls rotate --new-ca`
+tls_node_cert_days = 397  # a member certificate; `ai-memory tls rotate` mints the next one
 
 # --- how limits relate (checked at import) ---------------------------------
 # A waiting CLI hears a heartbeat before it gives up on a silent stream.

@@ -21,6 +21,26 @@ Nature = Literal["measured", "reported", "inferred", "unknown"]
 NATURES: Final[tuple[Nature, ...]] = get_args(Nature)
 MEASURED: Final[Nature] = "measured"  # the one nature that needs evidence
 NATURE_DEFAULT: Final[Nature] = "unknown"
+NATURE_MEANINGS: Final[dict[Nature, str]] = {
+    "measured": "the sender checked it itself; the evidence says how",
+    "reported": "the sender passes on what it was told",
+    "inferred": "the sender's own conclusion, not checked",
+    "unknown": "the sender did not say how it knows",
+}
+"""What each nature tells the reader, in the words the CLI and the web inbox show."""
+
+FROM_AGENT_UNNAMED: Final = "other"
+"""``from_agent`` of a message whose sender named no harness and had no session naming one."""
+FROM_AGENT_UNNAMED_MEANING: Final = (
+    "no harness named: sent from the CLI or an MCP client without a session; "
+    "the sending project, and its user when keys are on, say who sent it")
+FROM_AGENT_WEB: Final = "web"
+"""``from_agent`` of a message a person composed in the web inbox."""
+FROM_AGENT_MEANINGS: Final[dict[str, str]] = {
+    FROM_AGENT_UNNAMED: FROM_AGENT_UNNAMED_MEANING,
+    FROM_AGENT_WEB: "composed by a person in the web inbox",
+}
+"""The ``from_agent`` values that are not a harness, and what they say."""
 
 Box = Literal["inbox", "outbox"]
 """Which side of a project's mail a list reads."""

@@ -43,12 +43,14 @@ from aiohttp import web
 
 from common import limits
 from common.errors import AiMemoryError, ClusterMismatch, Unavailable
+from daemon import tls
 from daemon.http_errors import refuse_unread
 from daemon.peer_auth import BOOT_HEADER, BootMismatch, Verifier
 from daemon.peer_client import PeerClient, PeerUnreachable
 from daemon.seeding import seed_from_peers
 from daemon.settings import Settings
 from daemon.systemd import Notifier
+from daemon.tls import check_peer_cert
 from federation import bootstrap as rule
 from store.db import holds_data
 
@@ -103,6 +105,7 @@ def _waiting_app(w: _Waiting) -> web.Application:
             if checked.node not in c.member_ids or checked.node == c.node_id:
                 return await refuse_unread(request, ClusterMismatch(
                     f"{checked.node!r} is not a member of this cluster"))
+            check_peer_cert(w.settings, request.transport, checked.node)
             w.verifier.check_body(checked, await request.read())
         except AiMemoryError as exc:
             extra = {BOOT_HEADER: w.verifier.boot} if isinstance(exc, BootMismatch) else {}
@@ -154,12 +157,13 @@ async def prepare(settings: Settings, notifier: Notifier | None = None) -> Setti
     waiting = _Waiting(settings)
     runner = web.AppRunner(_waiting_app(waiting), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_address=True)
+    site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_address=True,
+                       ssl_context=tls.server_context(settings))
     await site.start()
     log.info("no database at %s: asking the other members (%s) whether this cluster is new "
              "or holds data", settings.store.db_path, ", ".join(p.node_id for p in c.peers))
     peers = PeerClient(c.node_id, {p.node_id: p.url for p in c.peers}, c.secret,
-                       now_s=waiting.now_s)
+                       now_s=waiting.now_s, tls=lambda: tls.client_context(settings))
     await peers.start()
     delay = limits.join_retry_first_secs
     logged, logged_at = "", 0.0

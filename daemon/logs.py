@@ -105,6 +105,14 @@ class TextFormatter(logging.Formatter):
         return text
 
 
+# Libraries whose INFO lines are routine chatter: the MCP SDK's streamable
+# HTTP transport logs "Terminating session: None" (and "Created new
+# transport ...") for every request of the stateless /mcp endpoint. Below
+# --log-level debug they log warnings and errors only, which keeps their
+# real failures ("Error handling POST request", "Stateless session crashed").
+QUIET_LIBRARIES = ("mcp",)
+
+
 def configure(level: str, fmt: str, node_id: str) -> None:
     """Send every log line of the process to stderr in ``fmt``."""
     if fmt not in FORMATS:
@@ -116,6 +124,9 @@ def configure(level: str, fmt: str, node_id: str) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    quiet = logging.NOTSET if root.level <= logging.DEBUG else logging.WARNING
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(quiet)
 
 
 def _bad_id(reason: str) -> web.Response:

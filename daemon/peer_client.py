@@ -15,13 +15,17 @@ of its database, which a member that lost its disk changes; a receiver drops
 what a replaced incarnation still had in flight, see
 :meth:`federation.core.NodeCore.on_message`). A receiver's answer names its
 own, and :meth:`PeerClient.call_from` returns it with the answer. Each call
-is logged at debug level with peer, path, status and duration.
+is logged at debug level with peer, path, status and duration. Over https
+each request and channel is opened with the TLS client context current at
+that moment (``tls``, see :mod:`daemon.tls`), so a reloaded certificate is
+used by the next connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -58,12 +62,14 @@ class PeerUnreachable(Exception):
 
 class PeerClient:
     def __init__(self, node_id: str, urls: dict[str, str], secret: str | None, *,
-                 now_s: Callable[[], float], incarnation: str = "") -> None:
+                 now_s: Callable[[], float], incarnation: str = "",
+                 tls: Callable[[], ssl.SSLContext | bool] = lambda: True) -> None:
         self.node_id = node_id
         self.incarnation = incarnation  # this node's database's, sent with every call
         self.now_s = now_s  # the node's clock (seconds): what signatures are checked against
         self.urls = urls
         self.secret = secret
+        self.tls = tls  # the client context for the next connection (mutual TLS)
         self._session: aiohttp.ClientSession | None = None
         self._boots: dict[str, str] = {}  # peer -> its boot id, as last learned
         self.channels: Channels | None = (
@@ -129,7 +135,7 @@ class PeerClient:
                                     self.now_s(), boot))
             try:
                 async with self._session.post(url + path, data=body, headers=headers,
-                                              timeout=t) as resp:
+                                              timeout=t, ssl=self.tls()) as resp:
                     raw = await resp.read()
                     new_boot = resp.headers.get(BOOT_HEADER)
                     incarnation = resp.headers.get(INCARNATION_HEADER, "")
@@ -194,6 +200,7 @@ class PeerClient:
                 async with asyncio.timeout(timeout_s):
                     ws = await self._session.ws_connect(
                         url + LINK_PATH, headers=headers, autoping=True, compress=0,
+                        ssl=self.tls(),
                         max_msg_size=limits.peer_body_max_bytes + 64,
                         heartbeat=limits.peer_channel_heartbeat_secs,
                         timeout=aiohttp.ClientWSTimeout(ws_close=1.0))

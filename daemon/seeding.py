@@ -36,6 +36,7 @@ from daemon.api.backup import BACKUP_PATH
 from daemon.peer_auth import BOOT_HEADER, sign
 from daemon.peer_client import PeerClient, PeerUnreachable
 from daemon.settings import Settings
+from daemon.tls import client_context
 from federation.messages import Reseeding
 from store.backup import restore
 from store.db import holds_data
@@ -76,11 +77,13 @@ async def seed_from_peers(settings: Settings, donors: tuple[str, ...] | None = N
     timeout = aiohttp.ClientTimeout(total=limits.backup_http_timeout_secs)
     c = settings.cluster
     peers = PeerClient(c.node_id, {p.node_id: p.url for p in c.peers}, c.secret,
-                       now_s=lambda: time.time() + settings.clock_offset_ms / 1000)
+                       now_s=lambda: time.time() + settings.clock_offset_ms / 1000,
+                       tls=lambda: client_context(settings))
     errors = []
     await peers.start()
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(
+                ssl=client_context(settings))) as session:
             by_id = {m.node_id: m for m in c.peers}
             for member in [by_id[d] for d in donors if d in by_id] if donors else c.peers:
                 try:

@@ -8,7 +8,8 @@ Order: stop accepting connections, let in-flight requests finish within
 ``server.shutdown_grace_secs``, stop the node (background tasks, peer links,
 store). Under systemd (``Type=notify``) the node says READY=1 once it
 serves and STOPPING=1 when it begins to shut down (:mod:`daemon.systemd`).
-uvloop is used when installed.
+With ``[tls]`` the site serves HTTPS (:mod:`daemon.tls`); SIGHUP reloads the
+certificate, key and CA files for new handshakes. uvloop is used when installed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import signal
 
 from aiohttp import web
 
-from daemon import collector
+from daemon import collector, tls
 from daemon.app import build_app
 from daemon.http_errors import BoundaryRunner
 from daemon.joining import prepare
@@ -41,6 +42,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGHUP, tls.reload_all)
     # A member with no database first finds out, with the others, whether
     # the cluster is new (daemon/joining.py); a stop meanwhile ends it.
     joining = asyncio.ensure_future(prepare(settings, notifier))
@@ -64,7 +67,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
     # done before the socket listens, so its full collection delays no request.
     collector.freeze_startup()
     stop_watching = collector.watch(node.metrics)
-    site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_address=True)
+    site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_address=True,
+                       ssl_context=tls.server_context(settings))
     try:
         await site.start()
     except OSError:
@@ -72,8 +76,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
         await runner.cleanup()
         await node.stop()
         raise
-    log.info("ai-memory %s serving on %s:%s as %s (members: %s, W=%s)",
-             settings.version, settings.server.host, settings.server.port, node.node_id,
+    log.info("ai-memory %s serving on %s://%s:%s as %s (members: %s, W=%s)",
+             settings.version, "https" if settings.tls.enabled else "http", settings.server.host, settings.server.port, node.node_id,
              ",".join(settings.cluster.member_ids), settings.cluster.w)
     if ready is not None:
         ready.set()

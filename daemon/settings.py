@@ -43,6 +43,23 @@ class ServerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsSettings:
+    """HTTPS for this node's listener and mutual TLS to and from its peers
+    (:mod:`daemon.tls`). ``ca`` lists the PEM files (each may be a bundle)
+    of the cluster CAs this node trusts for peers and client certificates;
+    two during a CA rotation. Relative paths in a TOML file are resolved
+    against the file's directory."""
+
+    cert: str | None = None
+    key: str | None = None
+    ca: tuple[str, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert is not None
+
+
+@dataclass(frozen=True, slots=True)
 class StoreSettings:
     db_path: str = "ai-memory.db"
 
@@ -65,6 +82,8 @@ class ClusterSettings:
     # Which cluster this member belongs to; stored in its database at the
     # first start. "": derived from the member ids (bootstrap.derived_cluster_id).
     cluster_id: str = ""
+    # Accept http:// peers that are not loopback (--insecure-plaintext-peers).
+    insecure_plaintext_peers: bool = False
     # Derived once (it is read on every peer request), not a setting.
     _members: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -146,6 +165,7 @@ class NotifySettings:
 @dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = ServerSettings()
+    tls: TlsSettings = TlsSettings()
     store: StoreSettings = StoreSettings()
     cluster: ClusterSettings = ClusterSettings()
     auth: AuthSettings = AuthSettings()
@@ -213,6 +233,9 @@ def _cluster_settings(pick: Pick, c_cluster: Mapping[str, Any], node_id: str,
         initial_state=str(pick("initial_cluster_state", "INITIAL_CLUSTER_STATE", c_cluster,
                                "initial_state", "auto")),
         cluster_id=str(pick("cluster_id", "CLUSTER_ID", c_cluster, "cluster_id", "")).strip(),
+        insecure_plaintext_peers=_truthy(pick(
+            "insecure_plaintext_peers", "INSECURE_PLAINTEXT_PEERS", c_cluster,
+            "insecure_plaintext_peers", False)),
     )
     if cluster.initial_state not in ("auto", "new", "existing"):
         raise BadRequest("--initial-cluster-state must be auto, new or existing")
@@ -248,6 +271,35 @@ def _webhook_settings(conf: Mapping[str, Any], env: Mapping[str, str]) -> Webhoo
         raise BadRequest(f"bad [webhooks] settings: {exc}") from None
 
 
+def _tls_settings(pick: Pick, conf: Mapping[str, Any], base: Path | None) -> TlsSettings:
+    c_tls = conf.get("tls", {})
+
+    def path(flag: str, env_name: str, key: str) -> Any:
+        value = pick(flag, env_name, {}, key, None)
+        if value is not None:  # a flag or the environment: as given
+            return [value] if isinstance(value, str) else value
+        value = c_tls.get(key)
+        if value is None:
+            return None
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise BadRequest(f"[tls] {key} must be a path or a list of paths")
+        return [str(base / i) if base is not None else i for i in items]
+
+    cert, key = path("tls_cert", "TLS_CERT", "cert"), path("tls_key", "TLS_KEY", "key")
+    ca = path("tls_ca", "TLS_CA", "ca") or []
+    if isinstance(ca, tuple | list) and len(ca) == 1 and "," in ca[0]:
+        ca = [c for c in ca[0].split(",") if c.strip()]  # --tls-ca A,B
+    for name, value in (("cert", cert), ("key", key)):
+        if value is not None and len(value) != 1:
+            raise BadRequest(f"[tls] {name} is one path")
+    if (cert is None) != (key is None):
+        raise BadRequest("TLS needs both a certificate and its key (--tls-cert and --tls-key, "
+                         "or [tls] cert and key)")
+    return TlsSettings(cert=cert[0] if cert else None, key=key[0] if key else None,
+                       ca=tuple(str(c).strip() for c in ca))
+
+
 def _stream_settings(conf: Mapping[str, Any]) -> StreamSettings:
     try:
         return StreamSettings(**dict(conf.get("streams", {})))
@@ -273,6 +325,7 @@ def load_settings(
     c_auth = conf.get("auth", {})
     c_mail = conf.get("mail", {})
     c_notify = conf.get("notify", {})
+    conf_dir = Path(path).resolve().parent if path else None
 
     def pick(flag: str, env_name: str, section: Mapping[str, Any], key: str, default: Any) -> Any:
         if flag in flags:
@@ -297,6 +350,7 @@ def load_settings(
     webhooks = _webhook_settings(conf, env)
     return Settings(
         server=ServerSettings(host=host, port=port),
+        tls=_tls_settings(pick, conf, conf_dir),
         store=StoreSettings(db_path=db_path),
         cluster=cluster,
         auth=auth,
@@ -361,6 +415,7 @@ def is_loopback_host(host: str) -> bool:
 def check_exposure(settings: Settings) -> None:
     """Refuse what would leave a node open: anonymous mode on a non-loopback
     address (unless the operator insisted), keys mode with unsigned peers."""
+    check_links(settings)
     auth, host = settings.auth, settings.server.host
     if auth.keys_mode and settings.cluster.peers and not settings.cluster.secret:
         raise BadRequest("keys mode with peers needs a cluster secret (--cluster-secret or "
@@ -372,6 +427,41 @@ def check_exposure(settings: Settings) -> None:
         "address may claim to be any agent and read or pop any project's mail. Use --auth keys "
         "(with [auth] keys), bind to 127.0.0.1, or pass --insecure-anonymous if this network "
         "is trusted (docs/security.md)")
+
+
+def _on_this_machine(host: str, own: str) -> bool:
+    """A peer address whose traffic never leaves this machine: loopback, the
+    unspecified address, or the very address this node listens on (several
+    nodes of `cluster up` on one host)."""
+    import ipaddress
+
+    if is_loopback_host(host) or host.strip("[]") == own.strip("[]"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
+def check_links(settings: Settings) -> None:
+    """Refuse peer links that would cross a network in clear, and TLS set up
+    by halves (see docs/security.md, "TLS")."""
+    c, tls = settings.cluster, settings.tls
+    plain = [p for p in c.peers if p.url.startswith("http://")
+             and not _on_this_machine(urlsplit(p.url).hostname or "", settings.server.host)]
+    if plain and not c.insecure_plaintext_peers:
+        raise BadRequest(
+            f"refusing plaintext peer {plain[0].node_id}={plain[0].url}: peer requests would "
+            "cross the network unencrypted. Use https:// peer URLs with [tls] cert, key and ca "
+            "(`ai-memory cluster init` mints them), or pass --insecure-plaintext-peers "
+            "([cluster] insecure_plaintext_peers = true) if this network is trusted")
+    https = [p for p in c.peers if p.url.startswith("https://")]
+    if https and not tls.enabled:
+        raise BadRequest(f"peer {https[0].node_id} is https: this node needs its own member "
+                         "certificate for mutual TLS (--tls-cert/--tls-key or [tls] cert/key)")
+    if tls.enabled and c.peers and not tls.ca:
+        raise BadRequest("TLS with peers needs the cluster CA (--tls-ca or [tls] ca) to verify "
+                         "the peers' certificates")
 
 
 def _bootstrap_root_key(c_auth: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
@@ -391,4 +481,5 @@ def _log_format(value: str) -> str:
     return value
 
 
-__all__ = ["Member", "Settings", "StaticKey", "check_exposure", "load_settings", "parse_peers"]
+__all__ = ["Member", "Settings", "StaticKey", "TlsSettings", "check_exposure", "check_links",
+           "load_settings", "parse_peers"]

@@ -47,6 +47,7 @@ from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
 from daemon.streams import StreamHub
 from daemon.tasks import Background
+from daemon.tls import client_context
 from daemon.webhooks.service import Webhooks
 from daemon.webhooks.ssrf import AddressPolicy
 from federation.bootstrap import derived_cluster_id
@@ -147,7 +148,8 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
         await store.close()
         raise
     peers = PeerClient(c.node_id, {p.node_id: p.url for p in c.peers}, c.secret,
-                       now_s=node_clock.now_s, incarnation=core.incarnation)
+                       now_s=node_clock.now_s, incarnation=core.incarnation,
+                       tls=lambda: client_context(settings))
     background = Background()
     links: dict[str, PeerLink] = {}
 

@@ -192,19 +192,23 @@ class NodeCore:
         return [p for p in self.membership.peers if p not in self._mismatched]
 
     # -- quorum writes ----------------------------------------------------------
-    def _refuse_recovering(self, token: Any) -> list[Effect]:
+    def _refuse_recovering(self, token: Any, now_ms: int) -> list[Effect]:
         missing = [p for p in self.membership.peers if p not in self._recovery]
         why = (f"waiting for the state of {', '.join(missing)}" if missing
                else "catching up with the other members")
+        # Before its first query the member waits out the grace: a client
+        # told to come back in 1 s would be refused again until then.
+        first = self._next_recovery_query_ms
+        wait_ms = (self.recovery_grace_ms if first is None else max(0, first - now_ms))
         return [Reply(token, MemberRecovering(
             f"this member is recovering (its database is new or restored): {why}",
-            retry_after=1.0))]
+            retry_after=round(1.0 + wait_ms / 1000, 1)))]
 
     def write(self, token: Any, items: list[tuple[str, str, dict[str, Any]]],
               now_ms: int) -> list[Effect]:
         self.detector.observe_time(now_ms)
         if self.recovering:
-            return self._refuse_recovering(token)
+            return self._refuse_recovering(token, now_ms)
         for kind, _key, _body in items:
             if not known_kind(kind) or kind in MAILBOX_KINDS:
                 return [Reply(token, BadRequest(
@@ -236,7 +240,7 @@ class NodeCore:
         """Serve ``req`` as the owner of ``req.mailbox`` (becoming it first if needed)."""
         self.detector.observe_time(now_ms)
         if self.recovering:
-            return self._refuse_recovering(token)
+            return self._refuse_recovering(token, now_ms)
         return self.claims.request(token, req, now_ms)
 
     def on_mailbox_loaded(self, mailbox: str, ops: Sequence[Op], now_ms: int) -> list[Effect]:

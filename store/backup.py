@@ -164,6 +164,9 @@ def restore(backup: str | Path, db_path: str | Path, *, force: bool = False,
         os.replace(tmp, db_path)
     finally:
         src.close()
+    # ``ops``: the operations the copy holds (its version vector's sum, what
+    # `backup` reports); ``oplog_ops`` only counts the op-log rows not yet
+    # compacted away once every member held them, often 0.
     return {"db": str(db_path), "incarnation": incarnation,
             "restored_from": before["incarnation"], "version_vector": before["version_vector"],
-            "oplog_ops": before["oplog_ops"]}
+            "ops": sum(before["version_vector"].values()), "oplog_ops": before["oplog_ops"]}

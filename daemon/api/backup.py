@@ -34,6 +34,7 @@ from daemon.logs import HEADER as REQUEST_ID_HEADER
 from daemon.logs import request_id
 from daemon.peer_auth import BOOT_HEADER, BootMismatch
 from daemon.services import backup as svc
+from daemon.tls import check_peer_cert
 
 BACKUP_PATH = "/api/v1/admin/backup"
 BUSY: web.AppKey[asyncio.Lock] = web.AppKey("backup_lock")
@@ -48,6 +49,8 @@ def _authorize(request: web.Request, body: bytes) -> None:
     if node.settings.cluster.secret:
         checked = node.verifier.verify_headers(request.headers, request.method, request.path,
                                                request.content_length, node.now_ms() / 1000)
+        if checked.node in node.settings.cluster.member_ids:  # signed as a member: mutual TLS
+            check_peer_cert(node.settings, request.transport, checked.node)
         node.verifier.check_body(checked, body)
         return
     try:

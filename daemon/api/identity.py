@@ -159,7 +159,12 @@ def principal_json(p: Principal) -> dict[str, Any]:
 
 
 async def whoami(request: web.Request) -> web.Response:
-    return web.json_response(principal_json(await caller(request)))
+    """The caller's principal, and the mode the node runs in: on an anonymous
+    node a presented key is still resolved (its principal says ``keys``), so
+    ``mode`` alone would not tell the node's mode."""
+    out = principal_json(await caller(request))
+    out["node_mode"] = request.app[NODE].settings.auth.mode
+    return web.json_response(out)
 
 
 def add_routes(app: web.Application) -> None:

@@ -5,7 +5,8 @@ offers) and answers with the messages the core addresses back to the
 caller; ``pull`` answers an R-quorum read with the ops for one key the
 caller lacks; ``mailbox`` runs a forwarded mailbox request here. All three
 refuse unauthenticated callers when a cluster secret is set, and refuse
-nodes that are not members. The signature is checked from the headers
+nodes that are not members; on a TLS node, also a caller whose client
+certificate does not name the member it claims to be (:mod:`daemon.tls`). The signature is checked from the headers
 before the body is read (:mod:`daemon.peer_auth`); a refused request is
 answered at once and its connection closed, so an unsigned 60 MiB body is
 never buffered. Each request's ``X-AIM-Protocol`` (see
@@ -42,6 +43,7 @@ from daemon.peer_auth import BOOT_HEADER, BootMismatch
 from daemon.peer_channel import ChannelError, ServerChannel, channel_key
 from daemon.peer_client import INCARNATION_HEADER, PROTOCOL_HEADER
 from daemon.services import peer as service
+from daemon.tls import check_peer_cert
 from federation.bootstrap import SERVING
 from federation.messages import PROTOCOL_MIN, PROTOCOL_VERSION, decode_msg, is_known_tag
 
@@ -85,6 +87,7 @@ def _check_peer(request: web.Request, content_length: int | None) -> Any:
         if not peer or peer == node.node_id or (
                 not standalone and peer not in node.settings.cluster.member_ids):
             raise Forbidden(f"{peer!r} is not a member of this cluster")
+        check_peer_cert(node.settings, request.transport, peer)
     except AiMemoryError as exc:
         raise _refuse(exc, verifier.boot) from None
     return checked

@@ -29,6 +29,7 @@ from daemon.http_errors import Handler, decode_json, error_response, query_model
 from daemon.peer_auth import BOOT_HEADER, BootMismatch
 from daemon.schemas.memories import Confidence, Metadata, Source, Tags, Title
 from daemon.services import sync
+from daemon.tls import check_peer_cert
 from daemon.validation import AgentId, Lenient, Namespace, Priority, Strict, Tier, text, validate
 
 RecordId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9\-_.:]+$")]
@@ -77,6 +78,8 @@ async def _operator(request: web.Request, action: str) -> bytes | None:
             length = 0  # a GET carries no body (the request guard saw to that)
         checked = node.verifier.verify_headers(request.headers, request.method, request.path,
                                                length, node.now_ms() / 1000)
+        if checked.node in node.settings.cluster.member_ids:  # signed as a member: mutual TLS
+            check_peer_cert(node.settings, request.transport, checked.node)
         raw = await request.read()
         node.verifier.check_body(checked, raw)
         return raw

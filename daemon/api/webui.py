@@ -22,7 +22,13 @@ from pydantic import Field, StringConstraints
 from common import limits, policy
 from common.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from common.policy import ANONYMOUS, Principal
-from common.vocab import NATURE_DEFAULT, Nature
+from common.vocab import (
+    FROM_AGENT_MEANINGS,
+    FROM_AGENT_WEB,
+    NATURE_DEFAULT,
+    NATURE_MEANINGS,
+    Nature,
+)
 from daemon.api.websession import (
     WRITE_TOKEN_HEADER,
     WebSession,
@@ -252,6 +258,8 @@ async def me(request: web.Request) -> web.Response:
         "csrf_token": s.csrf if s else None,
         "can_edit": s is not None,
         "node": node.settings.cluster.node_id,
+        # What the provenance words mean, shown beside them (common/vocab.py).
+        "meanings": {"nature": NATURE_MEANINGS, "from_agent": FROM_AGENT_MEANINGS},
     })
 
 
@@ -318,7 +326,7 @@ async def send(request: web.Request) -> web.Response:
     out = await mail.send(node, principal, mail.SendRequest(
         to_workspace=body.to_workspace, to_project=body.to_project, body=body.body,
         to_agent=body.to_agent, from_workspace=body.from_workspace,
-        from_project=body.from_project, from_agent="web", subject=body.subject,
+        from_project=body.from_project, from_agent=FROM_AGENT_WEB, subject=body.subject,
         nature=body.nature, evidence=body.evidence),
         session_id=None, owner_user=owner, idempotency_key=None)
     return web.json_response(out, status=201)

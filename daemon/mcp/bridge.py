@@ -49,7 +49,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
 from mcp_types.version import LATEST_MODERN_VERSION
 
-from common import __version__, limits
+from common import __version__, limits, trust
 from common.errors import AiMemoryError, Unavailable
 from daemon.mcp.node_client import SESSION_HEADER
 from daemon.mcp.server import INSTRUCTIONS, tool_error
@@ -78,6 +78,7 @@ class BridgeSettings:
     poll_fast_secs: float = limits.bridge_poll_fast_secs
     poll_slow_secs: float = limits.bridge_poll_slow_secs
     timeout_secs: float = limits.mcp_http_timeout_secs
+    ca_cert: str | None = None  # the cluster CA an https node is verified against (common.trust)
 
     def __post_init__(self) -> None:
         if not self.urls:
@@ -136,7 +137,8 @@ class Upstream:
         client = self._http.get(url)
         if client is None:
             client = httpx2.AsyncClient(headers=self.settings.headers(),
-                                        timeout=self.settings.timeout_secs)
+                                        timeout=self.settings.timeout_secs,
+                                        verify=trust.verify_value(self.settings.ca_cert))
             self._http[url] = client
         return client
 

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from common import __version__
+from common import __version__, trust
 from common.errors import (
     AiMemoryError,
     ServerError,
@@ -78,6 +78,7 @@ class NodeClient:
     async def open(self) -> None:
         if self._session is None:
             self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=trust.verify_value(self.settings.ca_cert)),
                 timeout=aiohttp.ClientTimeout(total=self.settings.timeout_secs),
                 headers=self._identity_headers(),
             )
@@ -128,7 +129,9 @@ class NodeClient:
                 if reply.status >= 400:
                     raise error_from_reply(reply.status, body, reply.headers.get("Retry-After"))
         except aiohttp.ClientConnectorError as exc:
+            unverified = trust.explain(exc, self.base_url)
             raise _unavailable(
+                f"{unverified}; {trust.HINT}" if unverified else
                 f"cannot connect to {self.base_url}: {exc.os_error.strerror or exc}",
                 "cannot_connect",
             ) from exc

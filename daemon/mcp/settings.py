@@ -30,6 +30,7 @@ class McpSettings:
     workspace: str | None = None
     project: str | None = None
     timeout_secs: float = limits.mcp_http_timeout_secs
+    ca_cert: str | None = None  # the cluster CA an https node is verified against (common.trust)
     retry_wait_max_secs: float = limits.mcp_retry_wait_max_secs
 
     def __post_init__(self) -> None:

@@ -33,7 +33,15 @@ from common.lifecycle import CLAIMED, EDITING, PENDING
 from common.ops import ALL_KEYS, SESSION_START, mailbox_key, project_key
 from common.policy import KEYS, Principal, check
 from common.randomid import token_hex, uuid7
-from common.vocab import MEASURED, NATURE_DEFAULT, NATURES, Consistency, Nature, message_body
+from common.vocab import (
+    FROM_AGENT_UNNAMED,
+    MEASURED,
+    NATURE_DEFAULT,
+    NATURES,
+    Consistency,
+    Nature,
+    message_body,
+)
 from daemon.ports import MailPorts
 from daemon.schemas.timefmt import rfc3339 as iso_ms
 from daemon.services import scrub
@@ -208,8 +216,8 @@ async def send(node: MailPorts, principal: Principal, req: SendRequest, *, sessi
         evidence, evidence_cut = scrub.cap(evidence, limits.message_evidence_max_chars)
 
     # A recorded session of the sending project names the harness; a static
-    # client may name it itself; otherwise "other".
-    from_agent = (sender.session or {}).get("harness") or req.from_agent or "other"
+    # client may name it itself; otherwise "other" (FROM_AGENT_UNNAMED).
+    from_agent = (sender.session or {}).get("harness") or req.from_agent or FROM_AGENT_UNNAMED
     if idempotency_key:
         msg_id = str(uuid.uuid5(MAIL_NS, f"msg:{sender.name}:{idempotency_key}"))
     else:
@@ -309,13 +317,19 @@ async def pop(node: MailPorts, principal: Principal, *, workspace: str | None, p
     # forwards again (after a timeout) meets the same decision. A caller that
     # sent none gets one back, which it may use to retry.
     rid = request_id or f"pop-{token_hex(16)}"
+    if not await project_exists(node, scope.workspace, scope.project):
+        # Nothing can be pending for a project nobody started a session in
+        # (a send to it is refused), and projects never disappear: answer
+        # here, without making this mailbox's owner take it (an epoch, a
+        # logged "nothing pending" decision, an entry in `cluster status`).
+        return {"message": None, "request_id": rid, "workspace": scope.workspace,
+                "project": scope.project, "project_exists": False}
     result = await node.mailbox(MailPop(
         mailbox=mailbox_key(scope.workspace, scope.project), request_id=rid,
         message_id=message_id, agent=harness, claimer=claimer))
     if result is None:
         return {"message": None, "request_id": rid, "workspace": scope.workspace,
-                "project": scope.project,
-                "project_exists": await project_exists(node, scope.workspace, scope.project)}
+                "project": scope.project, "project_exists": True}
     msg, claim = result["message"], result["claim"]
     row = _hide(public_message({**msg, "state": CLAIMED}), principal, "from_workspace_id",
                 "from_project_id")

@@ -192,11 +192,16 @@
     const add = (k, v) => { dl.append(el("dt", {}, k), el("dd", {}, v === null || v === undefined ? "—" : v)); };
     add("From workspace", m.from_hidden ? "(hidden)" : m.from_workspace);
     add("From project", m.from_hidden ? "(hidden)" : m.from_project);
-    add("From agent", m.from_agent);
+    // "other", "web" and each nature are explained beside them (/web/api/me's meanings).
+    const meant = (kind, v) => {
+      const words = ui.me && ui.me.meanings && ui.me.meanings[kind] && ui.me.meanings[kind][v];
+      return words ? v + " (" + words + ")" : v;
+    };
+    add("From agent", meant("from_agent", m.from_agent));
     add("From user", m.from_owner_user);
     add("To agent", m.to_agent || "any (shared)");
     add("Subject", m.subject);
-    add("Nature", m.nature);
+    add("Nature", meant("nature", m.nature));
     add("Evidence", m.evidence);
     add("Message id", m.id);
     if (m.state === "claimed") { add("Collected", (m.claimed_by_agent || "") + " " + (m.claimed_at || "")); }

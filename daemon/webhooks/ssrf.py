@@ -20,6 +20,11 @@ always refused; loopback only when ``allow_loopback_webhooks`` is set;
 private ranges (RFC 1918, carrier-grade NAT ``100.64/10``, ``fc00::/7``)
 only when ``allow_private_webhooks`` is set; anything else not globally
 routable (documentation, benchmarking, reserved, broadcast) is refused.
+A plain ``http://`` URL is accepted only for a target the operator allowed
+and that stays inside the machine or the LAN: every address it resolves to
+is loopback or private (:meth:`AddressPolicy.plaintext_refusal`); anything
+public must be ``https://``, so a payload never crosses the internet in
+clear. At delivery the literal check repeats this for IP literals.
 IPv6 forms that embed an IPv4 address are judged by the embedded address
 too: IPv4-mapped ``::ffff:a.b.c.d``, the deprecated IPv4-compatible
 ``::a.b.c.d``, SIIT ``::ffff:0:a.b.c.d``, NAT64 ``64:ff9b::/96``, 6to4
@@ -115,6 +120,25 @@ class AddressPolicy:
         return None
 
 
+    @staticmethod
+    def plaintext_refusal(ip: IPAddress) -> str | None:
+        """Why a plain ``http://`` delivery to ``ip`` is refused (None: it is
+        a loopback or private address, which :meth:`refusal` gates)."""
+        inner = _embedded_v4(ip) or ip
+        if inner.is_loopback or any(inner.version == net.version and inner in net
+                                    for net in _PRIVATE):
+            return None
+        return "a public address: webhook URLs must be https:// (plain http only to " \
+               "loopback or private targets the operator allowed)"
+
+
+def _why(policy: AddressPolicy, ip: IPAddress, plaintext: bool) -> str | None:
+    why = policy.refusal(ip)
+    if why is None and plaintext:
+        why = policy.plaintext_refusal(ip)
+    return why
+
+
 def _parse_ip(host: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(host.split("%", 1)[0])
@@ -147,10 +171,10 @@ def check_literal(url: str, policy: AddressPolicy) -> tuple[str, int, bool]:
     """The checks that need no DNS: scheme, credentials, size, and the
     address itself when the host is an IP literal. Returns
     ``(host, port, is_literal)``; raises :class:`BadRequest` on refusal."""
-    _, host, port = _split(url)
+    parts, host, port = _split(url)
     ip = _parse_ip(host)
     if ip is not None:
-        why = policy.refusal(ip)
+        why = _why(policy, ip, parts.scheme == "http")
         if why is not None:
             raise BadRequest(f"url host {host} is {why}")
     return host, port, ip is not None
@@ -166,6 +190,7 @@ async def check_url(url: str, policy: AddressPolicy, resolve: Resolve = system_r
     host, port, literal = check_literal(url, policy)
     if literal:
         return
+    plaintext = url[:5].lower() == "http:"
     try:
         addresses = await resolve(host, port)
     except OSError as exc:
@@ -174,7 +199,7 @@ async def check_url(url: str, policy: AddressPolicy, resolve: Resolve = system_r
         raise BadRequest(f"url host {host!r} does not resolve")
     for raw in addresses:
         ip = _parse_ip(raw)
-        why = "not an IP address" if ip is None else policy.refusal(ip)
+        why = "not an IP address" if ip is None else _why(policy, ip, plaintext)
         if why is not None:
             raise BadRequest(f"url host {host!r} resolves to {raw}, {why}")
 

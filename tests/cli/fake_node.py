@@ -5,7 +5,9 @@ its node id on loopback, records its arguments and environment in
 ``{db}.args.json``, and exits 0 on SIGTERM. ``FAKE_NODE_MODE`` picks a
 misbehaviour: ``die:NODE`` (NODE exits with 3 shortly after becoming
 healthy), ``crash:NODE`` (NODE exits with 5 before listening),
-``stubborn:NODE`` (NODE ignores SIGTERM).
+``stubborn:NODE`` (NODE ignores SIGTERM), ``slow:NODE`` (NODE starts
+listening only after ``FAKE_NODE_DELAY`` seconds, 3 by default); NODE
+``*`` is every node.
 """
 
 from __future__ import annotations
@@ -32,12 +34,15 @@ def main() -> int:
     parser.add_argument("--initial-cluster-state", default="existing")
     args = parser.parse_args()
     mode, _, target = os.environ.get("FAKE_NODE_MODE", "").partition(":")
-    mine = target == args.node_id
+    mine = target in (args.node_id, "*")
     with open(args.db + ".args.json", "w") as fh:
         json.dump({"argv": sys.argv[1:], "secret": os.environ.get("AI_MEMORY_CLUSTER_SECRET")}, fh)
     if mode == "crash" and mine:
         print("cannot open database", flush=True)
         return 5
+    if mode == "slow" and mine:
+        print("opening database slowly", flush=True)
+        time.sleep(float(os.environ.get("FAKE_NODE_DELAY", "3")))
 
     class Health(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -4,8 +4,8 @@ Covers the supervisor's contract: each node gets its own flags, output lines
 carry the node id, the summary appears once every node is healthy, Ctrl-C is
 forwarded and the nodes stop in order, a node that dies is restarted with a
 capped backoff while the others keep running, ``cluster stop|start|kill``
-act on one node, and a node that never starts makes the whole command exit
-non-zero after stopping the rest.
+act on one node. Deaths at other moments, nodes that keep failing and the
+give-up rule: tests/cli/test_cluster_supervision.py.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def test_a_node_dying_is_restarted_with_backoff_and_the_others_keep_running(
 
 
 def test_restart_backoff_doubles_up_to_its_cap() -> None:
-    from cli.cluster_control import restart_delay
+    from cli.restart_policy import restart_delay
 
     assert [restart_delay(n, 0.5, 8.0) for n in range(1, 8)] == [0.5, 1, 2, 4, 8, 8, 8]
     assert restart_delay(0) == 0.0
@@ -191,7 +191,8 @@ def test_stop_start_and_kill_act_on_one_node(tmp_path: Path) -> None:
         again = control("start", "node2")
         assert "already running" in again.stdout
         killed = control("kill", "node2")
-        assert killed.returncode == 0 and "node2: stopped" in killed.stdout, killed
+        assert killed.returncode == 0, killed
+        assert killed.stdout.startswith("node2: killed (SIGKILL, pid "), killed
         state = json.loads((up.data / "cluster.json").read_text())
         assert state["nodes"]["node2"]["last_status"] == -9
         unknown = control("stop", "node9")
@@ -206,15 +207,6 @@ def test_stop_start_and_kill_act_on_one_node(tmp_path: Path) -> None:
     assert "exited unexpectedly" not in out  # asked-for exits are not crashes
     missing = control("stop", "node1")
     assert missing.returncode != 0 and "no running `cluster up`" in missing.stderr
-
-
-def test_a_node_that_cannot_start_fails_the_command(tmp_path: Path) -> None:
-    up = UpProcess(tmp_path, 2, mode="crash:node1")
-    assert up.finish() == 1
-    out = up.output()
-    assert "[node1] cannot open database" in out
-    assert "node1 exited with status 5 while starting" in out
-    assert "ready" not in out
 
 
 def test_a_node_ignoring_sigterm_is_killed_on_second_ctrl_c(tmp_path: Path) -> None:

@@ -268,3 +268,16 @@ def test_cluster_status_sees_a_healthy_quorum(cluster: Cluster) -> None:
     result = cluster.run(0, "cluster", "status")
     assert result.exit_code == 0, result.output
     assert "quorum healthy as seen by node1" in result.stdout
+
+
+def test_a_refused_pop_of_a_project_that_does_not_exist_leaves_no_mailbox(
+        cluster: Cluster) -> None:
+    for node in (0, 1, 2):  # whichever member would own it, through whichever node
+        refused = cluster.run(node, "message", "pop", "--workspace", "default", "--project",
+                              "nosuch-e2e")
+        assert refused.exit_code == 3 and "does not exist" in refused.output, refused.output
+    shown = cluster.run(0, "cluster", "status", "--json")
+    assert shown.exit_code == 0, shown.output
+    for member in json.loads(shown.stdout)["members"]:
+        assert "mbox:default/nosuch-e2e" not in member["status"]["owned_mailboxes"]
+    assert "nosuch-e2e" not in cluster.run(0, "cluster", "status").stdout

@@ -267,3 +267,71 @@ def test_a_node_crashing_under_cluster_up_is_restarted_and_the_others_keep_servi
     assert node2["pid"] not in (None, pid)  # a new process, started by the supervisor
     eventually(lambda: "still up" in real.run(1, "inbox", "--agent-id", "rita").stdout)
     assert re.search(r"quorum healthy", real.run(1, "cluster", "status").stdout)
+
+
+def test_a_message_command_naming_no_project_says_what_to_pass(
+        real: Cluster, procs: list[subprocess.Popen[str]]) -> None:
+    sessions(real)  # projects exist: the node could guess one, and must not
+    for args, what, flags in ((["pop"], "popped", "--workspace and --project"),
+                              (["cancel", "--all"], "cancelled", "--workspace and --project"),
+                              (["send", "--to-workspace", "acme", "--to-project", "receiver",
+                                "hi"], "sent", "--from-workspace and --from-project")):
+        r = real.run(0, "message", *args)
+        assert r.exit_code == 4, r.output
+        assert r.stderr.startswith(f"error: no project was named, so nothing was {what}: "
+                                   f"pass {flags}"), r.stderr
+        assert "AI_MEMORY_WORKSPACE and AI_MEMORY_PROJECT" in r.stderr
+        assert ".ai-memory.toml" in r.stderr and "not named" not in r.stderr
+    waiting = spawn(procs, real.urls[1], "message", "pop", "--wait", "--timeout", "5")
+    rc, _, err = finish(waiting, 20)
+    assert rc == 4 and "nothing was popped: pass --workspace and --project" in err, err
+
+
+def test_cli_mail_explains_agent_other_and_its_nature(real: Cluster) -> None:
+    sessions(real)
+    msg_id = send(real, 0, "from a person at a terminal")
+    listed = real.run(1, "message", "list", *B)
+    assert f"{msg_id}  acme/sender (agent other) -> acme/receiver" in listed.stdout
+    assert "agent other: no harness named: sent from the CLI" in listed.stderr
+    popped = real.run(2, "message", "pop", *B, "--id", msg_id)
+    assert popped.exit_code == 0, popped.output
+    lines = popped.stdout.splitlines()
+    assert lines[0] == f"claimed {msg_id} from acme/sender (agent other)"
+    assert lines[1].startswith("  agent other: no harness named")
+    assert "nature: unknown (the sender did not say how it knows)" in lines
+
+
+def test_install_hooks_names_every_member_of_the_cluster(real: Cluster, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    for node in range(3):  # asked through any node: that one first, then its peers
+        done = CliRunner().invoke(cli, ["--url", real.urls[node], "install-hooks", "--harness",
+                                        "claude-code", "--dir", str(tmp_path), "--write"])
+        assert done.exit_code == 0, done.output
+        want = [real.urls[node], *(u for u in real.urls if u != real.urls[node])]
+        assert done.stderr.startswith(f"the entries use {', '.join(want)}: every member of "
+                                      f"node{node + 1}'s cluster"), done.stderr
+    bridge = json.loads((tmp_path / ".mcp.json").read_text())["mcpServers"]["ai-memory"]
+    assert sorted(bridge["args"][2].split(",")) == sorted(real.urls)
+    hooks = json.loads((tmp_path / ".claude" / "settings.json").read_text())["hooks"]
+    start = hooks["SessionStart"][0]["hooks"][0]["command"]
+    assert sorted(start.rsplit("--url ", 1)[1].split(",")) == sorted(real.urls)
+
+
+def test_whoami_on_the_anonymous_cluster_says_anonymous_mode(real: Cluster) -> None:
+    assert real.run(0, "user", "add", "wanda").exit_code == 0
+    made = real.run(0, "key", "create", "--user", "wanda", "--agent", "wanda-bot", "--json")
+    key = json.loads(made.stdout)["key"]
+    nobody = real.run(1, "--agent-id", "bob", "whoami")
+    assert nobody.output.startswith("(anonymous), agent bob; the node runs in anonymous mode")
+
+    def keyed() -> bool:  # the key reaches the other members soon after it is made
+        return real.run(2, "--key", key, "whoami").exit_code == 0
+
+    eventually(keyed)
+    who = real.run(2, "--key", key, "whoami").output
+    assert who.startswith("wanda, agent wanda-bot (bound to the key), key key_")
+    assert "the node runs in anonymous mode, but a key is still checked" in who
+    assert "keys mode" not in who

@@ -150,8 +150,9 @@ def test_a_node_that_is_down_never_fails_the_harness(tmp_path: Path) -> None:
 
 def test_install_hooks_prints_and_merges(tmp_path: Path) -> None:
     runner = CliRunner()
-    printed = runner.invoke(cli, ["--url", "http://127.0.0.1:9077", "install-hooks", "--harness",
-                                  "claude-code", "--dir", str(tmp_path), "--exe", "ai-memory"])
+    printed = runner.invoke(cli, ["install-hooks", "--harness", "claude-code", "--url",
+                                  "http://127.0.0.1:9077", "--dir", str(tmp_path), "--exe",
+                                  "ai-memory"])
     assert printed.exit_code == 0, printed.output
     assert "hook session-start --harness claude-code" in printed.output
     assert not (tmp_path / ".claude").exists()  # printing writes nothing
@@ -161,7 +162,7 @@ def test_install_hooks_prints_and_merges(tmp_path: Path) -> None:
     settings.write_text(json.dumps({"permissions": {"allow": ["Bash(ls)"]}, "hooks": {
         "SessionStart": [{"hooks": [{"type": "command", "command": "echo hi"}]}]}}))
     args = ["install-hooks", "--harness", "claude-code", "--dir", str(tmp_path), "--write",
-            "--exe", "ai-memory"]
+            "--exe", "ai-memory", "--url", "http://127.0.0.1:9077"]
     assert runner.invoke(cli, args).exit_code == 0
     again = runner.invoke(cli, args)
     assert "already has the entries" in again.output
@@ -176,7 +177,8 @@ def test_install_hooks_prints_and_merges(tmp_path: Path) -> None:
 
     for harness, base, toml_file in [("codex", tmp_path / "c", ".codex/config.toml"),
                                      ("kimi", tmp_path / "k", ".kimi/config.toml")]:
-        args = ["install-hooks", "--harness", harness, "--dir", str(base), "--write"]
+        args = ["install-hooks", "--harness", harness, "--dir", str(base), "--write",
+                "--url", "127.0.0.1:9077"]
         assert runner.invoke(cli, args).exit_code == 0
         assert "already has" in runner.invoke(cli, args).output
         conf = tomllib.loads((base / toml_file).read_text())
@@ -192,6 +194,44 @@ def test_install_hooks_prints_and_merges(tmp_path: Path) -> None:
                 "mcpServers"]
 
 
+def test_install_hooks_names_every_node_given(tmp_path: Path) -> None:
+    urls = ["http://10.0.0.1:9077", "http://10.0.0.2:9077", "http://10.0.0.3:9077"]
+    runner = CliRunner()
+    for given in (["--url", urls[0], "--url", "10.0.0.2:9077,http://10.0.0.3:9077"],
+                  ["--url", ",".join(urls), "--url", urls[1]]):  # repeats are dropped
+        done = runner.invoke(cli, ["install-hooks", "--harness", "claude-code", "--dir",
+                                   str(tmp_path), "--exe", "aim", *given])
+        assert done.exit_code == 0, done.output
+        assert done.stderr == f"the entries use {', '.join(urls)}: given with --url\n"
+        printed = done.stdout
+        assert '"mcp-bridge",\n        "--url",\n        "' + ",".join(urls) + '"' in printed
+        assert f"aim hook session-start --harness claude-code --url {','.join(urls)}" in printed
+        assert f"aim hook prompt --harness claude-code --url {','.join(urls)}" in printed
+
+
+def test_install_hooks_says_when_it_could_not_ask_for_the_members(tmp_path: Path) -> None:
+    done = CliRunner().invoke(cli, ["--url", "http://127.0.0.1:9", "install-hooks", "--harness",
+                                    "codex", "--dir", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    assert done.stderr.startswith(
+        "the entries use http://127.0.0.1:9: that node alone, since asking it for its cluster's "
+        "members failed (cannot connect")
+    assert done.stderr.rstrip().endswith("pass --url once per node")
+    assert '"mcp-bridge", "--url", "http://127.0.0.1:9"' in done.stdout
+
+
+def test_a_hook_falls_back_to_the_next_node(node: Node, tmp_path: Path) -> None:
+    here = project_dir(tmp_path, "fallback")
+    down = "http://127.0.0.1:9"
+    done = run_hook(down, ["session-start", "--harness", "codex", "--url",
+                           f"{down},{node.url}"],
+                    {"session_id": "fb-1", "cwd": str(here)}, tmp_path / "st")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    status, reply = _http("GET", node.url + "/api/v1/messages?workspace=default&project="
+                          "fallback&box=inbox")
+    assert status == 200 and reply["project_exists"] is not False  # recorded on the live node
+
+
 def test_skill_install_writes_the_skill(tmp_path: Path) -> None:
     runner = CliRunner()
     done = runner.invoke(cli, ["skill", "install", "--dir", str(tmp_path)])
@@ -202,3 +242,14 @@ def test_skill_install_writes_the_skill(tmp_path: Path) -> None:
                  "memory_message_cancel", "untrusted input", "decision: ", "decision-reply: "):
         assert word in text, word
     assert "unchanged" in runner.invoke(cli, ["skill", "install", "--dir", str(tmp_path)]).output
+    assert done.stdout == f"wrote {tmp_path / 'ai-memory-messaging' / 'SKILL.md'}\n"
+
+
+def test_skill_install_says_where_it_wrote_by_default(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    done = CliRunner().invoke(cli, ["skill", "install"], env={"HOME": str(home)})
+    assert done.exit_code == 0, done.output
+    path = home / ".claude" / "skills" / "ai-memory-messaging" / "SKILL.md"
+    assert path.is_file() and done.stdout == f"wrote {path}\n"
+    assert "Claude Code's personal skills" in done.stderr
+    assert "--dir .claude/skills for this project only" in done.stderr

@@ -65,9 +65,29 @@ def test_whoami_prints_the_principal(stub: StubDaemon, run: Run) -> None:
         "grants": [{"workspace": "acme", "project": None, "access": "read"}]})
     result = run("--key", "aim_x", "whoami")
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines() == [
-        "alice, agent alice-bot (bound to the key), keys mode", "  read on acme/*"]
+    assert result.output.splitlines() == [  # a node without node_mode: the caller's mode
+        "alice, agent alice-bot (bound to the key), key key_ab, keys mode", "  read on acme/*"]
     assert stub.last().headers["Authorization"] == "Bearer aim_x"
+
+
+def test_whoami_says_the_nodes_mode_not_the_callers(stub: StubDaemon, run: Run) -> None:
+    anonymous = {"mode": "anonymous", "user": None, "root": False, "agent": "bob",
+                 "agent_bound": False, "key_id": None, "owner_user": "", "grants": [],
+                 "node_mode": "anonymous"}
+    keyed = {"mode": "keys", "user": "alice", "root": False, "agent": "alice-bot",
+             "agent_bound": True, "key_id": "key_ab", "owner_user": "alice", "grants": [],
+             "node_mode": "anonymous"}
+    stub.reply("GET", "/api/v1/whoami", anonymous)
+    stub.reply("GET", "/api/v1/whoami", keyed)
+    stub.reply("GET", "/api/v1/whoami", {**keyed, "node_mode": "keys"})
+    assert run("--agent-id", "bob", "whoami").output == (
+        "(anonymous), agent bob; the node runs in anonymous mode: no key, X-Agent-Id names the "
+        "agent and every project is open\n")
+    assert run("--key", "aim_x", "whoami").output == (
+        "alice, agent alice-bot (bound to the key), key key_ab; the node runs in anonymous "
+        "mode, but a key is still checked: its grants apply\n")
+    assert run("--key", "aim_x", "whoami").output == (
+        "alice, agent alice-bot (bound to the key), key key_ab; the node runs in keys mode\n")
 
 
 def test_bootstrap_into_a_database_file(tmp_path: Path) -> None:

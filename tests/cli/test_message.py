@@ -8,6 +8,7 @@ from pathlib import Path
 
 from click.testing import Result
 
+from common.vocab import FROM_AGENT_UNNAMED_MEANING
 from tests.cli.stub import StubDaemon
 
 Run = Callable[..., Result]
@@ -71,7 +72,7 @@ def test_send_scope_from_project_file(stub: StubDaemon, run: Run, tmp_path: Path
     assert stub.last().body["body"] == "hi"
 
 
-def test_send_without_scope_shows_the_daemons_refusal_as_is(stub: StubDaemon, run: Run) -> None:
+def test_send_without_scope_says_in_plain_words_what_to_pass(stub: StubDaemon, run: Run) -> None:
     refusal = (
         "refusing to send from default/frank: it was resolved by shared_slot, not named, "
         "so it may not be the project you are working in. Pass from_workspace and from_project."
@@ -90,8 +91,13 @@ def test_send_without_scope_shows_the_daemons_refusal_as_is(stub: StubDaemon, ru
     result = run("message", "send", "--to-workspace", "default", "--to-project", "b", "hello")
     assert result.exit_code == 4
     assert "from_workspace" not in stub.last().body
-    assert refusal in result.stderr
-    assert "scope_source: shared_slot" in result.stderr
+    assert "shared_slot, not named" not in result.stderr  # the daemon's words are for agents
+    assert result.stderr.startswith(
+        "error: no project was named, so nothing was sent: pass --from-workspace and "
+        "--from-project (for example `--from-workspace default --from-project project-b`), or "
+        "set AI_MEMORY_WORKSPACE and AI_MEMORY_PROJECT, or put a [project] table "
+        '(workspace = "...", name = "...") in .ai-memory.toml in this directory or a parent')
+    assert "the node would have guessed: default/frank (shared_slot)" in result.stderr
     assert len(stub.requests) == 1  # a refusal is not retried
 
 
@@ -187,8 +193,11 @@ def test_list_inferred_scope_prints_hint_on_stderr(stub: StubDaemon, run: Run) -
     result = run("message", "list", "--limit", "5")
     assert result.exit_code == 0, result.output
     assert stub.last().query == {"box": "inbox", "limit": "5"}
-    assert "default/frank by shared_slot; pass workspace and project" in result.stderr
-    assert "[pending] m-1  default/project-a (other) -> default/frank" in result.stdout
+    assert ("note: no project was named, so the node chose default/frank (shared_slot); to "
+            "name yours, pass --workspace and --project") in result.stderr
+    assert "[pending] m-1  default/project-a (agent other) -> default/frank" in result.stdout
+    assert f"agent other: {FROM_AGENT_UNNAMED_MEANING}" in result.stderr
+    assert "  nature: reported (the sender passes on what it was told)" in result.stdout
     assert "    do it" in result.stdout
 
 
@@ -230,6 +239,23 @@ def test_pop_prints_provenance_and_notice_before_the_body(stub: StubDaemon, run:
     out = result.stdout
     assert out.startswith("claimed m-1 from default/project-a (agent codex, user ann)\n")
     assert out.index("security notice:") < out.index("<untrusted>do it</untrusted>")
+    assert ("nature: measured (the sender checked it itself; the evidence says how); "
+            "evidence: t.py:1\n") in out
+    assert "agent other" not in out  # a named harness needs no explaining
+
+
+def test_pop_explains_agent_other_and_an_unknown_nature(stub: StubDaemon, run: Run) -> None:
+    from_cli = {"message": {**POP_REPLY["message"], "nature": "unknown", "evidence": None},
+                "provenance": {**POP_REPLY["provenance"], "from_agent": "other",
+                               "from_owner_user": None}}
+    stub.reply("POST", "/api/v1/messages/pop", from_cli)
+    out = run("message", "pop", env=SCOPE_ENV).stdout
+    assert out.splitlines()[:4] == [
+        "claimed m-1 from default/project-a (agent other)",
+        f"  agent other: {FROM_AGENT_UNNAMED_MEANING}",
+        "subject: export",
+        "nature: unknown (the sender did not say how it knows)",
+    ]
 
 
 def test_pop_retries_once_with_the_same_request_id(stub: StubDaemon, run: Run) -> None:
@@ -272,20 +298,29 @@ def test_pop_empty_inbox_is_success(stub: StubDaemon, run: Run) -> None:
     assert "no pending message in default/project-a" in result.stderr
 
 
-def test_pop_refused_inferred_scope_exits_4(stub: StubDaemon, run: Run) -> None:
-    stub.reply(
-        "POST",
-        "/api/v1/messages/pop",
-        {
-            "error": "refusing to pop from default/frank: it was resolved by shared_slot",
-            "code": "scope_inferred",
-        },
-        status=409,
-    )
+def test_pop_refused_inferred_scope_exits_4_and_says_what_to_pass(
+        stub: StubDaemon, run: Run) -> None:
+    refusal = {"error": "refusing to pop from default/frank: it was resolved by shared_slot",
+               "code": "scope_inferred", "scope_source": "shared_slot",
+               "resolved_scope": {"workspace": "default", "project": "frank"}}
+    stub.reply("POST", "/api/v1/messages/pop", refusal, status=409)
     result = run("message", "pop")
     assert result.exit_code == 4
     assert "workspace" not in stub.last().body
-    assert "refusing to pop from default/frank" in result.stderr
+    assert result.stderr.startswith("error: no project was named, so nothing was popped: pass "
+                                    "--workspace and --project")
+    assert "AI_MEMORY_WORKSPACE and AI_MEMORY_PROJECT" in result.stderr
+    stub.reply("POST", "/api/v1/messages/cancel", refusal, status=409)
+    cancelled = run("message", "cancel", "--all")
+    assert cancelled.exit_code == 4
+    assert "nothing was cancelled: pass --workspace and --project" in cancelled.stderr
+
+
+def test_a_conflict_that_is_not_about_the_scope_is_shown_as_it_came(
+        stub: StubDaemon, run: Run) -> None:
+    stub.reply("POST", "/api/v1/messages/pop", {"error": "busy elsewhere"}, status=409)
+    other = run("message", "pop", "--workspace", "w", "--project", "p")
+    assert other.exit_code == 4 and other.stderr.startswith("error: busy elsewhere")
 
 
 def test_cancel_one_or_all(stub: StubDaemon, run: Run) -> None:

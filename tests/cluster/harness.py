@@ -143,6 +143,23 @@ class Cluster:
             time.sleep(0.05)
         raise TimeoutError(f"{nid} not healthy: {p.log.read_text()[-3000:]}")
 
+    def wait_serving(self, nid: str, timeout: float = 20.0) -> None:
+        """Block until ``nid``'s health says ``serving``: a member seeded at
+        its first start (a peer held data already) refuses writes while it
+        recovers, as ``cluster status`` shows an operator."""
+        deadline = time.monotonic() + timeout
+        body: Any = None
+        while time.monotonic() < deadline:
+            try:
+                status, body = http("GET", self.url(nid) + "/api/v1/health", timeout=1)
+                if status == 200 and body.get("state") == "serving":
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"{nid} still not serving ({body}): "
+                           f"{self.procs[nid].log.read_text()[-3000:]}")
+
     def kill9(self, nid: str) -> None:
         p = self.procs[nid]
         assert p.popen is not None

@@ -40,8 +40,8 @@ def free_base(count: int = 3) -> int:
         try:
             for i in range(count):
                 s = socket.socket()
+                socks.append(s)  # closed below even when the bind fails
                 s.bind(("127.0.0.1", base + i))
-                socks.append(s)
             return base
         except OSError:
             continue

@@ -138,6 +138,10 @@ def test_bootstrap_with_db_then_cli_round_trips_on_every_node(tmp_path: Path) ->
         assert root.startswith("aim_") and boot["node_id"] == "node1"
         c.start()
         ok(whoami(c, "node1", root))
+        # A member that asks after node1's root user reached another member
+        # is seeded (a peer holds data) and takes writes once it recovered.
+        for nid in c.ids:
+            c.wait_serving(nid)
         c.wait_converged()  # the bootstrap ops reach the others by anti-entropy
         for nid in c.ids:
             who = ok(whoami(c, nid, root))

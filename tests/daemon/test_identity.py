@@ -35,7 +35,7 @@ async def test_key_lifecycle_through_whoami(client: Any, node: Node) -> None:
     who = await _json(await client.get("/api/v1/whoami", headers=bearer(key)), 200)
     assert who == {"mode": "keys", "user": "alice", "root": False, "agent": "alice-bot",
                    "agent_bound": True, "key_id": made["id"], "owner_user": "alice",
-                   "grants": []}
+                   "grants": [], "node_mode": "anonymous"}  # a key, on an anonymous node
     same = await _json(await client.get("/api/v1/whoami", headers={"X-API-Key": key}), 200)
     assert same == who
 
@@ -235,3 +235,30 @@ async def test_a_static_key_is_root_as_bearer_or_x_api_key(tmp_path: Path,
         await client.close()
     finally:
         await n.stop()
+
+
+async def test_whoami_names_the_mode_the_node_runs_in(tmp_path: Path,
+                                                      aiohttp_client: Any) -> None:
+    """``mode`` is how the caller was identified; ``node_mode`` is the node's own."""
+    from dataclasses import replace
+
+    from daemon.app import build_app
+    from daemon.settings import AuthSettings
+    from daemon.wiring import build_node
+    from tests.daemon.conftest import make_settings
+
+    for mode in ("anonymous", "keys"):
+        settings = replace(make_settings(tmp_path / f"{mode}.db"),
+                           auth=AuthSettings(mode=mode, api_keys={"static-k": "ops-bot"}))
+        n = await build_node(settings)
+        await n.start()
+        try:
+            client = await aiohttp_client(build_app(n))
+            who = await _json(await client.get("/api/v1/whoami", headers=bearer("static-k")), 200)
+            assert who["node_mode"] == mode
+            if mode == "anonymous":
+                nobody = await _json(await client.get("/api/v1/whoami"), 200)
+                assert (nobody["mode"], nobody["node_mode"]) == ("anonymous", "anonymous")
+            await client.close()
+        finally:
+            await n.stop()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from daemon.logs import JsonFormatter, TextFormatter, request_id
+from daemon.logs import QUIET_LIBRARIES, JsonFormatter, TextFormatter, configure, request_id
 from tests.cluster.harness import Cluster
 from tests.daemon._fixtures_handlers import snapshot
 
@@ -35,6 +35,39 @@ def test_json_lines_carry_time_level_node_event_fields_and_the_request_id() -> N
     assert "request_id" not in json.loads(fmt.format(record("idle")))  # outside a request
     text = TextFormatter("node7").format(record("peer call failed", peer="node2"))
     assert text.endswith("ai_memory.test: peer call failed peer=node2")
+
+
+@pytest.fixture
+def root_logging() -> Any:
+    """Whatever :func:`configure` changes, put back (pytest's own handlers included)."""
+    root = logging.getLogger()
+    saved = list(root.handlers), root.level
+    levels = {name: logging.getLogger(name).level for name in QUIET_LIBRARIES}
+    yield
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def test_the_mcp_librarys_info_chatter_is_quiet_but_its_errors_are_not(
+        root_logging: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """The stateless /mcp endpoint made the SDK log "Terminating session: None"
+    at INFO on every request; its warnings and errors still show."""
+    transport = logging.getLogger("mcp.server.streamable_http")
+    configure("info", "text", "node1")
+    transport.info("Terminating session: None")
+    transport.error("Error handling POST request")
+    logging.getLogger("mcp.server.streamable_http_manager").warning("Refusing to open a session")
+    logging.getLogger("ai_memory.server").info("serving")
+    err = capsys.readouterr().err
+    assert "Terminating session" not in err
+    assert "ERROR mcp.server.streamable_http: Error handling POST request" in err
+    assert "WARNING mcp.server.streamable_http_manager: Refusing" in err
+    assert "INFO ai_memory.server: serving" in err
+    configure("debug", "text", "node1")  # asked for everything: the chatter comes back
+    transport.info("Terminating session: None")
+    assert "INFO mcp.server.streamable_http: Terminating session: None" in capsys.readouterr().err
 
 
 async def test_the_request_id_is_taken_or_made_and_returned(client: Any, node: Any) -> None:

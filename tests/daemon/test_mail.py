@@ -368,3 +368,22 @@ async def test_owner_sheds_load_beyond_its_queue_bound(projects, monkeypatch) ->
     assert all(r.headers.get("Retry-After") for r in shed)
     got = [(await r.json())["message"]["id"] for r in results if r.status == 200]
     assert len(got) == len(set(got))
+
+
+async def test_a_pop_from_a_project_that_does_not_exist_leaves_no_mailbox(
+        client) -> None:  # type: ignore[no-untyped-def]
+    """The README's first `message pop` meets no project: the refusal takes no
+    mailbox ownership and logs nothing (`cluster status` listed
+    `mbox:default/nosuch@1025` after it)."""
+    before = await (await client.get("/api/v1/cluster/status")).json()
+    nosuch = {"workspace": "default", "project": "nosuch"}
+    for _ in range(2):
+        reply = await (await pop(client, nosuch, request_id="pop-1")).json()
+        assert reply["message"] is None and reply["project_exists"] is False, reply
+    after = await (await client.get("/api/v1/cluster/status")).json()
+    assert after["owned_mailboxes"] == {}
+    assert after["vv"] == before["vv"]  # not even a "nothing pending" decision was logged
+    await start(client, nosuch)  # once it exists, its mailbox works as any other
+    assert (await (await pop(client, nosuch)).json())["message"] is None
+    assert list((await (await client.get("/api/v1/cluster/status")).json())[
+        "owned_mailboxes"]) == ["mbox:default/nosuch"]

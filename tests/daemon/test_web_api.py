@@ -5,11 +5,13 @@ editing through the owner, paged history, hidden project names, logins.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from common.policy import KEYS, Principal, ProjectGrant
+from common.vocab import NATURE_MEANINGS, NATURES
 from daemon.app import build_app
 from daemon.wiring import build_node
 from tests.daemon.conftest import make_settings
@@ -17,6 +19,7 @@ from tests.daemon.conftest import make_settings
 A = {"workspace": "default", "project": "project-a"}
 B = {"workspace": "default", "project": "project-b"}
 UI = {"X-AI-Memory-UI": "1"}
+INBOX_JS = (Path(__file__).resolve().parents[2] / "daemon" / "web" / "inbox.js").read_text()
 
 
 async def start(client: Any, scope: dict[str, str], harness: str = "claude-code") -> None:
@@ -124,6 +127,21 @@ async def test_history_pages_at_50_newest_first_and_reading_claims_nothing(web: 
     assert listing["count"] == 53  # reading never claimed anything
     bad = await web.get("/web/api/history", params={**B, "box": "trash"})
     assert bad.status == 400 and (await bad.json())["code"]
+
+
+async def test_the_page_is_told_what_the_provenance_words_mean(web: Any) -> None:
+    """"From agent: other" and "Nature: unknown" are shown with their meaning;
+    the page reads the words from /web/api/me (common/vocab.py defines them)."""
+    me = await login_anonymous(web)
+    assert me["meanings"]["nature"] == NATURE_MEANINGS
+    assert set(NATURE_MEANINGS) == set(NATURES)
+    assert me["meanings"]["from_agent"]["other"].startswith("no harness named")
+    r = await web_send(web, me)
+    assert r.status == 201
+    [row] = (await received(web))["messages"]
+    assert row["from_agent"] in me["meanings"]["from_agent"]  # a web send is "web", explained
+    assert row["nature"] in me["meanings"]["nature"]
+    assert 'meant("from_agent", m.from_agent)' in INBOX_JS and 'meant("nature", m.nature)' in INBOX_JS
 
 
 async def test_edit_save_requeue_keeps_id_and_place(web: Any) -> None:

@@ -96,3 +96,29 @@ def test_restore_refuses_what_is_not_a_sound_ai_memory_backup(tmp_path: Path) ->
             describe(conn)
     finally:
         conn.close()
+
+
+async def test_restore_counts_the_ops_the_copy_holds_not_the_op_log_rows_left(
+        tmp_path: Path) -> None:
+    """Once every member holds them, op-log rows are compacted away: a backup of
+    42 ops may hold no op-log row, and `restore` still says 42 (it said 0)."""
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    store = await Store.open(tmp_path / "live.db", "n1")
+    try:
+        ops = [Op(origin="n1", seq=i, hlc=1000 + i, kind=AGENT_SEEN, key=agent_key(f"a{i}"),
+                  body={"agent_id": f"a{i}", "at_ms": 1000 + i}) for i in range(1, 43)]
+        assert len(await store.apply_ops(ops, now_ms=2000)) == 42
+        assert await store.gc({"n1": 42}) == 42
+        info = online_backup(store.path, str(tmp_path / "copy.db"), "n1")
+    finally:
+        await store.close()
+    assert info.oplog_ops == 0 and info.version_vector == {"n1": 42}
+    result = restore(tmp_path / "copy.db", tmp_path / "a.db")
+    assert result["ops"] == 42 and result["oplog_ops"] == 0
+    printed = CliRunner().invoke(cli, ["restore", str(tmp_path / "copy.db"), "--db",
+                                       str(tmp_path / "b.db")])
+    assert printed.exit_code == 0, printed.output
+    assert ": restored 42 ops in its version vector as incarnation " in printed.output

@@ -82,12 +82,34 @@ async def test_hostile_urls_are_refused(url: str) -> None:
 
 @pytest.mark.parametrize("url", [
     "https://hooks.example.com/ai-memory",
-    "http://hooks.example.com:8080/x?y=1",
+    "https://hooks.example.com:8443/x?y=1",
     "https://v6.example.com/",
-    "http://93.184.216.34/hook",
+    "https://93.184.216.34/hook",
 ])
-async def test_public_urls_pass(url: str) -> None:
+async def test_public_https_urls_pass(url: str) -> None:
     await check_url(url, STRICT, fake_resolve)
+
+
+@pytest.mark.parametrize("url", [
+    "http://hooks.example.com:8080/x?y=1",
+    "http://v6.example.com/",
+    "http://93.184.216.34/hook",
+    "HTTP://93.184.216.34/hook",
+    "http://[::ffff:93.184.216.34]/",
+])
+async def test_public_plain_http_is_refused(url: str) -> None:
+    lax = AddressPolicy(allow_loopback=True, allow_private=True)
+    with pytest.raises(BadRequest, match="must be https://"):
+        await check_url(url, lax, fake_resolve)
+
+
+async def test_plain_http_stays_for_allowed_loopback_and_private_targets() -> None:
+    await check_url("http://127.0.0.1:9/", LOOPBACK_OK, fake_resolve)
+    lan = AddressPolicy(allow_private=True)
+    await check_url("http://lan.example.com/", lan, fake_resolve)
+    await check_url("http://[::ffff:10.0.0.1]/", lan, fake_resolve)
+    with pytest.raises(BadRequest, match="private"):  # not allowed: refused as before
+        await check_url("http://10.0.0.1/", STRICT, fake_resolve)
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9/", "http://localhost:8080/h", "http://[::1]/"])

@@ -71,10 +71,12 @@ def test_v6_loopback_and_unspecified_are_not_read_as_ipv4(url: str) -> None:
         check_literal(url, STRICT)
 
 
-@pytest.mark.parametrize("url", ["http://[::ffff:93.184.216.34]/", "http://[64:ff9b::5db8:d822]/",
-                                 "http://[2002:5db8:d822::1]/"])
+@pytest.mark.parametrize("url", ["https://[::ffff:93.184.216.34]/",
+                                 "https://[64:ff9b::5db8:d822]/", "https://[2002:5db8:d822::1]/"])
 def test_embedded_public_address_passes(url: str) -> None:
     check_literal(url, STRICT)
+    with pytest.raises(BadRequest, match="must be https://"):  # public: never in clear
+        check_literal("http" + url[5:], STRICT)
 
 
 @pytest.mark.parametrize("url", LOOPBACK + PRIVATE)

@@ -1,0 +1,46 @@
+"""`cluster status` prints what docs/operations.md shows, byte for byte."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from cli.cluster_status import COLUMNS, MemberView, rows
+from cli.output import table
+
+DOC = Path(__file__).parents[2] / "docs" / "operations.md"
+
+
+def documented_table() -> str:
+    text = DOC.read_text()
+    section = text[text.index("## Looking at a cluster: `ai-memory cluster status`"):]
+    block = re.search(r"```\n(NODE .*?)\n```", section, re.S)
+    assert block is not None
+    return "\n".join(line for line in block.group(1).splitlines() if line.startswith(("NODE", "node")))
+
+
+def status(node_id: str, owned: dict[str, int]) -> dict[str, object]:
+    return {"node_id": node_id, "version": "0.1.0", "vv": {"node1": 10, "node2": 8},
+            "owned_mailboxes": owned, "quorum_healthy": True}
+
+
+def test_the_table_is_the_documented_one() -> None:
+    first = {**status("node1", {}), "peers": {
+        "node2": {"last_contact_ms_ago": 200, "vv": {"node1": 10, "node2": 8}},
+        "node3": {"last_contact_ms_ago": 4100, "vv": {"node1": 10, "node2": 8}, "lag_ops": 0}}}
+    views = [
+        MemberView("node1", "http://127.0.0.1:9077", status=first),
+        MemberView("node2", "http://127.0.0.1:9078",
+                   status=status("node2", {"mbox:default/project-b": 1025})),
+        MemberView("node3", "http://127.0.0.1:9079", error="cannot connect", reason="refused"),
+    ]
+    printed = table(rows(first, views), COLUMNS)
+    assert [line.rstrip() for line in printed.splitlines()] == [
+        line.rstrip() for line in documented_table().splitlines()]
+
+
+def test_owned_mailboxes_show_workspace_project_and_epoch_three_at_most() -> None:
+    owned = {"mbox:default/a": 1024, "mbox:default/b": 1025, "mbox:w/c": 2048, "mbox:w/d": 3072}
+    first = status("node1", owned)
+    [row] = rows(first, [MemberView("node1", "http://x", status=first)])
+    assert row["mailboxes"] == "default/a@1024, default/b@1025, w/c@2048 (+1)"
