@@ -163,7 +163,7 @@ async def prepare(settings: Settings, notifier: Notifier | None = None) -> Setti
     log.info("no database at %s: asking the other members (%s) whether this cluster is new "
              "or holds data", settings.store.db_path, ", ".join(p.node_id for p in c.peers))
     peers = PeerClient(c.node_id, {p.node_id: p.url for p in c.peers}, c.secret,
-                       now_s=waiting.now_s, tls=lambda: tls.client_context(settings))
+                       now_s=waiting.now_s, tls=lambda peer: tls.client_context(settings, peer))
     await peers.start()
     delay = limits.join_retry_first_secs
     logged, logged_at = "", 0.0

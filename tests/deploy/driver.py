@@ -9,6 +9,7 @@ network is private to the namespaces. Requests:
 - ``http``: one call with httpx (what the SDK rides on), answered with status and body;
 - ``sdk_notify`` / ``sdk_inbox``: the official SDK (``ai_memory.AiMemoryClient``);
 - ``pop_many``: concurrent pops of one mailbox through several hosts at once;
+- ``cert_serial``: the serial of the certificate a host presents to a new connection;
 - ``workload_start`` / ``workload_stop``: a background workload (SDK notifies
   and project mail sent and popped through random hosts) that records every
   acknowledged notify and send and every pop's outcome, kept running across
@@ -25,15 +26,19 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import socket
+import ssl
 import sys
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from ai_memory import AiMemoryClient
+from cryptography import x509
 
 VERIFY: bool | str = True
 TIMEOUT = 5.0
@@ -55,6 +60,18 @@ def http(method: str, url: str, key: str, body: Any = None, params: dict | None 
             return r.status_code, r.text
     except httpx.HTTPError as exc:
         return 0, f"{type(exc).__name__}: {exc}"
+
+
+def cert_serial(url: str) -> str:
+    """The serial (hex) of the certificate ``url``'s host presents to a new
+    connection, verified against the CA like every other client here."""
+    parts = urlsplit(url)
+    ctx = ssl.create_default_context(cafile=VERIFY if isinstance(VERIFY, str) else None)
+    with socket.create_connection((parts.hostname, parts.port), timeout=TIMEOUT) as raw, \
+            ctx.wrap_socket(raw, server_hostname=parts.hostname) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return format(x509.load_der_x509_certificate(der).serial_number, "X")
 
 
 def sdk(url: str, key: str, agent: str) -> AiMemoryClient:
@@ -191,6 +208,8 @@ def handle(req: dict) -> Any:
     if op == "pop_decide":  # settle a pop left open by the workload, same request id
         return pop_until_decided(req["url"], req["key"], req["ws"], req["project"],
                                  req["request_id"], time.monotonic() + req.get("deadline", 20))
+    if op == "cert_serial":  # the serial of the certificate a host presents now
+        return cert_serial(req["url"])
     if op == "workload_start":
         WORKLOAD = Workload(req["spec"])
         WORKLOAD.start()

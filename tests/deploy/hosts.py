@@ -37,12 +37,12 @@ _SCRIPT = shutil.which("ai-memory", path=str(Path(PYTHON).parent))
 AI_MEMORY = [_SCRIPT] if _SCRIPT else [PYTHON, "-m", "cli"]  # as systemd's unit runs it
 BASE_PORT = 9077
 
-# TODO(tls): turn TLS on once branch `tls` is merged: set TLS = True. `cluster
-# init` then mints the CA and node certificates for non-loopback hosts and
-# writes [tls] sections, nodes serve https and peer over mutual TLS, and the
-# clients below get the CA (CLI --ca-cert, SDK/httpx verify=CA_FILE). Check
-# the CA's path against what `cluster init` writes (assumed OUT/ca.crt here).
-TLS = False
+# `cluster init` turns TLS on for non-loopback hosts: it mints the CA
+# (OUT/ca.crt) and a certificate per node and writes [tls] sections; nodes
+# serve https and peer over mutual TLS, and the clients get the CA (CLI
+# AI_MEMORY_CA_CERT, SDK/httpx verify=). False only to debug the test itself
+# (the nodes then need --insecure-plaintext-peers, which no config carries).
+TLS = True
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -75,6 +75,11 @@ class Node:
         if self.popen and self.popen.poll() is None:
             self.popen.send_signal(signal.SIGKILL)
             self.popen.wait(timeout=10)
+
+    def reload(self) -> None:
+        """``systemctl reload``: SIGHUP, which rereads the certificates."""
+        assert self.popen and self.popen.poll() is None
+        self.popen.send_signal(signal.SIGHUP)
 
     def wipe(self) -> None:
         """Lose the disk: the database directory is gone (serve makes it again)."""

@@ -8,14 +8,16 @@ gaps and no bootstrap flag. From the client host the official SDK and the
 CLI exchange notifications and claim-once project mail across the hosts;
 then, while a workload records every acknowledged notify and send and every
 pop, one host's node is killed (-9) and restarted, one host's link is cut
-both ways and another's one way, and one host's disk is wiped (it must be
+both ways and another's one way, every certificate is rotated, and one
+host's disk is wiped (it must be
 seeded, never bootstrapped). At the end: no acknowledged notify or send is
 lost, no message is claimed twice, and every host holds the same data.
 
 Why: this is how operators deploy it (one machine per node, systemd running
 ``serve --config``), and the faults are those of real networks and disks.
-It runs over plain HTTP until TLS is merged (the ``TLS`` switch in
-``tests/deploy/hosts.py``). Figures are printed (run with ``-s``).
+Every link is TLS, as ``cluster init`` sets up for non-loopback hosts, and
+every node's certificate is rotated (``tls rotate`` and SIGHUP) while the
+load runs. Figures are printed (run with ``-s``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import collections
 import json
 import random
 import re
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.hosts import Deployment, deploy
+from tests.deploy.hosts import AI_MEMORY, ROOT, Deployment, deploy
 from tests.deploy.netns import Network, unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -253,7 +256,26 @@ def test_three_hosts(dep: Deployment) -> None:
         until(f"{host} back after the one-way cut", lambda: converged(dep))
     figures["one_way_method"] = dep.net.one_way_method
 
-    # 4. wipe one host's disk: it is seeded from a peer, never bootstrapped
+    # 4. rotate every node's certificate under load: `tls rotate`, then
+    #    SIGHUP (systemctl reload); new connections get the new certificate,
+    #    and the wiped member below peers with the new ones only
+    assert dep.ca_cert is not None and dep.ca_cert.exists()
+    before = {h: dep.call("cert_serial", url=dep.url(h)) for h in dep.nodes}
+    rotated = subprocess.run([*AI_MEMORY, "tls", "rotate", "--dir", str(dep.ca_cert.parent)],
+                             cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    minted = dict(re.findall(r"\s(node\d)\s+serial ([0-9A-F]+)", rotated))
+    assert sorted(minted) == ["node1", "node2", "node3"], rotated
+    for node in dep.nodes.values():
+        node.reload()
+    for h, node in dep.nodes.items():
+        until(f"{node.name} presenting its new certificate",
+              lambda h=h, n=node.name: dep.call("cert_serial", url=dep.url(h)) == minted[n],
+              timeout=10)
+        assert minted[node.name] != before[h]
+    probe(dep, [a, b, c])
+    figures["rotated_under_load"] = True
+
+    # 5. wipe one host's disk: it is seeded from a peer, never bootstrapped
     dep.nodes[c].kill9()
     dep.nodes[c].wipe()
     assert not dep.nodes[c].db.exists()
