@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import json
-import shlex
 import os
+import shlex
 import subprocess
 import sys
 import tomllib
