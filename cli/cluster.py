@@ -215,7 +215,8 @@ def start_node(node: str, data_dir: Path, wait: float) -> None:
 @pass_state
 def status(state: CliState, as_json: bool) -> None:
     """Show every member's view: reachability, op-log position, lag, mailboxes, quorum."""
-    first, views = cluster_status.collect(state.url, cluster_status.default_client)
+    first, views = cluster_status.collect(
+        state.url, lambda url: cluster_status.default_client(url, state.api_key, state.key))
     healthy = cluster_status.quorum_healthy(first)
     if as_json:
         print_json(cluster_status.as_json(state.url, first, views))

@@ -127,8 +127,10 @@ def collect(
     return first, views
 
 
-def default_client(url: str) -> ApiClient:
-    return ApiClient(url, timeout=limits.cluster_status_timeout_secs)
+def default_client(url: str, api_key: str | None = None, key: str | None = None) -> ApiClient:
+    """A client for one member, carrying the caller's key to every member (in
+    keys mode each member's status needs it)."""
+    return ApiClient(url, api_key=api_key, key=key, timeout=limits.cluster_status_timeout_secs)
 
 
 def _vv(status: Mapping[str, Any] | None) -> dict[str, int]:

@@ -6,12 +6,16 @@ hooks (``ai-memory hook ...``, :mod:`cli.hooks`) and the ``mcp-bridge`` MCP
 server. Both name every node (:mod:`cli.node_urls`: ``--url`` given once
 per node or comma-separated, else the members of the cluster at the global
 ``--url``), so a node that is down costs neither the tools nor the notice.
-Merging keeps what the files already hold and adds no entry twice.
+On an https cluster the global ``--ca-cert`` (``AI_MEMORY_CA_CERT``) is
+written into every entry, so hooks and bridge verify the nodes whatever
+the harness's environment holds. Merging keeps what the files already hold
+and adds no entry twice.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import tomllib
 from pathlib import Path
@@ -32,12 +36,16 @@ def _exe() -> str:
 
 
 def plan(harness: str, base: Path, urls: tuple[str, ...],
-         exe: str) -> list[tuple[Path, str, Any]]:
-    """What to add where: (file, "json"|"toml", entries) for one harness."""
+         exe: str, ca_cert: str | None = None) -> list[tuple[Path, str, Any]]:
+    """What to add where: (file, "json"|"toml", entries) for one harness.
+    ``ca_cert``: the cluster CA the entries trust (an https cluster), named
+    in every command so the harness's environment need not carry it."""
     url = ",".join(urls)
-    bridge = {"command": exe, "args": ["mcp-bridge", "--url", url]}
-    start = f"{exe} hook session-start --harness {harness} --url {url}"
-    on_prompt = f"{exe} hook prompt --harness {harness} --url {url}"
+    trust = ["--ca-cert", str(Path(ca_cert).resolve())] if ca_cert else []
+    bridge = {"command": exe, "args": ["mcp-bridge", "--url", url, *trust]}
+    cli = shlex.join([exe, *trust])
+    start = f"{cli} hook session-start --harness {harness} --url {url}"
+    on_prompt = f"{cli} hook prompt --harness {harness} --url {url}"
     if harness == "claude-code":
         hooks_cc: dict[str, Any] = {"hooks": {
             "SessionStart": [{"hooks": [{"type": "command", "command": start}]}],
@@ -60,7 +68,7 @@ def plan(harness: str, base: Path, urls: tuple[str, ...],
                 (base / ".codex" / "config.toml", "toml",
                  {"mcp_servers.ai-memory": toml, "features.codex_hooks": "\n[features]\ncodex_hooks = true\n"})]
     # kimi drops SessionStart output: its first prompt hook starts the session
-    first = f"{exe} hook session-start --harness kimi --once --url {url}"
+    first = f"{cli} hook session-start --harness kimi --once --url {url}"
     toml_hook = f'\n[[hooks]]\nevent = "UserPromptSubmit"\ncommand = {json.dumps(first)}\ntimeout = 10\n'
     return [(base / ".kimi" / "config.toml", "toml", {"hooks": toml_hook}),
             (base / ".kimi" / "mcp.json", "json", {"mcpServers": {"ai-memory": bridge}})]
@@ -149,7 +157,7 @@ def install_hooks(state: CliState, harness: str, urls: tuple[str, ...], write: b
     root = Path(base) if base else (Path.home() if harness == "kimi" else Path.cwd())
     nodes = node_urls(urls, state.url or DEFAULT_URL, key=state.key, api_key=state.api_key)
     note(f"the entries use {', '.join(nodes.urls)}: {nodes.source}")
-    entries = plan(harness, root, nodes.urls, exe or _exe())
+    entries = plan(harness, root, nodes.urls, exe or _exe(), state.ca_cert)
     if write:
         for line in write_plan(entries):
             click.echo(line)

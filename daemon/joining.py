@@ -81,6 +81,22 @@ class _Waiting:
         self.waiting_for: tuple[str, ...] = tuple(p.node_id for p in settings.cluster.peers)
         self.since = time.time()
         self.verifier = Verifier(settings.cluster.secret, settings.cluster.node_id)
+        # Set by the hello of a member the last probe could not reach: it
+        # has just started, so what the members hold may have changed; the
+        # probe loop, backed off to seconds, asks again at once instead of
+        # after its delay. (A member that answered already tells nothing new:
+        # two members waiting for a third do not wake each other in a loop.)
+        self.asked = asyncio.Event()
+        self.silent: set[str] = set()  # the members the last probe had no answer from
+
+    async def pause(self, secs: float) -> bool:
+        """Sleep ``secs``, or less if a member says hello; True if one did."""
+        try:
+            await asyncio.wait_for(self.asked.wait(), secs)
+        except TimeoutError:
+            return False
+        self.asked.clear()
+        return True
 
     def now_s(self) -> float:
         return time.time() + self.settings.clock_offset_ms / 1000
@@ -112,6 +128,9 @@ def _waiting_app(w: _Waiting) -> web.Application:
             return await refuse_unread(request, exc, extra)
         body = msgpack.packb(hello_answer(rule.WAITING, c.node_id, c.cluster_id),
                              use_bin_type=True)
+        if checked.node in w.silent:
+            w.silent.discard(checked.node)
+            w.asked.set()
         return web.Response(body=body, content_type="application/msgpack")
 
     async def starting(request: web.Request) -> web.Response:
@@ -163,13 +182,15 @@ async def prepare(settings: Settings, notifier: Notifier | None = None) -> Setti
     log.info("no database at %s: asking the other members (%s) whether this cluster is new "
              "or holds data", settings.store.db_path, ", ".join(p.node_id for p in c.peers))
     peers = PeerClient(c.node_id, {p.node_id: p.url for p in c.peers}, c.secret,
-                       now_s=waiting.now_s, tls=lambda: tls.client_context(settings))
+                       now_s=waiting.now_s, tls=lambda peer: tls.client_context(settings, peer))
     await peers.start()
     delay = limits.join_retry_first_secs
     logged, logged_at = "", 0.0
     try:
         while True:
-            decision = rule.decide(await probe_all(peers, settings), cluster_id=c.cluster_id,
+            views = await probe_all(peers, settings)
+            waiting.silent = {v.node_id for v in views if not v.answered}
+            decision = rule.decide(views, cluster_id=c.cluster_id,
                                    member_ids=c.member_ids, mode=c.initial_state)
             if isinstance(decision, rule.Refuse):
                 raise ClusterMismatch(decision.reason)
@@ -192,8 +213,14 @@ async def prepare(settings: Settings, notifier: Notifier | None = None) -> Setti
                 logged, logged_at = decision.reason, now
             notifier.notify(f"EXTEND_TIMEOUT_USEC={int(limits.join_systemd_extend_secs * 1e6)}",
                             f"STATUS=waiting for peers: {decision.reason[:200]}")
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-            delay = min(delay * 2, limits.join_retry_max_secs)
+            if await waiting.pause(delay * random.uniform(0.8, 1.2)):
+                # A member that asked has just started: ask it (and the
+                # others) again right away, and from the shortest delay on,
+                # since its own decision is moments away.
+                await asyncio.sleep(limits.join_retry_first_secs * random.uniform(0.5, 1.0))
+                delay = limits.join_retry_first_secs
+            else:
+                delay = min(delay * 2, limits.join_retry_max_secs)
     finally:
         await peers.close()
         await runner.cleanup()

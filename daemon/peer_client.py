@@ -63,13 +63,15 @@ class PeerUnreachable(Exception):
 class PeerClient:
     def __init__(self, node_id: str, urls: dict[str, str], secret: str | None, *,
                  now_s: Callable[[], float], incarnation: str = "",
-                 tls: Callable[[], ssl.SSLContext | bool] = lambda: True) -> None:
+                 tls: Callable[[str], ssl.SSLContext | bool] = lambda _peer: True) -> None:
         self.node_id = node_id
         self.incarnation = incarnation  # this node's database's, sent with every call
         self.now_s = now_s  # the node's clock (seconds): what signatures are checked against
         self.urls = urls
         self.secret = secret
-        self.tls = tls  # the client context for the next connection (mutual TLS)
+        # The client context for the next connection to a member (mutual TLS;
+        # its handshake checks that the certificate names that member).
+        self.tls = tls
         self._session: aiohttp.ClientSession | None = None
         self._boots: dict[str, str] = {}  # peer -> its boot id, as last learned
         self.channels: Channels | None = (
@@ -135,7 +137,7 @@ class PeerClient:
                                     self.now_s(), boot))
             try:
                 async with self._session.post(url + path, data=body, headers=headers,
-                                              timeout=t, ssl=self.tls()) as resp:
+                                              timeout=t, ssl=self.tls(peer)) as resp:
                     raw = await resp.read()
                     new_boot = resp.headers.get(BOOT_HEADER)
                     incarnation = resp.headers.get(INCARNATION_HEADER, "")
@@ -143,6 +145,8 @@ class PeerClient:
             except TimeoutError:
                 self._log_failure(peer, path, "timeout", started)
                 raise PeerUnreachable(peer, "timeout") from None
+            except aiohttp.ClientConnectorCertificateError as exc:
+                raise self._bad_certificate(peer, path, exc, started) from None
             except (aiohttp.ClientError, OSError):
                 self._log_failure(peer, path, "unreachable", started)
                 raise PeerUnreachable(peer, "unreachable") from None
@@ -200,7 +204,7 @@ class PeerClient:
                 async with asyncio.timeout(timeout_s):
                     ws = await self._session.ws_connect(
                         url + LINK_PATH, headers=headers, autoping=True, compress=0,
-                        ssl=self.tls(),
+                        ssl=self.tls(peer),
                         max_msg_size=limits.peer_body_max_bytes + 64,
                         heartbeat=limits.peer_channel_heartbeat_secs,
                         timeout=aiohttp.ClientWSTimeout(ws_close=1.0))
@@ -215,6 +219,8 @@ class PeerClient:
                 raise PeerUnreachable(peer, f"rejected ({exc.status})") from None
             except TimeoutError:
                 raise
+            except aiohttp.ClientConnectorCertificateError as exc:
+                raise self._bad_certificate(peer, LINK_PATH, exc, started) from None
             except (aiohttp.ClientError, OSError):
                 self._log_failure(peer, LINK_PATH, "unreachable", started)
                 raise PeerUnreachable(peer, "unreachable") from None
@@ -225,6 +231,13 @@ class PeerClient:
             incarnation = "" if upgrade is None else upgrade.headers.get(INCARNATION_HEADER, "")
             return ws, key, incarnation
         raise PeerUnreachable(peer, "rejected (boot)")
+
+    @classmethod
+    def _bad_certificate(cls, peer: str, path: str, exc: aiohttp.ClientConnectorCertificateError,
+                         started: float) -> PeerUnreachable:
+        reason = f"rejected (certificate: {exc.certificate_error})"
+        cls._log_failure(peer, path, reason, started)
+        return PeerUnreachable(peer, reason)
 
     @staticmethod
     def _log_failure(peer: str, path: str, reason: str, started: float) -> None:

@@ -53,7 +53,8 @@ async def _download(session: aiohttp.ClientSession, settings: Settings, peer: st
         if c.secret:
             headers.update(sign(c.secret, c.node_id, peer, "POST", BACKUP_PATH, b"",
                                 time.time() + settings.clock_offset_ms / 1000, boot))
-        async with session.post(url + BACKUP_PATH, data=b"", headers=headers) as resp:
+        async with session.post(url + BACKUP_PATH, data=b"", headers=headers,
+                                ssl=client_context(settings, peer)) as resp:
             if resp.status == 401 and resp.headers.get(BOOT_HEADER) and attempt == 1:
                 boot = resp.headers[BOOT_HEADER]
                 continue
@@ -78,7 +79,7 @@ async def seed_from_peers(settings: Settings, donors: tuple[str, ...] | None = N
     c = settings.cluster
     peers = PeerClient(c.node_id, {p.node_id: p.url for p in c.peers}, c.secret,
                        now_s=lambda: time.time() + settings.clock_offset_ms / 1000,
-                       tls=lambda: client_context(settings))
+                       tls=lambda peer: client_context(settings, peer))
     errors = []
     await peers.start()
     try:

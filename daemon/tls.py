@@ -73,12 +73,33 @@ def _build(tls: TlsSettings) -> tuple[ssl.SSLContext | None, ssl.SSLContext]:
                          f"{', '.join(tls.ca) or '-'}): {exc}") from None
 
 
+def _expecting(member: str) -> type[ssl.SSLObject]:
+    """An ``SSLObject`` class whose handshake also checks that the verified
+    certificate names ``member``: the cluster CA's chain proves that the
+    other end is a member, not which one, so an address that answers with
+    another member's certificate (a swapped config, a moved address) would
+    otherwise be taken for ``member``."""
+
+    class Expecting(ssl.SSLObject):
+        def do_handshake(self) -> None:
+            super().do_handshake()
+            named = member_of(self.getpeercert())
+            if named != member:
+                log.warning("the address dialled as member %s presented the certificate "
+                            "of %r: refused", member, named)
+                raise ssl.SSLCertVerificationError(
+                    f"certificate names member {named!r}, not {member!r}")
+
+    return Expecting
+
+
 class Contexts:
     """The live contexts of one ``[tls]`` section."""
 
     def __init__(self, tls: TlsSettings) -> None:
         self.tls = tls
         self.server, self.client = _build(tls)
+        self._members: dict[str, ssl.SSLContext] = {}
         self._listener = self.server
         if self._listener is not None:
             self._listener.sni_callback = self._pick
@@ -91,9 +112,20 @@ class Contexts:
     def listener(self) -> ssl.SSLContext | None:
         return self._listener
 
+    def member(self, member: str) -> ssl.SSLContext:
+        """The client context for dialling ``member``: :attr:`client`'s
+        files, and the handshake fails unless the certificate names it."""
+        ctx = self._members.get(member)
+        if ctx is None:
+            _, ctx = _build(self.tls)
+            ctx.sslobject_class = _expecting(member)
+            self._members[member] = ctx
+        return ctx
+
     def reload(self) -> None:
         server, client = _build(self.tls)  # raises: the old ones stay
         self.server, self.client = server, client
+        self._members = {}  # built again from the new files on the next dial
 
 
 _LIVE: dict[TlsSettings, Contexts] = {}
@@ -113,13 +145,15 @@ def server_context(settings: Settings) -> ssl.SSLContext | None:
     return contexts(settings).listener()
 
 
-def client_context(settings: Settings) -> ssl.SSLContext | bool:
+def client_context(settings: Settings, member: str | None = None) -> ssl.SSLContext | bool:
     """What to pass as aiohttp's ``ssl=`` for a request to a peer: the
     current client context with this member's certificate, or True (the
-    default verification) on a node without ``[tls]``."""
+    default verification) on a node without ``[tls]``. With ``member``, on a
+    TLS node, the handshake also wants a certificate naming that member."""
     if not (settings.tls.enabled or settings.tls.ca):
         return True
-    return contexts(settings).client
+    live = contexts(settings)
+    return live.member(member) if member is not None and settings.tls.enabled else live.client
 
 
 def reload_all() -> list[str]:

@@ -149,7 +149,7 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
         raise
     peers = PeerClient(c.node_id, {p.node_id: p.url for p in c.peers}, c.secret,
                        now_s=node_clock.now_s, incarnation=core.incarnation,
-                       tls=lambda: client_context(settings))
+                       tls=lambda peer: client_context(settings, peer))
     background = Background()
     links: dict[str, PeerLink] = {}
 

@@ -260,3 +260,17 @@ def test_init_picks_keys_mode_off_loopback(tmp_path: Path) -> None:
         settings = load_settings(env={}, config_path=out / "node1.toml")
         assert settings.auth.mode == mode
         check_exposure(settings)  # either way the node would start
+
+
+def test_status_sends_the_key_to_every_member(stub: StubDaemon, second: StubDaemon,
+                                               run: Run) -> None:
+    """In keys mode every member's status needs the key (deploy/README.md's
+    `ai-memory --url ... cluster status` on a cluster from `cluster init`)."""
+    members = [{"node_id": "node1", "url": stub.url}, {"node_id": "node2", "url": second.url}]
+    stub.reply("GET", "/api/v1/cluster/status", status_of("node1", members, {}, True))
+    second.reply("GET", "/api/v1/cluster/status", status_of("node2", members, {}, True))
+    result = run("--key", "aim_root", "cluster", "status")
+    assert result.exit_code == 0, result.output
+    for daemon in (stub, second):
+        assert daemon.last("GET", "/api/v1/cluster/status").headers["Authorization"] == \
+            "Bearer aim_root"

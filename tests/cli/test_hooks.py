@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -253,3 +254,26 @@ def test_skill_install_says_where_it_wrote_by_default(tmp_path: Path) -> None:
     assert path.is_file() and done.stdout == f"wrote {path}\n"
     assert "Claude Code's personal skills" in done.stderr
     assert "--dir .claude/skills for this project only" in done.stderr
+
+
+def test_install_hooks_writes_the_cluster_ca_into_every_entry(tmp_path: Path) -> None:
+    """On an https cluster the entries name the CA (the harness's environment
+    may not carry AI_MEMORY_CA_CERT), in a form the commands parse back."""
+    ca = tmp_path / "my ca" / "ca.crt"
+    done = CliRunner().invoke(cli, ["--ca-cert", str(ca), "install-hooks", "--harness", "codex",
+                                    "--dir", str(tmp_path / "p"), "--write", "--exe", "aim",
+                                    "--url", "https://10.0.0.1:9077"])
+    assert done.exit_code == 0, done.output
+    hooks = json.loads((tmp_path / "p" / ".codex" / "hooks.json").read_text())["hooks"]
+    for event in ("SessionStart", "UserPromptSubmit"):
+        [command] = [h["command"] for g in hooks[event] for h in g["hooks"]]
+        argv = shlex.split(command)
+        assert argv[:3] == ["aim", "--ca-cert", str(ca.resolve())], argv  # a global option
+        assert argv[3] == "hook"
+    bridge = tomllib.loads((tmp_path / "p" / ".codex" / "config.toml").read_text())
+    args = bridge["mcp_servers"]["ai-memory"]["args"]
+    assert args == ["mcp-bridge", "--url", "https://10.0.0.1:9077", "--ca-cert", str(ca.resolve())]
+    plain = CliRunner().invoke(cli, ["install-hooks", "--harness", "codex", "--exe", "aim",
+                                     "--dir", str(tmp_path), "--url", "http://127.0.0.1:9077"],
+                               env={"AI_MEMORY_CA_CERT": ""})
+    assert "--ca-cert" not in plain.stdout

@@ -189,3 +189,60 @@ def test_explain_finds_a_verification_failure_under_wrappers() -> None:
     assert trust.explain(wrapped, "https://h:1") == (
         "cannot verify the TLS certificate of https://h:1: unable to get local issuer certificate")
     assert trust.explain(urllib.error.URLError(ConnectionRefusedError()), "x") is None
+
+
+# -- the dialling side: the address must present the member it is dialled as --
+
+async def test_a_peer_address_presenting_another_members_certificate_is_refused(
+        tmp_path: Path) -> None:
+    """node1 dials "node2" at an address where node3 answers (a swapped
+    config): the chain is the cluster CA's, but the certificate names node3,
+    so both the request and the channel are refused; dialled as node3 the
+    same address is fine."""
+    import aiohttp
+    import msgpack
+    from aiohttp import web
+
+    from daemon.peer_channel import LINK_PATH
+    from daemon.peer_client import PeerClient, PeerUnreachable
+
+    pki.mint_cluster(tmp_path, [(n, "127.0.0.1") for n in ("node1", "node2", "node3")])
+
+    async def answer(_request: web.Request) -> web.Response:
+        return web.Response(body=msgpack.packb({"ok": True}), content_type="application/msgpack")
+
+    async def link(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for _ in ws:
+            pass
+        return ws
+
+    app = web.Application()
+    app.router.add_post("/peer/v1/test", answer)
+    app.router.add_get(LINK_PATH, link)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    node3 = _settings(tmp_path, "node3")
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls.server_context(node3))
+    await site.start()
+    port = runner.addresses[0][1]
+    url = f"https://127.0.0.1:{port}"
+    node1 = _settings(tmp_path, "node1")
+    client = PeerClient("node1", {"node2": url, "node3": url}, None, now_s=lambda: 0.0,
+                        tls=lambda peer: tls.client_context(node1, peer))
+    await client.start()
+    try:
+        assert await client.call("node3", "/peer/v1/test", {}) == {"ok": True}
+        with pytest.raises(PeerUnreachable, match="names member 'node3', not 'node2'"):
+            await client.call("node2", "/peer/v1/test", {})
+        with pytest.raises(PeerUnreachable, match="names member 'node3', not 'node2'"):
+            await client._open_channel("node2", 5.0)
+        opened = await client._open_channel("node3", 5.0)
+        assert opened is not None
+        ws = opened[0]
+        assert isinstance(ws, aiohttp.ClientWebSocketResponse)
+        await ws.close()
+    finally:
+        await client.close()
+        await runner.cleanup()
