@@ -38,6 +38,7 @@ from common.errors import (
     Unavailable,
     from_reply,
 )
+from common.retry import retrying_once_blocking
 
 DEFAULT_URL = "http://127.0.0.1:9077"
 
@@ -203,11 +204,8 @@ class ApiClient:
         Only for requests that are safe to repeat: a pop with its request id,
         a create with its Idempotency-Key.
         """
-        try:
-            return call()
-        except Unavailable as exc:
-            self.sleep(min(exc.retry_after, limits.cli_retry_wait_max_secs))
-        return call()
+        return retrying_once_blocking(call, wait_max=limits.cli_retry_wait_max_secs,
+                                      sleep=self.sleep)
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)

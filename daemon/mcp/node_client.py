@@ -36,6 +36,7 @@ from common.errors import (
     Unavailable,
     from_reply,
 )
+from common.retry import retrying_once
 from daemon.mcp.settings import McpSettings
 
 SESSION_HEADER = "x-memory-actor-session-id"
@@ -166,8 +167,5 @@ class NodeClient:
 
     async def retrying_once(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run ``call``; after a transport failure or a 503, wait (capped) and run it once more."""
-        try:
-            return await call()
-        except Unavailable as exc:
-            await self._sleep(min(exc.retry_after, self.settings.retry_wait_max_secs))
-        return await call()
+        return await retrying_once(call, wait_max=self.settings.retry_wait_max_secs,
+                                   sleep=self._sleep)
