@@ -14,9 +14,8 @@ from pydantic import BeforeValidator, Field, StringConstraints, model_validator
 from common import limits
 from daemon.schemas.ids import RECORD_ID_RE
 from daemon.schemas.memories import (
-    Confidence,
     Content,
-    Metadata,
+    MemoryFields,
     Source,
     Tags,
     Timestamp,
@@ -133,19 +132,14 @@ class LineageQuery(Lenient):
     max_depth: Annotated[int, Field(ge=1, le=limits.lineage_depth_max)] = limits.lineage_depth_max
 
 
-class ImportMemory(Strict):
-    """One exported memory: the SDK's ``Memory`` shape."""
-
+class _ImportKey(Strict):
     id: RecordId
-    title: Title  # type: ignore[valid-type]
-    content: Content  # type: ignore[valid-type]
-    tier: Tier = "mid"
-    namespace: Namespace = "global"
-    tags: Tags = Field(default_factory=list)
-    priority: Priority = 5
-    confidence: Confidence = 1.0
+
+
+class ImportMemory(MemoryFields, _ImportKey):
+    """One exported memory: the SDK's ``Memory`` shape (``id`` first)."""
+
     source: Source = "import"  # type: ignore[valid-type]
-    metadata: Metadata = Field(default_factory=dict)
     access_count: Annotated[int, Field(ge=0)] = 0
     created_at: Timestamp | None = None
     updated_at: Timestamp | None = None
