@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from common import __version__, limits, trust
+from common.credentials import key_headers
 from common.errors import (
     AiMemoryError,
     BadRequest,
@@ -152,8 +153,8 @@ class ApiClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.agent_id = agent_id
-        self.api_key = api_key
-        self.key = key  # sent as Authorization: Bearer
+        self.api_key = api_key  # sent as X-API-Key, unless there is a key
+        self.key = key  # sent as Authorization: Bearer (common.credentials)
         self.ca_cert = ca_cert  # None: --ca-cert / AI_MEMORY_CA_CERT (common.trust)
         self.transport = transport or UrllibTransport(ca_cert)
         self.timeout = timeout
@@ -177,10 +178,7 @@ class ApiClient:
         sent_headers = {"Accept": "application/json", "User-Agent": f"ai-memory-cli/{__version__}"}
         if self.agent_id:
             sent_headers["X-Agent-Id"] = self.agent_id
-        if self.api_key:
-            sent_headers["X-API-Key"] = self.api_key
-        if self.key:
-            sent_headers["Authorization"] = f"Bearer {self.key}"
+        sent_headers.update(key_headers(self.key, self.api_key))
         body: bytes | None = None
         if json_body is not None:
             body = json.dumps(json_body).encode("utf-8")

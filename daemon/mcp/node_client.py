@@ -7,7 +7,8 @@ node's rules (scope refusal, quorum, claim-once). One ``aiohttp`` session is
 opened for the life of the MCP server and reused by every call.
 
 Each request carries the process's identity: ``X-Agent-Id``, the key
-(``Authorization: Bearer``, or the older ``X-API-Key``) and the hook session in ``x-memory-actor-session-id`` when configured.
+(``Authorization: Bearer``, or else the older ``X-API-Key``:
+:func:`common.credentials.key_headers`) and the hook session in ``x-memory-actor-session-id`` when configured.
 
 Failures come back as :mod:`common.errors`, decoded in one place
 (:func:`error_from_reply`): the node's ``{"error", "code", ...}`` body keeps
@@ -30,6 +31,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from common import __version__, trust
+from common.credentials import key_headers
 from common.errors import (
     AiMemoryError,
     ServerError,
@@ -100,10 +102,7 @@ class NodeClient:
         headers = {"Accept": "application/json", "User-Agent": f"ai-memory-mcp/{__version__}"}
         if self.settings.agent_id:
             headers["X-Agent-Id"] = self.settings.agent_id
-        if self.settings.key:
-            headers["Authorization"] = f"Bearer {self.settings.key}"
-        elif self.settings.api_key:
-            headers["X-API-Key"] = self.settings.api_key
+        headers.update(key_headers(self.settings.key, self.settings.api_key))
         if self.settings.session_id:
             headers[SESSION_HEADER] = self.settings.session_id
         return headers
