@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, StringConstraints, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
 from common import limits
 from daemon.schemas.ids import RECORD_ID_RE
@@ -82,18 +82,10 @@ class RecallBody(Strict):
     consistency: Literal["quorum", "local"] = "quorum"
 
 
-class RecallQuery(Lenient):
-    context: QueryText  # type: ignore[valid-type]
-    namespace: Namespace | None = None
-    tier: Tier | None = None
-    tags: CommaTags = None
-    min_priority: Priority | None = None
-    as_agent: AgentId | None = None
-    since: Timestamp | None = None
-    until: Timestamp | None = None
-    limit: Annotated[int, Field(ge=1, le=limits.recall_limit_max)] = limits.recall_limit_default
-    budget_tokens: Annotated[int, Field(ge=1, le=10**7)] | None = None
-    consistency: Literal["quorum", "local"] = "quorum"
+class RecallQuery(RecallBody):
+    """``GET /recall``: the same fields from the query string, where values arrive as text."""
+
+    model_config = ConfigDict(strict=False)
 
 
 Pattern = text(limits.search_query_max_chars, min_chars=1)
