@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from common import __version__, limits, trust
-from common.credentials import key_headers
+from common.clients import key_headers, query_params
 from common.errors import (
     AiMemoryError,
     BadRequest,
@@ -154,7 +154,7 @@ class ApiClient:
         self.base_url = base_url.rstrip("/")
         self.agent_id = agent_id
         self.api_key = api_key  # sent as X-API-Key, unless there is a key
-        self.key = key  # sent as Authorization: Bearer (common.credentials)
+        self.key = key  # sent as Authorization: Bearer (common.clients)
         self.ca_cert = ca_cert  # None: --ca-cert / AI_MEMORY_CA_CERT (common.trust)
         self.transport = transport or UrllibTransport(ca_cert)
         self.timeout = timeout
@@ -162,7 +162,7 @@ class ApiClient:
 
     def url_for(self, path: str, params: Mapping[str, Any] | None = None) -> str:
         url = self.base_url + path
-        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        query = query_params(params)
         return f"{url}?{urllib.parse.urlencode(query)}" if query else url
 
     def request(
@@ -264,14 +264,6 @@ def create_idempotently(client: ApiClient, path: str, body: Any, key: str | None
                 f"--idempotency-key {key} so it is written at most once")
         exc.details["idempotency_key"] = key
         raise
-
-
-def _param(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 def drop_none(body: Mapping[str, Any]) -> dict[str, Any]:

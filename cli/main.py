@@ -5,7 +5,7 @@ Global options say where the daemon is and who is asking: ``--url``
 (``AI_MEMORY_AGENT_ID``, sent as ``X-Agent-Id``) and ``--api-key``
 (``AI_MEMORY_API_KEY``, sent as ``X-API-Key``) and ``--key``
 (``AI_MEMORY_KEY``, a directory key sent as ``Authorization: Bearer``;
-given both, only ``--key`` is sent, see :mod:`common.credentials`),
+given both, only ``--key`` is sent, see :mod:`common.clients`),
 and for an https daemon ``--ca-cert`` (``AI_MEMORY_CA_CERT``, the cluster
 CA its certificate is verified against, see :mod:`common.trust`).
 

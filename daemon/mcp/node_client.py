@@ -8,7 +8,7 @@ opened for the life of the MCP server and reused by every call.
 
 Each request carries the process's identity: ``X-Agent-Id``, the key
 (``Authorization: Bearer``, or else the older ``X-API-Key``:
-:func:`common.credentials.key_headers`) and the hook session in ``x-memory-actor-session-id`` when configured.
+:func:`common.clients.key_headers`) and the hook session in ``x-memory-actor-session-id`` when configured.
 
 Failures come back as :mod:`common.errors`, decoded in one place
 (:func:`error_from_reply`): the node's ``{"error", "code", ...}`` body keeps
@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from common import __version__, trust
-from common.credentials import key_headers
+from common.clients import key_headers, query_params
 from common.errors import (
     AiMemoryError,
     ServerError,
@@ -54,14 +54,6 @@ def _unavailable(message: str, code: str) -> Unavailable:
     exc = Unavailable(message)
     exc.code = code
     return exc
-
-
-def _param(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 class NodeClient:
@@ -119,7 +111,7 @@ class NodeClient:
         """Send one request; decoded JSON back, or an :class:`AiMemoryError` raised."""
         if self._session is None:
             raise ServerError("the MCP server's HTTP session is not open")
-        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        query = query_params(params)
         url = self.base_url + path
         try:
             async with self._session.request(

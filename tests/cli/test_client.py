@@ -40,7 +40,7 @@ def test_sends_identity_headers_and_drops_unset_params(stub: StubDaemon) -> None
 
 def test_given_both_keys_sends_only_the_bearer_key(stub: StubDaemon) -> None:
     # A node refuses Authorization and X-API-Key that differ (401): one key goes, as from
-    # ``ai-memory mcp`` (common.credentials.key_headers).
+    # ``ai-memory mcp`` (common.clients.key_headers).
     stub.reply("GET", "/api/v1/agents", {"agents": []})
     ApiClient(stub.url, api_key="k_old", key="aim_new").get("/api/v1/agents")
     sent = stub.last().headers
