@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from common import __version__, limits, trust
+from common.clients import key_headers, query_params
 from common.errors import (
     AiMemoryError,
     BadRequest,
@@ -38,6 +39,7 @@ from common.errors import (
     Unavailable,
     from_reply,
 )
+from common.retry import retrying_once_blocking
 
 DEFAULT_URL = "http://127.0.0.1:9077"
 
@@ -151,8 +153,8 @@ class ApiClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.agent_id = agent_id
-        self.api_key = api_key
-        self.key = key  # sent as Authorization: Bearer
+        self.api_key = api_key  # sent as X-API-Key, unless there is a key
+        self.key = key  # sent as Authorization: Bearer (common.clients)
         self.ca_cert = ca_cert  # None: --ca-cert / AI_MEMORY_CA_CERT (common.trust)
         self.transport = transport or UrllibTransport(ca_cert)
         self.timeout = timeout
@@ -160,7 +162,7 @@ class ApiClient:
 
     def url_for(self, path: str, params: Mapping[str, Any] | None = None) -> str:
         url = self.base_url + path
-        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        query = query_params(params)
         return f"{url}?{urllib.parse.urlencode(query)}" if query else url
 
     def request(
@@ -176,10 +178,7 @@ class ApiClient:
         sent_headers = {"Accept": "application/json", "User-Agent": f"ai-memory-cli/{__version__}"}
         if self.agent_id:
             sent_headers["X-Agent-Id"] = self.agent_id
-        if self.api_key:
-            sent_headers["X-API-Key"] = self.api_key
-        if self.key:
-            sent_headers["Authorization"] = f"Bearer {self.key}"
+        sent_headers.update(key_headers(self.key, self.api_key))
         body: bytes | None = None
         if json_body is not None:
             body = json.dumps(json_body).encode("utf-8")
@@ -203,11 +202,8 @@ class ApiClient:
         Only for requests that are safe to repeat: a pop with its request id,
         a create with its Idempotency-Key.
         """
-        try:
-            return call()
-        except Unavailable as exc:
-            self.sleep(min(exc.retry_after, limits.cli_retry_wait_max_secs))
-        return call()
+        return retrying_once_blocking(call, wait_max=limits.cli_retry_wait_max_secs,
+                                      sleep=self.sleep)
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)
@@ -268,14 +264,6 @@ def create_idempotently(client: ApiClient, path: str, body: Any, key: str | None
                 f"--idempotency-key {key} so it is written at most once")
         exc.details["idempotency_key"] = key
         raise
-
-
-def _param(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 def drop_none(body: Mapping[str, Any]) -> dict[str, Any]:

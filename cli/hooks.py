@@ -36,7 +36,6 @@ import os
 import re
 import sys
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,7 +44,7 @@ import click
 
 from cli.client import DEFAULT_URL, ApiClient, CannotConnect, TransportFailed
 from cli.node_urls import split_urls
-from cli.scope import CONFIG_FILE, resolve_scope
+from cli.scope import config_tables, resolve_scope
 from cli.state import CliState, pass_state
 from common import limits
 from common.errors import AiMemoryError, BadRequest
@@ -99,17 +98,8 @@ def project_for(cwd: Path) -> tuple[str, str]:
 
 def notice_on_prompt(cwd: Path) -> bool:
     """``[messaging] inbox_notice_on_prompt`` of the nearest ``.ai-memory.toml`` that has it."""
-    for directory in (cwd, *cwd.parents):
-        candidate = directory / CONFIG_FILE
-        if not candidate.is_file():
-            continue
-        try:
-            with candidate.open("rb") as fh:
-                data = tomllib.load(fh)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise BadRequest(f"cannot read {candidate}: {exc}") from exc
-        table = data.get("messaging")
-        if isinstance(table, dict) and "inbox_notice_on_prompt" in table:
+    for table, _path in config_tables(cwd, "messaging"):
+        if "inbox_notice_on_prompt" in table:
             return table["inbox_notice_on_prompt"] is True
     return False
 

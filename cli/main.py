@@ -4,7 +4,8 @@ Global options say where the daemon is and who is asking: ``--url``
 (``AI_MEMORY_URL``, default http://127.0.0.1:9077), ``--agent-id``
 (``AI_MEMORY_AGENT_ID``, sent as ``X-Agent-Id``) and ``--api-key``
 (``AI_MEMORY_API_KEY``, sent as ``X-API-Key``) and ``--key``
-(``AI_MEMORY_KEY``, a directory key sent as ``Authorization: Bearer``),
+(``AI_MEMORY_KEY``, a directory key sent as ``Authorization: Bearer``;
+given both, only ``--key`` is sent, see :mod:`common.clients`),
 and for an https daemon ``--ca-cert`` (``AI_MEMORY_CA_CERT``, the cluster
 CA its certificate is verified against, see :mod:`common.trust`).
 
@@ -96,13 +97,13 @@ class RootGroup(click.Group):
     "--api-key",
     envvar="AI_MEMORY_API_KEY",
     show_envvar=True,
-    help="Sent as X-API-Key when the daemon requires keys.",
+    help="Sent as X-API-Key when the daemon requires keys (not sent when --key is given).",
 )
 @click.option(
     "--key",
     envvar="AI_MEMORY_KEY",
     show_envvar=True,
-    help="An API key (aim_...), sent as Authorization: Bearer.",
+    help="An API key (aim_...), sent as Authorization: Bearer; takes the place of --api-key.",
 )
 @click.option(
     "--ca-cert",

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from common.errors import AiMemoryError, BadRequest, Conflict
 
@@ -46,8 +47,10 @@ class _FileScope:
     path: Path
 
 
-def find_project_file(start: Path) -> _FileScope | None:
-    """Nearest ``.ai-memory.toml`` with a ``[project]`` table, from ``start`` upwards."""
+def config_tables(start: Path, name: str) -> Iterator[tuple[dict[str, Any], Path]]:
+    """The ``[name]`` table of each ``.ai-memory.toml`` from ``start`` upwards, nearest
+    first, with its file; a file without that table is passed over, one that cannot
+    be read is a 400. Files further up are read only when asked for."""
     for directory in (start, *start.parents):
         candidate = directory / CONFIG_FILE
         if not candidate.is_file():
@@ -57,9 +60,14 @@ def find_project_file(start: Path) -> _FileScope | None:
                 data = tomllib.load(fh)
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise BadRequest(f"cannot read {candidate}: {exc}") from exc
-        table = data.get("project")
-        if not isinstance(table, dict):
-            continue
+        table = data.get(name)
+        if isinstance(table, dict):
+            yield table, candidate
+
+
+def find_project_file(start: Path) -> _FileScope | None:
+    """Nearest ``.ai-memory.toml`` with a ``[project]`` table, from ``start`` upwards."""
+    for table, candidate in config_tables(start, "project"):
         workspace = table.get("workspace")
         name = table.get("name")
         if workspace is not None and not isinstance(workspace, str):

@@ -406,18 +406,10 @@ class Store:
                             now_ms: int) -> list[dict[str, Any]]:
         where = [Q.NOT_EXPIRED]
         params: dict[str, Any] = {"now": now_ms, "limit": limit, "offset": offset}
-        for name, value, clause in (("namespace", namespace, "namespace = :namespace"),
-                                    ("tier", tier, "tier = :tier"),
-                                    ("min_priority", min_priority, "priority >= :min_priority"),
-                                    ("agent_id", agent_id, "agent_id = :agent_id")):
-            if value is not None:
-                where.append(clause)
-                params[name] = value
-        for i, tag in enumerate(dict.fromkeys(tags or ())):
-            where.append(f"EXISTS (SELECT 1 FROM json_each(memories.tags) WHERE value = :tag{i})")
-            params[f"tag{i}"] = tag
+        Q.memory_filters(where, params, namespace=namespace, tier=tier, tags=tags,
+                         min_priority=min_priority, agent_id=agent_id)
         rows = await self._reads.fetchall(
-            f"SELECT {Q.MEMORY_COLS} FROM memories WHERE {' AND '.join(where)}"
+            f"SELECT {Q.MEMORY_COLS} FROM memories m WHERE {' AND '.join(where)}"
             " ORDER BY updated_at_ms DESC, id DESC LIMIT :limit OFFSET :offset", params)
         return [Q.memory(r) for r in rows]
 

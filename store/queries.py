@@ -36,6 +36,27 @@ FIFO = "m.hlc, m.origin, m.seq"
 NOT_EXPIRED = "(expires_at_ms IS NULL OR expires_at_ms > :now)"
 
 
+def memory_filters(where: list[str], params: dict[str, Any], *,
+                   namespace: str | None = None, tier: str | None = None,
+                   tags: list[str] | None = None, min_priority: int | None = None,
+                   agent_id: str | None = None, since_ms: int | None = None,
+                   until_ms: int | None = None) -> None:
+    """Narrow a read of ``memories m`` by each filter given: its clause is added
+    to ``where`` and its value to ``params``. Every tag must be present."""
+    for name, value, clause in (("namespace", namespace, "m.namespace = :namespace"),
+                                ("tier", tier, "m.tier = :tier"),
+                                ("min_priority", min_priority, "m.priority >= :min_priority"),
+                                ("agent_id", agent_id, "m.agent_id = :agent_id"),
+                                ("since", since_ms, "m.updated_at_ms >= :since"),
+                                ("until", until_ms, "m.updated_at_ms <= :until")):
+        if value is not None:
+            where.append(clause)
+            params[name] = value
+    for i, tag in enumerate(dict.fromkeys(tags or ())):
+        where.append(f"EXISTS (SELECT 1 FROM json_each(m.tags) WHERE value = :tag{i})")
+        params[f"tag{i}"] = tag
+
+
 def inbox_sql(*, unread_only: bool, min_priority: bool, since: bool, tier: bool) -> str:
     """One inbox page: ``:agent``'s live notifications, highest priority then
     newest first, every filter before ``LIMIT :limit``.

@@ -43,23 +43,6 @@ def fts_query(text: str, *, any_word: bool = False) -> str | None:
     return (" OR " if any_word else " ").join(quoted)
 
 
-def _filters(where: list[str], params: dict[str, Any], *, namespace: str | None,
-             tier: str | None, tags: list[str] | None, min_priority: int | None,
-             agent_id: str | None, since_ms: int | None, until_ms: int | None) -> None:
-    for name, value, clause in (("namespace", namespace, "m.namespace = :namespace"),
-                                ("tier", tier, "m.tier = :tier"),
-                                ("min_priority", min_priority, "m.priority >= :min_priority"),
-                                ("agent_id", agent_id, "m.agent_id = :agent_id"),
-                                ("since", since_ms, "m.updated_at_ms >= :since"),
-                                ("until", until_ms, "m.updated_at_ms <= :until")):
-        if value is not None:
-            where.append(clause)
-            params[name] = value
-    for i, tag in enumerate(dict.fromkeys(tags or ())):
-        where.append(f"EXISTS (SELECT 1 FROM json_each(m.tags) WHERE value = :tag{i})")
-        params[f"tag{i}"] = tag
-
-
 async def search(reads: ReadPool, match: str, *, limit: int, now_ms: int,
                  namespace: str | None = None, tier: str | None = None,
                  tags: list[str] | None = None, min_priority: int | None = None,
@@ -69,9 +52,9 @@ async def search(reads: ReadPool, match: str, *, limit: int, now_ms: int,
     with ``score`` (higher is better)."""
     where = ["memories_fts MATCH :match", _LIVE]
     params: dict[str, Any] = {"match": match, "now": now_ms, "limit": limit}
-    _filters(where, params, namespace=namespace, tier=tier, tags=tags,
-              min_priority=min_priority, agent_id=agent_id, since_ms=since_ms,
-              until_ms=until_ms)
+    Q.memory_filters(where, params, namespace=namespace, tier=tier, tags=tags,
+                     min_priority=min_priority, agent_id=agent_id, since_ms=since_ms,
+                     until_ms=until_ms)
     rows = await reads.fetchall(
         f"SELECT {_M_COLS}, {_BM25} AS rank FROM memories_fts"
         " JOIN memories m ON m.rowid = memories_fts.rowid"
@@ -96,8 +79,7 @@ async def matching_ids(reads: ReadPool, *, now_ms: int, limit: int,
     contains ``pattern`` (a plain substring, case-insensitive for ASCII)."""
     where = [_LIVE]
     params: dict[str, Any] = {"now": now_ms, "limit": limit}
-    _filters(where, params, namespace=namespace, tier=tier, tags=None, min_priority=None,
-             agent_id=None, since_ms=None, until_ms=None)
+    Q.memory_filters(where, params, namespace=namespace, tier=tier)
     if pattern is not None:
         where.append("(m.title LIKE :pat ESCAPE '\\' OR m.content LIKE :pat ESCAPE '\\')")
         params["pat"] = _like(pattern)

@@ -1,6 +1,7 @@
 """HTTP handlers, one module per domain. Each exposes ``add_routes(app)``
 and may export ``MIDDLEWARES`` (run after the error boundary, in this
-order)."""
+order) and ``OPERATIONS``, its routes written as operations
+(:mod:`daemon.api.call`), which ``/mcp`` runs in process too."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from daemon.api import (
     system,
     webui,
 )
+from daemon.api.call import Route
 
 ROUTE_MODULES: list[Any] = [routing, system, memories, notify, agents, mail, subscriptions, peer,
                             sync, search, backup, webui, identity, mcp, streams]
 MIDDLEWARES: list[Any] = [m for mod in ROUTE_MODULES for m in getattr(mod, "MIDDLEWARES", [])]
+OPERATIONS: list[Route] = [r for mod in ROUTE_MODULES for r in getattr(mod, "OPERATIONS", [])]

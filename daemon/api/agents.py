@@ -1,4 +1,4 @@
-"""HTTP handlers for ``/api/v1/agents`` and the last-seen middleware.
+"""The operations of ``/api/v1/agents`` and the last-seen middleware.
 
 Registering names an agent; it does not act as one. So, as upstream does,
 any agent id may be registered in anonymous mode (``X-Agent-Id`` is a claim
@@ -11,26 +11,34 @@ request it rides on, and a refused request (any 4xx/5xx) writes nothing.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from common.errors import AiMemoryError
+from daemon.api.call import ApiCall, Route, serve
 from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import Handler, read_json
+from daemon.auth import principal_of
+from daemon.http_errors import Handler
 from daemon.schemas.agents import RegisterAgent
 from daemon.services import agents as service
 
 
-async def register(request: web.Request) -> web.Response:
-    req = await read_json(request, RegisterAgent)
-    who = principal_of(request)
-    if who.agent_bound:
-        acting_agent(who, req.agent_id)
-    return web.json_response(await service.register(request.app[NODE], req), status=201)
+async def register(c: ApiCall) -> Any:
+    req = await c.body(RegisterAgent)
+    if c.principal.agent_bound:
+        c.agent(req.agent_id)
+    return await service.register(c.node, req)
 
 
-async def list_(request: web.Request) -> web.Response:
-    return web.json_response(await service.list_agents(request.app[NODE]))
+async def list_(c: ApiCall) -> Any:
+    return await service.list_agents(c.node)
+
+
+OPERATIONS = [
+    Route("POST", "/api/v1/agents", register, 201),
+    Route("GET", "/api/v1/agents", list_),
+]
 
 
 @web.middleware
@@ -57,5 +65,4 @@ MIDDLEWARES = [last_seen]
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/api/v1/agents", register)
-    app.router.add_get("/api/v1/agents", list_)
+    serve(app, OPERATIONS)

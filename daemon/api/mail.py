@@ -1,12 +1,12 @@
-"""HTTP handlers for sessions, projects and project mail.
+"""The operations of sessions, projects and project mail (see :mod:`daemon.api.call`).
 
-Each handler hands the caller (:func:`daemon.auth.principal_of`) to
+Each hands the caller (:func:`daemon.auth.principal_of`) to
 :mod:`daemon.services.mail`, which asks :func:`common.policy.check` once it
 knows the projects involved."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from aiohttp import web
 from pydantic import Field, StringConstraints
@@ -14,11 +14,8 @@ from pydantic import Field, StringConstraints
 from common import limits
 from common.randomid import uuid4
 from common.vocab import CONSISTENCY_DEFAULT, NATURE_DEFAULT, Box, Consistency, Nature
-from daemon.appkeys import NODE
-from daemon.auth import owner_user, principal_of
-from daemon.http_errors import query_model, read_json
-from daemon.schemas.headers import session_id
-from daemon.schemas.ids import check_idempotency_key
+from daemon.api.call import ApiCall, Route, serve
+from daemon.auth import owner_user
 from daemon.services import mail
 from daemon.validation import AgentId, Lenient, RequestId, ScopeName, Strict, text
 
@@ -79,87 +76,71 @@ class ScopeQuery(Lenient):
     harness: ScopeName | None = None
 
 
-def _session(request: web.Request) -> str | None:
-    return session_id(request)
-
-
-async def start_session(request: web.Request) -> web.Response:
-    node = request.app[NODE]
-    body = await read_json(request, SessionIn)
-    out = await mail.start_session(
-        node, principal_of(request), workspace=body.workspace, project=body.project,
+async def start_session(c: ApiCall) -> Any:
+    body = await c.body(SessionIn)
+    return await mail.start_session(
+        c.node, c.principal, workspace=body.workspace, project=body.project,
         harness=body.harness, session_id=body.session_id or uuid4(), owner_user=body.owner_user)
-    return web.json_response(out, status=201)
 
 
-async def list_projects(request: web.Request) -> web.Response:
-    return web.json_response(await mail.list_projects(request.app[NODE], principal_of(request)))
+async def list_projects(c: ApiCall) -> Any:
+    return await mail.list_projects(c.node, c.principal)
 
 
-async def send(request: web.Request) -> web.Response:
-    node = request.app[NODE]
-    body = await read_json(request, SendIn)
-    principal = principal_of(request)
-    out = await mail.send(
-        node, principal, mail.SendRequest(**body.model_dump()), session_id=_session(request),
-        owner_user=owner_user(principal),
-        idempotency_key=check_idempotency_key(request.headers.get("Idempotency-Key")))
-    return web.json_response(out, status=201)
+async def send(c: ApiCall) -> Any:
+    body = await c.body(SendIn)
+    principal = c.principal
+    return await mail.send(
+        c.node, principal, mail.SendRequest(**body.model_dump()), session_id=c.session,
+        owner_user=owner_user(principal), idempotency_key=c.idempotency_key)
 
 
-async def list_messages(request: web.Request) -> web.Response:
-    node = request.app[NODE]
-    q = query_model(request, ListIn)
-    out = await mail.list_box(node, principal_of(request), box=q.box, workspace=q.workspace,
-                              project=q.project, session_id=_session(request), limit=q.limit,
-                              agent=q.agent, consistency=q.consistency)
-    return web.json_response(out)
+async def list_messages(c: ApiCall) -> Any:
+    q = c.params(ListIn)
+    return await mail.list_box(c.node, c.principal, box=q.box, workspace=q.workspace,
+                               project=q.project, session_id=c.session, limit=q.limit,
+                               agent=q.agent, consistency=q.consistency)
 
 
-async def pop(request: web.Request) -> web.Response:
-    node = request.app[NODE]
-    body = await read_json(request, PopIn)
-    out = await mail.pop(node, principal_of(request), workspace=body.workspace,
-                         project=body.project, session_id=_session(request),
-                         message_id=body.message_id, agent=body.agent,
-                         request_id=body.request_id)
-    return web.json_response(out)
+async def pop(c: ApiCall) -> Any:
+    body = await c.body(PopIn)
+    return await mail.pop(c.node, c.principal, workspace=body.workspace, project=body.project,
+                          session_id=c.session, message_id=body.message_id, agent=body.agent,
+                          request_id=body.request_id)
 
 
-async def cancel(request: web.Request) -> web.Response:
-    node = request.app[NODE]
-    body = await read_json(request, CancelIn)
-    out = await mail.cancel(node, principal_of(request), workspace=body.workspace,
-                            project=body.project, session_id=_session(request),
-                            message_id=body.message_id, cancel_all=body.all)
-    return web.json_response(out)
+async def cancel(c: ApiCall) -> Any:
+    body = await c.body(CancelIn)
+    return await mail.cancel(c.node, c.principal, workspace=body.workspace, project=body.project,
+                             session_id=c.session, message_id=body.message_id,
+                             cancel_all=body.all)
 
 
-async def handoff(request: web.Request) -> web.Response:
-    node = request.app[NODE]
-    q = query_model(request, ScopeQuery)
-    out = await mail.handoff_notice(
-        node, principal_of(request), workspace=q.workspace, project=q.project,
-        session_id=_session(request), harness=q.harness,
-        inbox_only=(q.inbox_only or "").lower() in ("1", "true", "yes"))
-    return web.json_response(out)
+async def handoff(c: ApiCall) -> Any:
+    q = c.params(ScopeQuery)
+    return await mail.handoff_notice(
+        c.node, c.principal, workspace=q.workspace, project=q.project, session_id=c.session,
+        harness=q.harness, inbox_only=(q.inbox_only or "").lower() in ("1", "true", "yes"))
 
 
-async def briefing(request: web.Request) -> web.Response:
-    node = request.app[NODE]
-    q = query_model(request, ScopeQuery)
-    out = await mail.briefing(node, principal_of(request), workspace=q.workspace, project=q.project,
-                              session_id=_session(request))
-    return web.json_response(out)
+async def briefing(c: ApiCall) -> Any:
+    q = c.params(ScopeQuery)
+    return await mail.briefing(c.node, c.principal, workspace=q.workspace, project=q.project,
+                               session_id=c.session)
+
+
+OPERATIONS = [
+    Route("POST", "/api/v1/sessions", start_session, 201),
+    Route("GET", "/api/v1/projects", list_projects),
+    Route("POST", "/api/v1/messages", send, 201),
+    Route("GET", "/api/v1/messages", list_messages),
+    Route("POST", "/api/v1/messages/pop", pop),
+    Route("POST", "/api/v1/messages/cancel", cancel),
+    Route("GET", "/api/v1/handoff", handoff),
+    Route("GET", "/handoff", handoff),  # where the source document's hooks fetch it
+    Route("GET", "/api/v1/briefing", briefing),
+]
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/api/v1/sessions", start_session)
-    app.router.add_get("/api/v1/projects", list_projects)
-    app.router.add_post("/api/v1/messages", send)
-    app.router.add_get("/api/v1/messages", list_messages)
-    app.router.add_post("/api/v1/messages/pop", pop)
-    app.router.add_post("/api/v1/messages/cancel", cancel)
-    app.router.add_get("/api/v1/handoff", handoff)
-    app.router.add_get("/handoff", handoff)  # where the source document's hooks fetch it
-    app.router.add_get("/api/v1/briefing", briefing)
+    serve(app, OPERATIONS)

@@ -1,6 +1,6 @@
-"""HTTP handlers for ``/api/v1/memories``.
+"""The operations of ``/api/v1/memories`` (see :mod:`daemon.api.call`).
 
-Each handler reads and validates its input (body, query, path id,
+Each reads and validates its input (body, query, path id,
 ``Idempotency-Key``), resolves the acting agent (``X-Agent-Id`` and a body
 ``agent_id`` must agree; a key bound to an agent fixes it), calls :mod:`daemon.services.memories`, and shapes
 the status code. Validation happens before any service call, so bad input
@@ -15,56 +15,41 @@ from typing import Any
 from aiohttp import web
 
 from common.errors import BadRequest
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import query_model, read_body, read_json
-from daemon.schemas.ids import check_idempotency_key
+from daemon.api.call import ApiCall, Route, serve
 from daemon.schemas.memories import CreateMemory, ListMemoriesQuery, UpdateMemory
 from daemon.services import memories
 
 
-def _caller(request: web.Request, claimed: str | None) -> str | None:
-    return acting_agent(principal_of(request), claimed, required=False)
+async def create(c: ApiCall) -> Any:
+    key = c.idempotency_key
+    req = await c.body(CreateMemory)
+    agent = c.agent(req.agent_id, required=False)
+    return await memories.create(c.node, req, agent=agent, idempotency_key=key)
 
 
-def _key(request: web.Request) -> str | None:
-    return check_idempotency_key(request.headers.get("Idempotency-Key"))
+async def list_(c: ApiCall) -> Any:
+    return await memories.list_memories(c.node, c.params(ListMemoriesQuery))
 
 
-async def create(request: web.Request) -> web.Response:
-    key = _key(request)
-    req = await read_json(request, CreateMemory)
-    agent = _caller(request, req.agent_id)
-    out = await memories.create(request.app[NODE], req, agent=agent, idempotency_key=key)
-    return web.json_response(out, status=201)
+async def get(c: ApiCall) -> Any:
+    return await memories.get(c.node, c.path["id"])
 
 
-async def list_(request: web.Request) -> web.Response:
-    q = query_model(request, ListMemoriesQuery)
-    return web.json_response(await memories.list_memories(request.app[NODE], q))
+async def update(c: ApiCall) -> Any:
+    req = await c.body(UpdateMemory)
+    agent = c.agent(req.agent_id, required=False)
+    return await memories.update(c.node, c.path["id"], req,
+                                 principal=replace(c.principal, agent=agent))
 
 
-async def get(request: web.Request) -> web.Response:
-    return web.json_response(await memories.get(request.app[NODE], request.match_info["id"]))
+async def delete(c: ApiCall) -> Any:
+    c.agent(None, required=False)
+    return await memories.delete(c.node, c.path["id"], principal=c.principal)
 
 
-async def update(request: web.Request) -> web.Response:
-    req = await read_json(request, UpdateMemory)
-    agent = _caller(request, req.agent_id)
-    out = await memories.update(request.app[NODE], request.match_info["id"], req,
-                                principal=replace(principal_of(request), agent=agent))
-    return web.json_response(out)
-
-
-async def delete(request: web.Request) -> web.Response:
-    _caller(request, None)
-    return web.json_response(await memories.delete(request.app[NODE], request.match_info["id"],
-                                                   principal=principal_of(request)))
-
-
-async def promote(request: web.Request) -> web.Response:
-    _caller(request, None)
-    return web.json_response(await memories.promote(request.app[NODE], request.match_info["id"]))
+async def promote(c: ApiCall) -> Any:
+    c.agent(None, required=False)
+    return await memories.promote(c.node, c.path["id"])
 
 
 def _bulk_items(data: Any) -> list[Any]:
@@ -76,19 +61,24 @@ def _bulk_items(data: Any) -> list[Any]:
 
 
 async def bulk(request: web.Request) -> web.Response:
-    key = _key(request)
-    items = _bulk_items(await read_body(request))
-    agent = _caller(request, None)
-    out = await memories.bulk_create(request.app[NODE], items, agent=agent, idempotency_key=key)
+    c = ApiCall.of(request)
+    key = c.idempotency_key
+    items = _bulk_items(await c.read())
+    agent = c.agent(None, required=False)
+    out = await memories.bulk_create(c.node, items, agent=agent, idempotency_key=key)
     return web.json_response(out, status=201 if out["created"] else 200)
 
 
+OPERATIONS = [
+    Route("POST", "/api/v1/memories", create, 201),
+    Route("GET", "/api/v1/memories", list_),
+    Route("GET", "/api/v1/memories/{id}", get),
+    Route("PUT", "/api/v1/memories/{id}", update),
+    Route("DELETE", "/api/v1/memories/{id}", delete),
+    Route("POST", "/api/v1/memories/{id}/promote", promote),
+]
+
+
 def add_routes(app: web.Application) -> None:
-    r = app.router
-    r.add_post("/api/v1/memories", create)
-    r.add_get("/api/v1/memories", list_)
-    r.add_post("/api/v1/memories/bulk", bulk)
-    r.add_get("/api/v1/memories/{id}", get)
-    r.add_put("/api/v1/memories/{id}", update)
-    r.add_delete("/api/v1/memories/{id}", delete)
-    r.add_post("/api/v1/memories/{id}/promote", promote)
+    app.router.add_post("/api/v1/memories/bulk", bulk)  # its status depends on what it made
+    serve(app, OPERATIONS)

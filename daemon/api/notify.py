@@ -1,4 +1,4 @@
-"""HTTP handlers for ``/api/v1/notify`` and ``/api/v1/inbox``.
+"""The operations of ``/api/v1/notify`` and ``/api/v1/inbox`` (see :mod:`daemon.api.call`).
 
 The sender of a notify and the reader of an inbox are the acting agent:
 ``X-Agent-Id`` (or the API key's agent) and a body/query ``agent_id`` must
@@ -8,45 +8,46 @@ marks only its own inbox.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import query_model, read_json
-from daemon.schemas.ids import check_idempotency_key
+from daemon.api.call import ApiCall, Route, serve
 from daemon.schemas.notify import InboxQuery, MarkReadQuery, MarkReadRequest, NotifyRequest
 from daemon.services import notify as service
 
 
-def _caller(request: web.Request, claimed: str | None) -> str:
-    agent = acting_agent(principal_of(request), claimed)
+def _caller(c: ApiCall, claimed: str | None) -> str:
+    agent = c.agent(claimed)
     assert agent is not None  # required=True raises instead
     return agent
 
 
-async def notify(request: web.Request) -> web.Response:
-    key = check_idempotency_key(request.headers.get("Idempotency-Key"))
-    req = await read_json(request, NotifyRequest)
-    sender = _caller(request, req.agent_id)
-    out = await service.notify(request.app[NODE], req, sender=sender, idempotency_key=key)
-    return web.json_response(out, status=201)
+async def notify(c: ApiCall) -> Any:
+    key = c.idempotency_key
+    req = await c.body(NotifyRequest)
+    sender = _caller(c, req.agent_id)
+    return await service.notify(c.node, req, sender=sender, idempotency_key=key)
 
 
-async def inbox(request: web.Request) -> web.Response:
-    q = query_model(request, InboxQuery)
-    agent = _caller(request, q.agent_id)
-    return web.json_response(await service.inbox(request.app[NODE], q, agent=agent))
+async def inbox(c: ApiCall) -> Any:
+    q = c.params(InboxQuery)
+    return await service.inbox(c.node, q, agent=_caller(c, q.agent_id))
 
 
-async def mark_read(request: web.Request) -> web.Response:
-    q = query_model(request, MarkReadQuery)
-    req = await read_json(request, MarkReadRequest)
-    agent = _caller(request, req.agent_id)
-    out = await service.mark_read(request.app[NODE], req.ids, agent=agent, consistency=q.consistency)
-    return web.json_response(out)
+async def mark_read(c: ApiCall) -> Any:
+    q = c.params(MarkReadQuery)
+    req = await c.body(MarkReadRequest)
+    agent = _caller(c, req.agent_id)
+    return await service.mark_read(c.node, req.ids, agent=agent, consistency=q.consistency)
+
+
+OPERATIONS = [
+    Route("POST", "/api/v1/notify", notify, 201),
+    Route("GET", "/api/v1/inbox", inbox),
+    Route("POST", "/api/v1/inbox/read", mark_read),
+]
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/api/v1/notify", notify)
-    app.router.add_get("/api/v1/inbox", inbox)
-    app.router.add_post("/api/v1/inbox/read", mark_read)
+    serve(app, OPERATIONS)

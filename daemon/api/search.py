@@ -7,7 +7,8 @@ Each handler validates its input completely (query, body, path id), then
 calls :mod:`daemon.services.search`, :mod:`daemon.services.links` or
 :mod:`daemon.services.admin`; bad input is a 4xx before anything is written.
 Forget, gc and import act on every author's memories: in keys mode they
-need a root key (:data:`common.policy.ROOT_ONLY`).
+need a root key (:data:`common.policy.ROOT_ONLY`). Search and recall are
+operations (:mod:`daemon.api.call`), which ``/mcp`` runs as well.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from aiohttp import web
 from common import limits
 from common.errors import BadRequest, PayloadTooLarge
 from common.policy import check
+from daemon.api.call import ApiCall, Route, serve
 from daemon.appkeys import NODE
 from daemon.auth import acting_agent, principal_of
 from daemon.http_errors import decode_json, query_model, read_body, read_json
@@ -63,30 +65,26 @@ async def _optional_object(request: web.Request) -> dict[str, Any]:
 
 # -- search / recall -------------------------------------------------------------------
 
-async def search_get(request: web.Request) -> web.Response:
-    _who(request)
-    q = query_model(request, SearchQuery)
-    body = SearchBody.model_construct(**q.model_dump())
-    return web.json_response(await svc.search(request.app[NODE], body))
+async def search_get(c: ApiCall) -> Any:
+    c.agent(None, required=False)
+    q = c.params(SearchQuery)
+    return await svc.search(c.node, SearchBody.model_construct(**q.model_dump()))
 
 
-async def search_post(request: web.Request) -> web.Response:
-    _who(request)
-    req = await read_json(request, SearchBody)
-    return web.json_response(await svc.search(request.app[NODE], req))
+async def search_post(c: ApiCall) -> Any:
+    c.agent(None, required=False)
+    return await svc.search(c.node, await c.body(SearchBody))
 
 
-async def recall_post(request: web.Request) -> web.Response:
-    _who(request)
-    req = await read_json(request, RecallBody)
-    return web.json_response(await svc.recall(request.app[NODE], req))
+async def recall_post(c: ApiCall) -> Any:
+    c.agent(None, required=False)
+    return await svc.recall(c.node, await c.body(RecallBody))
 
 
-async def recall_get(request: web.Request) -> web.Response:
-    _who(request)
-    q = query_model(request, RecallQuery)
-    body = RecallBody.model_construct(**q.model_dump())
-    return web.json_response(await svc.recall(request.app[NODE], body))
+async def recall_get(c: ApiCall) -> Any:
+    c.agent(None, required=False)
+    q = c.params(RecallQuery)
+    return await svc.recall(c.node, RecallBody.model_construct(**q.model_dump()))
 
 
 # -- forget / gc ---------------------------------------------------------------------------
@@ -183,12 +181,17 @@ async def cluster(request: web.Request) -> web.Response:
     return web.json_response(admin.cluster(request.app[NODE], body))
 
 
+OPERATIONS = [
+    Route("GET", "/api/v1/search", search_get),
+    Route("POST", "/api/v1/search", search_post),
+    Route("GET", "/api/v1/recall", recall_get),
+    Route("POST", "/api/v1/recall", recall_post),
+]
+
+
 def add_routes(app: web.Application) -> None:
+    serve(app, OPERATIONS)
     r = app.router
-    r.add_get("/api/v1/search", search_get)
-    r.add_post("/api/v1/search", search_post)
-    r.add_get("/api/v1/recall", recall_get)
-    r.add_post("/api/v1/recall", recall_post)
     r.add_post("/api/v1/forget", forget)
     r.add_post("/api/v1/gc", gc)
     r.add_post("/api/v1/links", create_link)

@@ -1,4 +1,4 @@
-"""HTTP handlers for ``/api/v1/subscriptions`` and the webhook wiring.
+"""The operations of ``/api/v1/subscriptions`` and the webhook wiring.
 
 The node's :class:`daemon.webhooks.service.Webhooks` is built, registered
 as an applied-ops listener and started with the node
@@ -45,10 +45,9 @@ from pydantic import BeforeValidator, Field, StringConstraints, model_validator
 from common import limits
 from common.errors import BadRequest
 from common.policy import check_author
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import query_model, read_body
-from daemon.schemas.ids import check_idempotency_key, check_record_id
+from daemon.api.call import ApiCall, Route, serve
+from daemon.auth import acting_agent
+from daemon.schemas.ids import check_record_id
 from daemon.schemas.timefmt import rfc3339
 from daemon.services import ns_subscriptions
 from daemon.validation import AgentId, Lenient, Namespace, Strict, text, validate
@@ -113,90 +112,91 @@ class NamespaceQuery(Lenient):
     consistency: Literal["quorum", "local"] = "quorum"
 
 
-async def subscribe(request: web.Request) -> web.Response:
-    node = request.app[NODE]
-    key = check_idempotency_key(request.headers.get("Idempotency-Key"))
-    data = await read_body(request)
+async def subscribe(c: ApiCall) -> Any:
+    key = c.idempotency_key
+    data = await c.read()
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
     if "url" not in data and "namespace" in data and "agent_id" in data:
         ns_req = validate(NamespaceSubscribeIn, data)
-        who = acting_agent(principal_of(request), ns_req.agent_id)
+        who = c.agent(ns_req.agent_id)
         assert who is not None
-        out = await ns_subscriptions.subscribe(node, who, ns_req.namespace)
-        return web.json_response(out, status=201)
+        return await ns_subscriptions.subscribe(c.node, who, ns_req.namespace)
     body = validate(SubscribeIn, data)
-    agent = acting_agent(principal_of(request), body.agent_id, required=False)
-    return web.json_response(await create_webhook(node, body, agent, key), status=201)
+    agent = c.agent(body.agent_id, required=False)
+    return await create_webhook(c.node, body, agent, key)
 
 
-async def list_subscriptions(request: web.Request) -> web.Response:
-    node = request.app[NODE]
-    who = principal_of(request)
-    if "agent_id" in request.query:  # upstream's namespace shape
-        q = query_model(request, NamespaceQuery)
+async def list_subscriptions(c: ApiCall) -> Any:
+    who = c.principal
+    if "agent_id" in c.query:  # upstream's namespace shape
+        q = c.params(NamespaceQuery)
         agent = acting_agent(who, q.agent_id)
         assert agent is not None
-        return web.json_response(await ns_subscriptions.list_for(node, agent, q.consistency))
-    subs = request.app[NODE].webhooks.all()
-    return web.json_response({"subscriptions": subs, "count": len(subs)})
+        return await ns_subscriptions.list_for(c.node, agent, q.consistency)
+    subs = c.node.webhooks.all()
+    return {"subscriptions": subs, "count": len(subs)}
 
 
-async def _unsubscribe(request: web.Request, raw_id: str) -> web.Response:
-    principal = principal_of(request)
+async def _unsubscribe(c: ApiCall, raw_id: str) -> Any:
+    principal = c.principal
     sub_id = check_record_id(raw_id, "subscription id")
-    check_author(principal, request.app[NODE].webhooks.creator(sub_id), "subscription.delete")
-    return web.json_response(await request.app[NODE].webhooks.unsubscribe(sub_id))
+    check_author(principal, c.node.webhooks.creator(sub_id), "subscription.delete")
+    return await c.node.webhooks.unsubscribe(sub_id)
 
 
-async def unsubscribe(request: web.Request) -> web.Response:
-    return await _unsubscribe(request, request.match_info["sub_id"])
+async def unsubscribe(c: ApiCall) -> Any:
+    return await _unsubscribe(c, c.path["sub_id"])
 
 
 class DeadLettersQuery(Lenient):
     limit: Annotated[int, Field(ge=1, le=limits.webhook_dead_letter_max)] = 100
 
 
-async def dead_letters(request: web.Request) -> web.Response:
+async def dead_letters(c: ApiCall) -> Any:
     """Deliveries that exhausted their retries (kept up to
     limits.webhook_dead_letter_max, oldest first), for an operator to inspect."""
-    principal_of(request)
-    q = query_model(request, DeadLettersQuery)
+    c.principal  # noqa: B018 - a route that resolves no caller refuses here
+    q = c.params(DeadLettersQuery)
     rows = [{**{k: v for k, v in row.items() if k != "created_at_ms"},
              "created_at": rfc3339(int(str(row["created_at_ms"])))}
-            for row in await request.app[NODE].webhooks.dead_letters(q.limit)]
-    return web.json_response({"dead_letters": rows, "count": len(rows)})
+            for row in await c.node.webhooks.dead_letters(q.limit)]
+    return {"dead_letters": rows, "count": len(rows)}
 
 
-async def replay_dead_letter(request: web.Request) -> web.Response:
+async def replay_dead_letter(c: ApiCall) -> Any:
     """Put one dead letter back in the outbox, to be tried afresh."""
-    principal = principal_of(request)
-    ref = request.match_info["ref"]
+    principal = c.principal
+    ref = c.path["ref"]
     if not is_seq(ref):
         ref = check_record_id(ref, "dead letter id")
-    webhooks = request.app[NODE].webhooks
+    webhooks = c.node.webhooks
     row = await webhooks.dead_letter(ref)
     check_author(principal, webhooks.creator(str(row["sub_id"])), "subscription.replay")
-    return web.json_response(await webhooks.replay(ref))
+    return await webhooks.replay(ref)
 
 
-async def unsubscribe_namespace(request: web.Request) -> web.Response:
-    if "id" in request.query and "agent_id" not in request.query:  # the newer SDK's shape
-        return await _unsubscribe(request, request.query["id"])
-    node = request.app[NODE]
-    q = query_model(request, NamespaceQuery)
+async def unsubscribe_namespace(c: ApiCall) -> Any:
+    if "id" in c.query and "agent_id" not in c.query:  # the newer SDK's shape
+        return await _unsubscribe(c, c.query["id"])
+    q = c.params(NamespaceQuery)
     if q.namespace is None:
         raise BadRequest("DELETE /subscriptions takes agent_id and namespace, or id "
                          "(or use DELETE /subscriptions/{id} for a webhook)")
-    agent = acting_agent(principal_of(request), q.agent_id)
+    agent = c.agent(q.agent_id)
     assert agent is not None
-    return web.json_response(await ns_subscriptions.unsubscribe(node, agent, q.namespace))
+    return await ns_subscriptions.unsubscribe(c.node, agent, q.namespace)
+
+
+OPERATIONS = [
+    Route("POST", "/api/v1/subscriptions", subscribe, 201),
+    Route("GET", "/api/v1/subscriptions", list_subscriptions),
+    Route("GET", "/api/v1/subscriptions/dead-letters", dead_letters),
+    Route("POST", "/api/v1/subscriptions/dead-letters/{ref}/replay", replay_dead_letter),
+    Route("DELETE", "/api/v1/subscriptions/{sub_id}", unsubscribe),
+    Route("DELETE", "/api/v1/subscriptions", unsubscribe_namespace),
+]
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/api/v1/subscriptions", subscribe)
-    app.router.add_get("/api/v1/subscriptions", list_subscriptions)
-    app.router.add_get("/api/v1/subscriptions/dead-letters", dead_letters)
-    app.router.add_post("/api/v1/subscriptions/dead-letters/{ref}/replay", replay_dead_letter)
-    app.router.add_delete("/api/v1/subscriptions/{sub_id}", unsubscribe)
-    app.router.add_delete("/api/v1/subscriptions", unsubscribe_namespace)
+    serve(app, OPERATIONS)

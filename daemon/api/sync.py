@@ -27,27 +27,24 @@ from daemon.appkeys import NODE
 from daemon.auth import NOBODY, is_loopback, principal_of
 from daemon.http_errors import Handler, decode_json, error_response, query_model, read_json
 from daemon.peer_auth import BOOT_HEADER, BootMismatch
-from daemon.schemas.memories import Confidence, Metadata, Source, Tags, Title
+from daemon.schemas.memories import MemoryFields, Source
 from daemon.services import sync
 from daemon.tls import check_peer_cert
-from daemon.validation import AgentId, Lenient, Namespace, Priority, Strict, Tier, text, validate
+from daemon.validation import AgentId, Lenient, Strict, text, validate
 
 RecordId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9\-_.:]+$")]
 
 
-class PushedMemory(Strict):
-    """The upstream ``Memory`` shape, held to the same field rules as a create."""
-
+class _PushedKey(Strict):
     id: RecordId
-    title: Title  # type: ignore[valid-type]
+
+
+class PushedMemory(MemoryFields, _PushedKey):
+    """The upstream ``Memory`` shape, held to the same field rules as a create
+    (``id`` first; its content may be empty)."""
+
     content: text(limits.memory_content_max_chars)  # type: ignore[valid-type]
-    tier: Tier = "mid"
-    namespace: Namespace = "global"
-    tags: Tags = Field(default_factory=list)
-    priority: Priority = 5
-    confidence: Confidence = 1.0
     source: Source = "sync"  # type: ignore[valid-type]
-    metadata: Metadata = Field(default_factory=dict)
     created_at: str
     updated_at: str
     expires_at: str | None = None

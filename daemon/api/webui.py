@@ -380,6 +380,7 @@ def add_routes(app: web.Application) -> None:
     app.on_response_prepare.append(_headers)
     r = app.router
     r.add_get("/web", root)
+    r.add_get("/web/", root)  # the address docs/web.md gives
     r.add_get("/web/login", login_page)
     r.add_post("/web/login", login)
     r.add_post("/web/logout", logout)

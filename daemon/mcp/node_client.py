@@ -7,7 +7,8 @@ node's rules (scope refusal, quorum, claim-once). One ``aiohttp`` session is
 opened for the life of the MCP server and reused by every call.
 
 Each request carries the process's identity: ``X-Agent-Id``, the key
-(``Authorization: Bearer``, or the older ``X-API-Key``) and the hook session in ``x-memory-actor-session-id`` when configured.
+(``Authorization: Bearer``, or else the older ``X-API-Key``:
+:func:`common.clients.key_headers`) and the hook session in ``x-memory-actor-session-id`` when configured.
 
 Failures come back as :mod:`common.errors`, decoded in one place
 (:func:`error_from_reply`): the node's ``{"error", "code", ...}`` body keeps
@@ -30,12 +31,14 @@ from typing import Any, TypeVar
 import aiohttp
 
 from common import __version__, trust
+from common.clients import key_headers, query_params
 from common.errors import (
     AiMemoryError,
     ServerError,
     Unavailable,
     from_reply,
 )
+from common.retry import retrying_once
 from daemon.mcp.settings import McpSettings
 
 SESSION_HEADER = "x-memory-actor-session-id"
@@ -51,14 +54,6 @@ def _unavailable(message: str, code: str) -> Unavailable:
     exc = Unavailable(message)
     exc.code = code
     return exc
-
-
-def _param(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 class NodeClient:
@@ -99,10 +94,7 @@ class NodeClient:
         headers = {"Accept": "application/json", "User-Agent": f"ai-memory-mcp/{__version__}"}
         if self.settings.agent_id:
             headers["X-Agent-Id"] = self.settings.agent_id
-        if self.settings.key:
-            headers["Authorization"] = f"Bearer {self.settings.key}"
-        elif self.settings.api_key:
-            headers["X-API-Key"] = self.settings.api_key
+        headers.update(key_headers(self.settings.key, self.settings.api_key))
         if self.settings.session_id:
             headers[SESSION_HEADER] = self.settings.session_id
         return headers
@@ -119,7 +111,7 @@ class NodeClient:
         """Send one request; decoded JSON back, or an :class:`AiMemoryError` raised."""
         if self._session is None:
             raise ServerError("the MCP server's HTTP session is not open")
-        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        query = query_params(params)
         url = self.base_url + path
         try:
             async with self._session.request(
@@ -166,8 +158,5 @@ class NodeClient:
 
     async def retrying_once(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run ``call``; after a transport failure or a 503, wait (capped) and run it once more."""
-        try:
-            return await call()
-        except Unavailable as exc:
-            await self._sleep(min(exc.retry_after, self.settings.retry_wait_max_secs))
-        return await call()
+        return await retrying_once(call, wait_max=self.settings.retry_wait_max_secs,
+                                   sleep=self._sleep)

@@ -61,7 +61,13 @@ Timestamp = Annotated[str, AfterValidator(_check_time)]
 Metadata = Annotated[dict[str, Any], AfterValidator(_check_metadata)]
 
 
-class CreateMemory(Strict):
+class MemoryFields(Strict):
+    """The fields of a memory and their rules, as every body that carries one
+    takes them: a create, an import (:class:`daemon.schemas.search.ImportMemory`)
+    and an upstream push (:class:`daemon.api.sync.PushedMemory`). Each adds
+    its own fields and sets ``source``'s default (a subclass's own fields come
+    after these; a mixin listed after this class puts an ``id`` first)."""
+
     title: Title  # type: ignore[valid-type]
     content: Content  # type: ignore[valid-type]
     tier: Tier = "mid"
@@ -71,6 +77,9 @@ class CreateMemory(Strict):
     confidence: Confidence = 1.0
     source: Source = "api"  # type: ignore[valid-type]
     metadata: Metadata = Field(default_factory=dict)
+
+
+class CreateMemory(MemoryFields):
     ttl_secs: TtlSecs | None = None
     expires_at: Timestamp | None = None
     agent_id: AgentId | None = None

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, StringConstraints, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
 from common import limits
 from daemon.schemas.ids import RECORD_ID_RE
 from daemon.schemas.memories import (
-    Confidence,
     Content,
-    Metadata,
+    MemoryFields,
     Source,
     Tags,
     Timestamp,
@@ -83,18 +82,10 @@ class RecallBody(Strict):
     consistency: Literal["quorum", "local"] = "quorum"
 
 
-class RecallQuery(Lenient):
-    context: QueryText  # type: ignore[valid-type]
-    namespace: Namespace | None = None
-    tier: Tier | None = None
-    tags: CommaTags = None
-    min_priority: Priority | None = None
-    as_agent: AgentId | None = None
-    since: Timestamp | None = None
-    until: Timestamp | None = None
-    limit: Annotated[int, Field(ge=1, le=limits.recall_limit_max)] = limits.recall_limit_default
-    budget_tokens: Annotated[int, Field(ge=1, le=10**7)] | None = None
-    consistency: Literal["quorum", "local"] = "quorum"
+class RecallQuery(RecallBody):
+    """``GET /recall``: the same fields from the query string, where values arrive as text."""
+
+    model_config = ConfigDict(strict=False)
 
 
 Pattern = text(limits.search_query_max_chars, min_chars=1)
@@ -133,19 +124,14 @@ class LineageQuery(Lenient):
     max_depth: Annotated[int, Field(ge=1, le=limits.lineage_depth_max)] = limits.lineage_depth_max
 
 
-class ImportMemory(Strict):
-    """One exported memory: the SDK's ``Memory`` shape."""
-
+class _ImportKey(Strict):
     id: RecordId
-    title: Title  # type: ignore[valid-type]
-    content: Content  # type: ignore[valid-type]
-    tier: Tier = "mid"
-    namespace: Namespace = "global"
-    tags: Tags = Field(default_factory=list)
-    priority: Priority = 5
-    confidence: Confidence = 1.0
+
+
+class ImportMemory(MemoryFields, _ImportKey):
+    """One exported memory: the SDK's ``Memory`` shape (``id`` first)."""
+
     source: Source = "import"  # type: ignore[valid-type]
-    metadata: Metadata = Field(default_factory=dict)
     access_count: Annotated[int, Field(ge=0)] = 0
     created_at: Timestamp | None = None
     updated_at: Timestamp | None = None

@@ -40,30 +40,28 @@ def _scored(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+async def _matching(node: RecordPorts, match: str | None, req: SearchBody | RecallBody, *,
+                    agent_id: str | None = None) -> list[dict[str, Any]]:
+    """The live memories ``match`` finds under the request's filters, scored, best first
+    (none when the text had no words)."""
+    if match is None:
+        return []
+    await node.read_barrier(ALL_KEYS, req.consistency)
+    rows = await S.search(
+        node.store.reads, match, limit=req.limit, now_ms=node.now_ms(),
+        namespace=req.namespace, tier=req.tier, tags=req.tags, min_priority=req.min_priority,
+        agent_id=agent_id, since_ms=_ms(req.since), until_ms=_ms(req.until))
+    return [_scored(r) for r in rows]
+
+
 async def search(node: RecordPorts, req: SearchBody) -> dict[str, Any]:
     text = req.q or req.query or ""
-    match = S.fts_query(text)
-    rows: list[dict[str, Any]] = []
-    if match is not None:
-        await node.read_barrier(ALL_KEYS, req.consistency)
-        rows = await S.search(
-            node.store.reads, match, limit=req.limit, now_ms=node.now_ms(),
-            namespace=req.namespace, tier=req.tier, tags=req.tags, min_priority=req.min_priority,
-            agent_id=req.agent_id, since_ms=_ms(req.since), until_ms=_ms(req.until))
-    memories = [_scored(r) for r in rows]
+    memories = await _matching(node, S.fts_query(text), req, agent_id=req.agent_id)
     return {"memories": memories, "results": memories, "count": len(memories), "query": text}
 
 
 async def recall(node: RecordPorts, req: RecallBody) -> dict[str, Any]:
-    match = S.fts_query(req.context, any_word=True)
-    rows: list[dict[str, Any]] = []
-    if match is not None:
-        await node.read_barrier(ALL_KEYS, req.consistency)
-        rows = await S.search(
-            node.store.reads, match, limit=req.limit, now_ms=node.now_ms(),
-            namespace=req.namespace, tier=req.tier, tags=req.tags, min_priority=req.min_priority,
-            since_ms=_ms(req.since), until_ms=_ms(req.until))
-    memories = [_scored(r) for r in rows]
+    memories = await _matching(node, S.fts_query(req.context, any_word=True), req)
     out: dict[str, Any] = {"memories": memories, "count": len(memories)}
     if req.budget_tokens is not None:
         kept: list[dict[str, Any]] = []

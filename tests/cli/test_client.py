@@ -38,6 +38,19 @@ def test_sends_identity_headers_and_drops_unset_params(stub: StubDaemon) -> None
     assert sent.query == {"agent_id": "alice", "unread_only": "false"}
 
 
+def test_given_both_keys_sends_only_the_bearer_key(stub: StubDaemon) -> None:
+    # A node refuses Authorization and X-API-Key that differ (401): one key goes, as from
+    # ``ai-memory mcp`` (common.clients.key_headers).
+    stub.reply("GET", "/api/v1/agents", {"agents": []})
+    ApiClient(stub.url, api_key="k_old", key="aim_new").get("/api/v1/agents")
+    sent = stub.last().headers
+    assert sent["Authorization"] == "Bearer aim_new"
+    assert "X-API-Key" not in sent
+    ApiClient(stub.url, api_key="k_old").get("/api/v1/agents")
+    assert stub.last().headers["X-API-Key"] == "k_old"
+    assert "Authorization" not in stub.last().headers
+
+
 @pytest.mark.parametrize(
     ("status", "body", "cls", "exit_code"),
     [

@@ -27,6 +27,16 @@ def test_key_goes_as_bearer_from_option_or_environment(stub: StubDaemon, run: Ru
     assert stub.last().headers["Authorization"] == "Bearer aim_env"
 
 
+def test_key_takes_the_place_of_api_key_when_both_are_given(stub: StubDaemon, run: Run) -> None:
+    stub.reply("GET", "/api/v1/admin/users", {"users": [], "count": 0})
+    assert run("--api-key", "k_old", "--key", "aim_new", "user", "list").exit_code == 0
+    assert stub.last().headers["Authorization"] == "Bearer aim_new"
+    assert "X-API-Key" not in stub.last().headers
+    result = run("--key", "aim_new", "user", "list", env={"AI_MEMORY_API_KEY": "k_env"})
+    assert result.exit_code == 0
+    assert "X-API-Key" not in stub.last().headers
+
+
 def test_key_create_prints_the_secret_once_on_stdout(stub: StubDaemon, run: Run) -> None:
     stub.reply("POST", "/api/v1/admin/keys", {"id": "key_ab", "key": "aim_SECRET",
                                                "user": "u"}, status=201)

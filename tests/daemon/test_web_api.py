@@ -61,6 +61,15 @@ async def received(client: Any, page: int = 0, box: str = "received",
     return dict(await r.json())
 
 
+async def test_the_root_opens_the_inbox_with_or_without_a_slash(client: Any) -> None:
+    for path in ("/web", "/web/"):  # docs/web.md says to open /web/
+        r = await client.get(path, allow_redirects=False)
+        assert r.status == 302 and r.headers["Location"] == "/web/inbox", path
+    r = await client.get("/web/")
+    assert r.status == 200 and r.content_type == "text/html"
+    assert r.url.path == "/web/inbox"
+
+
 @pytest.fixture
 async def web(client: Any) -> Any:
     await start(client, A, "kimi")
