@@ -3,7 +3,7 @@
 An owner must decide, synchronously and exactly, what is pending, in which
 order, how many, and who holds which request id. It builds this model from
 every op it holds for the mailbox key (loaded from its store, merged from
-promises, received later) with the same rules as :mod:`store.merge`:
+promises, received later) with the same rules as :mod:`store.in_memory`:
 
 * ``msg.send`` is insert-once: of two sends with one message id, the one of
   lower ``(hlc, origin, seq)`` wins, and that rank is the message's FIFO

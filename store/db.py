@@ -3,7 +3,7 @@
 Writes go through the single :class:`store.writer.Writer` (group commit on
 its own thread); reads go through a :class:`store.reader.ReadPool` of
 read-only aiosqlite connections that run alongside it thanks to WAL. The
-merge rules are those of :mod:`store.merge`, kept by the upserts in
+merge rules are those of :mod:`store.in_memory`, kept by the upserts in
 :mod:`store.apply`; the read shapes come from :mod:`store.queries`. Every
 write is durable when its awaitable returns.
 
@@ -479,7 +479,7 @@ class Store(DomainReads):
 
     async def snapshot(self, now_ms: int | None = None) -> dict[str, Any]:
         """All replicated state in the canonical form of
-        :meth:`store.merge.Replica.snapshot` (same meaning of ``now_ms``)."""
+        :meth:`store.in_memory.Replica.snapshot` (same meaning of ``now_ms``)."""
         live = "" if now_ms is None else f" WHERE {Q.NOT_EXPIRED}"
         p = {} if now_ms is None else {"now": now_ms}
         fetch = self._reads.fetchall

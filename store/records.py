@@ -1,6 +1,6 @@
 """Row shapes shared by the in-memory reference and the SQLite store.
 
-Both :mod:`store.merge` and :mod:`store.db` turn op bodies into the same
+Both :mod:`store.in_memory` and :mod:`store.db` turn op bodies into the same
 plain dicts and order conflicting ops the same way, so this module holds
 the body-to-row conversions and the rank functions once; the field lists
 of op bodies are :mod:`common.vocab`'s (re-exported here), the states
