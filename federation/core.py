@@ -51,7 +51,7 @@ from common import limits
 from common.errors import BadRequest, MemberRecovering
 from common.ops import MAILBOX_KINDS, OP_GAP, Op, known_kind
 from common.randomid import incarnation_born_ms
-from federation.claim import Claims, MailRequest
+from federation.claim import Claims
 from federation.detector import FailureDetector
 from federation.effects import (
     Collect,
@@ -84,6 +84,7 @@ from federation.messages import (
     SyncOffer,
 )
 from federation.quorum import Completion, QuorumTracker
+from federation.requests import MailRequest
 from federation.versions import VersionVector, vv_floor, vv_lag
 
 

@@ -46,7 +46,7 @@ from daemon.ports import MailPorts
 from daemon.schemas.timefmt import rfc3339 as iso_ms
 from daemon.services import scrub
 from daemon.services.scope import Scope, refuse_inferred, resolve
-from federation.claim import MailCancel, MailHold, MailPop, MailRelease, MailSend
+from federation.requests import MailCancel, MailHold, MailPop, MailRelease, MailSend
 from store.records import MESSAGE_FIELDS
 
 MAIL_NS = uuid.UUID("6f1d3c2e-8b7a-4f0e-9a51-2c4d8e7b9a10")

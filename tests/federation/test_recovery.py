@@ -9,9 +9,9 @@ from typing import Any
 from common.errors import MemberRecovering
 from common.ops import mailbox_key
 from common.randomid import incarnation_id
-from federation.claim import MailPop, MailSend
 from federation.effects import Recovered, Recovering, StaleSender
 from federation.messages import Accept, Prepare, RecoveryQuery, Replicate, SyncOffer
+from federation.requests import MailPop, MailSend
 from tests.federation.cluster import Cluster
 
 MB = mailbox_key("w", "inbox")
