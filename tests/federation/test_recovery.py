@@ -222,7 +222,7 @@ def test_an_offer_of_the_members_previous_process_sets_no_floor_after_reseeding(
     assert cl.cores[b].status(cl.now)["peers"][m]["reseeding"] is True
     # The new process announces itself; from then on its offers count.
     cl.run(b, cl.cores[b].on_message(m, RecoveryQuery(
-        "inc-new", cl.cores[m]._recovery_round, cl.cores[m].vv), cl.now))
+        "inc-new", cl.cores[m].recovery.round, cl.cores[m].vv), cl.now))
     new_offer = SyncOffer(cl.cores[m].durable_vv, cl.cores[m]._fingerprint)
     cl.run(b, cl.cores[b].on_message(m, new_offer, cl.now))
     assert cl.cores[b].peer_vv[m] == cl.cores[m].durable_vv
