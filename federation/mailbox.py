@@ -256,9 +256,6 @@ class MailboxModel:
         """Messages that occupy the mailbox: pending and editing (the cap)."""
         return len(self._pending) + len(self._editing)
 
-    def editing_ids(self) -> list[str]:
-        return sorted(self._editing)
-
     def pending_count(self) -> int:
         return len(self._pending)
 
@@ -299,9 +296,6 @@ class MailboxModel:
         if mid is not None and claim is not None:
             return mid, claim
         return None
-
-    def empty_count(self) -> int:
-        return len(self._empties)
 
     def claim_by_request(self, request_id: str) -> str | None:
         """The message whose winning claim carries ``request_id``; if several

@@ -42,9 +42,6 @@ SESSION_FIELDS: Final = (
     "workspace", "project", "harness", "session_id", "owner_user", "started_at_ms",
     "last_at_ms",
 )
-AGENT_FIELDS: Final = (
-    "agent_id", "agent_type", "capabilities", "registered_at_ms", "last_seen_at_ms",
-)
 
 TERMINAL_STATE: Final = {k: lifecycle.TRANSITIONS[k][1] for k in (MSG_CLAIM, MSG_CANCEL)}
 

@@ -450,14 +450,11 @@ async def briefing(node: MailPorts, principal: Principal, *, workspace: str | No
 
 # -- editing and history (the web inbox) ---------------------------------------------
 #
-# Editing is decided by the mailbox's owner like a pop (federation/claim.py:
-# MailHold / MailRelease): a hold and a pop of one message never both win,
+# Editing is decided by the mailbox's owner like a pop (federation/claim.py,
+# the MailHold / MailRelease requests): a hold and a pop of one message never both win,
 # and only the holder (its session, or its user) releases. The rights are
 # those of a send: write on the mailbox project and on the sender project
 # (common.policy "message.edit").
-
-HIDDEN = "hidden"
-
 
 async def _message_for_edit(node: MailPorts, principal: Principal, message_id: str) -> dict[str, Any]:
     row = await node.store.message(message_id)
