@@ -2,22 +2,23 @@
 
 ::
 
-    AiMemoryError                      (status 500, retryable: no)
-    ├── ClientError                    the caller's fault; a retry as-is won't help
-    │   ├── BadRequest           400   malformed JSON, wrong type, missing field
-    │   ├── Unauthorized         401   no or bad credentials (peers: bad signature)
-    │   ├── Forbidden            403   identity mismatch, reading another agent's inbox
-    │   ├── NotFound             404   no such memory / message / subscription
-    │   ├── Conflict             409   state forbids it (already claimed, scope refused)
-    │   │   └── ClusterMismatch  409   a member or database of another cluster
-    │   ├── PayloadTooLarge      413   body over limits.request_body_max_bytes
-    │   └── LimitExceeded        429   mailbox full, too many items (names the limit)
-    └── ServerError                    ours or the cluster's; a retry may help
-        ├── Unavailable          503   overloaded, shutting down
-        ├── QuorumNotMet         503   fewer than W members acknowledged
-        ├── DirectoryUnconfirmed 503   keys not yet confirmed by a read quorum
-        └── NoMajority           503   this side of a partition cannot claim
-    WaitTimedOut                 (CLI)  `--wait --timeout S` ended with nothing (exit 8)
+    AiMemoryError                          (status 500, retryable: no)
+    ├── ClientError                        the caller's fault; a retry as-is won't help
+    │   ├── BadRequest               400   malformed JSON, wrong type, missing field
+    │   ├── Unauthorized             401   no or bad credentials (peers: bad signature)
+    │   ├── Forbidden                403   identity mismatch, reading another agent's inbox
+    │   ├── NotFound                 404   no such memory / message / subscription
+    │   ├── Conflict                 409   state forbids it (already claimed, scope refused)
+    │   │   └── ClusterMismatch      409   a member or database of another cluster
+    │   ├── PayloadTooLarge          413   body over limits.request_body_max_bytes (or a route's own)
+    │   └── LimitExceeded            429   mailbox full, too many items (names the limit)
+    ├── ServerError                        ours or the cluster's; a retry may help
+    │   └── Unavailable              503   overloaded, shutting down (with Retry-After)
+    │       ├── MemberRecovering     503   this member's database is new or restored: catching up
+    │       ├── QuorumNotMet         503   fewer than W members acknowledged
+    │       ├── DirectoryUnconfirmed 503   keys not yet confirmed by a read quorum
+    │       └── NoMajority           503   this side of a partition cannot claim
+    └── WaitTimedOut                (CLI)  `--wait --timeout S` ended with nothing (exit 8)
 
 Each boundary translates once: HTTP (``daemon/http_errors.py``) uses
 ``status`` and ``to_body()``; the CLI maps ``exit_code``; MCP returns

@@ -48,8 +48,6 @@ CANCELLED: Final = "cancelled"
 
 STATES: Final = (PENDING, EDITING, CLAIMED, CANCELLED)
 TERMINAL: Final = frozenset({CLAIMED, CANCELLED})
-# States that occupy a place in the mailbox (and count against its cap).
-QUEUED: Final = frozenset({PENDING, EDITING})
 
 # Operation kinds (their wire names; :mod:`common.ops` registers them).
 MSG_SEND: Final = "msg.send"

@@ -48,7 +48,6 @@ BOXES: Final[tuple[Box, ...]] = get_args(Box)
 
 Consistency = Literal["quorum", "local"]
 """How a read is served: after a read quorum (default) or from this node only."""
-CONSISTENCIES: Final[tuple[Consistency, ...]] = get_args(Consistency)
 CONSISTENCY_DEFAULT: Final[Consistency] = "quorum"
 LOCAL: Final[Consistency] = "local"
 

@@ -2,8 +2,8 @@
 
 A node that is not a mailbox's owner sends the request to the owner's
 ``/peer/v1/mailbox`` as msgpack and gets back either ``{"ok": result}`` or
-``{"err": error}``. Requests are the dataclasses of :mod:`federation.claim`
-(the :data:`federation.claim.MailRequest` union), coded by the same
+``{"err": error}``. Requests are the dataclasses of :mod:`federation.requests`
+(the :data:`federation.requests.MailRequest` union), coded by the same
 mechanism as peer messages (:mod:`federation.wire`), in its map layout:
 ``{"type": "MailPop", "fields": {name: value}}``; a field an older node
 does not send takes its default. Results are ``{"op": op}`` (a send) or
@@ -20,10 +20,10 @@ from typing import Any
 
 from common.errors import AiMemoryError, BadRequest, Unavailable, from_body
 from common.ops import Op
-from federation import claim
+from federation import requests
 from federation.wire import OP, Conv, Registry, WireError, converter
 
-REQUESTS = Registry("mailbox request", typing.get_args(claim.MailRequest), layout="map",
+REQUESTS = Registry("mailbox request", typing.get_args(requests.MailRequest), layout="map",
                     tag=lambda cls: cls.__name__)
 
 # What the owner answers each request kind with: a send its ``msg.send`` op;
@@ -31,30 +31,30 @@ REQUESTS = Registry("mailbox request", typing.get_args(claim.MailRequest), layou
 # pending"); a cancel the ids it cancelled; a hold or release
 # ``{"message": row, ...}`` (the hold record, the decision's rank).
 RESULTS: dict[type, Any] = {
-    claim.MailSend: Op,
-    claim.MailPop: dict[str, Any] | None,
-    claim.MailCancel: list[str],
-    claim.MailHold: dict[str, Any],
-    claim.MailRelease: dict[str, Any],
+    requests.MailSend: Op,
+    requests.MailPop: dict[str, Any] | None,
+    requests.MailCancel: list[str],
+    requests.MailHold: dict[str, Any],
+    requests.MailRelease: dict[str, Any],
 }
 _RESULT_CONVS: dict[type, Conv] = {cls: converter(tp) for cls, tp in RESULTS.items()}
 
 
-def encode_request(req: claim.MailRequest) -> dict[str, Any]:
+def encode_request(req: requests.MailRequest) -> dict[str, Any]:
     out: dict[str, Any] = REQUESTS.encode(req)
     return out
 
 
-def decode_request(raw: Any) -> claim.MailRequest:
+def decode_request(raw: Any) -> requests.MailRequest:
     """The request a forwarding node sent; BadRequest if malformed."""
     try:
-        req: claim.MailRequest = REQUESTS.decode(raw)
+        req: requests.MailRequest = REQUESTS.decode(raw)
     except WireError as exc:
         raise BadRequest(str(exc)) from None
     return req
 
 
-def decode_forward(raw: Any) -> tuple[claim.MailRequest, int]:
+def decode_forward(raw: Any) -> tuple[requests.MailRequest, int]:
     """The request and hop count of a ``/peer/v1/mailbox`` body; BadRequest
     if either is malformed."""
     hops = raw.get("hops", 1) if isinstance(raw, dict) else None

@@ -129,21 +129,22 @@ async def refuse_unread(request: web.Request, exc: AiMemoryError,
     return resp
 
 
-async def read_body(request: web.Request) -> Any:
+async def read_body(request: web.Request, limit: str = "request_body_max_bytes") -> Any:
     """Decoded JSON body; 400 for malformed JSON or a non-UTF-8 body, 413 for
-    a body over the limit (aiohttp's client_max_size enforces it too)."""
-    if request.content_length is not None and request.content_length > limits.request_body_max_bytes:
-        raise PayloadTooLarge(
-            f"request body over {limits.request_body_max_bytes} bytes (limits.request_body_max_bytes)")
+    a body over ``limits.<limit>`` (by default the general cap, which
+    aiohttp's client_max_size enforces too; a route with a smaller body
+    names its own, as the web login does)."""
+    max_bytes: int = getattr(limits, limit)
+    too_large = f"request body over {max_bytes} bytes (limits.{limit})"
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise PayloadTooLarge(too_large)
     # Read incrementally so a chunked body (no Content-Length) is held to the
     # same limit instead of being buffered whole.
     buf = bytearray()
     async for chunk in request.content.iter_chunked(64 * 1024):
         buf += chunk
-        if len(buf) > limits.request_body_max_bytes:
-            raise PayloadTooLarge(
-                f"request body over {limits.request_body_max_bytes} bytes "
-                "(limits.request_body_max_bytes)")
+        if len(buf) > max_bytes:
+            raise PayloadTooLarge(too_large)
     return decode_json(bytes(buf))
 
 
@@ -164,8 +165,9 @@ def decode_json(raw: bytes) -> Any:
         raise BadRequest("JSON nested too deeply") from None
 
 
-async def read_json(request: web.Request, model: type[M]) -> M:
-    data = await read_body(request)
+async def read_json(request: web.Request, model: type[M],
+                    limit: str = "request_body_max_bytes") -> M:
+    data = await read_body(request, limit)
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
     return validate(model, data)

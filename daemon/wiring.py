@@ -119,12 +119,6 @@ def _admission(settings: Settings, metrics: Metrics, clock: Clock) -> Admission:
     return Admission(settings.mail.admission, policy, metrics, clock.now_ms)
 
 
-def directory_for(settings: Settings) -> Directory:
-    """Where this node resolves keys: the keys its own ``[auth]`` names. (The
-    replicated users and keys are chained after them here once they exist.)"""
-    return ChainDirectory(static_directory(settings.auth))
-
-
 async def build_node(settings: Settings, *, clock: Callable[[], float] = time.time,
                      on_fatal: Callable[[], None] = _terminate_self,
                      directory: Directory | None = None) -> Node:

@@ -45,7 +45,8 @@ refused, so no copy outlives the decisions kept to answer it.
 
 Pure: time is ``now_ms``, randomness is the seeded ``rng`` (retry jitter),
 output is a list of effects. The host (:class:`federation.core.NodeCore`)
-allocates op ids and routes messages here.
+allocates op ids and routes messages here; the requests served are the
+types of :mod:`federation.requests`.
 """
 
 from __future__ import annotations
@@ -98,11 +99,19 @@ from federation.messages import (
     PromiseNack,
     Rejected,
 )
+from federation.requests import (
+    MailCancel,
+    MailHold,
+    MailPop,
+    MailRelease,
+    MailRequest,
+    MailSend,
+)
 
 OpId = tuple[str, int]
 
 
-# -- requests (what services ask the owner) -----------------------------------
+# -- helpers of the requests' service (the types: federation/requests.py) ----
 
 
 def _rank(op: Op) -> list[Any]:
@@ -117,73 +126,6 @@ def _not_now(mid: str, state: str | None) -> Conflict:
     return Conflict(f"message {mid} {why}", id=mid, state=state)
 
 
-@dataclass(frozen=True, slots=True)
-class MailSend:
-    """Queue ``body`` (a full ``msg.send`` body, ``id`` included) unless
-    ``cap`` messages are pending. Idempotent by message id."""
-
-    mailbox: str
-    body: dict[str, Any]
-    cap: int = limits.mailbox_pending_max
-    sent_at_ms: int | None = None  # the entry node's clock when the client asked
-
-
-@dataclass(frozen=True, slots=True)
-class MailPop:
-    """Claim the oldest pending message ``agent`` may take, or ``message_id``.
-    ``claimer`` holds ``claimer_session`` / ``claimer_agent`` for the claim
-    record. Retrying with the same ``request_id`` returns the same message,
-    or the same "nothing pending"."""
-
-    mailbox: str
-    request_id: str | None = None
-    message_id: str | None = None
-    agent: str | None = None
-    claimer: dict[str, Any] = field(default_factory=dict)
-    sent_at_ms: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class MailCancel:
-    """Cancel ``message_ids`` (None: every pending message) sent by
-    ``by_workspace/by_project``."""
-
-    mailbox: str
-    message_ids: tuple[str, ...] | None
-    by_workspace: str
-    by_project: str
-    sent_at_ms: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class MailHold:
-    """Take pending ``message_id`` out of the queue for an edit (state
-    ``editing``); ``holder`` holds ``holder_session`` / ``holder_agent`` /
-    ``holder_user``. Asking again for a message the same session holds
-    answers the same hold."""
-
-    mailbox: str
-    message_id: str
-    holder: dict[str, Any] = field(default_factory=dict)
-    sent_at_ms: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class MailRelease:
-    """Put edited ``message_id`` back at its place in the queue: with
-    ``content`` (the new subject and body, already checked by the caller)
-    for a save, without for a discard. Discarding a message that is not held
-    answers it as it is. ``holder`` names the releaser (``holder_session``,
-    ``holder_user``): only the session or the user that holds the message
-    may release it (another gets 409 and the hold stands)."""
-
-    mailbox: str
-    message_id: str
-    content: dict[str, Any] | None = None
-    holder: dict[str, Any] = field(default_factory=dict)
-    sent_at_ms: int | None = None
-
-
 def _holds_it(hold: Op | None, holder: dict[str, Any]) -> bool:
     """Does ``holder`` (a release's) name the session or user of ``hold``?"""
     if hold is None:
@@ -191,8 +133,6 @@ def _holds_it(hold: Op | None, holder: dict[str, Any]) -> bool:
     return any(holder.get(k) is not None and hold.body.get(k) == holder.get(k)
                for k in ("holder_session", "holder_user"))
 
-
-MailRequest = MailSend | MailPop | MailCancel | MailHold | MailRelease
 
 IDLE, CANDIDATE, OWNER = "idle", "candidate", "owner"
 

@@ -34,7 +34,13 @@ What it composes:
   the others hold (docs/federation.md, "A member that lost its disk").
   A member about to be seeded from a copy sends ``Reseeding`` first; a peer
   then takes no GC floor from its offers until its new process's
-  ``RecoveryQuery``, so nobody collects an op the copy lacks.
+  ``RecoveryQuery``, so nobody collects an op the copy lacks. The state and
+  rules of recovery, and the fence against a replaced process of a peer,
+  are :mod:`federation.recovery`.
+
+Peer messages reach their handler through one table
+(:attr:`NodeCore._HANDLERS`, message type to method) after the fences of
+:meth:`NodeCore.on_message`.
 
 Constructor state comes from the store at start (``vv``, ``last_hlc``,
 ``own_max_seq``, ``promises``, ``recovering``); nothing else survives a
@@ -44,14 +50,13 @@ restart, by design.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 from common import limits
-from common.errors import BadRequest, MemberRecovering
+from common.errors import BadRequest
 from common.ops import MAILBOX_KINDS, OP_GAP, Op, known_kind
-from common.randomid import incarnation_born_ms
-from federation.claim import Claims, MailRequest
+from federation.claim import Claims
 from federation.detector import FailureDetector
 from federation.effects import (
     Collect,
@@ -84,7 +89,12 @@ from federation.messages import (
     SyncOffer,
 )
 from federation.quorum import Completion, QuorumTracker
+from federation.recovery import IncarnationFence, Recovery
+from federation.requests import MailRequest
 from federation.versions import VersionVector, vv_floor, vv_lag
+
+# A peer message's handler: (core, peer, message, now_ms) -> effects.
+Handler = Callable[["NodeCore", str, Any, int], list[Effect]]
 
 
 class NodeCore:
@@ -134,17 +144,13 @@ class NodeCore:
         self._last_collect_ms: int | None = None
         self.recovering = recovering and bool(self.membership.peers)  # alone: nothing to recover
         self.incarnation = incarnation
-        self._recovery: dict[str, RecoveryState] = {}  # what each peer held when asked
-        self._next_recovery_query_ms: int | None = None
-        self.recovery_grace_ms = recovery_grace_ms
-        self._recovery_round = f"{rng.getrandbits(64):016x}"  # this process's queries
+        self.recovery = Recovery(rng, recovery_grace_ms)
         self.peers_recovering: dict[str, int] = {}  # peer -> when it last asked to recover
         # Members being seeded from a copy (they sent Reseeding): their last
         # offer describes a lost disk, and until their new process announces
         # itself (RecoveryQuery) no offer of theirs sets a GC floor.
         self._reseeded: set[str] = set()
-        self._peer_incarnation: dict[str, str] = {}  # per member, of its last RecoveryQuery
-        self._retired: dict[str, dict[str, None]] = {}  # per member, replaced incarnations
+        self.fence = IncarnationFence()
 
     # -- small accessors ------------------------------------------------------
     @property
@@ -193,16 +199,7 @@ class NodeCore:
 
     # -- quorum writes ----------------------------------------------------------
     def _refuse_recovering(self, token: Any, now_ms: int) -> list[Effect]:
-        missing = [p for p in self.membership.peers if p not in self._recovery]
-        why = (f"waiting for the state of {', '.join(missing)}" if missing
-               else "catching up with the other members")
-        # Before its first query the member waits out the grace: a client
-        # told to come back in 1 s would be refused again until then.
-        first = self._next_recovery_query_ms
-        wait_ms = (self.recovery_grace_ms if first is None else max(0, first - now_ms))
-        return [Reply(token, MemberRecovering(
-            f"this member is recovering (its database is new or restored): {why}",
-            retry_after=round(1.0 + wait_ms / 1000, 1)))]
+        return [Reply(token, self.recovery.refusal(self.membership.peers, now_ms))]
 
     def write(self, token: Any, items: list[tuple[str, str, dict[str, Any]]],
               now_ms: int) -> list[Effect]:
@@ -269,117 +266,76 @@ class NodeCore:
                    incarnation: str | None = None) -> list[Effect]:
         """``msg`` from ``peer``; ``incarnation`` is the sending process's
         (the adapter's envelope: None or "" when the sender did not say,
-        as an older build does not)."""
+        as an older build does not). A member's message goes to its
+        handler in :attr:`_HANDLERS` once the fences pass: not from a
+        replaced process of the peer (:class:`IncarnationFence`), and, but
+        for a ``SyncOffer`` (which is how a mismatch is found and cleared),
+        not from a member whose membership differs from ours."""
         if peer == self.node_id or not self.membership.is_member(peer):
             return []
-        if incarnation and self._stale(peer, incarnation, msg):
-            return [StaleSender(peer, incarnation, self._peer_incarnation.get(peer, ""),
+        if incarnation and self.fence.stale(peer, incarnation, msg):
+            return [StaleSender(peer, incarnation, self.fence.current(peer),
                                 type(msg).__name__)]
         if isinstance(msg, SyncOffer):
             return self._on_sync_offer(peer, msg, now_ms)
         if peer in self._mismatched:
             return []
         self.detector.heard(peer, now_ms)
-        if isinstance(msg, Replicate):
-            return self._on_replicate(peer, msg, now_ms)
-        if isinstance(msg, Ack):
-            return self._complete(self.quorum.ack(peer, msg.op_ids))
-        if isinstance(msg, Reseeding):
-            return self._on_reseeding(peer)
-        if isinstance(msg, RecoveryQuery):
-            if not self._moves_on(peer, msg.incarnation):  # a replaced disk's query, late
-                return [StaleSender(peer, msg.incarnation, self._peer_incarnation.get(peer, ""),
-                                    type(msg).__name__)]
-            self.peers_recovering[peer] = now_ms
-            self._reseeded.discard(peer)
-            current = self._peer_incarnation.get(peer)
-            if current != msg.incarnation:
-                # A new process on a new or restored disk: the offer held for
-                # the member may be its previous process's and claim ops this
-                # disk lacks. The next offer (from this process) replaces it.
-                # From here on, what its previous processes still have in
-                # flight is dropped (_stale): this answer is the last word on
-                # which of its op ids they used.
-                if current is not None and msg.incarnation:
-                    self._retire(peer, current)
-                self._peer_incarnation[peer] = msg.incarnation
-                self.peer_vv.pop(peer, None)
-            # The answer, and every op the asker lacks, held seqs past a gap
-            # included (a SyncOffer's watermark would not show those).
-            return [Send(peer, RecoveryState(msg.round, self.vv, self._promise_table(),
-                                             tuple(self._seen.held(peer)))),
-                    PushMissing(peer, dict(msg.vv))]
-        if isinstance(msg, RecoveryState):
-            if self.recovering and msg.round == self._recovery_round:
-                self._recovery[peer] = msg
-                return self._maybe_recovered(now_ms)
-            return []
-        if self.recovering and isinstance(msg, Prepare | Accept):
+        handler = self._HANDLERS.get(type(msg))
+        return [] if handler is None else handler(self, peer, msg, now_ms)
+
+    def _on_ack(self, peer: str, msg: Ack, now_ms: int) -> list[Effect]:
+        return self._complete(self.quorum.ack(peer, msg.op_ids))
+
+    def _on_prepare(self, peer: str, msg: Prepare, now_ms: int) -> list[Effect]:
+        if self.recovering:
             return []  # no vote until recovered: it may have forgotten what it promised
-        if isinstance(msg, Prepare):
-            return self.claims.on_prepare(peer, msg)
-        if isinstance(msg, Promise):
-            return self._intake(msg.ops, now_ms) + self.claims.on_promise(peer, msg, now_ms)
-        if isinstance(msg, PromiseNack):
-            return self.claims.on_promise_nack(msg)
-        if isinstance(msg, Accept):
-            ok, out = self.claims.on_accept(peer, msg)
-            if ok:
-                out += self._intake(msg.ops, now_ms)
-                out.append(Send(peer, Accepted(msg.mailbox, msg.epoch,
-                                               tuple(op.op_id for op in msg.ops))))
-            return out
-        if isinstance(msg, Accepted):
-            return self.claims.on_accepted(peer, msg, now_ms)
-        if isinstance(msg, Rejected):
-            return self.claims.on_rejected(msg)
+        return self.claims.on_prepare(peer, msg)
+
+    def _on_promise(self, peer: str, msg: Promise, now_ms: int) -> list[Effect]:
+        return self._intake(msg.ops, now_ms) + self.claims.on_promise(peer, msg, now_ms)
+
+    def _on_promise_nack(self, peer: str, msg: PromiseNack, now_ms: int) -> list[Effect]:
+        return self.claims.on_promise_nack(msg)
+
+    def _on_accept(self, peer: str, msg: Accept, now_ms: int) -> list[Effect]:
+        if self.recovering:
+            return []  # no vote until recovered, as for a Prepare
+        ok, out = self.claims.on_accept(peer, msg)
+        if ok:
+            out += self._intake(msg.ops, now_ms)
+            out.append(Send(peer, Accepted(msg.mailbox, msg.epoch,
+                                           tuple(op.op_id for op in msg.ops))))
+        return out
+
+    def _on_accepted(self, peer: str, msg: Accepted, now_ms: int) -> list[Effect]:
+        return self.claims.on_accepted(peer, msg, now_ms)
+
+    def _on_rejected(self, peer: str, msg: Rejected, now_ms: int) -> list[Effect]:
+        return self.claims.on_rejected(msg)
+
+    # -- recovery (state and rules: federation/recovery.py) -----------------------
+    def _on_recovery_query(self, peer: str, msg: RecoveryQuery, now_ms: int) -> list[Effect]:
+        if not self.fence.moves_on(peer, msg.incarnation):  # a replaced disk's query, late
+            return [StaleSender(peer, msg.incarnation, self.fence.current(peer),
+                                type(msg).__name__)]
+        self.peers_recovering[peer] = now_ms
+        self._reseeded.discard(peer)
+        if self.fence.adopt(peer, msg.incarnation):
+            # A new process on a new or restored disk: the offer held for
+            # the member may be its previous process's and claim ops this
+            # disk lacks. The next offer (from this process) replaces it.
+            self.peer_vv.pop(peer, None)
+        # The answer, and every op the asker lacks, held seqs past a gap
+        # included (a SyncOffer's watermark would not show those).
+        return [Send(peer, RecoveryState(msg.round, self.vv, self._promise_table(),
+                                         tuple(self._seen.held(peer)))),
+                PushMissing(peer, dict(msg.vv))]
+
+    def _on_recovery_state(self, peer: str, msg: RecoveryState, now_ms: int) -> list[Effect]:
+        if self.recovering and self.recovery.record(peer, msg):
+            return self._maybe_recovered(now_ms)
         return []
-
-    # -- recovery ----------------------------------------------------------------
-    def _stale(self, peer: str, incarnation: str, msg: Message) -> bool:
-        """Is ``msg`` from a process of ``peer`` that an answered
-        ``RecoveryQuery`` replaced? After answering one, this node holds
-        the member to the incarnation that asked: the answer told the new
-        process which of its op ids this node holds, and the new process
-        numbers its ops after every id the answers name. An op of the old
-        process accepted after that could share an id with a new op, and
-        the two copies of the id would differ for good (a lost write, or a
-        lost claim). So every message of another incarnation is dropped
-        from then on: replication, accepts, promises, acks, offers. A query
-        from a new incarnation is the one message let through: it moves
-        the member on (``on_message``)."""
-        current = self._peer_incarnation.get(peer)
-        if not current or incarnation == current:
-            return False
-        if isinstance(msg, RecoveryQuery):
-            # A newer disk announcing itself is let through, unless its
-            # envelope contradicts it (on_message then checks it is newer).
-            return msg.incarnation != incarnation
-        return True
-
-    def _moves_on(self, peer: str, incarnation: str) -> bool:
-        """May a ``RecoveryQuery`` of ``incarnation`` make it the member's
-        current one? Not if it was replaced already, nor if it was made
-        before the current one (:func:`common.randomid.incarnation_born_ms`):
-        then it is a late query of a disk lost before, and taking it would
-        fence the live process off instead. Ids of the older, unordered
-        form cannot be told apart by age: an ordered one wins over them,
-        and between two of them the latest query wins, as before."""
-        if incarnation in self._retired.get(peer, {}):
-            return False
-        current = self._peer_incarnation.get(peer)
-        if not current or not incarnation or incarnation == current:
-            return True
-        born, now = incarnation_born_ms(incarnation), incarnation_born_ms(current)
-        if born is None or now is None:
-            return now is None
-        return (born, incarnation) > (now, current)
-
-    def _retire(self, peer: str, incarnation: str) -> None:
-        retired = self._retired.setdefault(peer, {})
-        retired[incarnation] = None
-        while len(retired) > limits.retired_incarnations_max:
-            del retired[next(iter(retired))]  # the oldest retired first
 
     def _promise_table(self) -> dict[str, int]:
         """Per mailbox, the highest epoch this node promised or saw."""
@@ -388,7 +344,7 @@ class NodeCore:
             table[key] = max(table.get(key, 0), epoch)
         return table
 
-    def _on_reseeding(self, peer: str) -> list[Effect]:
+    def _on_reseeding(self, peer: str, msg: Reseeding, now_ms: int) -> list[Effect]:
         """``peer`` lost its disk and is about to be seeded from a copy (of
         this node's database, maybe). Its last offer described the lost disk:
         taken as a GC floor it would let every member collect an op the copy
@@ -406,38 +362,23 @@ class NodeCore:
 
     def _start_recovery(self, reason: str) -> list[Effect]:
         self.recovering = True
-        self._recovery.clear()
-        self._next_recovery_query_ms = None
-        self._recovery_round = f"{self.rng.getrandbits(64):016x}"
+        self.recovery.restart(self.rng)
         return [Recovering(reason), *self.claims.abandon_all()]
 
     def _maybe_recovered(self, now_ms: int) -> list[Effect]:
         """Done once every other member's state is in and caught up with."""
         peers = self.membership.peers  # every member, a mismatched one included
-        if any(p not in self._recovery for p in peers):
-            return []
-        if not all(self._seen.covers(self._recovery[p].vv) for p in peers):
-            return []
-        me = self.node_id
-        if any((me, seq) not in self._seen
-               for p in peers for seq in self._recovery[p].held_yours):
-            # Ours, held by a peer past a gap (an accept of ours that reached
-            # only it, say): not covered by its vector, but it may be the one
-            # copy of an acknowledged claim besides the one we lost. Wait for it.
+        if not self.recovery.complete(self._seen, self.node_id, peers):
             return []
         out: list[Effect] = []
-        merged: dict[str, int] = {}
-        for p in peers:
-            for key, epoch in self._recovery[p].promises.items():
-                merged[key] = max(merged.get(key, 0), int(epoch))
-        for key, epoch in sorted(merged.items()):
+        for key, epoch in sorted(self.recovery.merged_promises().items()):
             self.claims.see(key, epoch)
             if epoch > self.promises.get(key, 0):
                 self.promises[key] = epoch
                 out.append(PersistPromise(key, epoch))
         out += self._fill_lost_ids(now_ms)
         self.recovering = False
-        self._recovery.clear()
+        self.recovery.finish()
         return [*out, Recovered()]
 
     def _fill_lost_ids(self, now_ms: int) -> list[Effect]:
@@ -446,14 +387,7 @@ class NodeCore:
         version vector can move past them; new ops are numbered after every
         op of ours anyone holds, never over one."""
         me = self.node_id
-        known: set[int] = set()
-        top = self._seen.max_seq(me)
-        for state in self._recovery.values():
-            top = max(top, state.vv.get(me, 0), *state.held_yours)
-            known.update(state.held_yours)
-        floor = max([0, *(s.vv.get(me, 0) for s in self._recovery.values())])
-        lost = [seq for seq in range(floor + 1, top + 1)
-                if (me, seq) not in self._seen and seq not in known]
+        lost, top = self.recovery.lost_seqs(self._seen, me)
         self._seq = max(self._seq, top)
         fillers = []
         for seq in lost:
@@ -466,17 +400,10 @@ class NodeCore:
         if not self.recovering:
             return []
         out = self._maybe_recovered(now_ms)
-        if not self.recovering:
+        if not self.recovering or not self.recovery.query_due(now_ms):
             return out
-        if self._next_recovery_query_ms is None:
-            # Let what the member's previous process still had in flight land
-            # (or be dropped) before the others describe what they hold.
-            self._next_recovery_query_ms = now_ms + self.recovery_grace_ms
-        if now_ms < self._next_recovery_query_ms:
-            return out
-        self._next_recovery_query_ms = now_ms + limits.recovery_query_interval_ms
-        query = RecoveryQuery(self.incarnation, self._recovery_round, self.vv)
-        return out + [Send(p, query) for p in self.membership.peers if p not in self._recovery]
+        query = RecoveryQuery(self.incarnation, self.recovery.round, self.vv)
+        return out + [Send(p, query) for p in self.recovery.waiting_for(self.membership.peers)]
 
     def on_foreign_push(self, peer: str, msg: Message, now_ms: int) -> list[Effect]:
         """A standalone node (started with no peers) accepts replication pushed
@@ -587,6 +514,23 @@ class NodeCore:
             "claims_in_flight": self.claims.in_flight(),
             "gc_floor": dict(self._collected),
             "recovering": self.recovering,
-            "recovery_waiting_for": ([p for p in self.membership.peers
-                                      if p not in self._recovery] if self.recovering else []),
+            "recovery_waiting_for": (self.recovery.waiting_for(self.membership.peers)
+                                     if self.recovering else []),
         }
+
+    # -- the message table ------------------------------------------------------------
+    # Every peer message but SyncOffer (handled before the membership fence,
+    # in on_message) to its handler; a type not named here is ignored.
+    _HANDLERS: ClassVar[dict[type[Any], Handler]] = {
+        Replicate: _on_replicate,
+        Ack: _on_ack,
+        Reseeding: _on_reseeding,
+        RecoveryQuery: _on_recovery_query,
+        RecoveryState: _on_recovery_state,
+        Prepare: _on_prepare,
+        Promise: _on_promise,
+        PromiseNack: _on_promise_nack,
+        Accept: _on_accept,
+        Accepted: _on_accepted,
+        Rejected: _on_rejected,
+    }

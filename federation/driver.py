@@ -29,7 +29,7 @@ sends the result back in. So the order rules live here, once:
 
 :class:`Store` is the storage contract every adapter's store keeps, with the
 same garbage collection and mailbox rebuild (``store.db.Store`` as
-coroutines, ``store.merge.Replica`` as plain calls; the hypothesis tests in
+coroutines, ``store.in_memory.Replica`` as plain calls; the hypothesis tests in
 ``tests/store/test_equivalence.py`` hold the two equal through GC and
 rebuild).
 """

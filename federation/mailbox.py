@@ -3,7 +3,7 @@
 An owner must decide, synchronously and exactly, what is pending, in which
 order, how many, and who holds which request id. It builds this model from
 every op it holds for the mailbox key (loaded from its store, merged from
-promises, received later) with the same rules as :mod:`store.merge`:
+promises, received later) with the same rules as :mod:`store.in_memory`:
 
 * ``msg.send`` is insert-once: of two sends with one message id, the one of
   lower ``(hlc, origin, seq)`` wins, and that rank is the message's FIFO
@@ -256,9 +256,6 @@ class MailboxModel:
         """Messages that occupy the mailbox: pending and editing (the cap)."""
         return len(self._pending) + len(self._editing)
 
-    def editing_ids(self) -> list[str]:
-        return sorted(self._editing)
-
     def pending_count(self) -> int:
         return len(self._pending)
 
@@ -299,9 +296,6 @@ class MailboxModel:
         if mid is not None and claim is not None:
             return mid, claim
         return None
-
-    def empty_count(self) -> int:
-        return len(self._empties)
 
     def claim_by_request(self, request_id: str) -> str | None:
         """The message whose winning claim carries ``request_id``; if several

@@ -31,8 +31,8 @@ from typing import Any
 from common import limits
 from common.lifecycle import PENDING
 from common.ops import MSG_SEND, Op
-from federation import claim as claim_mod
 from federation.core import NodeCore
+from federation.requests import MailSend
 
 
 class Route:
@@ -80,12 +80,12 @@ def is_retryable_id(value: Any) -> bool:
 
 def needs_decided_check(req: Any) -> str | None:
     """The message id to look up before ``req`` reaches the core, if any."""
-    if isinstance(req, claim_mod.MailSend) and is_retryable_id(req.body.get("id")):
+    if isinstance(req, MailSend) and is_retryable_id(req.body.get("id")):
         return str(req.body.get("id"))
     return None
 
 
-def decided_send(req: claim_mod.MailSend, row: dict[str, Any] | None,
+def decided_send(req: MailSend, row: dict[str, Any] | None,
                  sent: dict[str, Any] | None) -> Op | None:
     """The answer to a send whose message ``row`` (the store's view) is
     already decided, or None to let the owner's core decide. Its body is the

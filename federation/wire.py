@@ -133,7 +133,6 @@ def _mapping(key: Conv, val: Conv) -> Conv:
 
 
 _STR = _scalar(str)
-_INT = _scalar(int)
 _BODY = _mapping(_STR, (_same, _same))
 
 

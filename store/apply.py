@@ -1,6 +1,6 @@
 """Merging one op into the SQLite state tables.
 
-The same rules as :mod:`store.merge`, written as conditional upserts so
+The same rules as :mod:`store.in_memory`, written as conditional upserts so
 SQLite itself keeps the winner: each statement compares the incoming op's
 rank with the rank stored beside the row (``hlc, origin, seq`` columns) and
 only overwrites when the merge rule says so. Because every statement is a

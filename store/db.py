@@ -3,7 +3,7 @@
 Writes go through the single :class:`store.writer.Writer` (group commit on
 its own thread); reads go through a :class:`store.reader.ReadPool` of
 read-only aiosqlite connections that run alongside it thanks to WAL. The
-merge rules are those of :mod:`store.merge`, kept by the upserts in
+merge rules are those of :mod:`store.in_memory`, kept by the upserts in
 :mod:`store.apply`; the read shapes come from :mod:`store.queries`. Every
 write is durable when its awaitable returns.
 
@@ -11,6 +11,10 @@ The seen-set (version vector plus ops held past a gap) and the greatest HLC
 are loaded once at open and then kept in memory by the writer, so
 ``version_vector``, ``max_seq`` and the duplicate check cost no query.
 Mailbox promises are local to the node: never replicated, only raised.
+
+This module holds the storage contract (what :class:`federation.driver.Store`
+and the peer protocol need); the domain reads the services run are
+:class:`store.reads.DomainReads`, which :class:`Store` inherits.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from store import queries as Q
 from store.apply import apply_op
 from store.backup import new_incarnation_id
 from store.reader import ReadPool
+from store.reads import DomainReads
 from store.records import EMPTY_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS, edit_ops
 from store.schema import connect, migrate
 from store.seen import SeenSet
@@ -122,7 +127,10 @@ def _file_size(path: str) -> int:
         return 0
 
 
-class Store:
+class Store(DomainReads):
+    """The storage contract (ops, collection, promises, incarnation, the
+    mailbox rebuild, figures); the domain reads come from :class:`DomainReads`."""
+
     def __init__(self, path: str, node_id: str, executor: ThreadPoolExecutor,
                  conn: sqlite3.Connection, writer: Writer, reads: ReadPool) -> None:
         self.path = path
@@ -130,17 +138,13 @@ class Store:
         self._executor = executor
         self._conn = conn
         self._writer = writer
-        self._reads = reads
+        super().__init__(reads)
         self._closed = False
         self.created = False  # the file was created (empty) by this open
         # Highest seq per origin logged under each key that read quorums pull
         # (inboxes, mailboxes, projects): lets an in-sync pull answer from
         # memory. Upper bounds are enough, so collection never lowers them.
         self._heads: dict[str, dict[str, int]] = {}
-        # Projects seen to exist. A project only ever comes to exist (no op
-        # removes its harness rows), so a hit is final and a send needs no
-        # read of the database for a project it has seen before.
-        self._projects: set[tuple[str, str]] = set()
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], node_id: str, *,
@@ -392,184 +396,13 @@ class Store:
                          own_max_seq=self.max_seq(self.node_id),
                          promises={r[0]: r[1] for r in rows})
 
-    # -- memories -------------------------------------------------------------------
-
-    async def get_memory(self, memory_id: str, *, now_ms: int) -> dict[str, Any] | None:
-        row = await self._reads.fetchone(
-            f"SELECT {Q.MEMORY_COLS} FROM memories WHERE id = :id AND {Q.NOT_EXPIRED}",
-            {"id": memory_id, "now": now_ms})
-        return None if row is None else Q.memory(row)
-
-    async def list_memories(self, *, namespace: str | None = None, tier: str | None = None,
-                            tags: list[str] | None = None, min_priority: int | None = None,
-                            agent_id: str | None = None, limit: int, offset: int = 0,
-                            now_ms: int) -> list[dict[str, Any]]:
-        where = [Q.NOT_EXPIRED]
-        params: dict[str, Any] = {"now": now_ms, "limit": limit, "offset": offset}
-        Q.memory_filters(where, params, namespace=namespace, tier=tier, tags=tags,
-                         min_priority=min_priority, agent_id=agent_id)
-        rows = await self._reads.fetchall(
-            f"SELECT {Q.MEMORY_COLS} FROM memories m WHERE {' AND '.join(where)}"
-            " ORDER BY updated_at_ms DESC, id DESC LIMIT :limit OFFSET :offset", params)
-        return [Q.memory(r) for r in rows]
-
-    async def memories_since(self, since_ms: int, *, limit: int,
-                             now_ms: int) -> list[dict[str, Any]]:
-        """Live memories updated at or after ``since_ms``, oldest first (the
-        upstream ``/sync/since`` pull)."""
-        rows = await self._reads.fetchall(
-            f"SELECT {Q.MEMORY_COLS} FROM memories WHERE {Q.NOT_EXPIRED}"
-            " AND updated_at_ms >= :since ORDER BY updated_at_ms, id LIMIT :limit",
-            {"now": now_ms, "since": since_ms, "limit": limit})
-        return [Q.memory(r) for r in rows]
-
-    @property
-    def reads(self) -> ReadPool:
-        """The read-only pool, for the cross-record reads of :mod:`store.search`."""
-        return self._reads
-
-    # -- inbox ---------------------------------------------------------------------
-
-    async def inbox(self, agent_id: str, *, unread_only: bool, limit: int,
-                    min_priority: int | None = None, since_ms: int | None = None,
-                    tier: str | None = None, now_ms: int) -> list[dict[str, Any]]:
-        """Notifications to ``agent_id``, highest priority then newest first;
-        every filter applies before ``limit``."""
-        params: dict[str, Any] = {"agent": agent_id, "now": now_ms, "limit": limit,
-                                  "min_priority": min_priority, "since": since_ms, "tier": tier}
-        sql = Q.inbox_sql(unread_only=unread_only, min_priority=min_priority is not None,
-                          since=since_ms is not None, tier=tier is not None)
-        rows = await self._reads.fetchall(sql, params)
-        return [Q.note(r) for r in rows]
-
-    async def inbox_count(self, agent_id: str, *, unread_only: bool, now_ms: int) -> int:
-        unread = " AND read = 0" if unread_only else ""
-        row = await self._reads.fetchone(
-            f"SELECT count(*) FROM notes WHERE to_agent = :agent AND {Q.NOT_EXPIRED}{unread}",
-            {"agent": agent_id, "now": now_ms})
-        return int(row[0]) if row else 0
-
-    async def notifications(self, ids: Iterable[str]) -> list[dict[str, Any]]:
-        """The notifications with these ids, in the order asked; unknown ids are skipped."""
-        wanted = list(dict.fromkeys(ids))
-        found: dict[str, dict[str, Any]] = {}
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start:start + 500]
-            rows = await self._reads.fetchall(
-                f"SELECT {Q.NOTE_COLS} FROM notes WHERE id IN ({', '.join('?' * len(chunk))})",
-                chunk)
-            found.update((r["id"], Q.note(r)) for r in rows)
-        return [found[i] for i in wanted if i in found]
-
-    # -- stream replay (daemon/streams.py) ----------------------------------------
-
-    @staticmethod
-    def _not_covered(cursor: dict[str, int], params: dict[str, Any], prefix: str = "") -> str:
-        """SQL: the row's (origin, seq) is not covered by ``cursor`` (per-origin watermarks)."""
-        terms = []
-        for i, (origin, seq) in enumerate(sorted(cursor.items())):
-            params[f"co{i}"], params[f"cs{i}"] = origin, seq
-            terms.append(f"({prefix}origin = :co{i} AND {prefix}seq <= :cs{i})")
-        return f"NOT ({' OR '.join(terms)})" if terms else "1"
-
-    async def notes_not_covered(self, agent_id: str, cursor: dict[str, int], *,
-                                after: tuple[int, str, int] | None, limit: int,
-                                now_ms: int) -> list[dict[str, Any]]:
-        """Unexpired notifications to ``agent_id`` whose op id ``cursor`` does
-        not cover, in (hlc, origin, seq) order after ``after``; each row has
-        its ``hlc``, ``origin`` and ``seq``."""
-        params: dict[str, Any] = {"agent": agent_id, "now": now_ms, "limit": limit}
-        where = ["to_agent = :agent", Q.NOT_EXPIRED, self._not_covered(cursor, params)]
-        if after is not None:
-            where.append("(hlc, origin, seq) > (:ah, :ao, :as)")
-            params.update(ah=after[0], ao=after[1], **{"as": after[2]})
-        rows = await self._reads.fetchall(
-            f"SELECT {Q.NOTE_COLS}, hlc, origin, seq FROM notes WHERE {' AND '.join(where)}"
-            " ORDER BY hlc, origin, seq LIMIT :limit", params)
-        return [{**Q.note(r), "hlc": r["hlc"], "origin": r["origin"], "seq": r["seq"]}
-                for r in rows]
-
-    async def messages_not_covered(self, workspace: str, project: str, cursor: dict[str, int],
-                                   *, after: tuple[int, str, int] | None, limit: int,
-                                   agent: str | None = None) -> list[dict[str, Any]]:
-        """Messages to the mailbox (any state; with ``agent``, only those it
-        could claim) whose send ``cursor`` does not cover, in mailbox order
-        after ``after``; each row has its ``hlc``, ``origin`` and ``seq``."""
-        params: dict[str, Any] = {"ws": workspace, "proj": project}
-        where = ["m.to_workspace = :ws AND m.to_project = :proj",
-                 self._not_covered(cursor, params, "m.")]
-        if agent is not None:
-            where.append("(m.to_agent IS NULL OR m.to_agent = :agent)")
-            params["agent"] = agent
-        if after is not None:
-            where.append("(m.hlc, m.origin, m.seq) > (:ah, :ao, :as)")
-            params.update(ah=after[0], ao=after[1], **{"as": after[2]})
-        rows = await self._reads.fetchall(
-            f"SELECT {Q.MESSAGE_COLS}, m.seq AS m_seq FROM {Q.MESSAGE_FROM}"
-            f" WHERE {' AND '.join(where)} ORDER BY {Q.FIFO} LIMIT {int(limit)}", params)
-        return [{**Q.message(r), "hlc": r["hlc"], "origin": r["origin"], "seq": r["m_seq"]}
-                for r in rows]
-
     def seen_copy(self) -> SeenSet:
         """A copy of the op ids this store holds (watermarks and held seqs);
         event-loop only, like the writer's own set."""
         w = self._writer.seen
         return SeenSet(w.watermark, w.held)
 
-    # -- agents, projects, sessions --------------------------------------------------------
-
-    async def list_agents(self) -> list[dict[str, Any]]:
-        rows = await self._reads.fetchall(
-            f"SELECT {Q.AGENT_COLS} FROM agents WHERE reg_hlc IS NOT NULL ORDER BY agent_id")
-        return [Q.agent(r) for r in rows]
-
-    async def get_agent(self, agent_id: str) -> dict[str, Any] | None:
-        row = await self._reads.fetchone(
-            f"SELECT {Q.AGENT_COLS} FROM agents WHERE agent_id = ? AND reg_hlc IS NOT NULL",
-            (agent_id,))
-        return None if row is None else Q.agent(row)
-
-    async def project_exists(self, workspace: str, project: str) -> bool:
-        if (workspace, project) in self._projects:
-            return True
-        row = await self._reads.fetchone(
-            "SELECT 1 FROM project_harnesses WHERE workspace = ? AND project = ? LIMIT 1",
-            (workspace, project))
-        if row is None:
-            return False
-        if len(self._projects) < limits.known_projects_cached_max:
-            self._projects.add((workspace, project))
-        return True
-
-    async def project_harnesses(self, workspace: str, project: str) -> set[str]:
-        rows = await self._reads.fetchall(
-            "SELECT harness FROM project_harnesses WHERE workspace = ? AND project = ?",
-            (workspace, project))
-        return {r[0] for r in rows}
-
-    async def get_session(self, session_id: str) -> dict[str, Any] | None:
-        row = await self._reads.fetchone(
-            f"SELECT {Q.SESSION_COLS} FROM sessions WHERE session_id = ?", (session_id,))
-        return None if row is None else dict(row)
-
-    async def last_active_project(self) -> tuple[str, str] | None:
-        row = await self._reads.fetchone(
-            "SELECT workspace, project FROM project_harnesses"
-            " ORDER BY last_at_ms DESC, workspace, project LIMIT 1")
-        return None if row is None else (row[0], row[1])
-
-    async def list_projects(self) -> list[dict[str, Any]]:
-        return Q.projects(await self._reads.fetchall(
-            "SELECT * FROM project_harnesses ORDER BY workspace, project, harness"))
-
-    # -- mailbox ------------------------------------------------------------------
-
-    async def _messages(self, where: str, params: Iterable[Any] | dict[str, Any],
-                        order: str, limit: int, offset: int = 0) -> list[dict[str, Any]]:
-        rows = await self._reads.fetchall(
-            f"SELECT {Q.MESSAGE_COLS} FROM {Q.MESSAGE_FROM} WHERE {where}"
-            f" ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}", params)
-        return [Q.message(r) for r in rows]
+    # -- mailbox state (the driver's rebuild) ------------------------------------
 
     async def mailbox_state_ops(self, workspace: str, project: str, *, history_max: int,
                                 empty_max: int = limits.mailbox_empty_decisions_max) -> list[Op]:
@@ -623,73 +456,6 @@ class Store:
                     (key, empty_max))]
         return out
 
-    async def message(self, msg_id: str) -> dict[str, Any] | None:
-        found = await self._messages("m.id = ?", (msg_id,), Q.FIFO, 1)
-        return found[0] if found else None
-
-    async def sent_body(self, msg_id: str) -> dict[str, Any] | None:
-        """The message's fields as its send wrote them (a saved edit's
-        subject and body left out): what a retried send is answered with."""
-        row = await self._reads.fetchone(
-            f"SELECT {', '.join(MESSAGE_FIELDS)} FROM messages WHERE id = ?", (msg_id,))
-        return None if row is None else {name: row[name] for name in MESSAGE_FIELDS}
-
-    async def mailbox_pending(self, workspace: str, project: str, *, limit: int,
-                              agent: str | None = None) -> list[dict[str, Any]]:
-        """Pending messages of a mailbox, oldest send first; with ``agent``,
-        only those addressed to nobody in particular or to that agent."""
-        where = f"m.to_workspace = ? AND m.to_project = ? AND m.state = '{PENDING}'"
-        params: list[Any] = [workspace, project]
-        if agent is not None:
-            where += " AND (m.to_agent IS NULL OR m.to_agent = ?)"
-            params.append(agent)
-        return await self._messages(where, params, Q.FIFO, limit)
-
-    async def mailbox_pending_count(self, workspace: str, project: str,
-                                    agent: str | None = None) -> int:
-        """Pending messages; with ``agent``, only those it may claim."""
-        for_agent = " AND (to_agent IS NULL OR to_agent = ?)" if agent is not None else ""
-        row = await self._reads.fetchone(
-            "SELECT count(*) FROM messages WHERE to_workspace = ? AND to_project = ?"
-            f" AND state = '{PENDING}'{for_agent}",
-            (workspace, project) if agent is None else (workspace, project, agent))
-        return int(row[0]) if row else 0
-
-    async def mailbox_messages(self, workspace: str, project: str, *, limit: int,
-                               offset: int = 0) -> list[dict[str, Any]]:
-        """Every message of a mailbox, any state, newest first (audit, web)."""
-        return await self._messages("m.to_workspace = ? AND m.to_project = ?",
-                                    (workspace, project),
-                                    "m.hlc DESC, m.origin DESC, m.seq DESC", limit, offset)
-
-    async def outbox(self, from_workspace: str, from_project: str, *, limit: int,
-                     pending_only: bool = True) -> list[dict[str, Any]]:
-        where = "m.from_workspace = ? AND m.from_project = ?"
-        if pending_only:
-            where += f" AND m.state = '{PENDING}'"
-        return await self._messages(where, (from_workspace, from_project), Q.FIFO, limit)
-
-    async def sent_messages(self, from_workspace: str, from_project: str, *, limit: int,
-                            offset: int = 0) -> list[dict[str, Any]]:
-        """Every message a project sent, any state, newest first (web)."""
-        return await self._messages("m.from_workspace = ? AND m.from_project = ?",
-                                    (from_workspace, from_project),
-                                    "m.hlc DESC, m.origin DESC, m.seq DESC", limit, offset)
-
-    async def mailbox_editing(self, workspace: str, project: str, *,
-                              limit: int) -> list[dict[str, Any]]:
-        """Messages of a mailbox held for an edit, in queue order (web banner)."""
-        return await self._messages(
-            f"m.to_workspace = ? AND m.to_project = ? AND m.state = '{EDITING}'",
-            (workspace, project), Q.FIFO, limit)
-
-    async def claim_by_request(self, workspace: str, project: str,
-                               request_id: str) -> dict[str, Any] | None:
-        """The message of this mailbox claimed under ``request_id``, if any."""
-        found = await self._messages(
-            "m.to_workspace = ? AND m.to_project = ? AND t.request_id = ?"
-            f" AND t.state = '{CLAIMED}' AND m.state = '{CLAIMED}'", (workspace, project, request_id), Q.FIFO, 1)
-        return found[0] if found else None
 
     # -- status ----------------------------------------------------------------------
 
@@ -713,7 +479,7 @@ class Store:
 
     async def snapshot(self, now_ms: int | None = None) -> dict[str, Any]:
         """All replicated state in the canonical form of
-        :meth:`store.merge.Replica.snapshot` (same meaning of ``now_ms``)."""
+        :meth:`store.in_memory.Replica.snapshot` (same meaning of ``now_ms``)."""
         live = "" if now_ms is None else f" WHERE {Q.NOT_EXPIRED}"
         p = {} if now_ms is None else {"now": now_ms}
         fetch = self._reads.fetchall

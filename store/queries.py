@@ -2,7 +2,7 @@
 
 Every read of :class:`store.db.Store` is one statement built here plus one
 converter, so the shape a reader gets is defined next to the columns it is
-built from, and matches :mod:`store.merge` (via :mod:`store.records`).
+built from, and matches :mod:`store.in_memory` (via :mod:`store.records`).
 Filters are applied in SQL before ``LIMIT``; the indexes they rely on are
 named in ``store/migrations``.
 """

@@ -1,6 +1,6 @@
 """Row shapes shared by the in-memory reference and the SQLite store.
 
-Both :mod:`store.merge` and :mod:`store.db` turn op bodies into the same
+Both :mod:`store.in_memory` and :mod:`store.db` turn op bodies into the same
 plain dicts and order conflicting ops the same way, so this module holds
 the body-to-row conversions and the rank functions once; the field lists
 of op bodies are :mod:`common.vocab`'s (re-exported here), the states
@@ -41,9 +41,6 @@ MEMORY_FIELDS: Final = (
 SESSION_FIELDS: Final = (
     "workspace", "project", "harness", "session_id", "owner_user", "started_at_ms",
     "last_at_ms",
-)
-AGENT_FIELDS: Final = (
-    "agent_id", "agent_type", "capabilities", "registered_at_ms", "last_seen_at_ms",
 )
 
 TERMINAL_STATE: Final = {k: lifecycle.TRANSITIONS[k][1] for k in (MSG_CLAIM, MSG_CANCEL)}

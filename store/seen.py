@@ -7,7 +7,7 @@ the gap fills, then absorbed into the watermark. The version vector a
 replica advertises is the watermarks alone, so a peer never skips an op
 the replica is missing.
 
-This record outlives the op log: :meth:`store.merge.Replica.gc` drops old
+This record outlives the op log: :meth:`store.in_memory.Replica.gc` drops old
 ops, but their ids stay covered here, so a re-sent copy is still skipped.
 Pure and synchronous; the SQLite store persists the same two pieces (a
 ``vv`` table and a ``vv_held`` table) and keeps one of these in memory.

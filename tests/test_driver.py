@@ -21,7 +21,7 @@ from federation.core import NodeCore
 from federation.effects import Collect, Persist, Reply, Send
 from federation.messages import Ack
 from store.db import Store
-from store.merge import Replica
+from store.in_memory import Replica
 
 
 def _params(fn: Any) -> list[tuple[str, Any]]:

@@ -222,7 +222,7 @@ async def asset(request: web.Request) -> web.Response:
 async def login(request: web.Request) -> web.Response:
     check_origin_and_header(request)
     node = request.app[NODE]
-    body = await read_json(request, LoginIn)
+    body = await read_json(request, LoginIn, limit="web_login_body_max_bytes")
     if body.key is not None:
         principal, name = await resolve_key(node, body.key)
         how = "key"

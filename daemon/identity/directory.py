@@ -177,11 +177,6 @@ class ReplicatedDirectory:
     def monotonic(self) -> float:
         return self._mono()
 
-    def lease_remaining_s(self) -> float:
-        if not self.has_peers:
-            return float("inf")
-        return max(0.0, self._lease_until - self._mono())
-
     async def _ensure_lease(self, arrived: int) -> None:
         if not self.has_peers:
             return

@@ -46,7 +46,7 @@ from daemon.ports import MailPorts
 from daemon.schemas.timefmt import rfc3339 as iso_ms
 from daemon.services import scrub
 from daemon.services.scope import Scope, refuse_inferred, resolve
-from federation.claim import MailCancel, MailHold, MailPop, MailRelease, MailSend
+from federation.requests import MailCancel, MailHold, MailPop, MailRelease, MailSend
 from store.records import MESSAGE_FIELDS
 
 MAIL_NS = uuid.UUID("6f1d3c2e-8b7a-4f0e-9a51-2c4d8e7b9a10")
@@ -450,14 +450,11 @@ async def briefing(node: MailPorts, principal: Principal, *, workspace: str | No
 
 # -- editing and history (the web inbox) ---------------------------------------------
 #
-# Editing is decided by the mailbox's owner like a pop (federation/claim.py:
-# MailHold / MailRelease): a hold and a pop of one message never both win,
+# Editing is decided by the mailbox's owner like a pop (federation/claim.py,
+# the MailHold / MailRelease requests): a hold and a pop of one message never both win,
 # and only the holder (its session, or its user) releases. The rights are
 # those of a send: write on the mailbox project and on the sender project
 # (common.policy "message.edit").
-
-HIDDEN = "hidden"
-
 
 async def _message_for_edit(node: MailPorts, principal: Principal, message_id: str) -> dict[str, Any]:
     row = await node.store.message(message_id)

@@ -52,7 +52,7 @@ CREATE TABLE memories (
 CREATE INDEX memories_by_updated ON memories (updated_at_ms DESC, id DESC);
 CREATE INDEX memories_by_namespace ON memories (namespace, updated_at_ms DESC, id DESC);
 
--- Deleted memory ids; kept for good (see store/merge.py).
+-- Deleted memory ids; kept for good (see store/in_memory.py).
 CREATE TABLE mem_tombstones (
     id TEXT PRIMARY KEY
 ) WITHOUT ROWID;

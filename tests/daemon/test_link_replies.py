@@ -24,8 +24,8 @@ from daemon import forwarding
 from daemon.peer_client import PeerUnreachable
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
 from daemon.wiring import build_node
-from federation.claim import MailPop
 from federation.messages import PROTOCOL_VERSION, Accept, Accepted, Forward, ForwardResult
+from federation.requests import MailPop
 
 
 async def test_an_accept_in_a_response_is_answered_on_the_link(tmp_path: Path) -> None:

@@ -4,12 +4,15 @@ editing through the owner, paged history, hidden project names, logins.
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from common import limits
 from common.policy import KEYS, Principal, ProjectGrant
 from common.vocab import NATURE_MEANINGS, NATURES
 from daemon.app import build_app
@@ -287,6 +290,30 @@ async def test_password_and_key_login_grants_and_hidden_names(keyed: Any) -> Non
     assert (await c.get("/web/api/me")).status == 401
     key = await c.post("/web/login", json={"key": "aim_rita"}, headers={**UI, "Origin": origin(c)})
     assert key.status == 201
+
+
+async def test_login_refuses_a_body_over_its_own_limit(keyed: Any) -> None:
+    # The login takes limits.web_login_body_max_bytes, not the general 2 MiB
+    # cap: a body one byte over is refused with 413, declared or chunked.
+    c = keyed
+    h = {**UI, "Origin": origin(c), "Content-Type": "application/json"}
+    creds = json.dumps({"user": "rita", "password": "s3cret-pw"})
+    fits = creds + " " * (limits.web_login_body_max_bytes - len(creds))
+    assert limits.web_login_body_max_bytes < limits.request_body_max_bytes
+    ok = await c.post("/web/login", data=fits, headers=h)
+    assert ok.status == 201, await ok.text()
+    over = fits + " "
+    r = await c.post("/web/login", data=over, headers=h)
+    assert r.status == 413
+    assert "limits.web_login_body_max_bytes" in (await r.json())["error"]
+
+    async def chunked() -> AsyncIterator[bytes]:
+        yield over[:100].encode()
+        yield over[100:].encode()
+
+    r = await c.post("/web/login", data=chunked(), headers=h)  # no Content-Length
+    assert r.status == 413
+    assert "limits.web_login_body_max_bytes" in (await r.json())["error"]
 
 
 async def test_legacy_basic_login_reads_and_sends_only_with_a_write_token(keyed: Any) -> None:

@@ -18,7 +18,7 @@ from federation import driver
 from federation.core import NodeCore
 from federation.effects import Effect
 from federation.messages import Message, Replicate, Reseeding
-from store.merge import Replica
+from store.in_memory import Replica
 
 Drop = Callable[[str, str, Message], bool]
 Queued = tuple[str, str, Message, str]  # sender, receiver, message, the sender's incarnation

@@ -8,8 +8,8 @@ from typing import Any
 from common import limits
 from common.ops import MSG_CLAIM, MSG_SEND, Op, mailbox_key
 from federation.batching import coalesce, fold, halve, merge_accepts
-from federation.claim import MailPop, MailSend
 from federation.messages import Accept, Accepted, Prepare, Rejected, Replicate
+from federation.requests import MailPop, MailSend
 from tests.federation.cluster import Cluster
 from tests.federation.test_claim import MB, body
 

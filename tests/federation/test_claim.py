@@ -5,9 +5,9 @@ from typing import Any
 from common.errors import Conflict, Forbidden, LimitExceeded, NoMajority, NotFound, Unavailable
 from common.ops import MSG_CLAIM, Op, mailbox_key
 from common.vocab import message_body
-from federation.claim import MailCancel, MailPop, MailSend
 from federation.effects import LoadMailbox, PersistPromise, Send, SendPromise
 from federation.messages import Accept, Accepted, Prepare, PromiseNack, Rejected
+from federation.requests import MailCancel, MailPop, MailSend
 from tests.federation.cluster import Cluster
 
 MB = mailbox_key("w", "inbox")
@@ -307,13 +307,13 @@ def test_a_request_older_than_the_ttl_is_refused() -> None:
 
 
 def _hold(session: str = "web-1", mid: str = "m1") -> Any:
-    from federation.claim import MailHold
+    from federation.requests import MailHold
     return MailHold(MB, mid, holder={"holder_session": session, "holder_user": "ann"})
 
 
 def _release(mid: str = "m1", content: dict[str, Any] | None = None,
              session: str = "web-1", user: str | None = "ann") -> Any:
-    from federation.claim import MailRelease
+    from federation.requests import MailRelease
     return MailRelease(MB, mid, content=content,
                        holder={"holder_session": session, "holder_user": user})
 

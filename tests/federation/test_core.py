@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+import typing
 
 import pytest
 
@@ -8,7 +9,7 @@ from common.errors import BadRequest, QuorumNotMet
 from common.ops import NOTE_NEW, Op
 from federation.core import NodeCore
 from federation.effects import Collect, MembershipMismatch, Persist, PushMissing, Reply, Send
-from federation.messages import Ack, Replicate, SyncOffer
+from federation.messages import Ack, Forward, ForwardResult, Message, Replicate, SyncOffer
 from tests.federation.cluster import Cluster
 
 NOTE = (NOTE_NEW, "inbox:bob", {"id": "n1", "from": "al", "to": "bob", "title": "t"})
@@ -178,3 +179,10 @@ def test_a_standalone_node_accepts_pushes_from_a_node_that_lists_it() -> None:
     assert solo.on_foreign_push("x", Replicate((op,), ack=True), 1) == [
         Persist((op,)), Send("x", Ack((("x", 1),)))]
     assert core().on_foreign_push("x", Replicate((op,), ack=True), 1) == []
+
+
+def test_every_peer_message_has_a_handler_in_the_table() -> None:
+    # SyncOffer is handled before the membership fence (on_message); Forward
+    # and its result go between the daemons' mailbox routers, never to the core.
+    handled = set(NodeCore._HANDLERS) | {SyncOffer}
+    assert handled == set(typing.get_args(Message)) - {Forward, ForwardResult}

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from common.ops import MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op
 from federation.mailbox import CANCELLED, CLAIMED, PENDING, MailboxModel
-from store.merge import Replica
+from store.in_memory import Replica
 
 KEY = "mbox:w/p"
 

@@ -9,9 +9,9 @@ from typing import Any
 from common.errors import MemberRecovering
 from common.ops import mailbox_key
 from common.randomid import incarnation_id
-from federation.claim import MailPop, MailSend
 from federation.effects import Recovered, Recovering, StaleSender
 from federation.messages import Accept, Prepare, RecoveryQuery, Replicate, SyncOffer
+from federation.requests import MailPop, MailSend
 from tests.federation.cluster import Cluster
 
 MB = mailbox_key("w", "inbox")
@@ -222,7 +222,7 @@ def test_an_offer_of_the_members_previous_process_sets_no_floor_after_reseeding(
     assert cl.cores[b].status(cl.now)["peers"][m]["reseeding"] is True
     # The new process announces itself; from then on its offers count.
     cl.run(b, cl.cores[b].on_message(m, RecoveryQuery(
-        "inc-new", cl.cores[m]._recovery_round, cl.cores[m].vv), cl.now))
+        "inc-new", cl.cores[m].recovery.round, cl.cores[m].vv), cl.now))
     new_offer = SyncOffer(cl.cores[m].durable_vv, cl.cores[m]._fingerprint)
     cl.run(b, cl.cores[b].on_message(m, new_offer, cl.now))
     assert cl.cores[b].peer_vv[m] == cl.cores[m].durable_vv

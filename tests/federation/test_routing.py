@@ -7,7 +7,7 @@ import uuid
 
 from common.randomid import uuid4, uuid7
 from daemon.schemas.ids import RECORD_NAMESPACE
-from federation.claim import MailSend
+from federation.requests import MailSend
 from federation.routing import is_retryable_id, needs_decided_check
 
 

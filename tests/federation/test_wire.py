@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from common.errors import BadRequest, Unavailable
 from common.ops import KINDS, Op
 from daemon import forwarding
-from federation import claim
+from federation import requests as mail_requests
 from federation.messages import PEER, Message, decode_msg
 from federation.wire import Codec, WireError
 
@@ -71,7 +71,7 @@ def through_msgpack(raw: Any) -> Any:
 
 
 PEER_KINDS = typing.get_args(Message)
-REQUEST_KINDS = typing.get_args(claim.MailRequest)
+REQUEST_KINDS = typing.get_args(mail_requests.MailRequest)
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -108,9 +108,9 @@ def test_forwarded_requests_keep_the_map_form_older_nodes_send() -> None:
     # and before sent_at_ms existed, without it.
     old = {"type": "MailCancel", "fields": {"mailbox": "mbox:w/p", "message_ids": ["m1", "m2"],
                                             "by_workspace": "w", "by_project": "p"}}
-    assert forwarding.decode_request(old) == claim.MailCancel(
+    assert forwarding.decode_request(old) == mail_requests.MailCancel(
         mailbox="mbox:w/p", message_ids=("m1", "m2"), by_workspace="w", by_project="p")
-    pop = claim.MailPop(mailbox="mbox:w/p", request_id="r", claimer={"claimer_agent": "x"},
+    pop = mail_requests.MailPop(mailbox="mbox:w/p", request_id="r", claimer={"claimer_agent": "x"},
                         sent_at_ms=5)
     assert forwarding.encode_request(pop) == {"type": "MailPop",
                                               "fields": dataclasses.asdict(pop)}
@@ -215,14 +215,14 @@ def test_the_owners_real_answers_to_every_request_kind_pass_the_result_codec() -
     body = {"id": "m1", "to_workspace": "w", "to_project": "p", "to_agent": None,
             "from_workspace": "w", "from_project": "q", "subject": "s", "body": "b"}
     requests = [
-        claim.MailSend(mb, body),
-        claim.MailHold(mb, "m1", holder={"holder_session": "s1", "holder_agent": "web"}),
-        claim.MailRelease(mb, "m1", content={"subject": "s2", "body": "b2"},
+        mail_requests.MailSend(mb, body),
+        mail_requests.MailHold(mb, "m1", holder={"holder_session": "s1", "holder_agent": "web"}),
+        mail_requests.MailRelease(mb, "m1", content={"subject": "s2", "body": "b2"},
                           holder={"holder_session": "s1"}),
-        claim.MailPop(mb, request_id="r1", claimer={"claimer_session": "s1"}),
-        claim.MailPop(mb, request_id="r2"),  # nothing pending
-        claim.MailSend(mb, {**body, "id": "m2"}),
-        claim.MailCancel(mb, ("m2",), by_workspace="w", by_project="q"),
+        mail_requests.MailPop(mb, request_id="r1", claimer={"claimer_session": "s1"}),
+        mail_requests.MailPop(mb, request_id="r2"),  # nothing pending
+        mail_requests.MailSend(mb, {**body, "id": "m2"}),
+        mail_requests.MailCancel(mb, ("m2",), by_workspace="w", by_project="q"),
     ]
     assert {type(r) for r in requests} == set(REQUEST_KINDS)
     for token, req in enumerate(requests):

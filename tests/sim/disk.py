@@ -1,6 +1,6 @@
 """A node's simulated disk: the reference replica plus its promises.
 
-:class:`store.merge.Replica` is the "disk": it survives a crash while the
+:class:`store.in_memory.Replica` is the "disk": it survives a crash while the
 core is rebuilt from it, exactly as ``daemon/node.py`` rebuilds a core from
 ``Store.load_core_state()``. A write is durable once the driver's store
 call completes (at once, or after a slow disk's delay: ``tests/sim/node.py``).
@@ -8,14 +8,14 @@ call completes (at once, or after a slow disk's delay: ``tests/sim/node.py``).
 It keeps the production store's contract for garbage collection and
 mailbox rebuilds: ``Collect`` drops every logged op the floor covers, mailbox
 ops included, and an owner rebuilds a mailbox from the merged state
-(:meth:`store.merge.Replica.mailbox_state_ops`, the same synthesis as
+(:meth:`store.in_memory.Replica.mailbox_state_ops`, the same synthesis as
 ``store.db.Store.mailbox_state_ops``, held equal by
 ``tests/store/test_equivalence.py``), never from the op log.
 """
 
 from __future__ import annotations
 
-from store.merge import Replica
+from store.in_memory import Replica
 
 
 class SimDisk(Replica):

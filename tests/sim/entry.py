@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from common.errors import MemberRecovering
 from common.ops import Op, inbox_key
 from federation import read, routing
-from federation.claim import MailSend
 from federation.messages import Replicate
+from federation.requests import MailSend
 
 if TYPE_CHECKING:
     from tests.sim.node import Barrier, SimNode

@@ -28,7 +28,7 @@ from typing import Any
 
 from common.ops import MEM_DEL, MEM_PUT, NOTE_NEW, NOTE_READ, inbox_key, mailbox_key, mem_key
 from common.randomid import uuid7
-from federation.claim import MailCancel, MailHold, MailPop, MailRelease, MailSend
+from federation.requests import MailCancel, MailHold, MailPop, MailRelease, MailSend
 from federation.routing import is_retryable_id
 
 AGENTS = ("alice", "bob", "carol")

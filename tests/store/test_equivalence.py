@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from common import ops as K
 from common.ops import Op
 from store.db import Store
-from store.merge import Replica
+from store.in_memory import Replica
 from tests.store.store_opgen import (
     AGENTS,
     APPLY_NOW,

@@ -1,4 +1,4 @@
-"""Merge laws of the reference replica (store/merge.py), by hypothesis.
+"""Merge laws of the reference replica (store/in_memory.py), by hypothesis.
 
 Same op multiset in any order, with any duplication and any batching, gives
 the same snapshot; replicas that sync by version vector converge; the
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from common import ops as K
 from common.ops import Op
-from store.merge import Replica
+from store.in_memory import Replica
 from tests.store.store_opgen import APPLY_NOW, histories, shuffled_batches
 
 LAWS = settings(max_examples=150, deadline=None)

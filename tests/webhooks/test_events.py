@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 from common import ops as K
@@ -140,3 +142,14 @@ def test_subscription_matching() -> None:
     assert not matches(ev, (E.MEMORY_DELETE,), None)
     assert not matches(ev, (), "team/b")
     assert not matches(E.Event(E.MEMORY_DELETE, None, {}), (), "team")
+
+
+def test_the_design_note_lists_every_event_the_code_makes() -> None:
+    # daemon/webhooks/DESIGN.md's Events table: one row per op case, the
+    # event's name in the second column.
+    doc = (Path(E.__file__).parent / "DESIGN.md").read_text()
+    table = doc.split("## Events", 1)[1].split("\n\n", 2)[1]
+    drawn = {m[1] for line in table.splitlines()[2:]
+             for m in [re.match(r"\|[^|]*\| `(\w+)` \|", line)] if m}
+    assert drawn == set(E.EVENTS)
+

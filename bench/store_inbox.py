@@ -5,7 +5,7 @@ read and a share expired) through the real write path, then times inbox
 reads the way the daemon issues them and prints p50/p99/max per variant.
 Also reports write throughput of the fill (group commit, concurrent jobs).
 
-    .venv/bin/python -m store.bench_inbox [--notes 100000] [--reads 2000] [--db PATH]
+    .venv/bin/python -m bench.store_inbox [--notes 100000] [--reads 2000] [--db PATH]
 
 Not a test: numbers depend on the machine. Target: p99 < 5 ms.
 """

@@ -1,0 +1,87 @@
+"""What a service asks a mailbox's owner: the five request types.
+
+Each is a frozen dataclass carrying the mailbox key and, as
+``sent_at_ms``, the entry node's clock when the client asked (the owner
+refuses a request older than ``limits.mailbox_request_ttl_secs``).
+:class:`federation.claim.Claims` serves them; ``daemon/forwarding.py``
+codes them for the ``/peer/v1/mailbox`` hop to the owner (a field an
+older node does not send takes its default, so fields are only ever
+added, with defaults).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from common import limits
+
+
+@dataclass(frozen=True, slots=True)
+class MailSend:
+    """Queue ``body`` (a full ``msg.send`` body, ``id`` included) unless
+    ``cap`` messages are pending. Idempotent by message id."""
+
+    mailbox: str
+    body: dict[str, Any]
+    cap: int = limits.mailbox_pending_max
+    sent_at_ms: int | None = None  # the entry node's clock when the client asked
+
+
+@dataclass(frozen=True, slots=True)
+class MailPop:
+    """Claim the oldest pending message ``agent`` may take, or ``message_id``.
+    ``claimer`` holds ``claimer_session`` / ``claimer_agent`` for the claim
+    record. Retrying with the same ``request_id`` returns the same message,
+    or the same "nothing pending"."""
+
+    mailbox: str
+    request_id: str | None = None
+    message_id: str | None = None
+    agent: str | None = None
+    claimer: dict[str, Any] = field(default_factory=dict)
+    sent_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MailCancel:
+    """Cancel ``message_ids`` (None: every pending message) sent by
+    ``by_workspace/by_project``."""
+
+    mailbox: str
+    message_ids: tuple[str, ...] | None
+    by_workspace: str
+    by_project: str
+    sent_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MailHold:
+    """Take pending ``message_id`` out of the queue for an edit (state
+    ``editing``); ``holder`` holds ``holder_session`` / ``holder_agent`` /
+    ``holder_user``. Asking again for a message the same session holds
+    answers the same hold."""
+
+    mailbox: str
+    message_id: str
+    holder: dict[str, Any] = field(default_factory=dict)
+    sent_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MailRelease:
+    """Put edited ``message_id`` back at its place in the queue: with
+    ``content`` (the new subject and body, already checked by the caller)
+    for a save, without for a discard. Discarding a message that is not held
+    answers it as it is. ``holder`` names the releaser (``holder_session``,
+    ``holder_user``): only the session or the user that holds the message
+    may release it (another gets 409 and the hold stands)."""
+
+    mailbox: str
+    message_id: str
+    content: dict[str, Any] | None = None
+    holder: dict[str, Any] = field(default_factory=dict)
+    sent_at_ms: int | None = None
+
+
+MailRequest = MailSend | MailPop | MailCancel | MailHold | MailRelease

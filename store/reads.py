@@ -1,0 +1,276 @@
+"""``DomainReads``: the queries the services run, beside the storage contract.
+
+:class:`store.db.Store` is two things. One is the storage contract the
+effect driver and the peer protocol need (apply and log ops, pull what a
+peer lacks, collect, promises, incarnation, the mailbox rebuild): it stays
+in :mod:`store.db`. The other is the domain's reads (memories, the inbox,
+stream replay, agents, projects, sessions, mailbox pages): they live here,
+as a mixin over the read pool, and :class:`store.db.Store` inherits them,
+so a caller still writes ``store.inbox(...)``. The cut is the one
+:class:`daemon.ports.StoreReads` draws; nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from common import limits
+from common.lifecycle import CLAIMED, EDITING, PENDING
+from store import queries as Q
+from store.reader import ReadPool
+from store.records import MESSAGE_FIELDS
+
+
+class DomainReads:
+    """Read-only queries over ``_reads``; every row comes back as a dict in
+    the shapes of :mod:`store.queries`."""
+
+    def __init__(self, reads: ReadPool) -> None:
+        self._reads = reads
+        # Projects seen to exist. A project only ever comes to exist (no op
+        # removes its harness rows), so a hit is final and a send needs no
+        # read of the database for a project it has seen before.
+        self._projects: set[tuple[str, str]] = set()
+
+    # -- memories -------------------------------------------------------------------
+
+    async def get_memory(self, memory_id: str, *, now_ms: int) -> dict[str, Any] | None:
+        row = await self._reads.fetchone(
+            f"SELECT {Q.MEMORY_COLS} FROM memories WHERE id = :id AND {Q.NOT_EXPIRED}",
+            {"id": memory_id, "now": now_ms})
+        return None if row is None else Q.memory(row)
+
+    async def list_memories(self, *, namespace: str | None = None, tier: str | None = None,
+                            tags: list[str] | None = None, min_priority: int | None = None,
+                            agent_id: str | None = None, limit: int, offset: int = 0,
+                            now_ms: int) -> list[dict[str, Any]]:
+        where = [Q.NOT_EXPIRED]
+        params: dict[str, Any] = {"now": now_ms, "limit": limit, "offset": offset}
+        Q.memory_filters(where, params, namespace=namespace, tier=tier, tags=tags,
+                         min_priority=min_priority, agent_id=agent_id)
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.MEMORY_COLS} FROM memories m WHERE {' AND '.join(where)}"
+            " ORDER BY updated_at_ms DESC, id DESC LIMIT :limit OFFSET :offset", params)
+        return [Q.memory(r) for r in rows]
+
+    async def memories_since(self, since_ms: int, *, limit: int,
+                             now_ms: int) -> list[dict[str, Any]]:
+        """Live memories updated at or after ``since_ms``, oldest first (the
+        upstream ``/sync/since`` pull)."""
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.MEMORY_COLS} FROM memories WHERE {Q.NOT_EXPIRED}"
+            " AND updated_at_ms >= :since ORDER BY updated_at_ms, id LIMIT :limit",
+            {"now": now_ms, "since": since_ms, "limit": limit})
+        return [Q.memory(r) for r in rows]
+
+    @property
+    def reads(self) -> ReadPool:
+        """The read-only pool, for the cross-record reads of :mod:`store.search`."""
+        return self._reads
+
+    # -- inbox ---------------------------------------------------------------------
+
+    async def inbox(self, agent_id: str, *, unread_only: bool, limit: int,
+                    min_priority: int | None = None, since_ms: int | None = None,
+                    tier: str | None = None, now_ms: int) -> list[dict[str, Any]]:
+        """Notifications to ``agent_id``, highest priority then newest first;
+        every filter applies before ``limit``."""
+        params: dict[str, Any] = {"agent": agent_id, "now": now_ms, "limit": limit,
+                                  "min_priority": min_priority, "since": since_ms, "tier": tier}
+        sql = Q.inbox_sql(unread_only=unread_only, min_priority=min_priority is not None,
+                          since=since_ms is not None, tier=tier is not None)
+        rows = await self._reads.fetchall(sql, params)
+        return [Q.note(r) for r in rows]
+
+    async def inbox_count(self, agent_id: str, *, unread_only: bool, now_ms: int) -> int:
+        unread = " AND read = 0" if unread_only else ""
+        row = await self._reads.fetchone(
+            f"SELECT count(*) FROM notes WHERE to_agent = :agent AND {Q.NOT_EXPIRED}{unread}",
+            {"agent": agent_id, "now": now_ms})
+        return int(row[0]) if row else 0
+
+    async def notifications(self, ids: Iterable[str]) -> list[dict[str, Any]]:
+        """The notifications with these ids, in the order asked; unknown ids are skipped."""
+        wanted = list(dict.fromkeys(ids))
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start:start + 500]
+            rows = await self._reads.fetchall(
+                f"SELECT {Q.NOTE_COLS} FROM notes WHERE id IN ({', '.join('?' * len(chunk))})",
+                chunk)
+            found.update((r["id"], Q.note(r)) for r in rows)
+        return [found[i] for i in wanted if i in found]
+
+    # -- stream replay (daemon/streams.py) ----------------------------------------
+
+    @staticmethod
+    def _not_covered(cursor: dict[str, int], params: dict[str, Any], prefix: str = "") -> str:
+        """SQL: the row's (origin, seq) is not covered by ``cursor`` (per-origin watermarks)."""
+        terms = []
+        for i, (origin, seq) in enumerate(sorted(cursor.items())):
+            params[f"co{i}"], params[f"cs{i}"] = origin, seq
+            terms.append(f"({prefix}origin = :co{i} AND {prefix}seq <= :cs{i})")
+        return f"NOT ({' OR '.join(terms)})" if terms else "1"
+
+    async def notes_not_covered(self, agent_id: str, cursor: dict[str, int], *,
+                                after: tuple[int, str, int] | None, limit: int,
+                                now_ms: int) -> list[dict[str, Any]]:
+        """Unexpired notifications to ``agent_id`` whose op id ``cursor`` does
+        not cover, in (hlc, origin, seq) order after ``after``; each row has
+        its ``hlc``, ``origin`` and ``seq``."""
+        params: dict[str, Any] = {"agent": agent_id, "now": now_ms, "limit": limit}
+        where = ["to_agent = :agent", Q.NOT_EXPIRED, self._not_covered(cursor, params)]
+        if after is not None:
+            where.append("(hlc, origin, seq) > (:ah, :ao, :as)")
+            params.update(ah=after[0], ao=after[1], **{"as": after[2]})
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.NOTE_COLS}, hlc, origin, seq FROM notes WHERE {' AND '.join(where)}"
+            " ORDER BY hlc, origin, seq LIMIT :limit", params)
+        return [{**Q.note(r), "hlc": r["hlc"], "origin": r["origin"], "seq": r["seq"]}
+                for r in rows]
+
+    async def messages_not_covered(self, workspace: str, project: str, cursor: dict[str, int],
+                                   *, after: tuple[int, str, int] | None, limit: int,
+                                   agent: str | None = None) -> list[dict[str, Any]]:
+        """Messages to the mailbox (any state; with ``agent``, only those it
+        could claim) whose send ``cursor`` does not cover, in mailbox order
+        after ``after``; each row has its ``hlc``, ``origin`` and ``seq``."""
+        params: dict[str, Any] = {"ws": workspace, "proj": project}
+        where = ["m.to_workspace = :ws AND m.to_project = :proj",
+                 self._not_covered(cursor, params, "m.")]
+        if agent is not None:
+            where.append("(m.to_agent IS NULL OR m.to_agent = :agent)")
+            params["agent"] = agent
+        if after is not None:
+            where.append("(m.hlc, m.origin, m.seq) > (:ah, :ao, :as)")
+            params.update(ah=after[0], ao=after[1], **{"as": after[2]})
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.MESSAGE_COLS}, m.seq AS m_seq FROM {Q.MESSAGE_FROM}"
+            f" WHERE {' AND '.join(where)} ORDER BY {Q.FIFO} LIMIT {int(limit)}", params)
+        return [{**Q.message(r), "hlc": r["hlc"], "origin": r["origin"], "seq": r["m_seq"]}
+                for r in rows]
+
+    # -- agents, projects, sessions --------------------------------------------------------
+
+    async def list_agents(self) -> list[dict[str, Any]]:
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.AGENT_COLS} FROM agents WHERE reg_hlc IS NOT NULL ORDER BY agent_id")
+        return [Q.agent(r) for r in rows]
+
+    async def get_agent(self, agent_id: str) -> dict[str, Any] | None:
+        row = await self._reads.fetchone(
+            f"SELECT {Q.AGENT_COLS} FROM agents WHERE agent_id = ? AND reg_hlc IS NOT NULL",
+            (agent_id,))
+        return None if row is None else Q.agent(row)
+
+    async def project_exists(self, workspace: str, project: str) -> bool:
+        if (workspace, project) in self._projects:
+            return True
+        row = await self._reads.fetchone(
+            "SELECT 1 FROM project_harnesses WHERE workspace = ? AND project = ? LIMIT 1",
+            (workspace, project))
+        if row is None:
+            return False
+        if len(self._projects) < limits.known_projects_cached_max:
+            self._projects.add((workspace, project))
+        return True
+
+    async def project_harnesses(self, workspace: str, project: str) -> set[str]:
+        rows = await self._reads.fetchall(
+            "SELECT harness FROM project_harnesses WHERE workspace = ? AND project = ?",
+            (workspace, project))
+        return {r[0] for r in rows}
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        row = await self._reads.fetchone(
+            f"SELECT {Q.SESSION_COLS} FROM sessions WHERE session_id = ?", (session_id,))
+        return None if row is None else dict(row)
+
+    async def last_active_project(self) -> tuple[str, str] | None:
+        row = await self._reads.fetchone(
+            "SELECT workspace, project FROM project_harnesses"
+            " ORDER BY last_at_ms DESC, workspace, project LIMIT 1")
+        return None if row is None else (row[0], row[1])
+
+    async def list_projects(self) -> list[dict[str, Any]]:
+        return Q.projects(await self._reads.fetchall(
+            "SELECT * FROM project_harnesses ORDER BY workspace, project, harness"))
+
+    # -- mailbox ------------------------------------------------------------------
+
+    async def _messages(self, where: str, params: Iterable[Any] | dict[str, Any],
+                        order: str, limit: int, offset: int = 0) -> list[dict[str, Any]]:
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.MESSAGE_COLS} FROM {Q.MESSAGE_FROM} WHERE {where}"
+            f" ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}", params)
+        return [Q.message(r) for r in rows]
+
+    async def message(self, msg_id: str) -> dict[str, Any] | None:
+        found = await self._messages("m.id = ?", (msg_id,), Q.FIFO, 1)
+        return found[0] if found else None
+
+    async def sent_body(self, msg_id: str) -> dict[str, Any] | None:
+        """The message's fields as its send wrote them (a saved edit's
+        subject and body left out): what a retried send is answered with."""
+        row = await self._reads.fetchone(
+            f"SELECT {', '.join(MESSAGE_FIELDS)} FROM messages WHERE id = ?", (msg_id,))
+        return None if row is None else {name: row[name] for name in MESSAGE_FIELDS}
+
+    async def mailbox_pending(self, workspace: str, project: str, *, limit: int,
+                              agent: str | None = None) -> list[dict[str, Any]]:
+        """Pending messages of a mailbox, oldest send first; with ``agent``,
+        only those addressed to nobody in particular or to that agent."""
+        where = f"m.to_workspace = ? AND m.to_project = ? AND m.state = '{PENDING}'"
+        params: list[Any] = [workspace, project]
+        if agent is not None:
+            where += " AND (m.to_agent IS NULL OR m.to_agent = ?)"
+            params.append(agent)
+        return await self._messages(where, params, Q.FIFO, limit)
+
+    async def mailbox_pending_count(self, workspace: str, project: str,
+                                    agent: str | None = None) -> int:
+        """Pending messages; with ``agent``, only those it may claim."""
+        for_agent = " AND (to_agent IS NULL OR to_agent = ?)" if agent is not None else ""
+        row = await self._reads.fetchone(
+            "SELECT count(*) FROM messages WHERE to_workspace = ? AND to_project = ?"
+            f" AND state = '{PENDING}'{for_agent}",
+            (workspace, project) if agent is None else (workspace, project, agent))
+        return int(row[0]) if row else 0
+
+    async def mailbox_messages(self, workspace: str, project: str, *, limit: int,
+                               offset: int = 0) -> list[dict[str, Any]]:
+        """Every message of a mailbox, any state, newest first (audit, web)."""
+        return await self._messages("m.to_workspace = ? AND m.to_project = ?",
+                                    (workspace, project),
+                                    "m.hlc DESC, m.origin DESC, m.seq DESC", limit, offset)
+
+    async def outbox(self, from_workspace: str, from_project: str, *, limit: int,
+                     pending_only: bool = True) -> list[dict[str, Any]]:
+        where = "m.from_workspace = ? AND m.from_project = ?"
+        if pending_only:
+            where += f" AND m.state = '{PENDING}'"
+        return await self._messages(where, (from_workspace, from_project), Q.FIFO, limit)
+
+    async def sent_messages(self, from_workspace: str, from_project: str, *, limit: int,
+                            offset: int = 0) -> list[dict[str, Any]]:
+        """Every message a project sent, any state, newest first (web)."""
+        return await self._messages("m.from_workspace = ? AND m.from_project = ?",
+                                    (from_workspace, from_project),
+                                    "m.hlc DESC, m.origin DESC, m.seq DESC", limit, offset)
+
+    async def mailbox_editing(self, workspace: str, project: str, *,
+                              limit: int) -> list[dict[str, Any]]:
+        """Messages of a mailbox held for an edit, in queue order (web banner)."""
+        return await self._messages(
+            f"m.to_workspace = ? AND m.to_project = ? AND m.state = '{EDITING}'",
+            (workspace, project), Q.FIFO, limit)
+
+    async def claim_by_request(self, workspace: str, project: str,
+                               request_id: str) -> dict[str, Any] | None:
+        """The message of this mailbox claimed under ``request_id``, if any."""
+        found = await self._messages(
+            "m.to_workspace = ? AND m.to_project = ? AND t.request_id = ?"
+            f" AND t.state = '{CLAIMED}' AND m.state = '{CLAIMED}'", (workspace, project, request_id), Q.FIFO, 1)
+        return found[0] if found else None
+
