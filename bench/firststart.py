@@ -115,8 +115,12 @@ def one_round(mode: str, gap_max: float, rng: random.Random) -> dict[str, object
             time.sleep(0.05)
         took = time.monotonic() - last
         texts = [log.read_text(errors="replace") for log in logs]
+        # A member that exited says why (a port taken by another program, say).
+        why = "; ".join(f"member {order[k]} exited {p.returncode}: "
+                        + " | ".join(texts[k].strip().splitlines()[-3:])
+                        for k, p in enumerate(procs) if p.poll() is not None) if not ok else ""
         return {"mode": mode, "order": order, "gaps_s": [round(g, 2) for g in gaps], "ok": ok,
-                "secs_after_last": round(took, 2),
+                "secs_after_last": round(took, 2), "why": why,
                 "bootstrapped": sum("bootstrapping a new cluster" in t for t in texts),
                 "seeded": sum("seeded from" in t for t in texts)}
     finally:
@@ -149,8 +153,8 @@ def main() -> None:
             if not args.json:
                 print(f"{mode:8} round {r + 1:2}: order {res['order']} gaps {res['gaps_s']} "
                       f"{'ok' if res['ok'] else 'FAILED'} {res['secs_after_last']} s after the "
-                      f"last start; bootstrapped {res['bootstrapped']}, seeded {res['seeded']}",
-                      flush=True)
+                      f"last start; bootstrapped {res['bootstrapped']}, seeded {res['seeded']}"
+                      + (f"\n    {res['why']}" if res["why"] else ""), flush=True)
     if args.json:
         print(json.dumps(results, indent=1))
         return
