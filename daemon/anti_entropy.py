@@ -22,8 +22,8 @@ from typing import Any, Protocol
 from common import limits
 from common.ops import Op
 from daemon.metrics import Metrics
-from daemon.peer_client import PeerClient, PeerUnreachable
-from daemon.peer_link import Spawn
+from daemon.peer.client import PeerClient, PeerUnreachable
+from daemon.peer.link import Spawn
 from federation.messages import Replicate, decode_msg
 
 

@@ -16,7 +16,7 @@ By mode (``[auth] mode``):
 
 * ``keys`` -- every request needs a key, except ``GET /api/v1/health``,
   the peer routes (``/peer/v1/*``, signed with the cluster secret,
-  :mod:`daemon.peer_auth`; refused outright on a node without a secret)
+  :mod:`daemon.peer.auth`; refused outright on a node without a secret)
   and the routes an operator may also sign with the cluster secret
   instead (:data:`SIGNED_ROUTES`: backups and the upstream sync
   endpoints), whose handlers check that signature themselves.

@@ -45,8 +45,8 @@ from common import limits
 from common.errors import AiMemoryError, ClusterMismatch, Unavailable
 from daemon import tls
 from daemon.http_errors import refuse_unread
-from daemon.peer_auth import BOOT_HEADER, BootMismatch, Verifier
-from daemon.peer_client import PeerClient, PeerUnreachable
+from daemon.peer.auth import BOOT_HEADER, BootMismatch, Verifier
+from daemon.peer.client import PeerClient, PeerUnreachable
 from daemon.seeding import seed_from_peers
 from daemon.settings import Settings
 from daemon.systemd import Notifier

@@ -16,7 +16,7 @@ Request ids: :func:`request_id_middleware` takes the caller's
 is a 400) or makes one up, puts it in the :data:`request_id` context
 variable for the handler and everything it awaits or spawns (asyncio copies
 the context into new tasks), and returns it in the ``X-Request-Id`` response
-header. :class:`daemon.peer_client.PeerClient` sends it on the peer calls
+header. :class:`daemon.peer.client.PeerClient` sends it on the peer calls
 made in that context, so the peer's own log lines for the call carry the
 same id. Replication batches are sent by each peer link's own task and mix
 many requests' operations; they carry no request id.

@@ -10,7 +10,7 @@ next, the answer to a send of an already decided message and the op the
 entry node applies after a forwarded send are :mod:`federation.routing`'s
 decisions, shared with the simulator.
 
-The forward travels on the batched per-peer channel (:mod:`daemon.peer_link`)
+The forward travels on the batched per-peer channel (:mod:`daemon.peer.link`)
 as a :class:`federation.messages.Forward`, beside replication and claim
 rounds, and its answer comes back the same way as a ``ForwardResult``
 (echoing the forward's random ``fid``), so many forwards and answers share
@@ -53,7 +53,7 @@ from daemon.forwarding import (
 )
 from daemon.logs import request_id
 from daemon.metrics import Metrics
-from daemon.peer_client import PeerClient, PeerUnreachable
+from daemon.peer.client import PeerClient, PeerUnreachable
 from federation import routing
 from federation.messages import Forward, ForwardResult, Replicate
 

@@ -7,7 +7,7 @@ ends it in order. The jobs live in their own modules:
 
 * :mod:`daemon.effect_runner` -- carries out the core's effects (persist,
   send, reply) with the persist barrier;
-* :mod:`daemon.peer_link` -- one batching queue per peer;
+* :mod:`daemon.peer.link` -- one batching queue per peer;
 * :mod:`daemon.anti_entropy` -- pushes of what a peer lacks;
 * :mod:`daemon.read_quorum` -- the R-quorum pull before inbox/mailbox reads;
 * :mod:`daemon.mailbox_router` -- mailbox requests run at the owner;
@@ -42,9 +42,9 @@ from daemon.effect_runner import EffectRunner
 from daemon.identity.directory import ReplicatedDirectory
 from daemon.mailbox_router import MailboxRouter
 from daemon.metrics import Metrics
-from daemon.peer_auth import Verifier
-from daemon.peer_client import PeerClient
-from daemon.peer_link import PeerLink
+from daemon.peer.auth import Verifier
+from daemon.peer.client import PeerClient
+from daemon.peer.link import PeerLink
 from daemon.read_quorum import ReadQuorum
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings

@@ -29,7 +29,7 @@ from common.ops import Op
 from common.vocab import CONSISTENCY_DEFAULT, LOCAL, Consistency
 from daemon.effect_runner import EffectRunner
 from daemon.metrics import Metrics
-from daemon.peer_client import PeerClient, PeerUnreachable
+from daemon.peer.client import PeerClient, PeerUnreachable
 from daemon.settings import ClusterSettings
 from federation import read
 from federation.messages import Replicate

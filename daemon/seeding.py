@@ -33,8 +33,8 @@ import aiohttp
 from common import limits
 from common.errors import Unavailable
 from daemon.api.backup import BACKUP_PATH
-from daemon.peer_auth import BOOT_HEADER, sign
-from daemon.peer_client import PeerClient, PeerUnreachable
+from daemon.peer.auth import BOOT_HEADER, sign
+from daemon.peer.client import PeerClient, PeerUnreachable
 from daemon.settings import Settings
 from daemon.tls import client_context
 from federation.messages import Reseeding

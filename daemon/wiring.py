@@ -38,9 +38,9 @@ from daemon.identity.directory import ReplicatedDirectory
 from daemon.mailbox_router import MailboxRouter
 from daemon.metrics import Metrics
 from daemon.node import Node
-from daemon.peer_auth import Verifier
-from daemon.peer_client import PeerClient
-from daemon.peer_link import PeerLink
+from daemon.peer.auth import Verifier
+from daemon.peer.client import PeerClient
+from daemon.peer.link import PeerLink
 from daemon.read_quorum import ReadQuorum
 from daemon.seeding import needs_seed, seed_from_peers
 from daemon.services.agents import SeenThrottle

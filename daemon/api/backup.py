@@ -32,7 +32,7 @@ from daemon.auth import NOBODY, principal_of
 from daemon.http_errors import error_response
 from daemon.logs import HEADER as REQUEST_ID_HEADER
 from daemon.logs import request_id
-from daemon.peer_auth import BOOT_HEADER, BootMismatch
+from daemon.peer.auth import BOOT_HEADER, BootMismatch
 from daemon.services import backup as svc
 from daemon.tls import check_peer_cert
 

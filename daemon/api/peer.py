@@ -7,7 +7,7 @@ caller lacks; ``mailbox`` runs a forwarded mailbox request here. All three
 refuse unauthenticated callers when a cluster secret is set, and refuse
 nodes that are not members; on a TLS node, also a caller whose client
 certificate does not name the member it claims to be (:mod:`daemon.tls`). The signature is checked from the headers
-before the body is read (:mod:`daemon.peer_auth`); a refused request is
+before the body is read (:mod:`daemon.peer.auth`); a refused request is
 answered at once and its connection closed, so an unsigned 60 MiB body is
 never buffered. Each request's ``X-AIM-Protocol`` (see
 :mod:`federation.messages`) is recorded per peer; senders older than
@@ -15,7 +15,7 @@ never buffered. Each request's ``X-AIM-Protocol`` (see
 know are skipped and counted, not allowed to fail the batch.
 
 ``link`` (``GET /peer/v1/link``) upgrades to the peer channel
-(:mod:`daemon.peer_channel`): the same batches as ``msgs``, as WebSocket
+(:mod:`daemon.peer.channel`): the same batches as ``msgs``, as WebSocket
 frames, each served in its own task like a request of its own, at most
 ``limits.peer_channel_frames_serving_max`` at once per channel (the next
 frame is read when one is answered, so a flood backs up into the sender's
@@ -39,9 +39,9 @@ from daemon.appkeys import NODE
 from daemon.forwarding import decode_forward
 from daemon.http_errors import refuse_unread
 from daemon.joining import HELLO_PATH, hello_answer
-from daemon.peer_auth import BOOT_HEADER, BootMismatch
-from daemon.peer_channel import ChannelError, ServerChannel, channel_key
-from daemon.peer_client import INCARNATION_HEADER, PROTOCOL_HEADER
+from daemon.peer.auth import BOOT_HEADER, BootMismatch
+from daemon.peer.channel import ChannelError, ServerChannel, channel_key
+from daemon.peer.client import INCARNATION_HEADER, PROTOCOL_HEADER
 from daemon.services import peer as service
 from daemon.tls import check_peer_cert
 from federation.bootstrap import SERVING

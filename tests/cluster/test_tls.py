@@ -20,7 +20,7 @@ import msgpack
 import pytest
 from ai_memory import AiMemoryClient
 
-from daemon.peer_auth import BOOT_HEADER, sign
+from daemon.peer.auth import BOOT_HEADER, sign
 from tests.cluster.harness import free_port
 from tests.cluster.tls_harness import IDS, TlsTrio, cli, served_serial
 

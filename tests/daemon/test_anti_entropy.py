@@ -13,7 +13,7 @@ from common import ops as K
 from common.ops import Op
 from daemon.anti_entropy import Pusher
 from daemon.metrics import Metrics
-from daemon.peer_client import PeerUnreachable
+from daemon.peer.client import PeerUnreachable
 from federation.messages import decode_msg
 from store.db import Store
 

@@ -26,7 +26,7 @@ from daemon.app import build_app
 from daemon.appkeys import NODE
 from daemon.directory import MemoryDirectory
 from daemon.node import Node
-from daemon.peer_auth import sign
+from daemon.peer.auth import sign
 from daemon.settings import AuthSettings, ClusterSettings, Settings, StoreSettings
 from daemon.wiring import build_node
 from tests.daemon.authz_fixtures import (

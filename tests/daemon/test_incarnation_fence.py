@@ -20,7 +20,7 @@ from aiohttp import web
 from common.ops import NOTE_NEW, Op
 from daemon.app import build_app
 from daemon.node import Node
-from daemon.peer_client import PeerClient
+from daemon.peer.client import PeerClient
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
 from daemon.wiring import build_node
 from federation.messages import RecoveryQuery, RecoveryState, Replicate, decode_msg

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from daemon.app import build_app
-from daemon.peer_client import PeerClient
+from daemon.peer.client import PeerClient
 from daemon.seeding import seed_from_peers
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
 from daemon.wiring import build_node

@@ -14,7 +14,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from daemon.peer_auth import BOOT_HEADER, sign
+from daemon.peer.auth import BOOT_HEADER, sign
 from federation.messages import SyncOffer
 from tests.daemon.procdaemon import Proc, daemon_process
 

@@ -16,8 +16,8 @@ from aiohttp.test_utils import TestServer
 
 from common.ops import Op
 from daemon.metrics import Metrics
-from daemon.peer_client import PeerClient
-from daemon.peer_link import PeerLink
+from daemon.peer.client import PeerClient
+from daemon.peer.link import PeerLink
 from daemon.tasks import Background
 from federation.messages import Ack, Replicate, decode_msg
 

@@ -11,8 +11,8 @@ import msgpack
 import pytest
 
 from daemon.app import build_app
-from daemon.peer_auth import BOOT_HEADER, sign
-from daemon.peer_client import PeerClient, PeerUnreachable
+from daemon.peer.auth import BOOT_HEADER, sign
+from daemon.peer.client import PeerClient, PeerUnreachable
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
 from daemon.wiring import build_node
 from federation.messages import PROTOCOL_VERSION, SyncOffer
@@ -142,7 +142,7 @@ async def test_peer_client_learns_the_boot_id_and_retries_once(secured) -> None:
 
 def test_an_evicted_nonce_cannot_be_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
     from common import limits
-    from daemon.peer_auth import Verifier
+    from daemon.peer.auth import Verifier
 
     monkeypatch.setattr(limits, "auth_nonce_cache_max", 3)
     v = Verifier(SECRET, "node1", boot="b")

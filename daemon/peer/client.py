@@ -6,7 +6,7 @@ answer all raise :class:`PeerUnreachable`, which the node reports to the
 failure detector. Bodies are msgpack both ways.
 
 Requests are signed for the receiving member and for the boot id it last
-told us (:mod:`daemon.peer_auth`). A receiver that restarted answers 401
+told us (:mod:`daemon.peer.auth`). A receiver that restarted answers 401
 with its new boot id in ``X-AIM-Boot``; the client remembers it and sends
 the request again, once, signed afresh. A call made while serving a request
 carries its ``X-Request-Id`` (see :mod:`daemon.logs`) and every call carries
@@ -36,8 +36,8 @@ import msgpack
 from common import limits
 from daemon.logs import HEADER as REQUEST_ID_HEADER
 from daemon.logs import request_id
-from daemon.peer_auth import BOOT_HEADER, sign
-from daemon.peer_channel import LINK_PATH, ChannelError, Channels, channel_key
+from daemon.peer.auth import BOOT_HEADER, sign
+from daemon.peer.channel import LINK_PATH, ChannelError, Channels, channel_key
 from federation.messages import PROTOCOL_VERSION
 
 PROTOCOL_HEADER = "X-AIM-Protocol"  # the sender's peer protocol version (federation.messages)
@@ -158,7 +158,7 @@ class PeerClient:
             "ms": round((time.monotonic() - started) * 1000, 1)}})
         return (msgpack.unpackb(raw, raw=False) if raw else None), incarnation
 
-    # -- the peer channel (daemon/peer_channel.py) ---------------------------
+    # -- the peer channel (daemon/peer/channel.py) ---------------------------
 
     async def _channel(self, peer: str, timeout_s: float) -> Any:
         assert self.channels is not None

@@ -40,7 +40,7 @@ from typing import Any
 
 from common import limits
 from daemon.metrics import Metrics
-from daemon.peer_client import MSGS_PATH, PeerClient, PeerUnreachable, pack
+from daemon.peer.client import MSGS_PATH, PeerClient, PeerUnreachable, pack
 from federation.batching import coalesce, halve, merge_accepts
 from federation.messages import decode_msg
 

@@ -10,7 +10,7 @@ sends those batches as frames; every other peer call (pulls, recovery,
 seeding, the legacy mailbox route) stays plain HTTP.
 
 **Opening.** ``GET /peer/v1/link`` upgrades to a WebSocket. It is signed
-like any peer request (:mod:`daemon.peer_auth`, empty body): the signature
+like any peer request (:mod:`daemon.peer.auth`, empty body): the signature
 names both members and the receiver's boot id, and its nonce is accepted
 once, so an upgrade cannot be replayed and a channel never outlives the
 receiver's process. A receiver that restarted answers 401 with its new boot
@@ -28,7 +28,7 @@ reordered fails its tag and the channel closes.
 serves each frame in its own task, as it would concurrent requests, and
 answers it by id. An exchange whose answer does not come within its timeout
 closes the channel; every exchange waiting on it then fails with
-:class:`daemon.peer_client.PeerUnreachable`, as a failed request does, and
+:class:`daemon.peer.client.PeerUnreachable`, as a failed request does, and
 the next call opens a new channel. A peer that does not serve the route (an
 older version: 404 or 405) is sent plain HTTP for
 ``limits.peer_channel_retry_secs`` before the upgrade is tried again.

@@ -1,4 +1,4 @@
-"""The peer channel (daemon/peer_channel.py): batches as WebSocket frames.
+"""The peer channel (daemon/peer/channel.py): batches as WebSocket frames.
 
 The upgrade is refused unless signed like any peer request; every frame is
 tagged, so an altered, replayed or reordered frame closes the channel; a
@@ -19,8 +19,8 @@ from aiohttp import web
 
 from common import limits
 from daemon.app import build_app
-from daemon.peer_auth import BOOT_HEADER, sign
-from daemon.peer_channel import (
+from daemon.peer.auth import BOOT_HEADER, sign
+from daemon.peer.channel import (
     LINK_PATH,
     TO_CLIENT,
     TO_SERVER,
@@ -28,7 +28,7 @@ from daemon.peer_channel import (
     FrameSeal,
     channel_key,
 )
-from daemon.peer_client import PeerClient, PeerUnreachable
+from daemon.peer.client import PeerClient, PeerUnreachable
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
 from daemon.wiring import build_node
 from federation.messages import PROTOCOL_VERSION, SyncOffer

@@ -21,7 +21,7 @@ from common.errors import LimitExceeded, Unavailable
 from common.ops import MSG_SEND, Op, mailbox_key
 from common.vocab import MESSAGE_FIELDS
 from daemon import forwarding
-from daemon.peer_client import PeerUnreachable
+from daemon.peer.client import PeerUnreachable
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
 from daemon.wiring import build_node
 from federation.claim import MailPop
