@@ -236,7 +236,7 @@ web_session_idle_secs = 8 * 3600  # a session unused this long is forgotten
 web_login_body_max_bytes = 4_096  # a login request's JSON body
 web_held_max = 256  # held messages the banner lists per project (the mailbox cap)
 
-# --- TLS (daemon/tls.py, common/certs.py) ------------------------------------
+# --- TLS (daemon/runtime/tls.py, common/certs.py) ------------------------------------
 tls_ca_cert_days = 3650  # a cluster CA minted by `cluster init` / `tls rotate --new-ca`
 tls_node_cert_days = 397  # a member certificate; `ai-memory tls rotate` mints the next one
 

@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 from common import limits
 from common.ops import Op
-from daemon.metrics import Metrics
 from daemon.peer.client import PeerClient, PeerUnreachable
 from daemon.peer.link import Spawn
+from daemon.runtime.metrics import Metrics
 from federation.messages import Replicate, decode_msg
 
 

@@ -23,8 +23,8 @@ from daemon.api import MIDDLEWARES, ROUTE_MODULES
 from daemon.appkeys import NODE
 from daemon.auth import authenticate
 from daemon.http_errors import error_middleware, request_guard, set_server_header
-from daemon.logs import request_id_middleware
 from daemon.node import Node
+from daemon.runtime.logs import request_id_middleware
 
 __all__ = ["NODE", "build_app"]
 

@@ -12,8 +12,8 @@ from typing import Protocol
 
 from common import limits
 from common.errors import Unavailable
-from daemon.metrics import Metrics
-from daemon.tasks import Background
+from daemon.runtime.metrics import Metrics
+from daemon.runtime.tasks import Background
 
 
 class QueueDepth(Protocol):

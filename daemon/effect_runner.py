@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from common import limits
 from common.errors import Unavailable
 from common.ops import Op, known_kind
-from daemon.metrics import Metrics
+from daemon.runtime.metrics import Metrics
 from federation import driver
 from federation.batching import coalesce
 from federation.core import NodeCore

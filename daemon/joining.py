@@ -43,14 +43,14 @@ from aiohttp import web
 
 from common import limits
 from common.errors import AiMemoryError, ClusterMismatch, Unavailable
-from daemon import tls
 from daemon.http_errors import refuse_unread
 from daemon.peer.auth import BOOT_HEADER, BootMismatch, Verifier
 from daemon.peer.client import PeerClient, PeerUnreachable
+from daemon.runtime import tls
+from daemon.runtime.systemd import Notifier
+from daemon.runtime.tls import check_peer_cert
 from daemon.seeding import seed_from_peers
 from daemon.settings import Settings
-from daemon.systemd import Notifier
-from daemon.tls import check_peer_cert
 from federation import bootstrap as rule
 from store.db import holds_data
 

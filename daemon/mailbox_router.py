@@ -51,9 +51,9 @@ from daemon.forwarding import (
     encode_request,
     encode_result,
 )
-from daemon.logs import request_id
-from daemon.metrics import Metrics
 from daemon.peer.client import PeerClient, PeerUnreachable
+from daemon.runtime.logs import request_id
+from daemon.runtime.metrics import Metrics
 from federation import routing
 from federation.messages import Forward, ForwardResult, Replicate
 

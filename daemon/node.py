@@ -11,7 +11,7 @@ ends it in order. The jobs live in their own modules:
 * :mod:`daemon.anti_entropy` -- pushes of what a peer lacks;
 * :mod:`daemon.read_quorum` -- the R-quorum pull before inbox/mailbox reads;
 * :mod:`daemon.mailbox_router` -- mailbox requests run at the owner;
-* :mod:`daemon.status` -- what ``cluster status`` shows.
+* :mod:`daemon.runtime.status` -- what ``cluster status`` shows.
 
 This module keeps only what needs all of them: ``write`` (a quorum write:
 the core stamps the ops, the runner persists and sends them, the caller
@@ -37,20 +37,20 @@ from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.admission import Admission
 from daemon.anti_entropy import Pusher
 from daemon.backpressure import Backpressure
-from daemon.clock import Clock
 from daemon.effect_runner import EffectRunner
 from daemon.identity.directory import ReplicatedDirectory
 from daemon.mailbox_router import MailboxRouter
-from daemon.metrics import Metrics
 from daemon.peer.auth import Verifier
 from daemon.peer.client import PeerClient
 from daemon.peer.link import PeerLink
 from daemon.read_quorum import ReadQuorum
+from daemon.runtime.clock import Clock
+from daemon.runtime.metrics import Metrics
+from daemon.runtime.status import node_status
+from daemon.runtime.tasks import Background
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
-from daemon.status import node_status
 from daemon.streams import StreamHub
-from daemon.tasks import Background
 from daemon.webhooks.service import Webhooks
 from federation.core import NodeCore
 from store.db import Store

@@ -28,8 +28,8 @@ from common.errors import QuorumNotMet
 from common.ops import Op
 from common.vocab import CONSISTENCY_DEFAULT, LOCAL, Consistency
 from daemon.effect_runner import EffectRunner
-from daemon.metrics import Metrics
 from daemon.peer.client import PeerClient, PeerUnreachable
+from daemon.runtime.metrics import Metrics
 from daemon.settings import ClusterSettings
 from federation import read
 from federation.messages import Replicate

@@ -35,8 +35,8 @@ from common.errors import Unavailable
 from daemon.api.backup import BACKUP_PATH
 from daemon.peer.auth import BOOT_HEADER, sign
 from daemon.peer.client import PeerClient, PeerUnreachable
+from daemon.runtime.tls import client_context
 from daemon.settings import Settings
-from daemon.tls import client_context
 from federation.messages import Reseeding
 from store.backup import restore
 from store.db import holds_data

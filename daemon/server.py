@@ -7,8 +7,8 @@ others whether it bootstraps a new cluster or is seeded
 Order: stop accepting connections, let in-flight requests finish within
 ``server.shutdown_grace_secs``, stop the node (background tasks, peer links,
 store). Under systemd (``Type=notify``) the node says READY=1 once it
-serves and STOPPING=1 when it begins to shut down (:mod:`daemon.systemd`).
-With ``[tls]`` the site serves HTTPS (:mod:`daemon.tls`); SIGHUP reloads the
+serves and STOPPING=1 when it begins to shut down (:mod:`daemon.runtime.systemd`).
+With ``[tls]`` the site serves HTTPS (:mod:`daemon.runtime.tls`); SIGHUP reloads the
 certificate, key and CA files for new handshakes. uvloop is used when installed.
 """
 
@@ -21,13 +21,13 @@ import signal
 
 from aiohttp import web
 
-from daemon import collector, tls
 from daemon.app import build_app
 from daemon.http_errors import BoundaryRunner
 from daemon.joining import prepare
-from daemon.logs import configure as configure_logs
+from daemon.runtime import collector, tls
+from daemon.runtime.logs import configure as configure_logs
+from daemon.runtime.systemd import Notifier
 from daemon.settings import Settings, check_exposure
-from daemon.systemd import Notifier
 from daemon.wiring import build_node
 
 log = logging.getLogger("ai_memory.server")

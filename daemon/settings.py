@@ -45,7 +45,7 @@ class ServerSettings:
 @dataclass(frozen=True, slots=True)
 class TlsSettings:
     """HTTPS for this node's listener and mutual TLS to and from its peers
-    (:mod:`daemon.tls`). ``ca`` lists the PEM files (each may be a bundle)
+    (:mod:`daemon.runtime.tls`). ``ca`` lists the PEM files (each may be a bundle)
     of the cluster CAs this node trusts for peers and client certificates;
     two during a CA rotation. Relative paths in a TOML file are resolved
     against the file's directory."""
@@ -174,7 +174,7 @@ class Settings:
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)
     streams: StreamSettings = field(default_factory=StreamSettings)
     log_level: str = "info"
-    log_format: str = "text"  # "text" or "json" (one object per line), see daemon/logs.py
+    log_format: str = "text"  # "text" or "json" (one object per line), see daemon/runtime/logs.py
     # Fault-injection knob for tests and drills: this node's clock runs this
     # many ms ahead (negative: behind). Only from AI_MEMORY_DEBUG_CLOCK_OFFSET_MS.
     clock_offset_ms: int = 0

@@ -60,7 +60,7 @@ from typing import Any
 from common import limits
 from common.errors import BadRequest, Unavailable
 from common.ops import MSG_SEND, NOTE_NEW, Op
-from daemon.metrics import Metrics
+from daemon.runtime.metrics import Metrics
 from store.seen import SeenSet
 
 log = logging.getLogger("ai_memory.streams")

@@ -30,24 +30,24 @@ from common.policy import Directory
 from daemon.admission import Admission
 from daemon.anti_entropy import Pusher
 from daemon.backpressure import Backpressure
-from daemon.clock import Clock
 from daemon.directory import ChainDirectory, static_directory
 from daemon.effect_runner import EffectRunner
 from daemon.identity.bootstrap import ensure_root_key
 from daemon.identity.directory import ReplicatedDirectory
 from daemon.mailbox_router import MailboxRouter
-from daemon.metrics import Metrics
 from daemon.node import Node
 from daemon.peer.auth import Verifier
 from daemon.peer.client import PeerClient
 from daemon.peer.link import PeerLink
 from daemon.read_quorum import ReadQuorum
+from daemon.runtime.clock import Clock
+from daemon.runtime.metrics import Metrics
+from daemon.runtime.tasks import Background
+from daemon.runtime.tls import client_context
 from daemon.seeding import needs_seed, seed_from_peers
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
 from daemon.streams import StreamHub
-from daemon.tasks import Background
-from daemon.tls import client_context
 from daemon.webhooks.service import Webhooks
 from daemon.webhooks.ssrf import AddressPolicy
 from federation.bootstrap import derived_cluster_id

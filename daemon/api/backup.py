@@ -30,11 +30,11 @@ from common.policy import KEYS, check
 from daemon.appkeys import NODE
 from daemon.auth import NOBODY, principal_of
 from daemon.http_errors import error_response
-from daemon.logs import HEADER as REQUEST_ID_HEADER
-from daemon.logs import request_id
 from daemon.peer.auth import BOOT_HEADER, BootMismatch
+from daemon.runtime.logs import HEADER as REQUEST_ID_HEADER
+from daemon.runtime.logs import request_id
+from daemon.runtime.tls import check_peer_cert
 from daemon.services import backup as svc
-from daemon.tls import check_peer_cert
 
 BACKUP_PATH = "/api/v1/admin/backup"
 BUSY: web.AppKey[asyncio.Lock] = web.AppKey("backup_lock")

@@ -6,7 +6,7 @@ caller; ``pull`` answers an R-quorum read with the ops for one key the
 caller lacks; ``mailbox`` runs a forwarded mailbox request here. All three
 refuse unauthenticated callers when a cluster secret is set, and refuse
 nodes that are not members; on a TLS node, also a caller whose client
-certificate does not name the member it claims to be (:mod:`daemon.tls`). The signature is checked from the headers
+certificate does not name the member it claims to be (:mod:`daemon.runtime.tls`). The signature is checked from the headers
 before the body is read (:mod:`daemon.peer.auth`); a refused request is
 answered at once and its connection closed, so an unsigned 60 MiB body is
 never buffered. Each request's ``X-AIM-Protocol`` (see
@@ -42,8 +42,8 @@ from daemon.joining import HELLO_PATH, hello_answer
 from daemon.peer.auth import BOOT_HEADER, BootMismatch
 from daemon.peer.channel import ChannelError, ServerChannel, channel_key
 from daemon.peer.client import INCARNATION_HEADER, PROTOCOL_HEADER
+from daemon.runtime.tls import check_peer_cert
 from daemon.services import peer as service
-from daemon.tls import check_peer_cert
 from federation.bootstrap import SERVING
 from federation.messages import PROTOCOL_MIN, PROTOCOL_VERSION, decode_msg, is_known_tag
 

@@ -27,9 +27,9 @@ from daemon.appkeys import NODE
 from daemon.auth import NOBODY, is_loopback, principal_of
 from daemon.http_errors import Handler, decode_json, error_response, query_model, read_json
 from daemon.peer.auth import BOOT_HEADER, BootMismatch
+from daemon.runtime.tls import check_peer_cert
 from daemon.schemas.memories import Confidence, Metadata, Source, Tags, Title
 from daemon.services import sync
-from daemon.tls import check_peer_cert
 from daemon.validation import AgentId, Lenient, Namespace, Priority, Strict, Tier, text, validate
 
 RecordId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9\-_.:]+$")]

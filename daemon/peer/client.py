@@ -9,7 +9,7 @@ Requests are signed for the receiving member and for the boot id it last
 told us (:mod:`daemon.peer.auth`). A receiver that restarted answers 401
 with its new boot id in ``X-AIM-Boot``; the client remembers it and sends
 the request again, once, signed afresh. A call made while serving a request
-carries its ``X-Request-Id`` (see :mod:`daemon.logs`) and every call carries
+carries its ``X-Request-Id`` (see :mod:`daemon.runtime.logs`) and every call carries
 the sender's ``X-AIM-Protocol`` and ``X-AIM-Incarnation`` (the incarnation
 of its database, which a member that lost its disk changes; a receiver drops
 what a replaced incarnation still had in flight, see
@@ -17,7 +17,7 @@ what a replaced incarnation still had in flight, see
 own, and :meth:`PeerClient.call_from` returns it with the answer. Each call
 is logged at debug level with peer, path, status and duration. Over https
 each request and channel is opened with the TLS client context current at
-that moment (``tls``, see :mod:`daemon.tls`), so a reloaded certificate is
+that moment (``tls``, see :mod:`daemon.runtime.tls`), so a reloaded certificate is
 used by the next connection.
 """
 
@@ -34,10 +34,10 @@ import aiohttp
 import msgpack
 
 from common import limits
-from daemon.logs import HEADER as REQUEST_ID_HEADER
-from daemon.logs import request_id
 from daemon.peer.auth import BOOT_HEADER, sign
 from daemon.peer.channel import LINK_PATH, ChannelError, Channels, channel_key
+from daemon.runtime.logs import HEADER as REQUEST_ID_HEADER
+from daemon.runtime.logs import request_id
 from federation.messages import PROTOCOL_VERSION
 
 PROTOCOL_HEADER = "X-AIM-Protocol"  # the sender's peer protocol version (federation.messages)

@@ -39,8 +39,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from common import limits
-from daemon.metrics import Metrics
 from daemon.peer.client import MSGS_PATH, PeerClient, PeerUnreachable, pack
+from daemon.runtime.metrics import Metrics
 from federation.batching import coalesce, halve, merge_accepts
 from federation.messages import decode_msg
 

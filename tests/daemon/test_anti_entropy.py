@@ -12,8 +12,8 @@ import msgpack
 from common import ops as K
 from common.ops import Op
 from daemon.anti_entropy import Pusher
-from daemon.metrics import Metrics
 from daemon.peer.client import PeerUnreachable
+from daemon.runtime.metrics import Metrics
 from federation.messages import decode_msg
 from store.db import Store
 

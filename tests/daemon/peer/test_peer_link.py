@@ -15,10 +15,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from common.ops import Op
-from daemon.metrics import Metrics
 from daemon.peer.client import PeerClient
 from daemon.peer.link import PeerLink
-from daemon.tasks import Background
+from daemon.runtime.metrics import Metrics
+from daemon.runtime.tasks import Background
 from federation.messages import Ack, Replicate, decode_msg
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from common import limits
-from daemon.metrics import Metrics
+from daemon.runtime.metrics import Metrics
 
 _Callback = Callable[[str, dict[str, Any]], None]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from daemon.logs import QUIET_LIBRARIES, JsonFormatter, TextFormatter, configure, request_id
+from daemon.runtime.logs import QUIET_LIBRARIES, JsonFormatter, TextFormatter, configure, request_id
 from tests.cluster.harness import Cluster
 from tests.daemon._fixtures_handlers import snapshot
 

@@ -1,4 +1,4 @@
-"""The garbage collector's setup (daemon/collector.py): thresholds, the
+"""The garbage collector's setup (daemon/runtime/collector.py): thresholds, the
 startup freeze, pauses in the metrics, and all of it in a real process."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from common import limits
-from daemon import collector
-from daemon.metrics import Metrics
+from daemon.runtime import collector
+from daemon.runtime.metrics import Metrics
 from tests.daemon.procdaemon import daemon_process
 
 

@@ -15,7 +15,7 @@ import pytest
 from cli import pki
 from common import certs, trust
 from common.errors import BadRequest, Forbidden, Unauthorized
-from daemon import tls
+from daemon.runtime import tls
 from daemon.settings import load_settings
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.systemd import Notifier
+from daemon.runtime.systemd import Notifier
 from tests.cluster.harness import free_port, http
 
 pytestmark = pytest.mark.timeout(60)
