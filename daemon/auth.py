@@ -38,8 +38,8 @@ from common.errors import BadRequest, Forbidden, Unauthorized
 from common.policy import KEYS, Principal
 from daemon.appkeys import NODE
 from daemon.http_errors import Handler, closing_error_response, refuse_unread
+from daemon.schemas.validation import AGENT_ID_RE
 from daemon.settings import AuthSettings
-from daemon.validation import AGENT_ID_RE
 
 _AGENT_RE = re.compile(AGENT_ID_RE.strip("^$"))
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)

@@ -42,7 +42,7 @@ from aiohttp.web_request import BaseRequest
 from common import limits
 from common.errors import AiMemoryError, BadRequest, PayloadTooLarge, Unavailable
 from daemon.schemas.headers import hostile_header
-from daemon.validation import validate
+from daemon.schemas.validation import validate
 
 log = logging.getLogger("ai_memory.http")
 

@@ -38,7 +38,7 @@ from daemon.admission import Admission
 from daemon.anti_entropy import Pusher
 from daemon.backpressure import Backpressure
 from daemon.effect_runner import EffectRunner
-from daemon.identity.directory import ReplicatedDirectory
+from daemon.identity.replicated_directory import ReplicatedDirectory
 from daemon.mailbox_router import MailboxRouter
 from daemon.peer.auth import Verifier
 from daemon.peer.client import PeerClient

@@ -30,10 +30,10 @@ from common.policy import Directory
 from daemon.admission import Admission
 from daemon.anti_entropy import Pusher
 from daemon.backpressure import Backpressure
-from daemon.directory import ChainDirectory, static_directory
 from daemon.effect_runner import EffectRunner
 from daemon.identity.bootstrap import ensure_root_key
-from daemon.identity.directory import ReplicatedDirectory
+from daemon.identity.memory_directory import ChainDirectory, static_directory
+from daemon.identity.replicated_directory import ReplicatedDirectory
 from daemon.mailbox_router import MailboxRouter
 from daemon.node import Node
 from daemon.peer.auth import Verifier

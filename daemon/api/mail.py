@@ -19,8 +19,8 @@ from daemon.auth import owner_user, principal_of
 from daemon.http_errors import query_model, read_json
 from daemon.schemas.headers import session_id
 from daemon.schemas.ids import check_idempotency_key
+from daemon.schemas.validation import AgentId, Lenient, RequestId, ScopeName, Strict, text
 from daemon.services import mail
-from daemon.validation import AgentId, Lenient, RequestId, ScopeName, Strict, text
 
 MessageId = Annotated[str, StringConstraints(min_length=1, max_length=64,
                                              pattern=r"^[A-Za-z0-9\-]+$")]

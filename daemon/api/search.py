@@ -35,9 +35,9 @@ from daemon.schemas.search import (
     SearchBody,
     SearchQuery,
 )
+from daemon.schemas.validation import validate
 from daemon.services import admin, links
 from daemon.services import search as svc
-from daemon.validation import validate
 
 
 def _who(request: web.Request, claimed: str | None = None) -> str | None:

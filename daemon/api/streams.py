@@ -34,11 +34,11 @@ from daemon.appkeys import NODE
 from daemon.auth import acting_agent, principal_of
 from daemon.http_errors import query_model
 from daemon.schemas.headers import session_id
+from daemon.schemas.validation import AgentId, Lenient, ScopeName
 from daemon.services import mail
 from daemon.services.scope import refuse_inferred
 from daemon.services.streams import InboxSource, MailboxSource, Source
 from daemon.streams import HEARTBEAT, Subscription, decode_cursor, encode_cursor, merged, sse
-from daemon.validation import AgentId, Lenient, ScopeName
 
 _WRITE_CHUNK_BYTES = 64 * 1024  # replayed events are written in pieces about this big
 

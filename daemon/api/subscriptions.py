@@ -50,8 +50,8 @@ from daemon.auth import acting_agent, principal_of
 from daemon.http_errors import query_model, read_body
 from daemon.schemas.ids import check_idempotency_key, check_record_id
 from daemon.schemas.timefmt import rfc3339
+from daemon.schemas.validation import AgentId, Lenient, Namespace, Strict, text, validate
 from daemon.services import ns_subscriptions
-from daemon.validation import AgentId, Lenient, Namespace, Strict, text, validate
 from daemon.webhooks.names import parse_events
 from daemon.webhooks.outbox import is_seq
 from daemon.webhooks.signing import SIGNATURE_SECRET, SignatureVersion

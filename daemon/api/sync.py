@@ -29,8 +29,17 @@ from daemon.http_errors import Handler, decode_json, error_response, query_model
 from daemon.peer.auth import BOOT_HEADER, BootMismatch
 from daemon.runtime.tls import check_peer_cert
 from daemon.schemas.memories import Confidence, Metadata, Source, Tags, Title
+from daemon.schemas.validation import (
+    AgentId,
+    Lenient,
+    Namespace,
+    Priority,
+    Strict,
+    Tier,
+    text,
+    validate,
+)
 from daemon.services import sync
-from daemon.validation import AgentId, Lenient, Namespace, Priority, Strict, Tier, text, validate
 
 RecordId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9\-_.:]+$")]
 

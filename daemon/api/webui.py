@@ -41,8 +41,8 @@ from daemon.api.websession import (
 from daemon.appkeys import NODE
 from daemon.http_errors import query_model, read_json
 from daemon.node import Node
+from daemon.schemas.validation import Lenient, ScopeName, Strict, text
 from daemon.services import mail
-from daemon.validation import Lenient, ScopeName, Strict, text
 
 STATIC = Path(__file__).resolve().parent.parent / "web"
 PAGES = {"login": "login.html", "inbox": "inbox.html"}

@@ -39,9 +39,9 @@ from daemon.schemas.ids import check_idempotency_key, check_record_id
 from daemon.schemas.memories import CreateMemory, ListMemoriesQuery
 from daemon.schemas.notify import InboxQuery, NotifyRequest
 from daemon.schemas.search import SearchBody
+from daemon.schemas.validation import validate
 from daemon.services import agents, mail, memories, notify
 from daemon.services import search as search_svc
-from daemon.validation import validate
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import BadRequest
-from daemon.directory import parse_grant, static_directory
+from daemon.identity.memory_directory import parse_grant, static_directory
 from daemon.settings import check_exposure, is_loopback_host, load_settings
 from tests.cluster.harness import ROOT, free_port
 

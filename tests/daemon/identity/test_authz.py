@@ -24,7 +24,7 @@ from common import policy
 from common.policy import Principal
 from daemon.app import build_app
 from daemon.appkeys import NODE
-from daemon.directory import MemoryDirectory
+from daemon.identity.memory_directory import MemoryDirectory
 from daemon.node import Node
 from daemon.peer.auth import sign
 from daemon.settings import AuthSettings, ClusterSettings, Settings, StoreSettings

@@ -14,7 +14,7 @@ import pytest
 
 from common.errors import DirectoryUnconfirmed, QuorumNotMet
 from common.ops import APIKEY_PUT, IDENT_KEY, USER_PUT, Op
-from daemon.identity.directory import ReplicatedDirectory
+from daemon.identity.replicated_directory import ReplicatedDirectory
 from daemon.identity.secrets import hash_secret, new_secret
 from store.db import Store
 
