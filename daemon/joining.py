@@ -43,7 +43,7 @@ from aiohttp import web
 
 from common import limits
 from common.errors import AiMemoryError, ClusterMismatch, Unavailable
-from daemon.http_errors import refuse_unread
+from daemon.http.errors import refuse_unread
 from daemon.peer.auth import BOOT_HEADER, BootMismatch, Verifier
 from daemon.peer.client import PeerClient, PeerUnreachable
 from daemon.runtime import tls

@@ -34,10 +34,11 @@ from common.errors import QuorumNotMet, Unavailable
 from common.ops import Op
 from common.policy import Directory
 from common.vocab import CONSISTENCY_DEFAULT, Consistency
-from daemon.admission import Admission
 from daemon.anti_entropy import Pusher
-from daemon.backpressure import Backpressure
 from daemon.effect_runner import EffectRunner
+from daemon.http.admission import Admission
+from daemon.http.backpressure import Backpressure
+from daemon.http.stream_hub import StreamHub
 from daemon.identity.replicated_directory import ReplicatedDirectory
 from daemon.mailbox_router import MailboxRouter
 from daemon.peer.auth import Verifier
@@ -50,7 +51,6 @@ from daemon.runtime.status import node_status
 from daemon.runtime.tasks import Background
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
-from daemon.streams import StreamHub
 from daemon.webhooks.service import Webhooks
 from federation.core import NodeCore
 from store.db import Store
@@ -86,7 +86,7 @@ class Node:
         self.verifier = verifier
         self.peer_protocols = router.peer_protocols  # the protocol each peer last spoke to us
         self.seen_throttle = seen_throttle
-        self.directory = directory  # where keys resolve to principals (daemon/auth.py)
+        self.directory = directory  # where keys resolve to principals (daemon/http/auth.py)
         self.identity = identity  # the replicated users, keys and grants (daemon/identity/)
         self.streams = streams  # push streams (SSE), fed by the applied-ops listeners
         self.started_at_ms = clock.now_ms()

@@ -21,8 +21,8 @@ import signal
 
 from aiohttp import web
 
-from daemon.app import build_app
-from daemon.http_errors import BoundaryRunner
+from daemon.http.app import build_app
+from daemon.http.errors import BoundaryRunner
 from daemon.joining import prepare
 from daemon.runtime import collector, tls
 from daemon.runtime.logs import configure as configure_logs

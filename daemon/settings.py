@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 
 from common import limits
 from common.errors import BadRequest
-from daemon.admission import AdmissionHook, parse_hooks
+from daemon.http.admission import AdmissionHook, parse_hooks
+from daemon.http.stream_hub import StreamSettings
 from daemon.identity.secrets import check_root_secret
-from daemon.streams import StreamSettings
 from daemon.webhooks.config import WebhookSettings
 
 
@@ -152,7 +152,7 @@ class AuthSettings:
 class MailSettings:
     default_workspace: str = "default"
     default_project: str | None = None
-    admission: tuple[AdmissionHook, ...] = ()  # deciding hooks, daemon/admission.py
+    admission: tuple[AdmissionHook, ...] = ()  # deciding hooks, daemon/http/admission.py
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,10 +27,11 @@ from common import limits
 from common.errors import ClusterMismatch
 from common.ops import IDENT_KEY
 from common.policy import Directory
-from daemon.admission import Admission
 from daemon.anti_entropy import Pusher
-from daemon.backpressure import Backpressure
 from daemon.effect_runner import EffectRunner
+from daemon.http.admission import Admission
+from daemon.http.backpressure import Backpressure
+from daemon.http.stream_hub import StreamHub
 from daemon.identity.bootstrap import ensure_root_key
 from daemon.identity.memory_directory import ChainDirectory, static_directory
 from daemon.identity.replicated_directory import ReplicatedDirectory
@@ -47,7 +48,6 @@ from daemon.runtime.tls import client_context
 from daemon.seeding import needs_seed, seed_from_peers
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
-from daemon.streams import StreamHub
 from daemon.webhooks.service import Webhooks
 from daemon.webhooks.ssrf import AddressPolicy
 from federation.bootstrap import derived_cluster_id

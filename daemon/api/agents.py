@@ -14,9 +14,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from common.errors import AiMemoryError
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import Handler, read_json
+from daemon.http.appkeys import NODE
+from daemon.http.auth import acting_agent, principal_of
+from daemon.http.errors import Handler, read_json
 from daemon.schemas.agents import RegisterAgent
 from daemon.services import agents as service
 

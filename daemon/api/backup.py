@@ -27,9 +27,9 @@ from aiohttp import web
 from common import limits
 from common.errors import Conflict, Forbidden
 from common.policy import KEYS, check
-from daemon.appkeys import NODE
-from daemon.auth import NOBODY, principal_of
-from daemon.http_errors import error_response
+from daemon.http.appkeys import NODE
+from daemon.http.auth import NOBODY, principal_of
+from daemon.http.errors import error_response
 from daemon.peer.auth import BOOT_HEADER, BootMismatch
 from daemon.runtime.logs import HEADER as REQUEST_ID_HEADER
 from daemon.runtime.logs import request_id

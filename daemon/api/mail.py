@@ -1,6 +1,6 @@
 """HTTP handlers for sessions, projects and project mail.
 
-Each handler hands the caller (:func:`daemon.auth.principal_of`) to
+Each handler hands the caller (:func:`daemon.http.auth.principal_of`) to
 :mod:`daemon.services.mail`, which asks :func:`common.policy.check` once it
 knows the projects involved."""
 
@@ -14,9 +14,9 @@ from pydantic import Field, StringConstraints
 from common import limits
 from common.randomid import uuid4
 from common.vocab import CONSISTENCY_DEFAULT, NATURE_DEFAULT, Box, Consistency, Nature
-from daemon.appkeys import NODE
-from daemon.auth import owner_user, principal_of
-from daemon.http_errors import query_model, read_json
+from daemon.http.appkeys import NODE
+from daemon.http.auth import owner_user, principal_of
+from daemon.http.errors import query_model, read_json
 from daemon.schemas.headers import session_id
 from daemon.schemas.ids import check_idempotency_key
 from daemon.schemas.validation import AgentId, Lenient, RequestId, ScopeName, Strict, text

@@ -15,9 +15,9 @@ from typing import Any
 from aiohttp import web
 
 from common.errors import BadRequest
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import query_model, read_body, read_json
+from daemon.http.appkeys import NODE
+from daemon.http.auth import acting_agent, principal_of
+from daemon.http.errors import query_model, read_body, read_json
 from daemon.schemas.ids import check_idempotency_key
 from daemon.schemas.memories import CreateMemory, ListMemoriesQuery, UpdateMemory
 from daemon.services import memories

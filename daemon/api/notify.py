@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import query_model, read_json
+from daemon.http.appkeys import NODE
+from daemon.http.auth import acting_agent, principal_of
+from daemon.http.errors import query_model, read_json
 from daemon.schemas.ids import check_idempotency_key
 from daemon.schemas.notify import InboxQuery, MarkReadQuery, MarkReadRequest, NotifyRequest
 from daemon.services import notify as service

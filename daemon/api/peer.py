@@ -35,9 +35,9 @@ from aiohttp import WSMsgType, web
 
 from common import limits
 from common.errors import AiMemoryError, BadRequest, Forbidden
-from daemon.appkeys import NODE
 from daemon.forwarding import decode_forward
-from daemon.http_errors import refuse_unread
+from daemon.http.appkeys import NODE
+from daemon.http.errors import refuse_unread
 from daemon.joining import HELLO_PATH, hello_answer
 from daemon.peer.auth import BOOT_HEADER, BootMismatch
 from daemon.peer.channel import ChannelError, ServerChannel, channel_key

@@ -19,9 +19,9 @@ from aiohttp import web
 from common import limits
 from common.errors import BadRequest, PayloadTooLarge
 from common.policy import check
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import decode_json, query_model, read_body, read_json
+from daemon.http.appkeys import NODE
+from daemon.http.auth import acting_agent, principal_of
+from daemon.http.errors import decode_json, query_model, read_body, read_json
 from daemon.schemas.search import (
     ConsolidateBody,
     ForgetFilter,

@@ -45,9 +45,9 @@ from pydantic import BeforeValidator, Field, StringConstraints, model_validator
 from common import limits
 from common.errors import BadRequest
 from common.policy import check_author
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import query_model, read_body
+from daemon.http.appkeys import NODE
+from daemon.http.auth import acting_agent, principal_of
+from daemon.http.errors import query_model, read_body
 from daemon.schemas.ids import check_idempotency_key, check_record_id
 from daemon.schemas.timefmt import rfc3339
 from daemon.schemas.validation import AgentId, Lenient, Namespace, Strict, text, validate

@@ -23,9 +23,9 @@ from pydantic import Field
 from common import limits
 from common.errors import BadRequest, Forbidden, Unauthorized
 from common.policy import ANONYMOUS, check
-from daemon.appkeys import NODE
-from daemon.auth import NOBODY, is_loopback, principal_of
-from daemon.http_errors import Handler, decode_json, error_response, query_model, read_json
+from daemon.http.appkeys import NODE
+from daemon.http.auth import NOBODY, is_loopback, principal_of
+from daemon.http.errors import Handler, decode_json, error_response, query_model, read_json
 from daemon.peer.auth import BOOT_HEADER, BootMismatch
 from daemon.runtime.tls import check_peer_cert
 from daemon.schemas.memories import Confidence, Metadata, Source, Tags, Title

@@ -8,7 +8,7 @@ carried out in process by :class:`DirectClient`: validated with the very
 models the HTTP handlers use (so a bad argument is the same
 ``{"error", "code"}`` body), the caller taken from the ``/mcp`` request's own
 headers (``X-Agent-Id``, ``X-API-Key`` or a bearer key, the hook session in
-``x-memory-actor-session-id``) exactly as :mod:`daemon.auth` reads them for
+``x-memory-actor-session-id``) exactly as :mod:`daemon.http.auth` reads them for
 HTTP, then the service function called. Nothing goes back over a socket.
 
 :data:`ROUTES` lists the requests the tools make; a tool asking for anything
@@ -30,8 +30,8 @@ from common.errors import ServerError, Unavailable
 from common.policy import Principal, check_author
 from daemon.api.mail import CancelIn, ListIn, PopIn, ScopeQuery, SendIn
 from daemon.api.subscriptions import SubscribeIn, create_webhook
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, owner_user, principal_of
+from daemon.http.appkeys import NODE
+from daemon.http.auth import acting_agent, owner_user, principal_of
 from daemon.node import Node
 from daemon.schemas.agents import RegisterAgent
 from daemon.schemas.headers import session_id

@@ -301,7 +301,7 @@ async def test_a_fresh_send_is_not_looked_up_and_a_keyed_one_is(  # type: ignore
     # still said "uuid4", every send paid that read (1-node send+pop halved).
     import uuid
 
-    from daemon.appkeys import NODE
+    from daemon.http.appkeys import NODE
     store = projects.server.app[NODE].store
     looked_up: list[str] = []
     real = store.message
@@ -358,7 +358,7 @@ async def test_owner_sheds_load_beyond_its_queue_bound(projects, monkeypatch) ->
         await send(projects, body=f"load-{i}")
     monkeypatch.setattr(limits, "mailbox_requests_max", 3)
     # A fresh owner slot: the first pops queue while the mailbox loads.
-    from daemon.appkeys import NODE
+    from daemon.http.appkeys import NODE
 
     projects.server.app[NODE].core.claims.slots.clear()
     results = await asyncio.gather(*(pop(projects, request_id=f"burst-{i}") for i in range(20)))

@@ -12,7 +12,7 @@ import pytest
 
 from common.policy import KEYS, Principal, ProjectGrant
 from common.vocab import NATURE_MEANINGS, NATURES
-from daemon.app import build_app
+from daemon.http.app import build_app
 from daemon.wiring import build_node
 from tests.daemon.conftest import make_settings
 
@@ -255,7 +255,7 @@ async def test_password_and_key_login_grants_and_hidden_names(keyed: Any) -> Non
     me = await (await c.get("/web/api/me")).json()
     assert me["name"] == "rita" and not me["anonymous"]
     # Projects come from sessions; rita may read only project-b.
-    from daemon.appkeys import NODE
+    from daemon.http.appkeys import NODE
     n = c.server.app[NODE]
     from daemon.services import mail
     for scope, harness in ((A, "kimi"), (B, "claude-code")):
@@ -289,7 +289,7 @@ async def test_legacy_basic_login_reads_and_sends_only_with_a_write_token(keyed:
     assert (await c.get("/web/legacy", headers=basic)).status == 200
     me = await (await c.get("/web/api/me", headers=basic)).json()
     assert me["legacy"] is True and me["csrf_token"] is None and me["can_edit"] is False
-    from daemon.appkeys import NODE
+    from daemon.http.appkeys import NODE
     from daemon.services import mail
     n = c.server.app[NODE]
     await mail.start_session(n, ROOT, workspace="default", project="project-b", harness="codex",

@@ -22,8 +22,8 @@ import pytest
 
 from common import policy
 from common.policy import Principal
-from daemon.app import build_app
-from daemon.appkeys import NODE
+from daemon.http.app import build_app
+from daemon.http.appkeys import NODE
 from daemon.identity.memory_directory import MemoryDirectory
 from daemon.node import Node
 from daemon.peer.auth import sign

@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from common import limits
-from daemon.app import build_app
+from daemon.http.app import build_app
 from daemon.peer.auth import BOOT_HEADER, sign
 from daemon.peer.channel import (
     LINK_PATH,
@@ -204,7 +204,7 @@ async def test_the_client_sends_batches_on_one_channel_and_learns_the_boot(secur
 
 
 async def test_a_channel_is_counted_when_it_closes_and_not_timed_as_a_request(secured) -> None:  # type: ignore[no-untyped-def]
-    from daemon.appkeys import NODE
+    from daemon.http.appkeys import NODE
 
     metrics = secured.server.app[NODE].metrics
     peers = client_for(str(secured.make_url("")).rstrip("/"))

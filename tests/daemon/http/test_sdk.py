@@ -25,7 +25,7 @@ from ai_memory import AiMemoryClient, AsyncAiMemoryClient
 from ai_memory.errors import ForbiddenError, NotFoundError, ValidationError
 from ai_memory.models import AgentRegistration, InboxMessage, Memory, NotifyRequest, UpdateMemory
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 READY_SECS = 20.0
 
 

@@ -36,8 +36,8 @@ from aiohttp import web
 from common import limits
 from common.errors import BadRequest, Forbidden, Unauthorized
 from common.policy import KEYS, Principal
-from daemon.appkeys import NODE
-from daemon.http_errors import Handler, closing_error_response, refuse_unread
+from daemon.http.appkeys import NODE
+from daemon.http.errors import Handler, closing_error_response, refuse_unread
 from daemon.schemas.validation import AGENT_ID_RE
 from daemon.settings import AuthSettings
 

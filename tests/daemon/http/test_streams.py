@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from daemon.app import build_app
+from daemon.http.app import build_app
+from daemon.http.stream_hub import StreamSettings, decode_cursor, encode_cursor
 from daemon.node import Node
 from daemon.settings import AuthSettings
-from daemon.streams import StreamSettings, decode_cursor, encode_cursor
 from daemon.wiring import build_node
 from tests.daemon.conftest import make_settings
 from tests.sse import Event, SSEReader

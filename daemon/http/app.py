@@ -1,13 +1,13 @@
 """The aiohttp application: routes, middlewares, and nothing else.
 
-Every public request passes :func:`daemon.auth.authenticate` (after the
+Every public request passes :func:`daemon.http.auth.authenticate` (after the
 error boundary and the request guard) before any route's middleware or
 handler, so each handler finds its caller with
-:func:`daemon.auth.principal_of`.
+:func:`daemon.http.auth.principal_of`.
 
 Handlers live in ``daemon/api/<domain>.py``; each module exposes
 ``add_routes(app)``. Handlers reach the node through ``request.app[NODE]``
-(:mod:`daemon.appkeys`), parse and validate the request, and call
+(:mod:`daemon.http.appkeys`), parse and validate the request, and call
 ``daemon/services/*``, which own every store read and write; a handler never
 touches SQLite or peers directly. Everything the routes use (webhooks, the
 peer verifier, the last-seen throttle) was built by
@@ -20,9 +20,9 @@ from aiohttp import web
 
 from common import limits
 from daemon.api import MIDDLEWARES, ROUTE_MODULES
-from daemon.appkeys import NODE
-from daemon.auth import authenticate
-from daemon.http_errors import error_middleware, request_guard, set_server_header
+from daemon.http.appkeys import NODE
+from daemon.http.auth import authenticate
+from daemon.http.errors import error_middleware, request_guard, set_server_header
 from daemon.node import Node
 from daemon.runtime.logs import request_id_middleware
 
