@@ -159,7 +159,7 @@ auth_nonce_cache_max = 100_000
 gc_interval_secs = 30.0
 mailbox_owner_idle_secs = 300.0  # an owner drops an idle mailbox's model (re-acquired on demand)
 # A member with no database asks the others what they hold before it serves
-# (federation/bootstrap.py, daemon/joining.py).
+# (federation/bootstrap.py, daemon/replication/joining.py).
 cluster_id_max_chars = 64
 join_probe_timeout_secs = 2.0  # one probe of one member
 join_retry_first_secs = 0.2  # the first wait between rounds of probes ...

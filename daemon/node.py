@@ -5,12 +5,12 @@ open, core loaded, links, runner, read quorum, mailbox router, webhooks,
 admission); ``start()`` starts what runs in the background and ``stop()``
 ends it in order. The jobs live in their own modules:
 
-* :mod:`daemon.effect_runner` -- carries out the core's effects (persist,
+* :mod:`daemon.replication.effect_runner` -- carries out the core's effects (persist,
   send, reply) with the persist barrier;
 * :mod:`daemon.peer.link` -- one batching queue per peer;
-* :mod:`daemon.anti_entropy` -- pushes of what a peer lacks;
-* :mod:`daemon.read_quorum` -- the R-quorum pull before inbox/mailbox reads;
-* :mod:`daemon.mailbox_router` -- mailbox requests run at the owner;
+* :mod:`daemon.replication.anti_entropy` -- pushes of what a peer lacks;
+* :mod:`daemon.replication.read_quorum` -- the R-quorum pull before inbox/mailbox reads;
+* :mod:`daemon.replication.mailbox_router` -- mailbox requests run at the owner;
 * :mod:`daemon.runtime.status` -- what ``cluster status`` shows.
 
 This module keeps only what needs all of them: ``write`` (a quorum write:
@@ -34,17 +34,17 @@ from common.errors import QuorumNotMet, Unavailable
 from common.ops import Op
 from common.policy import Directory
 from common.vocab import CONSISTENCY_DEFAULT, Consistency
-from daemon.anti_entropy import Pusher
-from daemon.effect_runner import EffectRunner
 from daemon.http.admission import Admission
 from daemon.http.backpressure import Backpressure
 from daemon.http.stream_hub import StreamHub
 from daemon.identity.replicated_directory import ReplicatedDirectory
-from daemon.mailbox_router import MailboxRouter
 from daemon.peer.auth import Verifier
 from daemon.peer.client import PeerClient
 from daemon.peer.link import PeerLink
-from daemon.read_quorum import ReadQuorum
+from daemon.replication.anti_entropy import Pusher
+from daemon.replication.effect_runner import EffectRunner
+from daemon.replication.mailbox_router import MailboxRouter
+from daemon.replication.read_quorum import ReadQuorum
 from daemon.runtime.clock import Clock
 from daemon.runtime.metrics import Metrics
 from daemon.runtime.status import node_status

@@ -35,13 +35,13 @@ from aiohttp import WSMsgType, web
 
 from common import limits
 from common.errors import AiMemoryError, BadRequest, Forbidden
-from daemon.forwarding import decode_forward
 from daemon.http.appkeys import NODE
 from daemon.http.errors import refuse_unread
-from daemon.joining import HELLO_PATH, hello_answer
 from daemon.peer.auth import BOOT_HEADER, BootMismatch
 from daemon.peer.channel import ChannelError, ServerChannel, channel_key
 from daemon.peer.client import INCARNATION_HEADER, PROTOCOL_HEADER
+from daemon.replication.forwarding import decode_forward
+from daemon.replication.joining import HELLO_PATH, hello_answer
 from daemon.runtime.tls import check_peer_cert
 from daemon.services import peer as service
 from federation.bootstrap import SERVING
@@ -203,7 +203,7 @@ async def _close_channels(app: web.Application) -> None:
 
 
 async def hello(request: web.Request) -> web.Response:
-    """The first-start probe (:mod:`daemon.joining`): this member serves a
+    """The first-start probe (:mod:`daemon.replication.joining`): this member serves a
     database of its cluster."""
     node = request.app[NODE]
     await _peer_body(request)

@@ -20,8 +20,8 @@ import pytest
 from common.errors import LimitExceeded, Unavailable
 from common.ops import MSG_SEND, Op, mailbox_key
 from common.vocab import MESSAGE_FIELDS
-from daemon import forwarding
 from daemon.peer.client import PeerUnreachable
+from daemon.replication import forwarding
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
 from daemon.wiring import build_node
 from federation.claim import MailPop

@@ -3,7 +3,7 @@
 The owner of a mailbox is the first live member in rendezvous order for its
 key (:meth:`federation.core.NodeCore.owner_for`). :meth:`MailboxRouter.route`
 runs a request here when this node is the owner, and otherwise forwards it
-to the owner's ``/peer/v1/mailbox`` (:mod:`daemon.forwarding` is the wire
+to the owner's ``/peer/v1/mailbox`` (:mod:`daemon.replication.forwarding` is the wire
 form); an unreachable owner is reported to the core and the next member in
 rendezvous order is tried, ending with this node. Which member is asked
 next, the answer to a send of an already decided message and the op the
@@ -42,8 +42,9 @@ from typing import Any, Protocol
 
 from common import limits
 from common.errors import AiMemoryError, MemberRecovering, Unavailable
-from daemon.effect_runner import EffectRunner
-from daemon.forwarding import (
+from daemon.peer.client import PeerClient, PeerUnreachable
+from daemon.replication.effect_runner import EffectRunner
+from daemon.replication.forwarding import (
     decode_error,
     decode_forward,
     decode_result,
@@ -51,7 +52,6 @@ from daemon.forwarding import (
     encode_request,
     encode_result,
 )
-from daemon.peer.client import PeerClient, PeerUnreachable
 from daemon.runtime.logs import request_id
 from daemon.runtime.metrics import Metrics
 from federation import routing

@@ -1,4 +1,4 @@
-"""Seeding a member that lost its disk (daemon/seeding.py), against a real
+"""Seeding a member that lost its disk (daemon/replication/seeding.py), against a real
 donor node over loopback: the donor takes ``Reseeding`` before it hands
 out its copy, so it no longer takes GC floors over the offer of the
 member's lost disk (docs/federation.md, "A member that lost its disk")."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from daemon.http.app import build_app
 from daemon.peer.client import PeerClient
-from daemon.seeding import seed_from_peers
+from daemon.replication.seeding import seed_from_peers
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings
 from daemon.wiring import build_node
 from federation.messages import SyncOffer

@@ -19,7 +19,7 @@ through. Any other member without data:
    it never exits because peers are not up yet. The wait is logged when it
    changes and every ``limits.join_log_every_secs``, and under systemd each
    round extends the start timeout (``EXTEND_TIMEOUT_USEC``) and sets STATUS;
-4. on ``Seed`` downloads a donor's copy (:mod:`daemon.seeding`); a donor
+4. on ``Seed`` downloads a donor's copy (:mod:`daemon.replication.seeding`); a donor
    that fails sends it back to waiting. On ``Bootstrap`` it returns
    settings whose ``initial_state`` is ``new`` and whose cluster id is the
    agreed one. On ``Refuse`` it raises :class:`ClusterMismatch`.
@@ -46,10 +46,10 @@ from common.errors import AiMemoryError, ClusterMismatch, Unavailable
 from daemon.http.errors import refuse_unread
 from daemon.peer.auth import BOOT_HEADER, BootMismatch, Verifier
 from daemon.peer.client import PeerClient, PeerUnreachable
+from daemon.replication.seeding import seed_from_peers
 from daemon.runtime import tls
 from daemon.runtime.systemd import Notifier
 from daemon.runtime.tls import check_peer_cert
-from daemon.seeding import seed_from_peers
 from daemon.settings import Settings
 from federation import bootstrap as rule
 from store.db import holds_data

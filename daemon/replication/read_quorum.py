@@ -27,8 +27,8 @@ from common import limits
 from common.errors import QuorumNotMet
 from common.ops import Op
 from common.vocab import CONSISTENCY_DEFAULT, LOCAL, Consistency
-from daemon.effect_runner import EffectRunner
 from daemon.peer.client import PeerClient, PeerUnreachable
+from daemon.replication.effect_runner import EffectRunner
 from daemon.runtime.metrics import Metrics
 from daemon.settings import ClusterSettings
 from federation import read

@@ -65,7 +65,7 @@ def test_forwarded_errors_keep_class_code_and_details() -> None:
         PayloadTooLarge,
         QuorumNotMet,
     )
-    from daemon.forwarding import decode_error, encode_error
+    from daemon.replication.forwarding import decode_error, encode_error
 
     for exc in (LimitExceeded("mailbox full", limit="mailbox_pending_max", cap=256),
                 PayloadTooLarge("too big"), NoMajority("reaches 1 of 3", retry_after=2.0),

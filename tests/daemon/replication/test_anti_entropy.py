@@ -11,8 +11,8 @@ import msgpack
 
 from common import ops as K
 from common.ops import Op
-from daemon.anti_entropy import Pusher
 from daemon.peer.client import PeerUnreachable
+from daemon.replication.anti_entropy import Pusher
 from daemon.runtime.metrics import Metrics
 from federation.messages import decode_msg
 from store.db import Store

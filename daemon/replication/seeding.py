@@ -1,7 +1,7 @@
 """Seeding a member that lost its disk from a copy of a peer's database.
 
 A member started with no database file while its cluster already exists
-(found so by :mod:`daemon.joining`, or told by ``--initial-cluster-state
+(found so by :mod:`daemon.replication.joining`, or told by ``--initial-cluster-state
 existing``) cannot rebuild what
 the others garbage-collected from their op logs: anti-entropy only streams
 ops still in a log. So before it opens a store it asks each peer in turn
@@ -11,7 +11,7 @@ under a new incarnation, without that peer's promises, and marked as
 recovering (:func:`store.backup.restore`). The core then recovers from
 every member before it votes (docs/federation.md, "A member that lost its
 disk"). With no donor reachable it raises :class:`Unavailable`, and the
-caller (:func:`daemon.joining.prepare`) waits and asks again.
+caller (:func:`daemon.replication.joining.prepare`) waits and asks again.
 
 Before it downloads a peer's copy it tells every peer so
 (:class:`federation.messages.Reseeding` on the batched peer channel), and
@@ -127,6 +127,6 @@ async def _announce(peers: PeerClient, settings: Settings, donor: str) -> set[st
 
 def needs_seed(settings: Settings) -> bool:
     """A node built with peers and no data that is not bootstrapping. (``serve``
-    settles this before it builds the node, see :mod:`daemon.joining`.)"""
+    settles this before it builds the node, see :mod:`daemon.replication.joining`.)"""
     c = settings.cluster
     return bool(c.peers) and c.initial_state != "new" and not holds_data(settings.store.db_path)
