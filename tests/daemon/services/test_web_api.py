@@ -19,7 +19,7 @@ from tests.daemon.conftest import make_settings
 A = {"workspace": "default", "project": "project-a"}
 B = {"workspace": "default", "project": "project-b"}
 UI = {"X-AI-Memory-UI": "1"}
-INBOX_JS = (Path(__file__).resolve().parents[2] / "daemon" / "web" / "inbox.js").read_text()
+INBOX_JS = (Path(__file__).resolve().parents[3] / "daemon" / "web" / "inbox.js").read_text()
 
 
 async def start(client: Any, scope: dict[str, str], harness: str = "claude-code") -> None:

@@ -3,7 +3,7 @@ only mail the asking harness could pop, and says so when it knows no harness."""
 
 from __future__ import annotations
 
-from tests.daemon.test_mail import A, B, send, start
+from tests.daemon.services.test_mail import A, B, send, start
 
 
 async def _notice(client, **params):  # type: ignore[no-untyped-def]
