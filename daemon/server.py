@@ -21,7 +21,7 @@ import signal
 
 from aiohttp import web
 
-from daemon.http.app import build_app
+from daemon.api.app import build_app
 from daemon.http.errors import BoundaryRunner
 from daemon.replication.joining import prepare
 from daemon.runtime import collector, tls

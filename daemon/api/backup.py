@@ -31,12 +31,12 @@ from daemon.http.appkeys import NODE
 from daemon.http.auth import NOBODY, principal_of
 from daemon.http.errors import error_response
 from daemon.peer.auth import BOOT_HEADER, BootMismatch
+from daemon.peer.client import BACKUP_PATH
 from daemon.runtime.logs import HEADER as REQUEST_ID_HEADER
 from daemon.runtime.logs import request_id
 from daemon.runtime.tls import check_peer_cert
 from daemon.services import backup as svc
 
-BACKUP_PATH = "/api/v1/admin/backup"
 BUSY: web.AppKey[asyncio.Lock] = web.AppKey("backup_lock")
 
 

@@ -43,6 +43,7 @@ from federation.messages import PROTOCOL_VERSION
 PROTOCOL_HEADER = "X-AIM-Protocol"  # the sender's peer protocol version (federation.messages)
 INCARNATION_HEADER = "X-AIM-Incarnation"  # the incarnation of the sender's (or answerer's) database
 MSGS_PATH = "/peer/v1/msgs"  # batched messages: a frame on the peer channel when it is open
+BACKUP_PATH = "/api/v1/admin/backup"  # a donor's copy, signed like a peer request (seeding)
 
 log = logging.getLogger("ai_memory.peer")
 

@@ -32,9 +32,8 @@ import aiohttp
 
 from common import limits
 from common.errors import Unavailable
-from daemon.api.backup import BACKUP_PATH
 from daemon.peer.auth import BOOT_HEADER, sign
-from daemon.peer.client import PeerClient, PeerUnreachable
+from daemon.peer.client import BACKUP_PATH, PeerClient, PeerUnreachable
 from daemon.runtime.tls import client_context
 from daemon.settings import Settings
 from federation.messages import Reseeding

@@ -10,8 +10,8 @@ import pytest
 from aiohttp import web
 
 from common.errors import BadRequest
+from daemon.api.app import build_app
 from daemon.http.admission import AdmissionHook, parse_hooks
-from daemon.http.app import build_app
 from daemon.settings import ClusterSettings, MailSettings, Settings, StoreSettings
 from daemon.webhooks.config import WebhookSettings
 from daemon.webhooks.signing import SIGNATURE_V2, TIMESTAMP, verify_timestamped

@@ -45,7 +45,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import daemon
-from daemon.http.app import build_app
+from daemon.api.app import build_app
 from daemon.settings import ClusterSettings, Settings, StoreSettings
 from daemon.wiring import build_node
 from tests.daemon.authz_fixtures import GRANT_SETS, ROOT_KEY, key_of, toml_keys

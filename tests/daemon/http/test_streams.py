@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from daemon.http.app import build_app
+from daemon.api.app import build_app
 from daemon.http.stream_hub import StreamSettings, decode_cursor, encode_cursor
 from daemon.node import Node
 from daemon.settings import AuthSettings

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from daemon.http.app import build_app
+from daemon.api.app import build_app
 from daemon.settings import AuthSettings, ClusterSettings, Member, Settings, StoreSettings
 from daemon.wiring import build_node
 from tests.daemon._fixtures_handlers import clocked_fixture, free_port, snapshot  # noqa: F401

@@ -22,7 +22,7 @@ import pytest
 
 from common import policy
 from common.policy import Principal
-from daemon.http.app import build_app
+from daemon.api.app import build_app
 from daemon.http.appkeys import NODE
 from daemon.identity.memory_directory import MemoryDirectory
 from daemon.node import Node

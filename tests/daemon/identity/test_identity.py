@@ -181,7 +181,7 @@ async def test_root_key_given_at_start(tmp_path: Path, aiohttp_client: Any) -> N
     from dataclasses import replace
 
     from common.errors import BadRequest
-    from daemon.http.app import build_app
+    from daemon.api.app import build_app
     from daemon.identity.secrets import new_secret
     from daemon.settings import load_settings
     from daemon.wiring import build_node
@@ -216,7 +216,7 @@ async def test_a_static_key_is_root_as_bearer_or_x_api_key(tmp_path: Path,
                                                            aiohttp_client: Any) -> None:
     from dataclasses import replace
 
-    from daemon.http.app import build_app
+    from daemon.api.app import build_app
     from daemon.settings import AuthSettings
     from daemon.wiring import build_node
     from tests.daemon.conftest import make_settings
@@ -242,7 +242,7 @@ async def test_whoami_names_the_mode_the_node_runs_in(tmp_path: Path,
     """``mode`` is how the caller was identified; ``node_mode`` is the node's own."""
     from dataclasses import replace
 
-    from daemon.http.app import build_app
+    from daemon.api.app import build_app
     from daemon.settings import AuthSettings
     from daemon.wiring import build_node
     from tests.daemon.conftest import make_settings

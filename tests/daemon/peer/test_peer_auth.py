@@ -10,7 +10,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from daemon.http.app import build_app
+from daemon.api.app import build_app
 from daemon.peer.auth import BOOT_HEADER, sign
 from daemon.peer.client import PeerClient, PeerUnreachable
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings

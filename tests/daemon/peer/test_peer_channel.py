@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from common import limits
-from daemon.http.app import build_app
+from daemon.api.app import build_app
 from daemon.peer.auth import BOOT_HEADER, sign
 from daemon.peer.channel import (
     LINK_PATH,

@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from common.ops import NOTE_NEW, Op
-from daemon.http.app import build_app
+from daemon.api.app import build_app
 from daemon.node import Node
 from daemon.peer.client import PeerClient
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings

@@ -9,7 +9,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from daemon.http.app import build_app
+from daemon.api.app import build_app
 from daemon.peer.client import PeerClient
 from daemon.replication.seeding import seed_from_peers
 from daemon.settings import ClusterSettings, Member, Settings, StoreSettings

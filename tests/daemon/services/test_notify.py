@@ -10,7 +10,7 @@ import pytest
 from ai_memory.models import InboxMessage
 
 from common import limits
-from daemon.http.app import build_app
+from daemon.api.app import build_app
 from daemon.schemas.ids import record_id
 from daemon.schemas.timefmt import parse_rfc3339, rfc3339
 from daemon.settings import Member

@@ -12,7 +12,7 @@ import pytest
 
 from common.policy import KEYS, Principal, ProjectGrant
 from common.vocab import NATURE_MEANINGS, NATURES
-from daemon.http.app import build_app
+from daemon.api.app import build_app
 from daemon.wiring import build_node
 from tests.daemon.conftest import make_settings
 
