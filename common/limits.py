@@ -159,7 +159,7 @@ auth_nonce_cache_max = 100_000
 gc_interval_secs = 30.0
 mailbox_owner_idle_secs = 300.0  # an owner drops an idle mailbox's model (re-acquired on demand)
 # A member with no database asks the others what they hold before it serves
-# (federation/bootstrap.py, daemon/joining.py).
+# (federation/bootstrap.py, daemon/replication/joining.py).
 cluster_id_max_chars = 64
 join_probe_timeout_secs = 2.0  # one probe of one member
 join_retry_first_secs = 0.2  # the first wait between rounds of probes ...
@@ -236,7 +236,7 @@ web_session_idle_secs = 8 * 3600  # a session unused this long is forgotten
 web_login_body_max_bytes = 4_096  # a login request's JSON body
 web_held_max = 256  # held messages the banner lists per project (the mailbox cap)
 
-# --- TLS (daemon/tls.py, common/certs.py) ------------------------------------
+# --- TLS (daemon/runtime/tls.py, common/certs.py) ------------------------------------
 tls_ca_cert_days = 3650  # a cluster CA minted by `cluster init` / `tls rotate --new-ca`
 tls_node_cert_days = 397  # a member certificate; `ai-memory tls rotate` mints the next one
 

@@ -3,7 +3,7 @@
 Each is a frozen dataclass carrying the mailbox key and, as
 ``sent_at_ms``, the entry node's clock when the client asked (the owner
 refuses a request older than ``limits.mailbox_request_ttl_secs``).
-:class:`federation.claim.Claims` serves them; ``daemon/forwarding.py``
+:class:`federation.claim.Claims` serves them; ``daemon/replication/forwarding.py``
 codes them for the ``/peer/v1/mailbox`` hop to the owner (a field an
 older node does not send takes its default, so fields are only ever
 added, with defaults).

@@ -102,7 +102,7 @@ class DomainReads:
             found.update((r["id"], Q.note(r)) for r in rows)
         return [found[i] for i in wanted if i in found]
 
-    # -- stream replay (daemon/streams.py) ----------------------------------------
+    # -- stream replay (daemon/http/stream_hub.py) ---------------------------------
 
     @staticmethod
     def _not_covered(cursor: dict[str, int], params: dict[str, Any], prefix: str = "") -> str:

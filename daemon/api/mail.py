@@ -1,6 +1,6 @@
 """The operations of sessions, projects and project mail (see :mod:`daemon.api.call`).
 
-Each hands the caller (:func:`daemon.auth.principal_of`) to
+Each hands the caller (:func:`daemon.http.auth.principal_of`) to
 :mod:`daemon.services.mail`, which asks :func:`common.policy.check` once it
 knows the projects involved."""
 
@@ -15,9 +15,9 @@ from common import limits
 from common.randomid import uuid4
 from common.vocab import CONSISTENCY_DEFAULT, NATURE_DEFAULT, Box, Consistency, Nature
 from daemon.api.call import ApiCall, Route, serve
-from daemon.auth import owner_user
+from daemon.http.auth import owner_user
+from daemon.schemas.validation import AgentId, Lenient, RequestId, ScopeName, Strict, text
 from daemon.services import mail
-from daemon.validation import AgentId, Lenient, RequestId, ScopeName, Strict, text
 
 MessageId = Annotated[str, StringConstraints(min_length=1, max_length=64,
                                              pattern=r"^[A-Za-z0-9\-]+$")]

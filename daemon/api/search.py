@@ -21,9 +21,9 @@ from common import limits
 from common.errors import BadRequest, PayloadTooLarge
 from common.policy import check
 from daemon.api.call import ApiCall, Route, serve
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import decode_json, query_model, read_body, read_json
+from daemon.http.appkeys import NODE
+from daemon.http.auth import acting_agent, principal_of
+from daemon.http.errors import decode_json, query_model, read_body, read_json
 from daemon.schemas.search import (
     ConsolidateBody,
     ForgetFilter,
@@ -37,9 +37,9 @@ from daemon.schemas.search import (
     SearchBody,
     SearchQuery,
 )
+from daemon.schemas.validation import validate
 from daemon.services import admin, links
 from daemon.services import search as svc
-from daemon.validation import validate
 
 
 def _who(request: web.Request, claimed: str | None = None) -> str | None:

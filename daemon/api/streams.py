@@ -15,7 +15,7 @@ then goes live. Every stream starts with ``retry:`` and, once replayed, an
 event ``ready``; an idle stream gets a comment line every heartbeat; a
 stream the node ends (overflow of a slow client, shutdown) gets a last
 event ``resume`` whose id is where to resume. The hub and the meaning of
-the ids are in :mod:`daemon.streams`.
+the ids are in :mod:`daemon.http.stream_hub`.
 """
 
 from __future__ import annotations
@@ -30,15 +30,22 @@ from aiohttp import web
 from common import limits
 from common.errors import NotFound, QuorumNotMet
 from common.policy import check
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import query_model
+from daemon.http.appkeys import NODE
+from daemon.http.auth import acting_agent, principal_of
+from daemon.http.errors import query_model
+from daemon.http.stream_hub import (
+    HEARTBEAT,
+    Subscription,
+    decode_cursor,
+    encode_cursor,
+    merged,
+    sse,
+)
 from daemon.schemas.headers import session_id
+from daemon.schemas.validation import AgentId, Lenient, ScopeName
 from daemon.services import mail
 from daemon.services.scope import refuse_inferred
 from daemon.services.streams import InboxSource, MailboxSource, Source
-from daemon.streams import HEARTBEAT, Subscription, decode_cursor, encode_cursor, merged, sse
-from daemon.validation import AgentId, Lenient, ScopeName
 
 _WRITE_CHUNK_BYTES = 64 * 1024  # replayed events are written in pieces about this big
 

@@ -38,11 +38,11 @@ from daemon.api.websession import (
     clear_cookie,
     set_cookie,
 )
-from daemon.appkeys import NODE
-from daemon.http_errors import query_model, read_json
+from daemon.http.appkeys import NODE
+from daemon.http.errors import query_model, read_json
 from daemon.node import Node
+from daemon.schemas.validation import Lenient, ScopeName, Strict, text
 from daemon.services import mail
-from daemon.validation import Lenient, ScopeName, Strict, text
 
 STATIC = Path(__file__).resolve().parent.parent / "web"
 PAGES = {"login": "login.html", "inbox": "inbox.html"}

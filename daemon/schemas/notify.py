@@ -19,7 +19,7 @@ from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.schemas.ids import RECORD_ID_RE
 from daemon.schemas.memories import Timestamp
 from daemon.schemas.timefmt import rfc3339
-from daemon.validation import AgentId, Lenient, Priority, Strict, Tier, text
+from daemon.schemas.validation import AgentId, Lenient, Priority, Strict, Tier, text
 
 _ALIASES: dict[str, tuple[str, ...]] = {
     "target_agent_id": ("target_agent_id", "to"),

@@ -16,7 +16,7 @@ The rules of the project-messaging source document, in one place:
   outside the fence and a security notice;
 * who may do each of these is :func:`common.policy.check`'s to say, asked
   here once the projects are known (the caller's :class:`Principal` comes
-  from :mod:`daemon.auth`): a session belongs to the user who started it
+  from :mod:`daemon.http.auth`): a session belongs to the user who started it
   and another user's session id is ignored, project names the caller may
   not read are listed as ``null`` with ``hidden: true``.
 """

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from common.errors import BadRequest, Unavailable
 from common.ops import KINDS, Op
-from daemon import forwarding
+from daemon.replication import forwarding
 from federation import requests as mail_requests
 from federation.messages import PEER, Message, decode_msg
 from federation.wire import Codec, WireError

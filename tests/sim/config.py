@@ -46,7 +46,7 @@ class SimConfig:
     # push into batches of a few ops, as large ops cut a real one.
     push_bytes_max: int = limits.peer_batch_bytes_max
     # The run begins as a new cluster does: no member has a disk, each starts
-    # within start_spread_ms of the first and joins by daemon/joining.py's
+    # within start_spread_ms of the first and joins by daemon/replication/joining.py's
     # rule (federation.bootstrap.decide), crashing and losing disks meanwhile.
     first_start: bool = False
     start_spread_ms: int = 1_500
