@@ -123,7 +123,8 @@ def test_real_nodes_survive_a_kill_right_after_all_answer_health(tmp_path: Path)
                  timeout=60, what="three healthy nodes")
         pid = started_pid(out.lines, "node2")
         os.kill(pid, signal.SIGKILL)
-        time.sleep(0.3)
+        wait_for(lambda: started_pid(out.lines, "node2") != pid, timeout=60,
+                 what="the supervisor restarting node2")
         wait_for(lambda: all(node_id_at(u) == f"node{i}" for i, u in enumerate(urls, 1)),
                  timeout=60, what="node2 restarted")
         assert proc.poll() is None
