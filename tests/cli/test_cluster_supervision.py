@@ -24,7 +24,9 @@ import pytest
 
 from tests.cli.test_cluster_up import UpProcess
 
-pytestmark = pytest.mark.timeout(90)
+# Every test runs `cluster up` over several node processes (fake_node.py, or
+# real daemons where marked cluster).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 
 def node_id_at(url: str) -> str | None:
