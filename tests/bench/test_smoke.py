@@ -309,6 +309,7 @@ def test_notify_ratio_targets_take_the_median_over_pairs_of_rounds(tmp_path: Pat
     assert row.endswith(" | - | 70% | - |")
 
 
+@pytest.mark.slow  # real servers in processes of their own
 def test_the_paired_phase_runs_real_servers_under_the_targets_labels(tmp_path: Path) -> None:
     from dataclasses import replace as dc_replace
 
@@ -331,6 +332,7 @@ def test_the_paired_phase_runs_real_servers_under_the_targets_labels(tmp_path: P
     assert "**Paired rounds**" in md
 
 
+@pytest.mark.slow  # real servers in processes of their own
 def test_paired_rounds_alternate_their_order_against_real_servers(tmp_path: Path) -> None:
     from dataclasses import replace as dc_replace
 

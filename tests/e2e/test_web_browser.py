@@ -5,12 +5,14 @@ from one node, agents and checks through the others).
 Installed by the project's own files: ``playwright`` comes with the test
 extra, ``chromium`` from Debian through ``make deps`` (the browser is never
 downloaded by Playwright). Without chromium the module is skipped and says so.
-The run saves screenshots of the inbox and the composer into docs/img/ for
-docs/web.md.
+The run takes screenshots of the inbox and the composer, into a temporary
+folder; ``make screenshots`` names docs/img/ instead (AI_MEMORY_SCREENSHOTS),
+which is how the images in docs/web.md are made.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.harness import ROOT, Cluster
+from tests.cluster.harness import Cluster
 from tests.daemon.procdaemon import daemon_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -30,7 +32,6 @@ if not Path(CHROMIUM).exists():
                 allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api")
 
-IMG = ROOT / "docs" / "img"
 XSS = "<script>alert(1)</script><img src=x onerror=alert(1)>"
 WS = "default"
 
@@ -46,6 +47,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         raise
     finally:
         c.stop()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the screenshots go: a temporary folder, or the one named by
+    AI_MEMORY_SCREENSHOTS (``make screenshots``: docs/img)."""
+    named = os.environ.get("AI_MEMORY_SCREENSHOTS")
+    path = Path(named) if named else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +146,8 @@ def expand(page: Any, mid: str) -> Any:
 # -- the tests ------------------------------------------------------------------------
 
 
-def test_anonymous_inbox_pages_past_50_and_expands_a_row(cluster: Cluster, tab: Page) -> None:
+def test_anonymous_inbox_pages_past_50_and_expands_a_row(cluster: Cluster, tab: Page,
+                                                         shots: Path) -> None:
     src, dst = project(cluster, "alpha", "kimi"), project(cluster, "beta")
     ids = [send(cluster, src, dst, f"request number {i}", subject=f"task {i}", from_agent="kimi",
                 node=("node2", "node3")[i % 2]) for i in range(55)]
@@ -179,11 +191,10 @@ def test_anonymous_inbox_pages_past_50_and_expands_a_row(cluster: Cluster, tab: 
     page.locator("nav").get_by_role("link", name=dst).click()
     page.get_by_role("heading", name=f"{WS}/{dst} · Received").wait_for()
     expand(page, ids[-1])
-    IMG.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMG / "inbox.png"))
+    page.screenshot(path=str(shots / "inbox.png"))
 
 
-def test_compose_and_send(cluster: Cluster, tab: Page) -> None:
+def test_compose_and_send(cluster: Cluster, tab: Page, shots: Path) -> None:
     src, dst = project(cluster, "gamma", "kimi"), project(cluster, "delta", "codex")
     page = open_project(tab, cluster, src)
     page.locator(f'nav li:has(a[data-project="{WS}/{src}"])').get_by_role(
@@ -206,8 +217,7 @@ def test_compose_and_send(cluster: Cluster, tab: Page) -> None:
     composer.get_by_label("To agent").select_option("codex")
     composer.get_by_label("Subject").fill("please review the export")
     composer.get_by_label("Message text").fill("the /v1/export endpoint needs paging")
-    IMG.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMG / "composer.png"))
+    page.screenshot(path=str(shots / "composer.png"))
     composer.get_by_role("button", name="Send").click()
     sync_api.expect(composer.get_by_role("alert")).to_contain_text("Sent")
     got = pop(cluster, dst)  # through another node; shared pops skip codex's mail

@@ -18,6 +18,8 @@ import pytest
 from federation import read
 from tests.sim.runner import run_seed
 
+pytestmark = pytest.mark.slow  # 80 simulated runs
+
 SEEDS = range(40)
 
 

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -133,6 +134,7 @@ async def _check(ops: list[Op], batches: list[list[Op]], floor: dict[str, int]) 
             await store.close()
 
 
+@pytest.mark.slow  # hypothesis, hundreds of op histories
 @EXAMPLES
 @given(st.data())
 def test_store_matches_replica(data: st.DataObject) -> None:
@@ -142,6 +144,7 @@ def test_store_matches_replica(data: st.DataObject) -> None:
     asyncio.run(_check(ops, batches, floor))
 
 
+@pytest.mark.slow  # hypothesis, hundreds of op histories
 @settings(max_examples=300, deadline=None)
 @given(histories())
 def test_the_owners_model_and_the_stores_agree_on_every_state(ops: list[Op]) -> None:

@@ -218,6 +218,7 @@ async def test_empty_declared_body_on_get_is_fine(client) -> None:  # type: igno
 # disconnect) hands the handler a ConnectionResetError: a real process.
 
 
+@pytest.mark.slow  # a real daemon process per case
 @pytest.mark.parametrize("framing", ["length", "chunked"])
 def test_hang_up_mid_body_is_logged_at_debug(tmp_path: Path, framing: str) -> None:
     with daemon_process(tmp_path, "--log-level", "debug") as proc:
@@ -261,6 +262,7 @@ async def test_server_header_names_no_versions(client) -> None:  # type: ignore[
 # -- requests aiohttp's own parser refuses (the production runner) ----------------------------
 
 
+@pytest.mark.slow  # a real daemon process per case
 @pytest.mark.parametrize("data", [
     b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nX-Agent-Id: a\x01b\r\n\r\n",
     b"GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",

@@ -428,7 +428,13 @@ async def test_a_channel_serves_a_bounded_number_of_frames_at_once(
     ws, out, into = await open_channel(secured)
     for fid in range(10):
         await ws.send_bytes(out.seal(msgpack.packb([fid, offer()])))
-    await asyncio.sleep(0.3)
+    deadline = time.monotonic() + 5
+    while serving < 3:
+        assert time.monotonic() < deadline, f"only {serving} frames served within 5 s"
+        await asyncio.sleep(0.01)
+    # Every frame was sent before the third began to be served: without the
+    # bound a fourth would start within this grace and show in ``most``.
+    await asyncio.sleep(0.1)
     assert (serving, most) == (3, 3)  # the rest wait, unread
     release.set()
     answered = set()

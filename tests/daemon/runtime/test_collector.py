@@ -60,6 +60,7 @@ def test_each_collection_is_observed_by_generation_until_stopped(restored_gc: No
     assert "ai_memory_gc_frozen_objects" in metrics.render()
 
 
+@pytest.mark.slow  # a real daemon process
 def test_a_serving_process_froze_its_startup_objects(tmp_path: Path) -> None:
     with daemon_process(tmp_path / "d") as proc:
         for i in range(50):

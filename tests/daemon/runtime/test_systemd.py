@@ -48,6 +48,7 @@ def first(sock: socket.socket, needle: str, timeout: float, seen: list[str]) -> 
     raise AssertionError(f"{needle} never arrived; got {seen}")
 
 
+@pytest.mark.slow  # a real daemon process
 def test_a_real_daemon_reports_ready_watchdog_and_stopping(tmp_path: Path) -> None:
     sock_path = tmp_path / "notify.sock"
     sock = listen(sock_path)
