@@ -334,6 +334,11 @@ async def test_legacy_basic_login_reads_and_sends_only_with_a_write_token(keyed:
                "to_workspace": "default", "to_project": "project-b", "body": "hi"}
     base = {**basic, **UI, "Origin": origin(c)}
     assert (await c.post("/web/api/messages", json=payload, headers=base)).status == 403
+    # A wrong token is a 403 (a 401 would make the browser forget its Basic login).
+    r = await c.post("/web/api/messages", json=payload,
+                     headers={**base, "X-AI-Memory-Write-Token": "aim_not_a_key"})
+    assert r.status == 403 and "WWW-Authenticate" not in r.headers
+    assert (await r.json())["code"] == "write_token_refused"
     r = await c.post("/web/api/messages", json=payload,
                      headers={**base, "X-AI-Memory-Write-Token": "aim_rita"})
     assert r.status == 201, await r.text()
