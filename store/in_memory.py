@@ -428,7 +428,7 @@ class Replica:
             read = (agent_id, r["id"]) in self._reads
             if (unread_only and read) or (min_priority is not None and r["priority"] < min_priority):
                 continue
-            if since_ms is not None and r["created_at_ms"] < since_ms:
+            if since_ms is not None and r["created_at_ms"] <= since_ms:
                 continue
             out.append({**r, "read": read})
         return out

@@ -56,11 +56,11 @@ class DomainReads:
 
     async def memories_since(self, since_ms: int, *, limit: int,
                              now_ms: int) -> list[dict[str, Any]]:
-        """Live memories updated at or after ``since_ms``, oldest first (the
-        upstream ``/sync/since`` pull)."""
+        """Live memories updated strictly after ``since_ms``, oldest first (the
+        upstream ``/sync/since`` pull, whose ``since`` is exclusive)."""
         rows = await self._reads.fetchall(
             f"SELECT {Q.MEMORY_COLS} FROM memories WHERE {Q.NOT_EXPIRED}"
-            " AND updated_at_ms >= :since ORDER BY updated_at_ms, id LIMIT :limit",
+            " AND updated_at_ms > :since ORDER BY updated_at_ms, id LIMIT :limit",
             {"now": now_ms, "since": since_ms, "limit": limit})
         return [Q.memory(r) for r in rows]
 
