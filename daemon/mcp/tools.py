@@ -261,7 +261,8 @@ class Tools:
         consistency: Annotated[Consistency, Field(description=_CONSISTENCY_HELP)] = CONSISTENCY_DEFAULT,
         since: Annotated[
             str | None,
-            Field(description="Only notifications received at or after this RFC 3339 time."),
+            Field(description="Only notifications received after this RFC 3339 time (the "
+                  "instant itself is left out)."),
         ] = None,
         tier: Annotated[
             Tier | None, Field(description="Only notifications of this tier (short, mid, long).")
@@ -643,7 +644,11 @@ class Tools:
             ),
         ] = None,
     ) -> dict[str, Any]:
-        """List stored memories, optionally of one namespace or tier."""
+        """List stored memories, optionally of one namespace or tier.
+
+        The namespace _inbox/<your agent id> lists the notifications other agents sent
+        you, as memories with source "notify" (only you, or a root key, may read them).
+        """
         reply: dict[str, Any] = await self.client.get(
             "/api/v1/memories", namespace=namespace, tier=tier, limit=limit
         )
@@ -675,7 +680,10 @@ class Tools:
                   description=f"At most this many (default {limits.search_limit_default})."),
         ] = None,
     ) -> dict[str, Any]:
-        """Full-text search over the stored memories, best matches first."""
+        """Full-text search over the stored memories, best matches first.
+
+        With namespace _inbox/<your agent id> it searches the notifications sent to you.
+        """
         reply: dict[str, Any] = await self.client.post(
             "/api/v1/search",
             _drop_none({"query": query, "namespace": namespace, "tier": tier, "limit": limit}))
