@@ -424,3 +424,18 @@ async def test_a_held_message_is_listed_as_editing_by_get_messages(web: Any) -> 
     assert r.status == 200
     inbox = await (await web.get("/api/v1/messages", params={**B, "box": "inbox"})).json()
     assert [(m["id"], m["state"]) for m in inbox["messages"]] == [(ids[1], "pending")]
+
+
+async def test_mcp_memory_message_list_shows_a_held_message_as_editing(web: Any) -> None:
+    me = await login_anonymous(web)
+    ids = [(await (await web_send(web, me, body=f"b{i}")).json())["message_id"] for i in range(2)]
+    r = await web.post(f"/web/api/messages/{ids[0]}/edit", json={}, headers=hdrs(web, me))
+    assert r.status == 200, await r.text()
+    got = await web.post("/mcp", headers={"Accept": "application/json, text/event-stream",
+                                          "MCP-Protocol-Version": "2025-06-18"}, json={
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "memory_message_list", "arguments": {**B, "box": "inbox"}}})
+    result = (await got.json())["result"]
+    assert result["isError"] is False, result
+    rows = result["structuredContent"]["messages"]
+    assert [(m["id"], m["state"]) for m in rows] == [(ids[0], "editing"), (ids[1], "pending")]
