@@ -72,6 +72,9 @@ notify_broadcast_max = 500  # recipients of one notify (a list, or "*" / "prefix
 inbox_limit_default = 50
 inbox_limit_max = 500
 mark_read_ids_max = 500
+# A search in the _inbox/<agent> namespace (notifications read as memories,
+# daemon/services/inbox_view.py) looks at this many notifications at most.
+inbox_view_scan_max = 10_000
 # Lifetime of a notification by tier (setting): seconds, None = never expires.
 tier_ttl_secs: dict[str, int | None] = {"short": 6 * 3600, "mid": 7 * 24 * 3600, "long": None}
 expired_purge_interval_secs = 60.0

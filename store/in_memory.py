@@ -428,7 +428,7 @@ class Replica:
             read = (agent_id, r["id"]) in self._reads
             if (unread_only and read) or (min_priority is not None and r["priority"] < min_priority):
                 continue
-            if since_ms is not None and r["created_at_ms"] < since_ms:
+            if since_ms is not None and r["created_at_ms"] <= since_ms:
                 continue
             out.append({**r, "read": read})
         return out
@@ -544,11 +544,14 @@ class Replica:
         return sorted((m for m in self._messages.values() if pred(m)), key=lambda m: m.rank)
 
     def mailbox_pending(self, workspace: str, project: str, *, limit: int,
-                        agent: str | None = None) -> list[dict[str, Any]]:
+                        agent: str | None = None,
+                        with_held: bool = False) -> list[dict[str, Any]]:
+        states = (PENDING, EDITING) if with_held else (PENDING,)
+
         def pred(m: _Message) -> bool:
             r = m.row
             return (r["to_workspace"] == workspace and r["to_project"] == project
-                    and self._state(r["id"]) == PENDING
+                    and self._state(r["id"]) in states
                     and (agent is None or r["to_agent"] is None or r["to_agent"] == agent))
         return [self._view(m) for m in self._fifo(pred)[:limit]]
 
@@ -567,11 +570,13 @@ class Replica:
         return [self._view(m) for m in msgs[offset:offset + limit]]
 
     def outbox(self, from_workspace: str, from_project: str, *, limit: int,
-               pending_only: bool = True) -> list[dict[str, Any]]:
+               pending_only: bool = True, with_held: bool = False) -> list[dict[str, Any]]:
+        states = (PENDING, EDITING) if with_held else (PENDING,)
+
         def pred(m: _Message) -> bool:
             r = m.row
             return (r["from_workspace"] == from_workspace and r["from_project"] == from_project
-                    and (not pending_only or self._state(r["id"]) == PENDING))
+                    and (not pending_only or self._state(r["id"]) in states))
         return [self._view(m) for m in self._fifo(pred)[:limit]]
 
     def sent_messages(self, from_workspace: str, from_project: str, *, limit: int,

@@ -69,7 +69,7 @@ def inbox_sql(*, unread_only: bool, min_priority: bool, since: bool, tier: bool)
     if min_priority:
         where.append("priority >= :min_priority")
     if since:
-        where.append("created_at_ms >= :since")
+        where.append("created_at_ms > :since")  # "after": the instant itself is left out
     if tier:
         where.append("tier = :tier")
     cond = " AND ".join(where)

@@ -56,11 +56,11 @@ class DomainReads:
 
     async def memories_since(self, since_ms: int, *, limit: int,
                              now_ms: int) -> list[dict[str, Any]]:
-        """Live memories updated at or after ``since_ms``, oldest first (the
-        upstream ``/sync/since`` pull)."""
+        """Live memories updated strictly after ``since_ms``, oldest first (the
+        upstream ``/sync/since`` pull, whose ``since`` is exclusive)."""
         rows = await self._reads.fetchall(
             f"SELECT {Q.MEMORY_COLS} FROM memories WHERE {Q.NOT_EXPIRED}"
-            " AND updated_at_ms >= :since ORDER BY updated_at_ms, id LIMIT :limit",
+            " AND updated_at_ms > :since ORDER BY updated_at_ms, id LIMIT :limit",
             {"now": now_ms, "since": since_ms, "limit": limit})
         return [Q.memory(r) for r in rows]
 
@@ -218,10 +218,13 @@ class DomainReads:
         return None if row is None else {name: row[name] for name in MESSAGE_FIELDS}
 
     async def mailbox_pending(self, workspace: str, project: str, *, limit: int,
-                              agent: str | None = None) -> list[dict[str, Any]]:
+                              agent: str | None = None,
+                              with_held: bool = False) -> list[dict[str, Any]]:
         """Pending messages of a mailbox, oldest send first; with ``agent``,
-        only those addressed to nobody in particular or to that agent."""
-        where = f"m.to_workspace = ? AND m.to_project = ? AND m.state = '{PENDING}'"
+        only those addressed to nobody in particular or to that agent; with
+        ``with_held``, the messages held for an edit too, in their places."""
+        states = f"('{PENDING}', '{EDITING}')" if with_held else f"('{PENDING}')"
+        where = f"m.to_workspace = ? AND m.to_project = ? AND m.state IN {states}"
         params: list[Any] = [workspace, project]
         if agent is not None:
             where += " AND (m.to_agent IS NULL OR m.to_agent = ?)"
@@ -246,10 +249,13 @@ class DomainReads:
                                     "m.hlc DESC, m.origin DESC, m.seq DESC", limit, offset)
 
     async def outbox(self, from_workspace: str, from_project: str, *, limit: int,
-                     pending_only: bool = True) -> list[dict[str, Any]]:
+                     pending_only: bool = True, with_held: bool = False) -> list[dict[str, Any]]:
+        """A project's sent messages, oldest first: pending ones (with
+        ``with_held``, those held for an edit too), or every state."""
         where = "m.from_workspace = ? AND m.from_project = ?"
         if pending_only:
-            where += f" AND m.state = '{PENDING}'"
+            where += (f" AND m.state IN ('{PENDING}', '{EDITING}')" if with_held
+                      else f" AND m.state = '{PENDING}'")
         return await self._messages(where, (from_workspace, from_project), Q.FIFO, limit)
 
     async def sent_messages(self, from_workspace: str, from_project: str, *, limit: int,

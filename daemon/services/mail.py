@@ -83,16 +83,17 @@ async def start_session(node: MailPorts, principal: Principal, *, workspace: str
             raise Forbidden(f"a session started with this key belongs to {principal.user!r}")
         owner_user = owner_user if principal.root and owner_user else principal.user
     await node.read_barrier(project_key(workspace, project))
-    if principal.mode == KEYS:
-        earlier = await node.store.get_session(session_id)
-        if earlier is not None and earlier.get("owner_user") != owner_user and not principal.root:
-            raise Forbidden("that session id belongs to another user")
-    existed = await node.store.project_exists(workspace, project)
+    # ``created`` says whether this session id is new, whatever the project:
+    # a new session in a project that already exists is still a new session.
+    earlier = await node.store.get_session(session_id)
+    if (principal.mode == KEYS and earlier is not None
+            and earlier.get("owner_user") != owner_user and not principal.root):
+        raise Forbidden("that session id belongs to another user")
     body = {"workspace": workspace, "project": project, "harness": harness,
             "session_id": session_id, "owner_user": owner_user, "at_ms": node.now_ms()}
     await node.write([(SESSION_START, project_key(workspace, project), body)])
     return {"workspace": workspace, "project": project, "harness": harness,
-            "session_id": session_id, "created": not existed}
+            "session_id": session_id, "created": earlier is None}
 
 
 async def own_session(node: MailPorts, principal: Principal, session_id: str | None) -> str | None:
@@ -277,9 +278,10 @@ async def list_box(node: MailPorts, principal: Principal, *, box: str, workspace
     if box == "inbox":
         await node.read_barrier(mailbox_key(scope.workspace, scope.project), consistency)
         rows = await node.store.mailbox_pending(scope.workspace, scope.project, limit=limit,
-                                                agent=agent)
+                                                agent=agent, with_held=True)
     else:
-        rows = await node.store.outbox(scope.workspace, scope.project, limit=limit)
+        rows = await node.store.outbox(scope.workspace, scope.project, limit=limit,
+                                       with_held=True)
     out: dict[str, Any] = {
         "box": box, "workspace": scope.workspace, "project": scope.project,
         "count": len(rows), "messages": [

@@ -246,6 +246,20 @@ def test_skill_install_writes_the_skill(tmp_path: Path) -> None:
     assert done.stdout == f"wrote {tmp_path / 'ai-memory-messaging' / 'SKILL.md'}\n"
 
 
+def test_the_installed_skill_says_a_page_is_not_a_message(tmp_path: Path) -> None:
+    done = CliRunner().invoke(cli, ["skill", "install", "--dir", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    text = (tmp_path / "ai-memory-messaging" / "SKILL.md").read_text()
+    front, _, body = text[4:].partition("\n---\n")
+    # The description an agent's harness matches on says it, and a section explains it.
+    assert "never a wiki page" in front and "memory_message_send" in front
+    section = body.split("## A page is not a message\n", 1)[1].split("\n## ", 1)[0]
+    for words in ("Only `memory_message_send` delivers", "`memory_write_page`", "`memory_store`",
+                  "never appears in an inbox", "call `memory_message_send`",
+                  "Do not write a page instead"):
+        assert words in section, words
+
+
 def test_skill_install_says_where_it_wrote_by_default(tmp_path: Path) -> None:
     home = tmp_path / "home"
     done = CliRunner().invoke(cli, ["skill", "install"], env={"HOME": str(home)})

@@ -228,6 +228,60 @@ def test_compose_and_send(cluster: Cluster, tab: Page, shots: Path) -> None:
     assert out["provenance"]["from_project"] == src and out["message"]["to_agent"] == "codex"
 
 
+def test_rows_show_a_160_character_snippet_of_the_body(cluster: Cluster, tab: Page) -> None:
+    src, dst = project(cluster, "snip-a", "kimi"), project(cluster, "snip-b")
+    # After the whitespace is folded, the emoji is the 160th character: a cut
+    # in UTF-16 units would split it.
+    words = "line one\n\n  " + "x" * 150 + "\U0001f600" + " tail" * 40
+    long_id = send(cluster, src, dst, words, subject="long one")
+    short_id = send(cluster, src, dst, "just a short note", subject="short one")
+    page = open_project(tab, cluster, dst)
+    flat = " ".join(words.split())
+    want = "".join(list(flat)[:160]) + "\u2026"
+    sync_api.expect(row(page, long_id).locator("td.snippet")).to_have_text(want)
+    assert len(list(want)) == 161 and want.endswith("\U0001f600\u2026")
+    sync_api.expect(row(page, short_id).locator("td.snippet")).to_have_text("just a short note")
+    # The header names the column; the full body is still one click away.
+    sync_api.expect(page.get_by_role("columnheader", name="Snippet")).to_be_visible()
+    detail = expand(page, long_id)
+    sync_api.expect(detail.get_by_label("Message text")).to_have_text(words)
+
+
+def test_an_agent_cards_message_button_opens_the_composer_addressed_to_it(
+        cluster: Cluster, tab: Page) -> None:
+    src = project(cluster, "card-a", "kimi")
+    dst = project(cluster, "card-b", "codex")
+    project(cluster, "card-b", "claude-code")
+    page = open_project(tab, cluster, dst)
+    cards = page.get_by_role("region", name=f"Agents in {WS}/{dst}")
+    sync_api.expect(cards.locator("article.agent-card")).to_have_count(2)
+    cards.get_by_role("article", name="Agent codex").get_by_role("button", name="Message").click()
+    composer = page.get_by_role("region", name="Message", exact=True)
+    sync_api.expect(composer).to_be_visible()
+    sync_api.expect(composer.get_by_label("To project")).to_have_value(f"{WS}/{dst}")
+    sync_api.expect(composer.get_by_label("To agent")).to_have_value("codex")
+    # The sender is a project the viewer picks (the card's own by default).
+    sync_api.expect(composer.get_by_label("From project")).to_have_value(f"{WS}/{dst}")
+    composer.get_by_label("From project").select_option(f"{WS}/{src}")
+    composer.get_by_label("To project").select_option(f"{WS}/{dst}")
+    composer.get_by_label("To agent").select_option("codex")
+    composer.get_by_label("Subject").fill("from the agent card")
+    composer.get_by_label("Message text").fill("for codex only")
+    composer.get_by_role("button", name="Send").click()
+    sync_api.expect(composer.get_by_role("alert")).to_contain_text("Sent")
+    assert pop(cluster, dst) is None  # addressed to codex: a shared pop gets nothing
+    code, out = cluster.call("node3", "POST", "/api/v1/messages/pop",
+                             {"workspace": WS, "project": dst, "agent": "codex"})
+    assert code == 200 and out["message"]["subject"] == "from the agent card"
+    assert out["message"]["to_agent"] == "codex" and out["provenance"]["from_project"] == src
+    # Another card addresses its own agent.
+    page.reload()
+    page.get_by_role("heading", name=f"{WS}/{dst} · Received").wait_for()
+    page.get_by_role("article", name="Agent claude-code").get_by_role(
+        "button", name="Message").click()
+    sync_api.expect(composer.get_by_label("To agent")).to_have_value("claude-code")
+
+
 def test_edit_save_and_requeue_discard_and_the_held_banner(cluster: Cluster, tab: Page) -> None:
     src, dst = project(cluster, "eps", "kimi"), project(cluster, "zeta")
     ids = [send(cluster, src, dst, f"original {i}", subject=f"s{i}") for i in range(3)]
@@ -407,5 +461,48 @@ def test_legacy_login_sends_only_with_a_write_token_it_then_forgets(
                          headers={"X-API-Key": "aim_web_test_key"})
         assert code == 200 and [m["body"] for m in out["messages"]] == [
             "sent from the legacy login"]
+    finally:
+        ctx.close()
+
+
+def test_legacy_login_sends_with_the_right_token_after_a_wrong_one(
+        keyed_daemon: Any, browser: Any) -> None:
+    """A wrong write token is refused without ending the browser's Basic
+    login (a 403, not a 401), so the next send with the right token works
+    with no reload, and the page goes on reading."""
+    from tests.cluster.harness import http
+    for proj, harness in (("legacy-c", "kimi"), ("legacy-d", "codex")):
+        code, body = http("POST", keyed_daemon.url + "/api/v1/sessions",
+                          {"workspace": WS, "project": proj, "harness": harness},
+                          {"X-API-Key": "aim_web_test_key"})
+        assert code == 201, body
+    ctx = browser.new_context(http_credentials={"username": "ops",
+                                                "password": "aim_web_test_key"})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(10_000)
+        page.goto(f"{keyed_daemon.url}/web/legacy#{WS}/legacy-c")
+        page.get_by_role("heading", name=f"{WS}/legacy-c · Received").wait_for()
+        page.locator(f'nav li:has(a[data-project="{WS}/legacy-c"])').get_by_role(
+            "button", name="Message").click()
+        composer = page.get_by_role("region", name="Message", exact=True)
+        composer.get_by_label("To project").select_option(f"{WS}/legacy-d")
+        composer.get_by_label("Message text").fill("after a wrong token")
+        composer.get_by_label("Write token").fill("not-a-key")
+        composer.get_by_role("button", name="Send").click()
+        sync_api.expect(composer.get_by_role("alert")).to_contain_text("Not sent")
+        sync_api.expect(composer.get_by_role("alert")).to_contain_text("write token")
+        sync_api.expect(composer.get_by_label("Write token")).to_have_value("")
+        # The page still reads with its Basic login...
+        status = page.evaluate("() => fetch('/web/api/projects').then(r => r.status)")
+        assert status == 200
+        # ...and the right token now sends, without a reload.
+        composer.get_by_label("Write token").fill("aim_web_test_key")
+        composer.get_by_role("button", name="Send").click()
+        sync_api.expect(composer.get_by_role("alert")).to_contain_text("Sent")
+        code, out = http("GET", keyed_daemon.url + f"/api/v1/messages?workspace={WS}"
+                                                   "&project=legacy-d&box=inbox",
+                         headers={"X-API-Key": "aim_web_test_key"})
+        assert code == 200 and [m["body"] for m in out["messages"]] == ["after a wrong token"]
     finally:
         ctx.close()

@@ -62,3 +62,21 @@ async def test_an_mcp_call_refreshes_its_agents_last_seen(client, node) -> None:
             break
         await asyncio.sleep(0.02)
     assert after > before
+
+
+async def test_memory_inbox_since_leaves_out_the_instant_itself(client) -> None:  # type: ignore[no-untyped-def]
+    from daemon.schemas.timefmt import parse_rfc3339, rfc3339
+    r = await client.post("/api/v1/notify", headers={"X-Agent-Id": "alice"},
+                          json={"target_agent_id": "bob", "title": "t", "payload": "p"})
+    at = (await r.json())["delivered_at"]
+
+    async def ids(since: str) -> list[str]:
+        got = await client.post("/mcp", json=rpc("tools/call", {
+            "name": "memory_inbox", "arguments": {"since": since, "unread_only": False}}),
+            headers={**ACCEPT, "X-Agent-Id": "bob"})
+        result = (await got.json())["result"]
+        assert result["isError"] is False, result
+        return [n["id"] for n in result["structuredContent"]["notifications"]]
+
+    assert await ids(at) == []  # "after" the instant: not at it
+    assert len(await ids(rfc3339(parse_rfc3339(at) - 1))) == 1

@@ -387,3 +387,13 @@ async def test_a_pop_from_a_project_that_does_not_exist_leaves_no_mailbox(
     assert (await (await pop(client, nosuch)).json())["message"] is None
     assert list((await (await client.get("/api/v1/cluster/status")).json())[
         "owned_mailboxes"]) == ["mbox:default/nosuch"]
+
+
+async def test_a_new_session_in_an_existing_project_is_created(client) -> None:  # type: ignore[no-untyped-def]
+    first = await start(client, A, "kimi", "sess-1")
+    assert first["created"] is True
+    # The project exists now; another session id in it is still a new session.
+    second = await start(client, A, "codex", "sess-2")
+    assert second["created"] is True
+    again = await start(client, A, "codex", "sess-2")
+    assert again["created"] is False

@@ -123,8 +123,8 @@ async def test_inbox_shape_and_order(clocked: Any) -> None:
 async def test_filters_apply_before_limit(clocked: Any) -> None:
     c = clocked
     first = [await notify(c.client, title=f"old{i}", priority=9) for i in range(5)]
+    since = rfc3339(int(c.clock.now * 1000))  # "after" the old ones' instant
     c.clock.advance(10)
-    since = rfc3339(int(c.clock.now * 1000))
     for i in range(3):
         await notify(c.client, title=f"new{i}", priority=3)
     # the five old ones are read and outrank the new ones: unread_only must skip them first
@@ -137,6 +137,19 @@ async def test_filters_apply_before_limit(clocked: Any) -> None:
     assert (await inbox(c.client, unread_only="false", min_priority=5))["count"] == 5
     assert (await inbox(c.client, unread_only="false", since=since))["count"] == 3
     assert (await inbox(c.client, unread_only="false", limit=1))["count"] == 1
+
+
+async def test_since_is_exclusive_as_the_docs_say_after(clocked: Any) -> None:
+    c = clocked
+    at = await notify(c.client, title="at the instant")
+    c.clock.advance(1)
+    later = await notify(c.client, title="a second later")
+    instant = at["delivered_at"]
+    got = await inbox(c.client, unread_only="false", since=instant)
+    assert [m["id"] for m in got["messages"]] == [later["id"]]
+    just_before = rfc3339(parse_rfc3339(instant) - 1)
+    got = await inbox(c.client, unread_only="false", since=just_before)
+    assert {m["id"] for m in got["messages"]} == {at["id"], later["id"]}
 
 
 async def test_mark_read_on_read(client: Any) -> None:

@@ -19,6 +19,32 @@ async def test_push_then_since_round_trip(client) -> None:  # type: ignore[no-un
     assert page["next_since"] == "2026-01-02T00:00:00.000Z"
 
 
+async def test_since_is_exclusive_and_a_page_never_splits_a_millisecond(client) -> None:  # type: ignore[no-untyped-def]
+    def mem(i: int, updated: str) -> dict[str, object]:
+        return {**MEM, "id": f"m-{i}", "updated_at": updated}
+    same = "2026-01-02T00:00:00Z"
+    pushed = [mem(1, "2026-01-01T00:00:00Z")] + [mem(i, same) for i in range(2, 6)] + [
+        mem(6, "2026-01-03T00:00:00Z")]
+    r = await client.post("/api/v1/sync/push", json={"sender_agent_id": "p", "memories": pushed})
+    assert (await r.json())["applied"] == 6
+    # As upstream: updated_at > since; the memory updated at that instant is not repeated.
+    page = await (await client.get("/api/v1/sync/since",
+                                   params={"since": "2026-01-01T00:00:00Z"})).json()
+    assert [m["id"] for m in page["memories"]] == ["m-2", "m-3", "m-4", "m-5", "m-6"]
+    # A page of 2 reaches into the millisecond m-2..m-5 share: it takes all four,
+    # so the exclusive cursor it hands back skips none of them.
+    page = await (await client.get("/api/v1/sync/since", params={
+        "since": "2026-01-01T00:00:00Z", "limit": "2"})).json()
+    assert [m["id"] for m in page["memories"]] == ["m-2", "m-3", "m-4", "m-5"]
+    assert page["next_since"] == "2026-01-02T00:00:00.000Z"
+    page = await (await client.get("/api/v1/sync/since", params={
+        "since": page["next_since"], "limit": "2"})).json()
+    assert [m["id"] for m in page["memories"]] == ["m-6"]
+    # Without since: from the beginning.
+    page = await (await client.get("/api/v1/sync/since", params={"limit": "1"})).json()
+    assert [m["id"] for m in page["memories"]] == ["m-1"]
+
+
 async def test_push_is_insert_if_newer_and_deletes_stay(client) -> None:  # type: ignore[no-untyped-def]
     await client.post("/api/v1/sync/push", json={"sender_agent_id": "peer", "memories": [MEM]})
     older = {**MEM, "content": "stale", "updated_at": "2026-01-01T12:00:00Z"}

@@ -334,6 +334,11 @@ async def test_legacy_basic_login_reads_and_sends_only_with_a_write_token(keyed:
                "to_workspace": "default", "to_project": "project-b", "body": "hi"}
     base = {**basic, **UI, "Origin": origin(c)}
     assert (await c.post("/web/api/messages", json=payload, headers=base)).status == 403
+    # A wrong token is a 403 (a 401 would make the browser forget its Basic login).
+    r = await c.post("/web/api/messages", json=payload,
+                     headers={**base, "X-AI-Memory-Write-Token": "aim_not_a_key"})
+    assert r.status == 403 and "WWW-Authenticate" not in r.headers
+    assert (await r.json())["code"] == "write_token_refused"
     r = await c.post("/web/api/messages", json=payload,
                      headers={**base, "X-AI-Memory-Write-Token": "aim_rita"})
     assert r.status == 201, await r.text()
@@ -398,3 +403,39 @@ async def test_web_sessions_follow_the_real_directory(directory_node: Any) -> No
     assert ok.status == 201
     assert (await c.delete("/api/v1/admin/users/rita", headers=root)).status == 200
     assert (await c.get("/web/api/me")).status == 401  # and the user's with the user
+
+
+async def test_a_held_message_is_listed_as_editing_by_get_messages(web: Any) -> None:
+    me = await login_anonymous(web)
+    ids = [(await (await web_send(web, me, body=f"b{i}")).json())["message_id"] for i in range(3)]
+    r = await web.post(f"/web/api/messages/{ids[1]}/edit", json={}, headers=hdrs(web, me))
+    assert r.status == 200, await r.text()
+    inbox = await (await web.get("/api/v1/messages", params={**B, "box": "inbox"})).json()
+    assert [(m["id"], m["state"]) for m in inbox["messages"]] == [
+        (ids[0], "pending"), (ids[1], "editing"), (ids[2], "pending")]
+    assert inbox["count"] == 3
+    outbox = await (await web.get("/api/v1/messages", params={**A, "box": "outbox"})).json()
+    assert [m["state"] for m in outbox["messages"]] == ["pending", "editing", "pending"]
+    # Still skipped by pops: the next pops take ids[0] and ids[2].
+    got = [(await (await web.post("/api/v1/messages/pop", json=B)).json())["message"]["id"]
+           for _ in range(2)]
+    assert got == [ids[0], ids[2]]
+    r = await web.post(f"/web/api/messages/{ids[1]}/discard", json={}, headers=hdrs(web, me))
+    assert r.status == 200
+    inbox = await (await web.get("/api/v1/messages", params={**B, "box": "inbox"})).json()
+    assert [(m["id"], m["state"]) for m in inbox["messages"]] == [(ids[1], "pending")]
+
+
+async def test_mcp_memory_message_list_shows_a_held_message_as_editing(web: Any) -> None:
+    me = await login_anonymous(web)
+    ids = [(await (await web_send(web, me, body=f"b{i}")).json())["message_id"] for i in range(2)]
+    r = await web.post(f"/web/api/messages/{ids[0]}/edit", json={}, headers=hdrs(web, me))
+    assert r.status == 200, await r.text()
+    got = await web.post("/mcp", headers={"Accept": "application/json, text/event-stream",
+                                          "MCP-Protocol-Version": "2025-06-18"}, json={
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "memory_message_list", "arguments": {**B, "box": "inbox"}}})
+    result = (await got.json())["result"]
+    assert result["isError"] is False, result
+    rows = result["structuredContent"]["messages"]
+    assert [(m["id"], m["state"]) for m in rows] == [(ids[0], "editing"), (ids[1], "pending")]
