@@ -123,20 +123,28 @@ async def claim(node: HandoffPorts, scope: Scope, *, harness: str | None,
     if not await mail.project_exists(node, scope.workspace, scope.project):
         return None, request_id
     key = box_key(scope.workspace, scope.project)
-    await node.read_barrier(key)
-    rows = await node.store.mailbox_pending(scope.workspace, box_project(scope.project),
-                                            limit=limits.handoff_pending_max)
-    if not rows and request_id is None:
-        return None, None
-    rid = request_id or f"handoff-{token_hex(16)}"
+    rid = request_id
     claimer = {"claimer_session": (scope.session or {}).get("session_id"),
                "claimer_agent": harness}
-    try:
-        result = await node.mailbox(MailPop(
-            mailbox=key, request_id=rid, message_id=rows[-1]["id"] if rows else None,
-            agent=harness, claimer=claimer))
-    except (Conflict, NotFound):
-        return None, rid  # another session claimed it first
+    result = None
+    for _attempt in range(2):
+        await node.read_barrier(key)
+        rows = await node.store.mailbox_pending(scope.workspace, box_project(scope.project),
+                                                limit=limits.handoff_pending_max)
+        if not rows and rid is None:
+            return None, None
+        rid = rid or f"handoff-{token_hex(16)}"
+        try:
+            # The newest by its id; a repeated request id is answered with its
+            # earlier decision before the id is looked at (docs/federation.md).
+            result = await node.mailbox(MailPop(
+                mailbox=key, request_id=rid, message_id=rows[-1]["id"] if rows else None,
+                agent=harness, claimer=claimer))
+            break
+        except (Conflict, NotFound):
+            # Taken by another session, or retracted by a newer handoff: a
+            # refusal decides nothing for this request id, so look once more.
+            continue
     if result is None:
         return None, rid
     msg, decided = result["message"], result["claim"]
