@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from common import limits
 from common.errors import BadRequest, Conflict, NotFound
 from common.handoffs import box_key, box_project
+from common.lifecycle import PENDING
 from common.policy import Principal, check
 from common.randomid import token_hex, uuid7
 from common.vocab import FROM_AGENT_UNNAMED, NATURE_DEFAULT, message_body
@@ -88,7 +89,7 @@ async def write(node: HandoffPorts, principal: Principal, *, workspace: str | No
             nature=NATURE_DEFAULT, evidence=None, created_at_ms=node.now_ms())))
     replaced = await _retract_older(node, scope, hid, int(op.body.get("created_at_ms") or 0))
     return {"handoff_id": hid, "workspace": scope.workspace, "project": scope.project,
-            "from_agent": op.body.get("from_agent", agent), "state": "pending",
+            "from_agent": op.body.get("from_agent", agent), "state": PENDING,
             "replaced": replaced, "truncated": {"subject": subject_cut, "body": body_cut},
             "scrubbed": n_subject + n_body}
 
