@@ -28,6 +28,7 @@ from cli.agents import agents
 from cli.backup import backup, restore
 from cli.client import DEFAULT_URL, normalize_url
 from cli.cluster import cluster
+from cli.handoff import handoff
 from cli.health import health
 from cli.identity import grant, key, revoke, user, whoami
 from cli.inbox import inbox
@@ -121,8 +122,8 @@ def cli(ctx: click.Context, url: str, agent_id: str | None, api_key: str | None,
                        key=key or None, ca_cert=ca_cert or None)
 
 
-for _command in (notify, inbox, agents, session, message, memories, health, cluster, backup,
-                 restore, user, key, grant, revoke, whoami):
+for _command in (notify, inbox, agents, session, message, handoff, memories, health, cluster,
+                 backup, restore, user, key, grant, revoke, whoami):
     cli.add_command(_command)
 cli.add_command(subscription)
 

@@ -114,6 +114,16 @@ admission_reply_max_bytes = 64 * 1024
 truncation_marker = "\n[…truncated by ai-memory]"
 truncation_marker_inline = " […truncated by ai-memory]"  # one-line fields (a mail subject)
 
+# --- handoffs and the project brief (GET /handoff) -------------------------
+handoff_pending_max = 16  # pending handoffs per project (a write retracts older ones)
+handoff_body_max_chars = 8_000  # a handoff's text; longer is truncated with a marker
+brief_budget_bytes_default = 8 * 1024  # the compiled brief's size (UTF-8) when none is asked
+brief_budget_bytes_max = 64 * 1024  # the most a caller may ask for
+brief_budget_bytes_min = 512  # the least (the header and one excerpt fit)
+brief_excerpt_bytes = 320  # each page's excerpt when its whole body does not fit
+brief_pages_max = 200  # pinned / _rules/ / _slots/ pages considered per brief
+brief_recent_max = 10  # recent-page pointers
+
 # --- store -----------------------------------------------------------------
 writer_queue_max = 10_000  # pending write jobs before callers get 503 overloaded
 writer_batch_max = 512  # jobs folded into one SQLite transaction

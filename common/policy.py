@@ -8,7 +8,7 @@ nothing else decides access.
 
 Grants are per project: ``read`` lets a user list a project's mail, its
 handoff and briefing; ``write`` (which implies read) lets them send from it,
-send to it, pop it, cancel its outbox and edit its mail. A grant without a
+send to it, pop it, cancel its outbox, edit its mail and leave a handoff. A grant without a
 project covers every project of its workspace. Root needs no grants.
 
 In anonymous mode identity is only claimed (``X-Agent-Id``) and grants are
@@ -52,6 +52,7 @@ ACTIONS: Final[Mapping[str, tuple[tuple[Role, Access], ...]]] = {
     "message.cancel": (("from", "write"),),
     "message.edit": (("box", "write"), ("from", "write")),
     "handoff.read": (("box", "read"),),
+    "handoff.write": (("box", "write"),),
     "briefing.read": (("box", "read"),),
     "session.start": (("box", "write"),),
     "project.read": (("box", "read"),),

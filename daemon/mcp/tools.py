@@ -487,6 +487,39 @@ class Tools:
         )
         return reply
 
+    async def memory_handoff(
+        self,
+        body: Annotated[
+            str,
+            Field(
+                min_length=1,
+                description="What the next session needs: what is done, what is in flight, what "
+                f"to do first. Longer than {limits.handoff_body_max_chars} characters is "
+                "truncated; secrets are scrubbed.",
+            ),
+        ],
+        subject: _Subject = None,
+        workspace: Annotated[
+            Scope | None, Field(description="Your workspace, as the SessionStart notice names it.")
+        ] = None,
+        project: Annotated[
+            Scope | None, Field(description="Your project, as the SessionStart notice names it.")
+        ] = None,
+        from_agent: _FromAgent = None,
+    ) -> dict[str, Any]:
+        """Leave a single-use handoff for the next session of your project, when the user wraps up or asks to save context for later.
+
+        The next session start (GET /handoff, run by the SessionStart hook) receives it
+        once, on whichever node it reaches; a newer handoff replaces a pending older one.
+        It is not mail: to ask another project for something use memory_message_send.
+        Pass workspace and project as the SessionStart notice or memory_briefing name
+        them; a project the node would only guess is refused.
+        """
+        request = _drop_none({**self._scope(workspace, project), "body": body,
+                              "subject": subject, "from_agent": from_agent})
+        reply: dict[str, Any] = await self._create("/api/v1/handoff", request)
+        return reply
+
     # -- webhooks ---------------------------------------------------------------------
 
     async def memory_subscribe(
@@ -705,6 +738,7 @@ class Tools:
         "memory_message_pop",
         "memory_message_cancel",
         "memory_briefing",
+        "memory_handoff",
         "memory_subscribe",
         "memory_unsubscribe",
         "memory_list_subscriptions",

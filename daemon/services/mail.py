@@ -425,10 +425,19 @@ async def handoff_notice(node: MailPorts, principal: Principal, *, workspace: st
     scope = await scope_for(node, workspace, project, session_id, principal)
     # The prompt hook's count-only notice is authorized like a session start.
     _check_scope(principal, "session.start" if inbox_only else "handoff.read", scope)
+    return await notice_for(node, scope, harness)
+
+
+async def notice_for(node: MailPorts, scope: Scope, harness: str | None) -> dict[str, Any]:
+    """The notice of an authorized ``scope``. Its names are the inbox's own
+    only when the call named the project or its session bound it; a scope
+    the server inferred is only a guess at the caller's project, so the
+    notice then says "this project's inbox" instead of a name."""
     harness = harness or (scope.session or {}).get("harness")
     count = await pending_count(node, scope, harness or _NO_HARNESS)
     out: dict[str, Any] = {
-        "notice": inbox_notice(scope, count), "pending_message_count": count,
+        "notice": inbox_notice(None if scope.inferred else scope, count),
+        "pending_message_count": count,
         "workspace": scope.workspace, "project": scope.project, "scope_source": scope.source,
         "harness": harness,
     }

@@ -365,8 +365,16 @@ def check_one(proc: Proc, req: tuple[str, str, dict[str, bytes], bytes | None]) 
         if method != "HEAD":
             assert raw[:1] == b"{", f"non-JSON {status} {raw[:300]!r} for {where}"
             err = json.loads(raw)
-            assert isinstance(err.get("error"), str) and isinstance(err.get("code"), str), (
-                f"{raw[:300]!r} for {where}")
+            if path.split("?")[0] == "/mcp" and err.get("jsonrpc") == "2.0":
+                # The MCP transport's own refusals (no Accept for its media
+                # types, a parse error) are JSON-RPC errors, as the
+                # specification has them: an object with a code and a message.
+                rpc = err.get("error")
+                assert isinstance(rpc, dict) and isinstance(rpc.get("message"), str), (
+                    f"{raw[:300]!r} for {where}")
+            else:
+                assert isinstance(err.get("error"), str) and isinstance(err.get("code"), str), (
+                    f"{raw[:300]!r} for {where}")
         after = snapshot(proc.data)
         assert unchanged(before, after), f"{status} wrote {before} -> {after} for {where}"
 

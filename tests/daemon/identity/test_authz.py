@@ -108,6 +108,8 @@ def _row_calls() -> dict[str, Call]:
         "message.cancel": lambda c, h: c.post("/api/v1/messages/cancel", headers=h,
                                               json={**BOX, "all": True}),
         "handoff.read": lambda c, h: c.get("/api/v1/handoff", headers=h, params=BOX),
+        "handoff.write": lambda c, h: c.post("/api/v1/handoff", headers=h,
+                                             json={**BOX, "body": "for the next session"}),
         "briefing.read": lambda c, h: c.get("/api/v1/briefing", headers=h, params=BOX),
         "session.start": lambda c, h: c.post("/api/v1/sessions", headers=h,
                                              json={**BOX, "harness": "codex"}),
