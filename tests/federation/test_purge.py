@@ -1,0 +1,104 @@
+"""Project purge in the owner (issue 27): ``MailPurge`` removes every
+message sent before it, in any state, on a majority before it answers; it
+waits for rounds in flight, so no claim is acknowledged after it; sends
+served later stay; a retried pop of a purged claim answers "nothing"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common.ops import MSG_PURGE, Op
+from federation.requests import MailCancel, MailHold, MailPop, MailPurge, MailSend
+from tests.federation.test_claim import MB, ask, body, owner_cluster
+
+
+def purge(pid: str = "pg1") -> MailPurge:
+    return MailPurge(MB, {"id": pid, "workspace": "w", "project": "inbox", "scope": "project",
+                          "by_user": "root", "reason": None})
+
+
+def states(cl: Any, mid: str) -> list[Any]:
+    return [(d.message(mid) or {}).get("state") for d in cl.disks.values()]
+
+
+def test_purge_removes_every_state_on_a_majority_and_pop_then_finds_nothing() -> None:
+    cl, o = owner_cluster()
+    for i in range(4):
+        ask(cl, o, f"s{i}", MailSend(MB, body(f"m{i}")))
+    ask(cl, o, "p", MailPop(MB, request_id="r1", claimer={"claimer_session": "s1"}))  # m0
+    ask(cl, o, "c", MailCancel(MB, ("m1",), by_workspace="w", by_project="p0"))
+    ask(cl, o, "h", MailHold(MB, "m2", holder={"holder_session": "s9"}))
+    got = ask(cl, o, "purge", purge())
+    assert got["removed"] == 4 and got["purge"]["id"] == "pg1"
+    for i in range(4):
+        held = [s for s in states(cl, f"m{i}") if s is not None]
+        assert len(held) <= 1, (i, held)  # gone from a majority at least
+    assert ask(cl, o, "p2", MailPop(MB, request_id="r2")) is None
+    cl.deliver()
+
+
+def test_a_send_after_the_purge_stays_and_is_popped() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("old")))
+    ask(cl, o, 2, purge())
+    op = ask(cl, o, 3, MailSend(MB, body("new")))
+    assert isinstance(op, Op)
+    got = ask(cl, o, 4, MailPop(MB, request_id="r1"))
+    assert got["message"]["id"] == "new"
+
+
+def test_a_late_copy_of_a_purged_send_does_not_come_back() -> None:
+    cl, o = owner_cluster()
+    sent = ask(cl, o, 1, MailSend(MB, body("m1")))
+    ask(cl, o, 2, purge())
+    for d in cl.disks.values():  # the old send arrives again, late, everywhere
+        d.apply([sent], 0)
+    assert all(s is None for s in states(cl, "m1"))
+    assert ask(cl, o, 3, MailPop(MB, request_id="r9")) is None
+    assert ask(cl, o, 4, MailSend(MB, body("m1"))) is not None  # same id: the owner's answer
+    assert all(s is None for s in states(cl, "m1"))
+
+
+def test_a_retried_pop_of_a_purged_claim_answers_nothing_not_a_newer_message() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1")))
+    assert ask(cl, o, 2, MailPop(MB, request_id="r1"))["message"]["id"] == "m1"
+    ask(cl, o, 3, purge())
+    ask(cl, o, 4, MailSend(MB, body("m2")))
+    assert ask(cl, o, 5, MailPop(MB, request_id="r1")) is None
+    assert ask(cl, o, 6, MailPop(MB, request_id="r2"))["message"]["id"] == "m2"
+
+
+def test_the_purge_waits_for_a_claim_in_flight_and_pops_wait_behind_it() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1")))
+    ask(cl, o, 2, MailSend(MB, body("m2")))
+    cl.call(o, "mailbox_request", "pop", MailPop(MB, request_id="r1"))  # round in flight
+    cl.call(o, "mailbox_request", "purge", purge())
+    cl.call(o, "mailbox_request", "pop2", MailPop(MB, request_id="r2"))
+    assert "purge" not in cl.replies and "pop2" not in cl.replies
+    cl.deliver()
+    assert cl.replies["pop"]["message"]["id"] == "m1"  # acknowledged before the purge
+    assert cl.replies["purge"]["removed"] == 2
+    assert cl.replies["pop2"] is None  # m2 went with the purge, never claimed after it
+
+
+def test_a_retried_purge_answers_the_same_purge() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1")))
+    first = ask(cl, o, 2, purge())
+    ask(cl, o, 3, MailSend(MB, body("m2")))
+    again = ask(cl, o, 4, purge())
+    assert again["purge"] == first["purge"]
+    assert ask(cl, o, 5, MailPop(MB, request_id="r1"))["message"]["id"] == "m2"
+
+
+def test_a_new_owner_learns_the_purge_from_the_majority() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1")))
+    ask(cl, o, 2, purge())
+    other = next(n for n in cl.cores if n != o)
+    got = ask(cl, other, 3, MailPop(MB, request_id="r1"))  # runs its own candidacy
+    assert got is None or (isinstance(got, Exception) and got.retryable)
+    marks = [op for d in cl.disks.values() for op in d.ops_for_key(MB) if op.kind == MSG_PURGE]
+    assert len({op.op_id for op in marks}) == 1 and len(marks) >= 2
