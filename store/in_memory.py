@@ -66,6 +66,7 @@ from common.ops import Op, op_weight, pack_body
 from store.records import (
     EMPTY_FIELDS,
     MESSAGE_FIELDS,
+    PURGE_FIELDS,
     Rank,
     TerminalRank,
     apikey_row,
@@ -307,8 +308,10 @@ class Replica:
 
     def purge_marks(self) -> list[dict[str, Any]]:
         """Every mailbox's mark (the greatest purge): its body and rank."""
-        return [{**dict(op.body), "hlc": op.hlc, "origin": op.origin, "seq": op.seq,
-                 "epoch": op.epoch} for _, op in sorted(self._marks.items())]
+        return [{**{k: op.body.get(k) for k in PURGE_FIELDS},
+                 "at_ms": int(op.body.get("at_ms", physical_ms(op.hlc))),
+                 "hlc": op.hlc, "origin": op.origin, "seq": op.seq, "epoch": op.epoch}
+                for _, op in sorted(self._marks.items())]
 
     def is_purged(self, msg_id: str) -> bool:
         return msg_id in self._purged
@@ -810,7 +813,7 @@ class Replica:
             "pgrants": {"|".join(k): dict(v.row) for k, v in sorted(self._pgrants.items())},
             "purges": self.purge_marks(),
             "purge_at": sorted((*k, v) for k, v in self._purge_at.items()),
-            "purged": {k: list(v) for k, v in sorted(self._purged.items())},
+            "purged": {k: [list(v[0]), v[1], v[2]] for k, v in sorted(self._purged.items())},
         }
 
 

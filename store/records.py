@@ -311,5 +311,7 @@ PURGE_FIELDS: Final = ("id", "workspace", "project", "scope", "by_user", "reason
 def purge_op(key: str, body: Any, hlc: int, origin: str, seq: int, epoch: int) -> Op:
     """A mailbox's mark (its greatest ``msg.purge``), rebuilt as the op for an
     owner's model from a stored row or op body."""
-    return Op(origin, seq, hlc, MSG_PURGE, key, {k: body[k] for k in PURGE_FIELDS if k in body},
-              epoch)
+    out = {k: body.get(k) for k in PURGE_FIELDS}
+    at_ms = body.get("at_ms")
+    out["at_ms"] = physical_ms(hlc) if at_ms is None else int(at_ms)
+    return Op(origin, seq, hlc, MSG_PURGE, key, out, epoch)
