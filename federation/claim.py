@@ -538,6 +538,8 @@ class Claims:
             return self._issue(slot, (mark,), (), now_ms, token=token, value=value, busy=(),
                                confirms_purge=pid)
         before = len(slot.model)
+        if req.only_if_empty and before:
+            return [Reply(token, {"purge": None, "removed": 0, "kept": before})]
         body = {**req.body, "at_ms": now_ms}
         op = self._new_op(MSG_PURGE, slot.key, body, slot.epoch, now_ms)
         slot.model.apply((op,))

@@ -91,10 +91,13 @@ class MailPurge:
     id, which makes a retry answer the same purge; ``workspace``,
     ``project``, ``scope``, ``by_user``, ``reason``). The owner issues it
     only once no round of the mailbox is in flight, so no claim is
-    acknowledged after the purge is."""
+    acknowledged after the purge is. ``only_if_empty`` (the scheduled
+    cleanup): purge nothing, and answer ``purge: None``, if the mailbox
+    holds any message."""
 
     mailbox: str
     body: dict[str, Any]
+    only_if_empty: bool = False
     sent_at_ms: int | None = None
 
 

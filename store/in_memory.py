@@ -313,6 +313,19 @@ class Replica:
                  "hlc": op.hlc, "origin": op.origin, "seq": op.seq, "epoch": op.epoch}
                 for _, op in sorted(self._marks.items())]
 
+    def memory_ids_under(self, namespace: str, *, limit: int) -> list[str]:
+        """As :meth:`store.reads.DomainReads.memory_ids_under`."""
+        return sorted(k for k, m in self._memories.items()
+                      if m.row["namespace"] == namespace
+                      or str(m.row["namespace"]).startswith(namespace + "/"))[:limit]
+
+    def mailbox_projects(self, workspace: str) -> list[str]:
+        """As :meth:`store.reads.DomainReads.mailbox_projects`."""
+        found = {m.row["to_project"] for m in self._messages.values()
+                 if m.row["to_workspace"] == workspace}
+        found |= {proj for ws, proj in self._marks if ws == workspace}
+        return sorted(p for p in found if p is not None)
+
     def is_purged(self, msg_id: str) -> bool:
         return msg_id in self._purged
 

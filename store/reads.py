@@ -205,6 +205,22 @@ class DomainReads:
             f"SELECT {', '.join(Q.PURGE_MARK_COLS)} FROM msg_purge ORDER BY workspace, project")
         return [dict(r) for r in rows]
 
+    async def memory_ids_under(self, namespace: str, *, limit: int) -> list[str]:
+        """Ids of the memories in ``namespace`` or below it (``namespace/...``),
+        at most ``limit``, expired ones included."""
+        rows = await self._reads.fetchall(
+            "SELECT id FROM memories WHERE namespace = ?1"
+            " OR substr(namespace, 1, length(?1) + 1) = ?1 || '/' ORDER BY id LIMIT ?2",
+            (namespace, limit))
+        return [r[0] for r in rows]
+
+    async def mailbox_projects(self, workspace: str) -> list[str]:
+        """Projects of ``workspace`` that hold a message or a purge mark."""
+        rows = await self._reads.fetchall(
+            "SELECT to_project FROM messages WHERE to_workspace = ?1"
+            " UNION SELECT project FROM msg_purge WHERE workspace = ?1 ORDER BY 1", (workspace,))
+        return [r[0] for r in rows if r[0] is not None]
+
     async def is_purged(self, msg_id: str) -> bool:
         return await self._reads.fetchone(
             "SELECT 1 FROM msg_purged WHERE id = ?", (msg_id,)) is not None

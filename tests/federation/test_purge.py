@@ -102,3 +102,15 @@ def test_a_new_owner_learns_the_purge_from_the_majority() -> None:
     assert got is None or (isinstance(got, Exception) and got.retryable)
     marks = [op for d in cl.disks.values() for op in d.ops_for_key(MB) if op.kind == MSG_PURGE]
     assert len({op.op_id for op in marks}) == 1 and len(marks) >= 2
+
+
+def test_an_only_if_empty_purge_keeps_a_mailbox_that_holds_any_message() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1")))
+    ask(cl, o, 2, MailPop(MB, request_id="r1"))  # claimed: still a message of the mailbox
+    req = MailPurge(MB, purge().body, only_if_empty=True)
+    assert ask(cl, o, 3, req) == {"purge": None, "removed": 0, "kept": 1}
+    assert all(s in (None, "claimed") for s in states(cl, "m1"))
+    empty = owner_cluster()
+    got = ask(empty[0], empty[1], 1, MailPurge(MB, purge().body, only_if_empty=True))
+    assert got["purge"]["id"] == "pg1" and got["removed"] == 0
