@@ -46,6 +46,7 @@ from daemon.peer_auth import Verifier
 from daemon.peer_client import PeerClient
 from daemon.peer_link import PeerLink
 from daemon.read_quorum import ReadQuorum
+from daemon.services import purge
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
 from daemon.status import node_status
@@ -106,6 +107,7 @@ class Node:
             link.start()
         self.spawn(self._ticker())
         self.spawn(self._purger())
+        self.spawn(purge.cleanup_loop(self))
 
     async def stop(self) -> None:
         self.background.stopping = True

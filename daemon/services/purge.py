@@ -33,7 +33,10 @@ owner re-checks the mailbox at the moment it decides (``only_if_empty``).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import random
 import uuid
 from typing import Any
 
@@ -44,6 +47,8 @@ from common.policy import Principal, check
 from common.randomid import uuid7
 from daemon.ports import PurgePorts
 from federation.requests import MailPurge
+
+log = logging.getLogger(__name__)
 
 PURGE_NS = uuid.UUID("1c0f6a52-39d4-4d8e-b7a1-0e2b5c9d7f31")
 AUDIT_NAMESPACE = "_audit/purge"
@@ -196,3 +201,23 @@ async def cleanup_empty_projects(node: PurgePorts, *, idle_before_ms: int,
                                    "scheduled cleanup of an empty project", only_if_empty=True)
         (removed if res.get("purge") is not None else kept).append(f"{ws}/{proj}")
     return {"removed": removed, "kept": kept, "idle_before_ms": idle_before_ms}
+
+
+async def cleanup_loop(node: PurgePorts) -> None:
+    """Every ``limits.empty_project_cleanup_interval_secs`` (the first time at
+    a random point of the first interval, so members do not go together),
+    remove the empty projects idle for ``limits.empty_project_idle_secs``.
+    Every member runs it; a project one member removed is gone from the
+    others' lists, and the owner's ``only_if_empty`` check makes a second
+    removal of the same project change nothing that a message needs."""
+    interval = limits.empty_project_cleanup_interval_secs
+    await asyncio.sleep(random.random() * interval)
+    while True:
+        try:
+            idle_before = node.now_ms() - limits.empty_project_idle_secs * 1000
+            done = await cleanup_empty_projects(node, idle_before_ms=idle_before)
+            if done["removed"]:
+                log.info("removed empty projects %s", ", ".join(done["removed"]))
+        except Exception:
+            log.exception("cleanup of empty projects failed")
+        await asyncio.sleep(interval)
