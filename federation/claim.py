@@ -334,6 +334,9 @@ class Claims:
             raise BadRequest(f"message {mid} is addressed to {ws}/{proj}, not {slot.key}")
         if mid in slot.busy:
             return self._park(slot, token, req)
+        if slot.model.is_purged(mid):
+            raise Conflict(f"message {mid} was purged with its mailbox {slot.key}", id=mid,
+                           state="purged")
         existing = slot.model.send_op(mid)
         if existing is not None:
             if mid in slot.confirmed_sends:
@@ -532,7 +535,8 @@ class Claims:
             return self._park(slot, token, req)
         mark = slot.model.purge_op()
         if mark is not None and mark.body.get("id") == pid:
-            value: dict[str, Any] = {"purge": dict(mark.body), "removed": None}
+            value: dict[str, Any] = {"purge": dict(mark.body), "removed": None,
+                                     "rank": _rank(mark)}
             if slot.confirmed_purge == pid:
                 return [Reply(token, value)]
             return self._issue(slot, (mark,), (), now_ms, token=token, value=value, busy=(),
@@ -543,7 +547,7 @@ class Claims:
         body = {**req.body, "at_ms": now_ms}
         op = self._new_op(MSG_PURGE, slot.key, body, slot.epoch, now_ms)
         slot.model.apply((op,))
-        value = {"purge": dict(op.body), "removed": before - len(slot.model)}
+        value = {"purge": dict(op.body), "removed": before - len(slot.model), "rank": _rank(op)}
         return self._issue(slot, (op,), (op,), now_ms, token=token, value=value, busy=(),
                            confirms_purge=pid)
 

@@ -353,6 +353,10 @@ class MailboxModel:
             return mid, claim
         return None
 
+    def is_purged(self, message_id: str) -> bool:
+        """Did a purge remove this message (as far as this model knows)?"""
+        return message_id in self._purged
+
     def purged_claim(self, request_id: str) -> bool:
         """Did ``request_id`` claim a message that a purge has since removed?"""
         return any(mid in self._purged for mid in self._by_request.get(request_id, ()))

@@ -462,8 +462,8 @@ class Store(DomainReads):
     async def _purge_state_ops(self, key: str, workspace: str, project: str,
                                history_max: int) -> list[Op]:
         """The mailbox's mark, and for its ``history_max`` latest purged
-        messages claimed under a request id a bodiless stand-in of the send
-        and the claim (as :meth:`store.in_memory.Replica.mailbox_state_ops`)."""
+        messages a bodiless stand-in of the send and, if claimed under a
+        request id, the claim (as :meth:`store.in_memory.Replica.mailbox_state_ops`)."""
         mark = await self._reads.fetchone(
             "SELECT * FROM msg_purge WHERE workspace = ? AND project = ?", (workspace, project))
         if mark is None:
@@ -471,16 +471,18 @@ class Store(DomainReads):
         out = [purge_op(key, dict(mark), mark["hlc"], mark["origin"], mark["seq"],
                         mark["epoch"])]
         rows = await self._reads.fetchall(
-            "SELECT g.id, g.hlc, g.origin, g.seq, t.epoch AS t_epoch, t.hlc AS t_hlc,"
-            " t.origin AS t_origin, t.seq AS t_seq, t.claimed_by_session, t.claimed_by_agent,"
-            " t.request_id, t.claimed_at_ms FROM msg_purged g JOIN msg_terminal t ON t.id = g.id"
-            f" WHERE g.to_workspace = ? AND g.to_project = ? AND t.state = '{CLAIMED}'"
-            " AND t.request_id IS NOT NULL"
-            " ORDER BY t.epoch DESC, t.hlc DESC, t.origin DESC, t.seq DESC LIMIT ?",
+            "SELECT g.id, g.hlc, g.origin, g.seq, t.state AS t_state, t.epoch AS t_epoch,"
+            " t.hlc AS t_hlc, t.origin AS t_origin, t.seq AS t_seq, t.claimed_by_session,"
+            " t.claimed_by_agent, t.request_id, t.claimed_at_ms"
+            " FROM msg_purged g LEFT JOIN msg_terminal t ON t.id = g.id"
+            " WHERE g.to_workspace = ? AND g.to_project = ?"
+            " ORDER BY g.hlc DESC, g.origin DESC, g.seq DESC LIMIT ?",
             (workspace, project, history_max))
         for r in rows:
             stub = {"id": r["id"], "to_workspace": workspace, "to_project": project}
             out.append(Op(r["origin"], r["seq"], r["hlc"], MSG_SEND, key, stub, 0))
+            if r["t_state"] != CLAIMED or r["request_id"] is None:
+                continue
             out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CLAIM, key, {
                 "id": r["id"], "claimer_session": r["claimed_by_session"],
                 "claimer_agent": r["claimed_by_agent"], "request_id": r["request_id"],

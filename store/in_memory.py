@@ -329,6 +329,10 @@ class Replica:
     def is_purged(self, msg_id: str) -> bool:
         return msg_id in self._purged
 
+    def purged_rank(self, msg_id: str) -> Rank:
+        """The (hlc, origin, seq) of the purged send of ``msg_id``."""
+        return self._purged[msg_id][0]
+
     def _user_put(self, op: Op) -> None:
         row = user_row(op)
         cur = self._users.get(row["name"])
@@ -747,23 +751,23 @@ class Replica:
 
     def _purged_claims(self, key: str, workspace: str, project: str,
                        history_max: int) -> list[Op]:
-        """For the ``history_max`` latest purged messages of the mailbox that
-        were claimed under a request id: a bodiless stand-in of the send (at
-        its rank, below the mark, so the model files it as purged) and the
-        claim, so an owner answers a retried pop of that request id
+        """For the ``history_max`` latest purged messages of the mailbox (by
+        the rank of the purged send): a bodiless stand-in of the send at that
+        rank (below the mark, so the owner's model files the id as purged and
+        ignores any later copy of it), and its claim if it was claimed under
+        a request id, so an owner answers a retried pop of that request id
         "nothing", never a newer message."""
-        claimed = []
-        for mid, (rank, ws, proj) in self._purged.items():
-            term = self._terminals.get(mid)
-            if ((ws, proj) == (workspace, project) and term is not None
-                    and term.row["state"] == CLAIMED and term.row["request_id"] is not None):
-                claimed.append((term.rank, mid, rank))
-        claimed.sort(reverse=True)
+        mine = sorted(((rank, mid) for mid, (rank, ws, proj) in self._purged.items()
+                       if (ws, proj) == (workspace, project)), reverse=True)
         out: list[Op] = []
-        for (epoch, hlc, origin, seq), mid, rank in claimed[:history_max]:
+        for rank, mid in mine[:history_max]:
             stub = {"id": mid, "to_workspace": workspace, "to_project": project}
             out.append(Op(rank[1], rank[2], rank[0], K.MSG_SEND, key, stub, 0))
-            t = self._terminals[mid].row
+            term = self._terminals.get(mid)
+            if term is None or term.row["state"] != CLAIMED or term.row["request_id"] is None:
+                continue
+            epoch, hlc, origin, seq = term.rank
+            t = term.row
             out.append(Op(origin, seq, hlc, K.MSG_CLAIM, key,
                           {"id": mid, "claimer_session": t["claimed_by_session"],
                            "claimer_agent": t["claimed_by_agent"],
