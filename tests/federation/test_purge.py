@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.errors import Conflict, Unavailable
 from common.ops import MSG_PURGE, Op
 from federation.requests import MailCancel, MailHold, MailPop, MailPurge, MailSend
 from tests.federation.test_claim import MB, ask, body, owner_cluster
@@ -55,8 +56,28 @@ def test_a_late_copy_of_a_purged_send_does_not_come_back() -> None:
         d.apply([sent], 0)
     assert all(s is None for s in states(cl, "m1"))
     assert ask(cl, o, 3, MailPop(MB, request_id="r9")) is None
-    assert ask(cl, o, 4, MailSend(MB, body("m1"))) is not None  # same id: the owner's answer
+    again = ask(cl, o, 4, MailSend(MB, body("m1")))  # a retry of the purged send
+    assert isinstance(again, Conflict) and again.details["state"] == "purged"
     assert all(s is None for s in states(cl, "m1"))
+
+
+def test_a_new_owner_knows_the_purged_ids_and_refuses_their_retried_sends() -> None:
+    # Found by the simulator: a new owner built only from the merged state
+    # took a retried send of a purged id (ranked above the mark) for a new
+    # message and claimed it, while every store ignored it.
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1")))
+    ask(cl, o, 2, purge())
+    for d in cl.disks.values():
+        d.gc({n: 10_000 for n in cl.cores})  # the log is collected: state ops only
+    other = next(n for n in cl.cores if n != o)
+    cl.cores[o].claims.slots.clear()  # o forgets its term
+    got = ask(cl, other, 3, MailSend(MB, body("m1")))
+    assert isinstance(got, Conflict | Unavailable), got
+    if isinstance(got, Unavailable):
+        got = ask(cl, other, 4, MailSend(MB, body("m1")))
+    assert isinstance(got, Conflict), got
+    assert ask(cl, other, 5, MailPop(MB, request_id="r5")) is None
 
 
 def test_a_retried_pop_of_a_purged_claim_answers_nothing_not_a_newer_message() -> None:
