@@ -544,7 +544,12 @@ class Claims:
         before = len(slot.model)
         if req.only_if_empty and before:
             return [Reply(token, {"purge": None, "removed": 0, "kept": before})]
-        body = {**req.body, "at_ms": now_ms}
+        at_ms = now_ms
+        if req.only_if_empty and isinstance(req.body.get("at_ms"), int):
+            # The cleanup hides only sessions idle since the time it names,
+            # not one that started while it ran.
+            at_ms = min(now_ms, req.body["at_ms"])
+        body = {**req.body, "at_ms": at_ms}
         op = self._new_op(MSG_PURGE, slot.key, body, slot.epoch, now_ms)
         slot.model.apply((op,))
         value = {"purge": dict(op.body), "removed": before - len(slot.model), "rank": _rank(op)}

@@ -70,9 +70,13 @@ async def _known(node: PurgePorts, workspace: str, project: str) -> bool:
 
 async def _purge_mailbox(node: PurgePorts, principal: Principal | None, workspace: str,
                          project: str, pid: str, scope: str, reason: str | None,
-                         only_if_empty: bool = False) -> dict[str, Any]:
-    body = {"id": pid, "workspace": workspace, "project": project, "scope": scope,
-            "by_user": None if principal is None else principal.user, "reason": reason}
+                         only_if_empty: bool = False,
+                         hide_before_ms: int | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"id": pid, "workspace": workspace, "project": project,
+                            "scope": scope, "reason": reason,
+                            "by_user": None if principal is None else principal.user}
+    if hide_before_ms is not None:
+        body["at_ms"] = hide_before_ms
     res: dict[str, Any] = await node.mailbox(
         MailPurge(mailbox_key(workspace, project), body, only_if_empty=only_if_empty))
     return res
@@ -198,7 +202,8 @@ async def cleanup_empty_projects(node: PurgePorts, *, idle_before_ms: int,
             :limits.purge_projects_max]:
         pid = str(uuid.uuid5(PURGE_NS, f"cleanup:{ws}/{proj}:{idle_before_ms}"))
         res = await _purge_mailbox(node, by, ws, proj, pid, CLEANUP,
-                                   "scheduled cleanup of an empty project", only_if_empty=True)
+                                   "scheduled cleanup of an empty project", only_if_empty=True,
+                                   hide_before_ms=idle_before_ms)
         (removed if res.get("purge") is not None else kept).append(f"{ws}/{proj}")
     return {"removed": removed, "kept": kept, "idle_before_ms": idle_before_ms}
 

@@ -135,3 +135,10 @@ def test_an_only_if_empty_purge_keeps_a_mailbox_that_holds_any_message() -> None
     empty = owner_cluster()
     got = ask(empty[0], empty[1], 1, MailPurge(MB, purge().body, only_if_empty=True))
     assert got["purge"]["id"] == "pg1" and got["removed"] == 0
+
+
+def test_the_cleanup_hides_only_sessions_idle_since_the_time_it_names() -> None:
+    cl, o = owner_cluster()
+    req = MailPurge(MB, {**purge().body, "at_ms": 5}, only_if_empty=True)
+    got = ask(cl, o, 1, req)
+    assert got["purge"]["at_ms"] == 5  # not the owner's clock: a session since then stays
