@@ -112,3 +112,29 @@ def test_a_purge_on_one_node_converges_everywhere_beside_concurrent_sends(
     assert sorted(claimed) == boxes["node1"] and len(set(claimed)) == len(claimed)
     print(f"racing sends: {len(racing)} ({len(acked) - 1} acknowledged), "
           f"{len(boxes['node1']) - 1} decided after the purge and kept")
+
+
+def test_the_cli_purges_through_one_node_and_every_node_agrees(cluster: Cluster) -> None:
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    c = cluster
+    session(c, "node1", A, "kimi")
+    session(c, "node2", B, "claude-code")
+    code, body = send(c, "node1", "for-b")
+    assert code == 201, body
+    declined = CliRunner().invoke(cli, ["--url", c.url("node3"), "project", "purge",
+                                        "default/proj-b"], input="n\n")
+    assert declined.exit_code == 1
+    assert len(local_box(c, "node2")) == 1  # nothing was purged
+    done = CliRunner().invoke(cli, ["--url", c.url("node3"), "project", "purge",
+                                    "default/proj-b", "--yes", "--reason", "cli"])
+    assert done.exit_code == 0, done.output
+    assert "purged default/proj-b: 1 messages" in done.output
+    c.wait_converged()
+    for nid in c.ids:
+        code, body = c.call(nid, "GET", "/api/v1/projects")
+        assert {p["project"] for p in body["projects"]} == {"proj-a"}, (nid, body)
+        code, body = c.call(nid, "GET", "/api/v1/memories?namespace=_audit/purge")
+        assert [m["metadata"]["purge"]["reason"] for m in body["memories"]] == ["cli"], nid
