@@ -13,7 +13,7 @@ import pytest
 from daemon.api.app import build_app
 from tests.daemon.authz_fixtures import ROOT_KEY, key_of, keys_auth
 from tests.daemon.identity.test_authz import bearer, running, settings_for
-from tests.daemon.rowcounts import row_counts
+from tests.daemon.rowcounts import written
 
 WS = "ws"
 
@@ -137,11 +137,11 @@ async def test_a_workspace_purge_takes_every_project_of_it(served: Any) -> None:
 async def test_who_may_purge(served: Any, key: str, path: str, status: int) -> None:
     client, data = served
     await send(client, "alpha", "beta", "m")
-    before = row_counts(data)
+    before = written(data)
     r = await client.post(path, headers=bearer(key))
     assert r.status == status, await r.text()
     if status != 200:
-        assert row_counts(data) == before
+        assert written(data) == before
         assert "error" in await r.json()
 
 
@@ -158,10 +158,10 @@ async def test_bad_input_is_refused_and_writes_nothing(served: Any, method: str,
                                                        body: Any, status: int) -> None:
     client, data = served
     await send(client, "alpha", "beta", "m")
-    before = row_counts(data)
+    before = written(data)
     r = await client.request(method, path, headers=bearer(ROOT_KEY), json=body)
     assert r.status == status, await r.text()
-    assert row_counts(data) == before
+    assert written(data) == before
 
 
 async def test_cleanup_removes_only_idle_projects_no_message_names(served: Any) -> None:
