@@ -97,6 +97,7 @@ class StreamReads(Protocol):
     async def messages_not_covered(self, workspace: str, project: str, cursor: dict[str, int],
                                    *, after: tuple[int, str, int] | None, limit: int,
                                    agent: str | None = None) -> list[Row]: ...
+    async def notifications(self, ids: Iterable[str]) -> list[Row]: ...
 
 
 class LogReads(Protocol):
