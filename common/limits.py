@@ -230,6 +230,7 @@ bridge_poll_fast_secs = 5.0  # mcp-bridge --channel inbox: next notice poll afte
 bridge_poll_slow_secs = 60.0  # ... doubling up to this while it stays the same
 hook_http_timeout_secs = 5.0  # a hook's requests to the node: a harness waits on it
 hook_state_files_max = 256  # per-session notice state files kept by `ai-memory hook prompt`
+notice_senders_max = 5  # senders a notice names for the agent's unread notifications (the count is exact)
 
 # --- users, API keys and project grants (daemon/identity/) -----------------
 user_name_max_chars = 64  # a user name: [A-Za-z0-9_.@-]
