@@ -8,8 +8,10 @@ else its ``X-Agent-Id`` -- the one inbox ``GET /inbox`` would read for it
 without an ``agent_id``. Counts and names only: how many, whose inbox, and
 who sent them (at most ``limits.notice_senders_max`` names, most first);
 never a title or a body. A caller with no agent gets no count (``None``),
-never someone else's. Counted on the node that answers, as the mail count
-is (a notice is a prompt to read, not the record).
+never someone else's. The count follows the inbox's read quorum first (R +
+W > N, so a notify acknowledged anywhere is counted on whichever node
+answers); a node that cannot reach a quorum counts what it holds rather
+than fail the notice (a notice is a prompt to read, not the record).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common import limits
-from daemon.ports import Clock, NoticeReads
+from common.errors import QuorumNotMet
+from common.ops import inbox_key
+from daemon.ports import Clock, NoticeReads, ReadBarrier
 
 
-class NoticePorts(Clock, Protocol):
+class NoticePorts(Clock, ReadBarrier, Protocol):
     @property
     def store(self) -> NoticeReads: ...
 
@@ -56,6 +60,10 @@ async def unread(node: NoticePorts, agent: str | None) -> Unread | None:
     """The unread notifications of ``agent`` (the caller's own), None without one."""
     if not agent:
         return None
+    try:
+        await node.read_barrier(inbox_key(agent))
+    except QuorumNotMet:
+        pass  # count what this node holds: a notice must not fail for want of a quorum
     now = node.now_ms()
     count = await node.store.inbox_count(agent, unread_only=True, now_ms=now)
     if not count:
