@@ -175,11 +175,12 @@ async def _replay(w: _Writer, source: Source, sub: Subscription, cursor: dict[st
     """Write what ``cursor`` (and ``owed``) does not cover; ``pos``, ``replayed_live``
     and ``partial`` are updated in place. Returns how many records were replayed."""
     if owed is not None:
+        rest = None
         if cursor.get(owed.origin, 0) >= owed.seq:  # covered: no replay brings it again
             rest = await source.record(owed.record, owed.origin, owed.seq, now_ms())
-            if rest is not None:
-                await w.write(_events(rest, owed.origin, owed.seq, pos, owed.done))
-        else:
+        if rest is not None:
+            await w.write(_events(rest, owed.origin, owed.seq, pos, owed.done))
+        else:  # to come in the replay, or live (a node that has not got it yet)
             partial[(owed.origin, owed.seq)] = owed.done
     count = 0
     after = None

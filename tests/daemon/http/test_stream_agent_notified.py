@@ -202,3 +202,22 @@ async def test_the_mailbox_stream_ids_stay_plain_cursors(client: Any) -> None:
     ev = await reader.until("message")
     assert decode_event_id(ev.id or "")[1] is None
     reader.resp.close()
+
+
+async def test_an_owed_event_of_an_op_this_node_has_not_got_yet_comes_live_alone(
+        client: Any) -> None:
+    """Resumed on a node that lacks the op the id owes (its read quorum failed, say):
+    when the op arrives, only the owed event goes out, not the ``notify`` again."""
+    await notify(client, "before")  # so the node's own origin shows in the cursor
+    reader = await open_inbox(client)
+    cursor, _ = decode_event_id((await reader.until("ready")).id or "")
+    reader.resp.close()
+    [(origin, seq)] = cursor.items()
+    ahead = encode_event_id({origin: seq + 1}, Owed(origin, seq + 1, "not-here-yet", 1))
+    resumed = await open_inbox(client, last=ahead)
+    assert await until_ready(resumed) == []
+    a = (await notify(client, "a"))["id"]  # the op the id spoke of
+    b = (await notify(client, "b"))["id"]
+    got = [await resumed.next() for _ in range(3)]
+    assert kinds(got) == [("agent_notified", a), ("notify", b), ("agent_notified", b)]
+    assert got[0].data["correlation_id"] == f"{origin}#{seq + 1}"
