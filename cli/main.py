@@ -36,6 +36,7 @@ from cli.memories import memories
 from cli.message import message
 from cli.notify import notify
 from cli.output import print_error
+from cli.purge import project, workspace
 from cli.session import session
 from cli.state import CliState
 from cli.subscription import subscription
@@ -123,7 +124,7 @@ def cli(ctx: click.Context, url: str, agent_id: str | None, api_key: str | None,
 
 
 for _command in (notify, inbox, agents, session, message, handoff, memories, health, cluster,
-                 backup, restore, user, key, grant, revoke, whoami):
+                 backup, restore, user, key, grant, revoke, whoami, project, workspace):
     cli.add_command(_command)
 cli.add_command(subscription)
 

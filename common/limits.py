@@ -51,6 +51,13 @@ search_query_max_chars = 4_000
 search_terms_max = 32  # words of a query that reach FTS5; more is a 400
 all_keys_pull_max = 10_000  # ops one peer returns for a cluster-wide read barrier
 forget_max = 10_000  # memories one POST /forget may delete (more: 413, nothing deleted)
+purge_memories_max = 10_000  # memories one project or workspace purge deletes (more: run it again)
+purge_projects_max = 1_000  # projects one workspace purge takes (more: 413, nothing purged)
+purge_reason_max_chars = 500  # the reason an operator gives for a purge (kept in the audit)
+# The scheduled cleanup of empty projects (daemon/services/purge.py): how
+# often a node looks, and how long a project must have been idle first.
+empty_project_cleanup_interval_secs = 3600
+empty_project_idle_secs = 30 * 86_400
 gc_batch_max = 10_000  # expired memories one POST /gc tombstones
 link_relation_max_chars = 64
 links_per_memory_max = 1_000  # links GET /links/{id} returns

@@ -123,7 +123,15 @@ class RecordReads(MemoryReads, NotifyReads, Protocol):
     """The record reads (memories, links, agents, notifications)."""
 
 
-class StoreReads(RecordReads, MailReads, StreamReads, LogReads, Protocol):
+class PurgeReads(MailReads, RecordReads, Protocol):
+    """What a purge reads (:mod:`daemon.services.purge`)."""
+
+    async def memory_ids_under(self, namespace: str, *, limit: int) -> list[str]: ...
+    async def mailbox_projects(self, workspace: str) -> list[str]: ...
+    async def purge_marks(self) -> list[Row]: ...
+
+
+class StoreReads(PurgeReads, StreamReads, LogReads, Protocol):
     """Every store read a service runs; :class:`store.db.Store` is one."""
 
 
@@ -181,6 +189,13 @@ class MailPorts(Clock, QuorumWriter, ReadBarrier, MailboxRouter, Protocol):
     def settings(self) -> Settings: ...
     @property
     def admission(self) -> AdmissionCheck | None: ...
+
+
+class PurgePorts(Clock, QuorumWriter, ReadBarrier, MailboxRouter, Protocol):
+    @property
+    def store(self) -> PurgeReads: ...
+    @property
+    def settings(self) -> Settings: ...
 
 
 class ForwardTaker(Protocol):

@@ -321,7 +321,8 @@ async def pop(node: MailPorts, principal: Principal, *, workspace: str | None, p
     rid = request_id or f"pop-{token_hex(16)}"
     if not await project_exists(node, scope.workspace, scope.project):
         # Nothing can be pending for a project nobody started a session in
-        # (a send to it is refused), and projects never disappear: answer
+        # (a send to it is refused), nor for one purged since its last
+        # session (the purge took every message sent before it): answer
         # here, without making this mailbox's owner take it (an epoch, a
         # logged "nothing pending" decision, an entry in `cluster status`).
         return {"message": None, "request_id": rid, "workspace": scope.workspace,

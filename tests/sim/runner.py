@@ -90,7 +90,7 @@ class Sim:
         self._timers: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._timer_serial = 0
         self.workload = Workload(random.Random(f"load:{cfg.seed}"), cfg.mailboxes, cfg.pending_cap,
-                                 cfg.read_p)
+                                 cfg.read_p, purge_p=cfg.purge_p)
         self.history = self.workload.history
         self.monitor = checker.Monitor(self)
         self.nodes = {

@@ -64,7 +64,7 @@ def test_invariants_hold_on_many_seeds(pool: ProcessPoolExecutor, first: int) ->
     for key in ("crashes", "pauses", "partitions", "retries", "forwarded", "gc_ops",
                 "reads_checked", "decided_sends", "minted_sends_owned", "minted_failovers",
                 "keyless_resends", "push_batches_cut", "bootstraps", "join_waits",
-                "join_crashes", "seeded"):
+                "join_crashes", "seeded", "purges_acked", "purged_messages"):
         assert totals.get(key, 0) > len(seeds) // 10, key
 
 
