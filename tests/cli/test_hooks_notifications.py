@@ -4,12 +4,16 @@ a body, and only the hook's own agent's (``AI_MEMORY_AGENT_ID``)."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from cli.main import cli
 from tests.cli.test_hooks import project_dir, run_hook, send
 from tests.mcp.test_stdio_e2e import Node, _http
 
@@ -104,3 +108,19 @@ def test_prompt_speaks_again_when_the_notification_count_changes(served: Node,
     assert prompt() == ""  # all read: nothing to say
     notify(served, bob, "alice")
     assert "1 unread notification for agent" in prompt()
+
+
+def test_install_hooks_names_the_agent_in_every_entry(tmp_path: Path) -> None:
+    """``ai-memory --agent-id bob install-hooks``: hooks and bridge count bob's notifications
+    whatever the harness's environment holds."""
+    done = CliRunner().invoke(cli, ["--agent-id", "bob", "install-hooks", "--harness",
+                                    "claude-code", "--dir", str(tmp_path), "--write", "--exe",
+                                    "aim", "--url", "http://127.0.0.1:9077"],
+                              env={"AI_MEMORY_CA_CERT": ""})
+    assert done.exit_code == 0, done.output
+    hooks = json.loads((tmp_path / ".claude" / "settings.json").read_text())["hooks"]
+    for event in ("SessionStart", "UserPromptSubmit"):
+        [command] = [h["command"] for g in hooks[event] for h in g["hooks"]]
+        assert shlex.split(command)[:4] == ["aim", "--agent-id", "bob", "hook"], command
+    bridge = json.loads((tmp_path / ".mcp.json").read_text())["mcpServers"]["ai-memory"]
+    assert bridge["args"] == ["mcp-bridge", "--url", "http://127.0.0.1:9077", "--agent-id", "bob"]
