@@ -98,6 +98,7 @@ stream_disconnect_poll_secs = 0.2  # how often the node looks for streams whose 
 stream_replay_page = 50  # rows per store read while a resumed stream replays what it missed (at most ~3 MiB of notifications)
 stream_cursor_max_chars = 4096  # a Last-Event-ID longer than this is a 400
 stream_cursor_origins_max = 64  # origins one Last-Event-ID may name
+stream_owed_record_max_chars = 128  # the record id a Last-Event-ID may name as owed the rest of its events
 stream_retry_ms = 1000  # the SSE "retry:" a client waits before reconnecting
 stream_refused_retry_after_secs = 2.0  # Retry-After on the 503 when every stream slot is taken
 cli_wait_pop_settle_secs = 3.0  # `pop --wait`: keep trying to claim a message the stream announced while its send round completes
@@ -236,6 +237,7 @@ bridge_poll_fast_secs = 5.0  # mcp-bridge --channel inbox: next notice poll afte
 bridge_poll_slow_secs = 60.0  # ... doubling up to this while it stays the same
 hook_http_timeout_secs = 5.0  # a hook's requests to the node: a harness waits on it
 hook_state_files_max = 256  # per-session notice state files kept by `ai-memory hook prompt`
+notice_senders_max = 5  # senders a notice names for the agent's unread notifications (the count is exact)
 
 # --- users, API keys and project grants (daemon/identity/) -----------------
 user_name_max_chars = 64  # a user name: [A-Za-z0-9_.@-]

@@ -62,6 +62,14 @@ class NotifyReads(Protocol):
     async def get_agent(self, agent_id: str) -> Row | None: ...
 
 
+class NoticeReads(Protocol):
+    """What the notices count of an agent's notifications (:mod:`daemon.services.notices`)."""
+
+    async def inbox_count(self, agent_id: str, *, unread_only: bool, now_ms: int) -> int: ...
+    async def unread_senders(self, agent_id: str, *, now_ms: int,
+                             limit: int) -> list[tuple[str, int]]: ...
+
+
 class SessionReads(Protocol):
     """What a mailbox scope resolves through (:func:`daemon.services.scope.resolve`)."""
 
@@ -69,7 +77,7 @@ class SessionReads(Protocol):
     async def last_active_project(self) -> tuple[str, str] | None: ...
 
 
-class MailReads(SessionReads, Protocol):
+class MailReads(SessionReads, NoticeReads, Protocol):
     async def project_exists(self, workspace: str, project: str) -> bool: ...
     async def project_harnesses(self, workspace: str, project: str) -> set[str]: ...
     async def list_projects(self) -> list[Row]: ...
@@ -97,6 +105,7 @@ class StreamReads(Protocol):
     async def messages_not_covered(self, workspace: str, project: str, cursor: dict[str, int],
                                    *, after: tuple[int, str, int] | None, limit: int,
                                    agent: str | None = None) -> list[Row]: ...
+    async def notifications(self, ids: Iterable[str]) -> list[Row]: ...
 
 
 class LogReads(Protocol):

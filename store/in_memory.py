@@ -533,6 +533,12 @@ class Replica:
     def inbox_count(self, agent_id: str, *, unread_only: bool, now_ms: int) -> int:
         return len(self._inbox_rows(agent_id, unread_only, now_ms))
 
+    def unread_senders(self, agent_id: str, *, now_ms: int, limit: int) -> list[tuple[str, int]]:
+        counts: dict[str, int] = {}
+        for r in self._inbox_rows(agent_id, True, now_ms):
+            counts[r["from"]] = counts.get(r["from"], 0) + 1
+        return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+
     def notifications(self, ids: Iterable[str]) -> list[dict[str, Any]]:
         out = []
         for note_id in ids:

@@ -90,6 +90,17 @@ class DomainReads:
             {"agent": agent_id, "now": now_ms})
         return int(row[0]) if row else 0
 
+    async def unread_senders(self, agent_id: str, *, now_ms: int,
+                             limit: int) -> list[tuple[str, int]]:
+        """Who sent ``agent_id``'s unread, unexpired notifications: (sender, how many),
+        most first, then by name; at most ``limit`` senders."""
+        rows = await self._reads.fetchall(
+            f"SELECT from_agent, count(*) AS n FROM notes WHERE to_agent = :agent"
+            f" AND read = 0 AND {Q.NOT_EXPIRED} GROUP BY from_agent"
+            " ORDER BY n DESC, from_agent LIMIT :limit",
+            {"agent": agent_id, "now": now_ms, "limit": limit})
+        return [(str(r[0]), int(r[1])) for r in rows]
+
     async def notifications(self, ids: Iterable[str]) -> list[dict[str, Any]]:
         """The notifications with these ids, in the order asked; unknown ids are skipped."""
         wanted = list(dict.fromkeys(ids))

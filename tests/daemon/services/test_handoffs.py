@@ -86,7 +86,9 @@ async def test_inbox_only_claims_nothing(client) -> None:  # type: ignore[no-unt
         notice = await _get(client, **B, inbox_only="1", handoff="0", recovery="0",
                             profile_digest="0", harness="claude-code")
         assert set(notice) == {"notice", "pending_message_count", "workspace", "project",
-                               "scope_source", "harness"}
+                               "scope_source", "harness", "unread_notification_count",
+                               "notification_agent", "notification_senders"}
+        assert notice["unread_notification_count"] is None  # no agent named: none counted
         assert notice["pending_message_count"] == 1
         assert "default/project-b inbox" in notice["notice"]
     # handoff=0 on the full path claims nothing either
