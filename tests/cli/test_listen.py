@@ -182,7 +182,7 @@ def _send(c: Cluster, nid: str, subject: str) -> str:
         "from_workspace": SENDER["workspace"], "from_project": SENDER["project"],
         "subject": subject, "body": f"body of {subject}"}, headers={"Idempotency-Key": subject})
     assert code == 201, body
-    return str(body["id"])
+    return str(body["message_id"])
 
 
 def test_claim_pops_each_message_once_with_two_listeners(cluster: Cluster,
