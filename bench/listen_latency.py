@@ -52,7 +52,7 @@ class Bench:
     def start_listener(self) -> subprocess.Popen[bytes]:
         env = {**os.environ, "LISTEN_OUT": str(self.out),
                "PYTHONPATH": _repo_root() + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        err = open(self.work / "listener.stderr", "ab")  # noqa: SIM115 - the child keeps it
+        err = open(self.work / "listener.stderr", "ab")  # the child keeps its own copy
         proc = subprocess.Popen(
             [sys.executable, "-m", "cli", "--agent-id", "bob", "listen", "--url",
              ",".join(self.cluster.urls), "--state", str(self.work / "state.json"),
