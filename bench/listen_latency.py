@@ -154,8 +154,10 @@ def main(argv: list[str] | None = None) -> int:
                 counts = Counter({i: len(seen.get(i, [])) for i in bench.sent})
                 lost = sum(1 for n in counts.values() if n == 0)
                 twice = sum(1 for n in counts.values() if n > 1)
+                moves = (work / "listener.stderr").read_text().count("listen: following") - 1
                 print(f"kills: {args.kills}; events sent during them {len(bench.sent) - before} "
-                      f"(total {len(bench.sent)}); lost {lost}; run twice {twice}")
+                      f"(total {len(bench.sent)}); lost {lost}; run twice {twice}; "
+                      f"the listener reconnected {moves} times")
         finally:
             if listener is not None:
                 listener.terminate()
