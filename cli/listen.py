@@ -83,6 +83,7 @@ class Listener:
     claim: bool
     scope: Scope | None
     concurrency: int
+    harness: str | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     fatal: list[AiMemoryError] = field(default_factory=list)
     in_flight: set[str] = field(default_factory=set)
@@ -158,7 +159,13 @@ class Listener:
                 raise _StreamStop
         event = {"event": feed.event, "id": item_id, "stream": feed.key,
                  "cursor": ev.id, "data": ev.data}
-        pool.submit(self._handle, feed, event, entry, key, slots)
+        try:
+            pool.submit(self._handle, feed, event, entry, key, slots)
+        except RuntimeError:  # the pool is shutting down: leave it for the next start
+            slots.release()
+            with self.lock:
+                self.in_flight.discard(key)
+            raise _StreamStop from None
 
     # -- one event ---------------------------------------------------------------
     def _handle(self, feed: Feed, event: dict[str, Any], entry: Entry, key: str,
@@ -168,7 +175,9 @@ class Listener:
             if self.claim and feed.event == "message":
                 claimed_id = event["id"]
                 popped = self._claim(event["id"])
-                if popped is None:  # another session claimed it (or it was cancelled)
+                if popped is None:
+                    note(f"listen: message {claimed_id} was claimed by another session (or "
+                         "cancelled); skipped")
                     self.state.finish(feed.key, entry, key, claimed=claimed_id)
                     return
                 event = {**event, "claimed": popped}
@@ -218,14 +227,14 @@ class Listener:
 
     def _pop(self, message_id: str, rid: str) -> dict[str, Any]:
         body = drop_none({**_scope_fields(self.scope), "message_id": message_id,
-                          "request_id": rid})
+                          "request_id": rid, "agent": self.harness})
         reply: dict[str, Any] = self._call(lambda c: c.post("/api/v1/messages/pop", body))
         return reply
 
     def _pending(self, message_id: str) -> bool:
         listed = self._call(lambda c: c.get("/api/v1/messages", box="inbox",
                                             limit=limits.message_list_limit_max,
-                                            **_scope_fields(self.scope)))
+                                            agent=self.harness, **_scope_fields(self.scope)))
         return any(row.get("id") == message_id for row in listed.get("messages", []))
 
     def _call(self, call: Callable[[ApiClient], Any]) -> Any:
@@ -266,14 +275,15 @@ def default_state_path(agent: str | None, scope: Scope | None) -> Path:
     return base / "ai-memory" / f"listen-{name}.json"
 
 
-def _feeds(agent: str | None, inbox: bool, scope: Scope | None) -> list[Feed]:
+def _feeds(agent: str | None, inbox: bool, scope: Scope | None,
+           harness: str | None = None) -> list[Feed]:
     feeds = []
     if inbox and agent:
         feeds.append(Feed(f"inbox:{agent}", "/api/v1/inbox/stream", {"agent_id": agent},
                           "notify"))
     if scope is not None:
         feeds.append(Feed(f"mbox:{scope.workspace}/{scope.project}", "/api/v1/messages/stream",
-                          _scope_fields(scope), "message"))
+                          drop_none({**_scope_fields(scope), "agent": harness}), "message"))
     return feeds
 
 
@@ -290,6 +300,8 @@ def _feeds(agent: str | None, inbox: bool, scope: Scope | None) -> list[Feed]:
 @click.option("--project", help="Project of the mailbox (else env or .ai-memory.toml).")
 @click.option("--claim", is_flag=True, help="Pop (claim) each message before its command runs; "
               "a message another session claimed first is skipped.")
+@click.option("--agent", "harness", help="Mail: only what this harness may claim, claimed as "
+              "it (like `message pop --agent`).")
 @click.option("--exec", "command", help="Run this shell command per event (JSON on stdin).")
 @click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON line.")
 @click.option("--concurrency", type=click.IntRange(1, limits.listen_concurrency_max),
@@ -308,7 +320,7 @@ def _feeds(agent: str | None, inbox: bool, scope: Scope | None) -> list[Feed]:
 @pass_state
 def listen(state: CliState, agent_id: str | None, urls: tuple[str, ...], inbox: bool | None,
            mail: bool, workspace: str | None, project: str | None, claim: bool,
-           command: str | None, as_json: bool, concurrency: int, timeout: float, retries: int,
+           harness: str | None, command: str | None, as_json: bool, concurrency: int, timeout: float, retries: int,
            state_file: Path | None, dead_letter: Path | None) -> None:
     """Follow an inbox and/or a mailbox; run a command (or print JSON) once per event.
 
@@ -328,7 +340,7 @@ def listen(state: CliState, agent_id: str | None, urls: tuple[str, ...], inbox: 
     if mail and scope is None:
         raise click.UsageError("which mailbox? pass --workspace and --project (or set "
                                "AI_MEMORY_WORKSPACE / AI_MEMORY_PROJECT)")
-    feeds = _feeds(who if follow_inbox else None, follow_inbox, scope)
+    feeds = _feeds(who if follow_inbox else None, follow_inbox, scope, harness)
     nodes = node_urls(urls, state.url, key=state.key, api_key=state.api_key)
     note(f"listen: nodes {', '.join(nodes.urls)} ({nodes.source})")
     path = state_file or default_state_path(who if follow_inbox else None, scope)
@@ -339,7 +351,8 @@ def listen(state: CliState, agent_id: str | None, urls: tuple[str, ...], inbox: 
             make_client=lambda url: state.client(agent_id=who, url=url),
             run=RunSettings(command, timeout, retries) if command else None,
             dead=DeadLetters(dead_letter or path.with_name(path.name + ".dead.jsonl")),
-            as_json=as_json, claim=claim, scope=scope, concurrency=concurrency)
+            as_json=as_json, claim=claim, scope=scope, concurrency=concurrency,
+            harness=harness)
         _serve(listener, feeds)
     finally:
         store.close()

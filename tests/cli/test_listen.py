@@ -216,3 +216,30 @@ def test_event_env_names_the_main_fields() -> None:
     assert env["AI_MEMORY_FROM"] == "alice" and env["AI_MEMORY_SUBJECT"] == "hi"
     assert env["AI_MEMORY_EVENT"] == "notify" and env["AI_MEMORY_MESSAGE_ID"] == "n1"
     assert not any("KEY" in k for k in env)
+
+
+def test_a_listener_killed_after_its_claim_gets_the_message_back(cluster: Cluster,
+                                                                 tmp_path: Path) -> None:
+    """The first run kills the listener (its parent, $PPID) after the pop and
+    fails: the next start pops again with the saved request id, gets the same
+    message and runs the command once."""
+    c, out, marker = cluster, tmp_path / "claimed.txt", tmp_path / "killed-once"
+    _start_sessions(c)
+    cmd = (f'if [ ! -e {marker} ]; then touch {marker}; kill -9 "$PPID"; exit 1; fi; '
+           'printf "%s %s\\n" "$AI_MEMORY_EVENT_ID" "$AI_MEMORY_CLAIMED" >> "$LISTEN_OUT"')
+    args = ["listen", "--url", urls(c), "--workspace", PROJ["workspace"], "--project",
+            PROJ["project"], "--claim", "--exec", cmd, "--state", str(tmp_path / "k.json")]
+    first = Listener(tmp_path, "k1", args, out)
+    first.wait_following()
+    mid = _send(c, "node2", "crash-mail")
+    first.proc.wait(timeout=30)
+    assert first.proc.returncode == -signal.SIGKILL and marker.exists()
+    assert lines(out) == []
+    code, box = c.call("node1", "GET", "/api/v1/messages?box=inbox&workspace=default"
+                       "&project=listen-box&limit=100")
+    assert code == 200 and box["messages"] == [], box  # claimed, not yet run
+    second = Listener(tmp_path, "k2", args, out)
+    wait_for(lambda: len(lines(out)) >= 1, 30, second.err)
+    time.sleep(1.0)
+    second.stop()
+    assert lines(out) == [f"{mid} 1"]
