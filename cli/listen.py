@@ -57,6 +57,12 @@ from cli.stream import Event, _Stream
 from common import limits
 from common.errors import AiMemoryError, Unavailable
 
+# Events whose id the listener follows besides its own kind: the stream's
+# ``ready`` and ``resume``, and an id without data. Any other event a stream
+# may carry (a new kind, or one for other clients) is passed over, id and
+# all: its id could cover an event of ours not yet read.
+CURSOR_EVENTS = ("ready", "resume", "")
+
 
 class _Stopped(Exception):
     """The listener is stopping: leave this event unfinished (it runs on the next start)."""
@@ -107,6 +113,8 @@ class Listener:
                 for ev in stream.events(lambda: limits.cli_wait_read_secs):
                     if self.stop.is_set():
                         return
+                    if ev.event not in (feed.event, *CURSOR_EVENTS):
+                        continue  # another kind of event: its id is not ours to follow
                     self._arrived(feed, ev, pool, slots)
                     if ev.id is not None:
                         last_id = ev.id
