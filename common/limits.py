@@ -101,7 +101,7 @@ listen_timeout_default_secs = 300.0  # `listen --exec`: one run of the command, 
 listen_retries_default = 3  # `listen --exec`: runs after the first failed one, then the event is dead-lettered
 listen_retries_max = 20  # ... at most
 listen_retry_backoff_max_secs = 30.0  # `listen`: longest wait between two runs of a failed command
-listen_handled_ids_max = 10_000  # `listen`: ids of handled events its state file keeps to drop repeats
+listen_handled_ids_max = 2048  # `listen`: ids of finished events its state file keeps to drop repeats (>> listen_concurrency_max, the most that finish out of order)
 listen_reconnect_wait_max_secs = 5.0  # `listen`: longest wait before trying the next node again
 
 # --- project mail ----------------------------------------------------------
