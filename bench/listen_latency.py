@@ -7,6 +7,7 @@ The command appends the event's id and the time it started (``date
 +%s%N``, so the shell's and ``date``'s start, about a millisecond, is
 included) to a file.
 
+0. With ``--single``: the latency series below against a one-node cluster.
 1. Latency: notifications sent one at a time (a short pause between, so
    commands do not queue behind each other) through node1, the node the
    listener follows, then through node2 (the event crosses nodes); p50 and
@@ -128,6 +129,21 @@ def _report(name: str, values: list[float]) -> None:
           f"p99={_pct(values, 0.99):.1f} ms max={max(values):.1f} ms")
 
 
+def _single(work: Path, args: argparse.Namespace) -> None:
+    cluster = Cluster(work, 1, 1).start()
+    listener = None
+    try:
+        bench = Bench(work, cluster)
+        listener = bench.start_listener()
+        _report("one-node cluster: send -> command start     ",
+                bench.latency(0, args.events, args.pause))
+    finally:
+        if listener is not None:
+            listener.terminate()
+            listener.wait(30)
+        cluster.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.listen_latency")
     parser.add_argument("--events", type=int, default=200, help="per latency series")
@@ -135,9 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=20, help="node kills (0: none)")
     parser.add_argument("--per-phase", type=int, default=5,
                         help="events sent while a node is down, and again after")
+    parser.add_argument("--single", action="store_true",
+                        help="first, the same latency series against a one-node cluster")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="listen-bench-") as tmp:
         work = Path(tmp)
+        if args.single:
+            _single(work / "single", args)
         cluster = Cluster(work, 3, 2).start()
         listener = None
         try:
