@@ -55,7 +55,8 @@ from cli.scope import Scope, resolve_scope
 from cli.state import CliState, pass_state
 from cli.stream import Event, _Stream
 from common import limits
-from common.errors import AiMemoryError, Unavailable
+from common.errors import AiMemoryError, Conflict, Unavailable
+from common.lifecycle import EDITING
 
 # Events whose id the listener follows besides its own kind: the stream's
 # ``ready`` and ``resume``, and an id without data. Any other event a stream
@@ -106,7 +107,7 @@ class Listener:
             stream: _Stream | None = None
             try:
                 stream = _Stream(self.make_client(url), feed.path, feed.params, last_id,
-                                 limits.cli_http_timeout_secs)
+                                 limits.listen_connect_timeout_secs)
                 note(f"listen: following {feed.key} on {url}")
                 failures = 0
                 self.url_at = at
@@ -218,20 +219,31 @@ class Listener:
     def _claim(self, message_id: str) -> dict[str, Any] | None:
         """Pop ``message_id`` (see :mod:`cli.listen_state` for the saved request ids)."""
         for rid in self.state.claim_ids(message_id):  # a pop before a restart may have won
-            got = self._pop(message_id, rid)
+            try:
+                got = self._pop(message_id, rid)
+            except Conflict:
+                continue  # that pop lost; the one that won answers with the message
             if got.get("message") is not None:
                 return got
         deadline = time.monotonic() + limits.cli_wait_pop_settle_secs
         delay = 0.05
         while True:
-            got = self._pop(message_id, self.state.new_claim_id(message_id))
-            if got.get("message") is not None:
-                return got
-            if time.monotonic() >= deadline or not self._pending(message_id):
-                return None
+            try:
+                got = self._pop(message_id, self.state.new_claim_id(message_id))
+            except Conflict as exc:
+                state = exc.details.get("state")
+                if state != EDITING:  # claimed or cancelled: not ours
+                    return None
+                # Held for an edit in the web inbox: it goes back to pending.
+                deadline, delay = time.monotonic() + limits.cli_wait_pop_settle_secs, 1.0
+            else:
+                if got.get("message") is not None:
+                    return got
+                if time.monotonic() >= deadline or not self._pending(message_id):
+                    return None
             if self.stop.wait(delay):
                 raise _Stopped
-            delay = min(delay * 2, 0.5)
+            delay = min(delay * 2, limits.listen_reconnect_wait_max_secs)
 
     def _pop(self, message_id: str, rid: str) -> dict[str, Any]:
         body = drop_none({**_scope_fields(self.scope), "message_id": message_id,

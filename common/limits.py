@@ -102,6 +102,7 @@ listen_retries_default = 3  # `listen --exec`: runs after the first failed one, 
 listen_retries_max = 20  # ... at most
 listen_retry_backoff_max_secs = 30.0  # `listen`: longest wait between two runs of a failed command
 listen_handled_ids_max = 2048  # `listen`: ids of finished events its state file keeps to drop repeats (>> listen_concurrency_max, the most that finish out of order)
+listen_connect_timeout_secs = 10.0  # `listen`: a node that has not answered a stream's request by then (paused, cut off) is left for the next
 listen_reconnect_wait_max_secs = 5.0  # `listen`: longest wait before trying the next node again
 
 # --- project mail ----------------------------------------------------------
