@@ -53,3 +53,19 @@ def test_a_stop_cuts_the_backoff_short() -> None:
     outcome = run_command(RunSettings("exit 2", retries=5), EVENT, stop=stop, note=print)
     assert not outcome.ok and outcome.attempts == 1
     assert outcome.status == "exit 2; listener stopping"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["listen", "--exec", "true"], "whose inbox?"),
+    (["--agent-id", "bob", "listen"], "--exec CMD and/or --json"),
+    (["--agent-id", "bob", "listen", "--json", "--claim"], "--claim pops mail"),
+])
+def test_listen_says_what_is_missing(args: list[str], says: str,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    monkeypatch.delenv("AI_MEMORY_AGENT_ID", raising=False)
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 2 and says in done.output, done.output
