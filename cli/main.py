@@ -46,7 +46,7 @@ from common.errors import AiMemoryError
 LAZY_COMMANDS = {"serve": ("cli.serve", "serve"), "mcp": ("cli.mcp_cmd", "mcp"),
                  "mcp-bridge": ("cli.mcp_cmd", "mcp_bridge"), "hook": ("cli.hooks", "hook"),
                  "install-hooks": ("cli.install_hooks", "install_hooks"), "skill": ("cli.skill", "skill"),
-                 "tls": ("cli.tls_cmd", "tls")}
+                 "tls": ("cli.tls_cmd", "tls"), "listen": ("cli.listen", "listen")}
 
 
 class RootGroup(click.Group):

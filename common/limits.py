@@ -103,6 +103,15 @@ stream_retry_ms = 1000  # the SSE "retry:" a client waits before reconnecting
 stream_refused_retry_after_secs = 2.0  # Retry-After on the 503 when every stream slot is taken
 cli_wait_pop_settle_secs = 3.0  # `pop --wait`: keep trying to claim a message the stream announced while its send round completes
 cli_wait_read_secs = 30.0  # `--wait`: longest silence on a stream before the CLI reconnects (> heartbeat)
+listen_concurrency_default = 4  # `listen --exec`: commands running at once
+listen_concurrency_max = 64  # ... at most
+listen_timeout_default_secs = 300.0  # `listen --exec`: one run of the command, then it is killed
+listen_retries_default = 3  # `listen --exec`: runs after the first failed one, then the event is dead-lettered
+listen_retries_max = 20  # ... at most
+listen_retry_backoff_max_secs = 30.0  # `listen`: longest wait between two runs of a failed command
+listen_handled_ids_max = 2048  # `listen`: ids of finished events its state file keeps to drop repeats (>> listen_concurrency_max, the most that finish out of order)
+listen_connect_timeout_secs = 10.0  # `listen`: a node that has not answered a stream's request by then (paused, cut off) is left for the next
+listen_reconnect_wait_max_secs = 5.0  # `listen`: longest wait before trying the next node again
 
 # --- project mail ----------------------------------------------------------
 mailbox_pending_max = 256  # pending messages per recipient mailbox (exact)
