@@ -6,8 +6,10 @@ every op it holds for the mailbox key (loaded from its store, merged from
 promises, received later) with the same rules as :mod:`store.in_memory`:
 
 * ``msg.send`` is insert-once: of two sends with one message id, the one of
-  lower ``(hlc, origin, seq)`` wins, and that rank is the message's FIFO
-  position;
+  the later owner term (greater epoch) wins, then the one of lower
+  ``(hlc, origin, seq)``, and that rank is the message's FIFO position (a
+  later term stamps a copy of its own only when it never saw the older one,
+  which was then never acknowledged);
 * ``msg.claim`` / ``msg.cancel`` are terminal: the op of greatest
   ``(epoch, hlc, origin, seq)`` decides the message, and a terminal op may
   arrive before its send;
@@ -26,13 +28,15 @@ promises, received later) with the same rules as :mod:`store.in_memory`:
   ``limits.mailbox_empty_decisions_max`` are kept per model (the oldest go
   first, by ``at_ms``).
 
-* ``msg.purge`` (issue 27): the greatest ``(hlc, origin, seq)`` of the
-  mailbox's purges is its *mark*; a message whose winning send ranks below
-  the mark is gone from the model (its send, hold and edit; its terminal
-  ops stay, so a request id's claim of it is still known as *purged*, and a
-  retried pop of that request id is answered "nothing pending", never a
-  newer message). A later copy of a purged send is ignored; only a copy
-  ranked lower than the purged one is judged again.
+* ``msg.purge`` (issue 27): the greatest ``(epoch, hlc, origin, seq)`` (the
+  owners' order of decisions) of the mailbox's purges is its *mark*; a
+  message whose winning send was decided below the mark is gone from the
+  model (its send; its terminal ops stay, so a request id's claim of it is
+  still known as *purged*, and a retried pop of that request id is answered
+  "nothing pending", never a newer message). Every hold and edit decided
+  below the mark goes too. A copy of a purged send that would not win is
+  ignored; one that would (a later term's) is judged again, and stays if
+  decided after the mark.
 
 Merging is idempotent and order-free, so the model may be fed the same op
 twice or out of order. The pending set is a sorted list (bisect), so the
@@ -69,8 +73,12 @@ from common.ops import (
 _FifoEntry = tuple[int, str, int, str]  # (hlc, origin, seq, message id)
 
 
-def _send_rank(op: Op) -> tuple[int, str, int]:
-    return (op.hlc, op.origin, op.seq)
+def _copy_key(op: Op) -> tuple[int, int, str, int]:
+    """Which copy of a send wins: the one of the latest owner term, then the
+    lowest ``(hlc, origin, seq)``. A later term stamps a copy of its own only
+    when it never saw the older one, which no majority then held: never
+    acknowledged, it must not undercut the copy the later term decided."""
+    return (-op.epoch, op.hlc, op.origin, op.seq)
 
 
 def _terminal_rank(op: Op) -> tuple[int, int, str, int]:
@@ -95,7 +103,8 @@ class MailboxModel:
         # request id -> {message id: rank of its winning claim carrying that id}
         self._by_request: dict[str, dict[str, tuple[int, int, str, int]]] = {}
         self._mark: Op | None = None  # the greatest msg.purge
-        self._purged: dict[str, tuple[int, str, int]] = {}  # message id -> purged send's rank
+        # message id -> the copy key (_copy_key) of its purged winning send
+        self._purged: dict[str, tuple[int, int, str, int]] = {}
 
     # -- merging ---------------------------------------------------------
     def apply(self, ops: Iterable[Op]) -> None:
@@ -113,32 +122,43 @@ class MailboxModel:
             elif op.kind == MSG_PURGE:
                 self._apply_purge(op)
 
-    def _below_mark(self, send: Op) -> bool:
-        return self._mark is not None and _send_rank(send) < _send_rank(self._mark)
+    def _below_mark(self, op: Op) -> bool:
+        """Was ``op`` decided before the mark, in the owners' order of
+        decisions ``(epoch, hlc, origin, seq)``?"""
+        return self._mark is not None and _terminal_rank(op) < _terminal_rank(self._mark)
 
     def _apply_purge(self, op: Op) -> None:
-        if self._mark is not None and _send_rank(self._mark) >= _send_rank(op):
+        if self._mark is not None and _terminal_rank(self._mark) >= _terminal_rank(op):
             return
         self._mark = op
         for mid in [m for m, send in self._sends.items() if self._below_mark(send)]:
             self._drop(mid)
+        for table in (self._holds, self._revisions):
+            for mid in [m for m, h in table.items() if self._below_mark(h)]:
+                del table[mid]
+                term = self._terminals.get(mid)
+                for other in {mid, *([] if term is None else self._request_peers(term))}:
+                    self._relist(other)
 
     def _drop(self, mid: str) -> None:
-        """Forget a purged message's send, hold and edit (not its terminal ops)."""
+        """Forget a purged message's send (not its terminal ops); its hold
+        and edit go too when decided before the mark (a later one, decided
+        on a copy that outranks this send, stays for when that copy comes)."""
         send = self._sends.pop(mid)
         self._unlist(send)
         self._editing.discard(mid)
-        self._holds.pop(mid, None)
-        self._revisions.pop(mid, None)
-        self._purged[mid] = _send_rank(send)
+        for table in (self._holds, self._revisions):
+            if mid in table and self._below_mark(table[mid]):
+                del table[mid]
+        self._purged[mid] = _copy_key(send)
         term = self._terminals.get(mid)
         for other in [] if term is None else self._request_peers(term):
             self._relist(other)
 
     def _apply_hold(self, op: Op) -> None:
         mid = str(op.body["id"])
-        if mid in self._purged:
-            return
+        if self._below_mark(op):
+            return  # decided before the purge: gone with it
         cur = self._holds.get(mid)
         if cur is None or _terminal_rank(op) > _terminal_rank(cur):
             self._holds[mid] = op
@@ -168,16 +188,17 @@ class MailboxModel:
 
     def _apply_send(self, op: Op) -> None:
         mid = str(op.body["id"])
+        key = _copy_key(op)
         purged = self._purged.get(mid)
         if purged is not None:
-            if purged <= _send_rank(op):
+            if purged <= key:
                 return
             if self._below_mark(op):
-                self._purged[mid] = _send_rank(op)
+                self._purged[mid] = key
                 return
-            del self._purged[mid]  # a lower copy the mark does not cover: judged again
+            del self._purged[mid]  # a winning copy the mark does not cover: judged again
         cur = self._sends.get(mid)
-        if cur is not None and _send_rank(cur) <= _send_rank(op):
+        if cur is not None and _copy_key(cur) <= key:
             return
         if cur is not None:
             self._unlist(cur)

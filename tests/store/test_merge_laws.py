@@ -7,6 +7,8 @@ monotone states (claimed/cancelled, read, deleted) never revert.
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -205,10 +207,11 @@ def test_expired_notification_is_hidden_purged_and_not_revived() -> None:
 MB_WP = K.mailbox_key("w", "p")
 
 
-def _send(mid: str, origin: str, seq: int, hlc: int) -> Op:
+def _send(mid: str, origin: str, seq: int, hlc: int, epoch: int = 1) -> Op:
+    # Epoch 1 by default: the purges' term, where the HLC orders decisions.
     return Op(origin, seq, hlc, K.MSG_SEND, MB_WP,
               {"id": mid, "to_workspace": "w", "to_project": "p", "subject": "s",
-               "body": f"secret {mid}", "created_at_ms": hlc})
+               "body": f"secret {mid}", "created_at_ms": hlc}, epoch)
 
 
 def _purge(origin: str, seq: int, hlc: int, at_ms: int, pid: str = "pg") -> Op:
@@ -255,6 +258,30 @@ def test_a_lower_copy_of_a_purged_send_is_judged_again() -> None:
         assert r.message("g") is None and r.is_purged("g")  # the lowest copy is below
     r = replica_of([p, high])
     assert r.message("g") is not None  # only the copy above the mark is known
+
+
+def test_a_later_terms_copy_above_the_mark_outranks_an_older_terms_copy_below_it() -> None:
+    # Simulator seeds 7789 and 5769: a deposed owner's copy of a send (epoch
+    # 1, never on a majority) and the copy a later owner decided after its
+    # purge (epoch 2): the later term's copy wins, so the message stays, in
+    # every order; with no later copy the old one is purged.
+    stale, fresh = _send("g", "n1", 1, 5, epoch=1), _send("g", "n2", 2, 31, epoch=2)
+    p = _purge("n2", 1, 30, at_ms=30)
+    p = Op(p.origin, p.seq, p.hlc, p.kind, p.key, p.body, 2)
+    hold = Op("n2", 3, 32, K.MSG_HOLD, MB_WP, {"id": "g", "holder_session": "e",
+                                                "at_ms": 32}, 2)
+    old_hold = Op("n1", 2, 6, K.MSG_HOLD, MB_WP, {"id": "g", "holder_session": "d",
+                                                   "at_ms": 6}, 1)
+    ops = [stale, fresh, p, hold, old_hold]
+    reference = replica_of(ops).snapshot()
+    for order in itertools.permutations(ops):
+        r = replica_of(list(order))
+        assert r.snapshot() == reference, order
+        got = r.message("g")
+        assert got is not None and got["order"][0] == 31 and got["state"] == "editing", order
+        assert not r.is_purged("g")
+    r = replica_of([old_hold, p, stale])
+    assert r.message("g") is None and r.is_purged("g") and r.snapshot()["holds"] == {}
 
 
 def test_a_project_whose_every_session_is_older_than_its_purge_is_gone() -> None:
