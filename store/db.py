@@ -48,7 +48,7 @@ from store.apply import apply_op
 from store.backup import new_incarnation_id
 from store.reader import ReadPool
 from store.reads import DomainReads
-from store.records import EMPTY_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS, edit_ops
+from store.records import COMPLETION_COLS, EMPTY_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS, edit_ops
 from store.schema import connect, migrate
 from store.seen import SeenSet
 from store.writer import Writer
@@ -414,7 +414,8 @@ class Store(DomainReads):
         holds it."""
         cols = (f"m.origin, m.seq, m.hlc, m.send_epoch, {', '.join('m.' + c for c in MESSAGE_FIELDS)},"
                 " t.state AS t_state, t.epoch AS t_epoch, t.hlc AS t_hlc, t.origin AS t_origin,"
-                " t.seq AS t_seq, t.claimed_by_session, t.claimed_by_agent, t.request_id,"
+                " t.seq AS t_seq, t.claimed_by_session, t.claimed_by_agent, t.claimed_by_key,"
+                " t.claimed_by_agent_id, t.request_id,"
                 " t.claimed_at_ms, t.cancelled_at_ms")
         base = (f"SELECT {cols} FROM messages m LEFT JOIN msg_terminal t ON t.id = m.id"
                 " WHERE m.to_workspace = :ws AND m.to_project = :proj")
@@ -440,7 +441,8 @@ class Store(DomainReads):
             if r["t_state"] == CLAIMED:
                 out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CLAIM, key, {
                     "id": body["id"], "claimer_session": r["claimed_by_session"],
-                    "claimer_agent": r["claimed_by_agent"], "request_id": r["request_id"],
+                    "claimer_agent": r["claimed_by_agent"], "claimer_key": r["claimed_by_key"],
+                    "claimer_agent_id": r["claimed_by_agent_id"], "request_id": r["request_id"],
                     "at_ms": r["claimed_at_ms"]}, r["t_epoch"]))
             elif r["t_state"] == CANCELLED:
                 out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CANCEL, key, {
@@ -496,7 +498,8 @@ class Store(DomainReads):
             row = {name: r[name] for name in MESSAGE_FIELDS}
             messages[r["id"]] = {**row, "order": (r["hlc"], r["origin"]), "epoch": r["send_epoch"]}
         terminals = {r["id"]: {k: r[k] for k in ("state", "epoch", "claimed_by_session",
-                                                   "claimed_by_agent", "request_id",
+                                                   "claimed_by_agent", "claimed_by_key",
+                                                   "claimed_by_agent_id", "request_id",
                                                    "claimed_at_ms", "cancelled_at_ms")}
                      for r in await fetch("SELECT * FROM msg_terminal")}
         return {
@@ -518,6 +521,8 @@ class Store(DomainReads):
                       for r in await fetch("SELECT * FROM msg_hold")},
             "revisions": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
                           for r in await fetch("SELECT * FROM msg_revision")},
+            "completions": {r["id"]: {k: r[k] for k in COMPLETION_COLS}
+                            for r in await fetch("SELECT * FROM msg_completion")},
             "empties": {(r["mailbox"], r["request_id"]): {
                 **{k: r[k] for k in EMPTY_FIELDS}, "epoch": r["epoch"],
                 "rank": (r["hlc"], r["origin"], r["seq"])}

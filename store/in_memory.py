@@ -60,6 +60,7 @@ from store.records import (
     Rank,
     TerminalRank,
     apikey_row,
+    completion_row,
     edit_ops,
     empty_row,
     grant_row,
@@ -134,6 +135,8 @@ class Replica:
         # message id -> winning msg.hold/msg.release row; -> winning saved content
         self._holds: dict[str, dict[str, Any]] = {}
         self._revisions: dict[str, dict[str, Any]] = {}
+        # message id -> the first msg.complete row (with its hlc, origin, seq)
+        self._completions: dict[str, dict[str, Any]] = {}
         # (mailbox key, request id) -> the winning msg.empty op
         self._empties: dict[tuple[str, str], Op] = {}
         self._promises: dict[str, int] = {}
@@ -206,6 +209,12 @@ class Replica:
             revision = revision_row(op)
             if revision is not None:
                 _keep_highest(self._revisions, msg_id, {**revision, **stamp})
+        elif kind == K.MSG_COMPLETE:
+            done = {**completion_row(op), "hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+            cur_done = self._completions.get(done["id"])
+            if cur_done is None or lww_rank(op) < (cur_done["hlc"], cur_done["origin"],
+                                                   cur_done["seq"]):
+                self._completions[done["id"]] = done
         elif kind == K.OP_GAP:
             pass  # a lost op id, filled: nothing to merge
         elif kind == K.MSG_EMPTY:
@@ -522,7 +531,8 @@ class Replica:
         mid = msg.row["id"]
         term = self._live_terminal(mid)
         return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row,
-                            self._holds.get(mid), self._revisions.get(mid))
+                            self._holds.get(mid), self._revisions.get(mid),
+                            self._completions.get(mid))
 
     def sent_body(self, msg_id: str) -> dict[str, Any] | None:
         """The message's fields as its send wrote them (``Store.sent_body``)."""
@@ -631,7 +641,9 @@ class Replica:
             t = term.row
             if t["state"] == CLAIMED:
                 body = {"id": row["id"], "claimer_session": t["claimed_by_session"],
-                        "claimer_agent": t["claimed_by_agent"], "request_id": t["request_id"],
+                        "claimer_agent": t["claimed_by_agent"], "claimer_key": t["claimed_by_key"],
+                        "claimer_agent_id": t["claimed_by_agent_id"],
+                        "request_id": t["request_id"],
                         "at_ms": t["claimed_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CLAIM, key, body, epoch))
             else:
@@ -696,6 +708,7 @@ class Replica:
             "terminals": {k: v.row for k, v in self._terminals.items()},
             "holds": {k: dict(v) for k, v in self._holds.items()},
             "revisions": {k: dict(v) for k, v in self._revisions.items()},
+            "completions": {k: dict(v) for k, v in self._completions.items()},
             "empties": {k: _empty_snapshot(op) for k, op in self._empties.items()},
             "links": sorted((*k, v) for k, v in self._links.items()),
             "grants": {f"{k[0]}/{k[1]}": v.row for k, v in sorted(self._grants.items())},

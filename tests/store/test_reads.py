@@ -63,7 +63,8 @@ async def test_inbox_orders_filters_then_limits(store: Store) -> None:
                              now_ms=2000))[0]
     assert row == {"id": "mid-read", "from": "alice", "to": "bob", "namespace": "inbox",
                    "title": "mid-read", "payload": "p", "priority": 5, "tier": "short",
-                   "created_at_ms": 30, "expires_at_ms": None, "read": True}
+                   "created_at_ms": 30, "expires_at_ms": None, "read": True,
+                   "in_reply_to": None, "thread_id": "mid-read"}
     assert [r["id"] for r in await store.notifications(["other", "nope", "low-old"])] == [
         "other", "low-old"]
 
