@@ -100,6 +100,10 @@ class StreamReads(Protocol):
     async def messages_not_covered(self, workspace: str, project: str, cursor: dict[str, int],
                                    *, after: tuple[int, str, int] | None, limit: int,
                                    agent: str | None = None) -> list[Row]: ...
+    async def completions_not_covered(self, workspace: str, project: str,
+                                      cursor: dict[str, int], *,
+                                      after: tuple[int, str, int] | None,
+                                      limit: int) -> list[Row]: ...
 
 
 class LogReads(Protocol):

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from common import limits
-from common.lifecycle import CLAIMED, EDITING, PENDING
+from common.lifecycle import CLAIMED, EDITING, MSG_COMPLETE, PENDING
 from store import queries as Q
 from store.reader import ReadPool
 from store.records import MESSAGE_FIELDS
@@ -153,6 +153,28 @@ class DomainReads:
             f" WHERE {' AND '.join(where)} ORDER BY {Q.FIFO} LIMIT {int(limit)}", params)
         return [{**Q.message(r), "hlc": r["hlc"], "origin": r["origin"], "seq": r["m_seq"]}
                 for r in rows]
+
+    async def completions_not_covered(self, workspace: str, project: str,
+                                      cursor: dict[str, int], *,
+                                      after: tuple[int, str, int] | None,
+                                      limit: int) -> list[dict[str, Any]]:
+        """Completed messages of the mailbox whose winning ``msg.complete``
+        ``cursor`` does not cover, in that op's (hlc, origin, seq) order after
+        ``after``; each row is the message with ``kind`` ``msg.complete`` and
+        the completion's ``hlc``, ``origin`` and ``seq``."""
+        params: dict[str, Any] = {"ws": workspace, "proj": project}
+        where = ["m.to_workspace = :ws AND m.to_project = :proj",
+                 f"m.state = '{CLAIMED}'", "c.id IS NOT NULL",
+                 self._not_covered(cursor, params, "c.")]
+        if after is not None:
+            where.append("(c.hlc, c.origin, c.seq) > (:ah, :ao, :as)")
+            params.update(ah=after[0], ao=after[1], **{"as": after[2]})
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.MESSAGE_COLS}, c.hlc AS c_hlc, c.origin AS c_origin, c.seq AS c_seq"
+            f" FROM {Q.MESSAGE_FROM} WHERE {' AND '.join(where)}"
+            f" ORDER BY c.hlc, c.origin, c.seq LIMIT {int(limit)}", params)
+        return [{**Q.message(r), "kind": MSG_COMPLETE, "hlc": r["c_hlc"],
+                 "origin": r["c_origin"], "seq": r["c_seq"]} for r in rows]
 
     # -- agents, projects, sessions --------------------------------------------------------
 

@@ -168,7 +168,8 @@ async def _run(w: _Writer, source: Source, sub: Subscription, cursor: dict[str, 
                 # Replay runs in (hlc, origin, seq) order, which within one origin is
                 # seq order: every op of this origin up to min(seq, snapshot) is written.
                 pos[origin] = max(pos.get(origin, 0), min(seq, snapshot.get(origin, 0)))
-                chunk += sse(source.event, source.replayed(row), encode_cursor(pos))
+                chunk += sse(source.event_of(row.get("kind")), source.replayed(row),
+                             encode_cursor(pos))
                 count += 1
                 if len(chunk) >= _WRITE_CHUNK_BYTES:
                     await w.write(bytes(chunk))
@@ -206,7 +207,7 @@ async def _run(w: _Writer, source: Source, sub: Subscription, cursor: dict[str, 
             data = source.live(op, now)
             if data is None:
                 continue
-            chunk += sse(source.event, data, encode_cursor(pos))
+            chunk += sse(source.event_of(op.kind), data, encode_cursor(pos))
             events += 1
         if sub.heartbeat_due:
             sub.heartbeat_due = False
