@@ -210,11 +210,7 @@ class Replica:
             if revision is not None:
                 _keep_highest(self._revisions, msg_id, {**revision, **stamp})
         elif kind == K.MSG_COMPLETE:
-            done = {**completion_row(op), "hlc": op.hlc, "origin": op.origin, "seq": op.seq}
-            cur_done = self._completions.get(done["id"])
-            if cur_done is None or lww_rank(op) < (cur_done["hlc"], cur_done["origin"],
-                                                   cur_done["seq"]):
-                self._completions[done["id"]] = done
+            self._msg_complete(op)
         elif kind == K.OP_GAP:
             pass  # a lost op id, filled: nothing to merge
         elif kind == K.MSG_EMPTY:
@@ -251,6 +247,13 @@ class Replica:
                 self._pgrants[pkey] = _Ranked(lww_rank(op), pg)
         else:
             raise ValueError(f"unknown op kind {kind!r}")
+
+    def _msg_complete(self, op: Op) -> None:
+        """The first completion of a message (lowest (hlc, origin, seq)) wins."""
+        done = {**completion_row(op), "hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+        cur = self._completions.get(done["id"])
+        if cur is None or lww_rank(op) < (cur["hlc"], cur["origin"], cur["seq"]):
+            self._completions[done["id"]] = done
 
     def _user_put(self, op: Op) -> None:
         row = user_row(op)

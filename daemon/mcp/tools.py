@@ -113,6 +113,34 @@ _FromAgent = Annotated[
 ]
 
 
+_NoteInReplyTo = Annotated[
+    RecordId | None,
+    Field(description="The id of a notification you received or sent that this one "
+          "answers; it joins that notification's thread."),
+]
+_NoteReplyTo = Annotated[
+    RecordId | None,
+    Field(description="Answer this notification (one you received): it goes to its "
+          "sender, in its thread; no target_agent_id needed."),
+]
+
+
+def _notified(reply: dict[str, Any], target: Any) -> dict[str, Any]:
+    """What memory_notify answers: the ids written and where they went."""
+    if isinstance(reply.get("delivered_to"), list):  # a broadcast
+        return {
+            "notification_ids": [n.get("id") for n in reply.get("notifications") or []],
+            "delivered_to": reply["delivered_to"],
+            "count": reply.get("count", len(reply["delivered_to"])),
+        }
+    return {
+        "notification_id": reply.get("notification_id") or reply.get("id"),
+        "delivered_to": reply.get("delivered_to") or reply.get("to") or target,
+        "in_reply_to": reply.get("in_reply_to"),
+        "thread_id": reply.get("thread_id"),
+    }
+
+
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     """Leave unset optionals out so the node applies its own defaults."""
     return {k: v for k, v in body.items() if v is not None}
@@ -202,16 +230,8 @@ class Tools:
                 "notification. Leave it out with reply_to."
             ),
         ] = None,
-        in_reply_to: Annotated[
-            RecordId | None,
-            Field(description="The id of a notification you received or sent that this one "
-                  "answers; it joins that notification's thread."),
-        ] = None,
-        reply_to: Annotated[
-            RecordId | None,
-            Field(description="Answer this notification (one you received): it goes to its "
-                  "sender, in its thread; no target_agent_id needed."),
-        ] = None,
+        in_reply_to: _NoteInReplyTo = None,
+        reply_to: _NoteReplyTo = None,
     ) -> dict[str, Any]:
         """Push a notification into another agent's inbox, on whichever node that agent reads from.
 
@@ -235,19 +255,7 @@ class Tools:
                 "reply_to": reply_to,
             }
         )
-        reply = await self._create("/api/v1/notify", body)
-        if isinstance(reply.get("delivered_to"), list):  # a broadcast
-            return {
-                "notification_ids": [n.get("id") for n in reply.get("notifications") or []],
-                "delivered_to": reply["delivered_to"],
-                "count": reply.get("count", len(reply["delivered_to"])),
-            }
-        return {
-            "notification_id": reply.get("notification_id") or reply.get("id"),
-            "delivered_to": reply.get("delivered_to") or reply.get("to") or target_agent_id,
-            "in_reply_to": reply.get("in_reply_to"),
-            "thread_id": reply.get("thread_id"),
-        }
+        return _notified(await self._create("/api/v1/notify", body), target_agent_id)
 
     async def memory_inbox(
         self,

@@ -121,6 +121,8 @@ ROW_CALLS = _row_calls()
 ELSEWHERE = {
     "message.edit": "the web inbox's edit (issue 8); tests/test_policy.py holds the row",
     "project.read": "GET /projects filters by it: test_projects_lists_only_readable_ones",
+    "message.complete": "needs a claim held by the caller first: "
+                        "tests/daemon/services/test_completion.py (allowed and refused)",
 }
 
 
