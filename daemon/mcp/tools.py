@@ -136,8 +136,8 @@ def _notified(reply: dict[str, Any], target: Any) -> dict[str, Any]:
     return {
         "notification_id": reply.get("notification_id") or reply.get("id"),
         "delivered_to": reply.get("delivered_to") or reply.get("to") or target,
-        "in_reply_to": reply.get("in_reply_to"),
-        "thread_id": reply.get("thread_id"),
+        **_drop_none({"in_reply_to": reply.get("in_reply_to"),
+                      "thread_id": reply.get("thread_id")}),
     }
 
 
@@ -330,8 +330,8 @@ class Tools:
                 "payload": m.get("payload", m.get("body")),
                 "priority": m.get("priority"),
                 "received_at": m.get("received_at") or m.get("created_at"),
-                "in_reply_to": m.get("in_reply_to"),
-                "thread_id": m.get("thread_id"),
+                **_drop_none({"in_reply_to": m.get("in_reply_to"),
+                              "thread_id": m.get("thread_id")}),
             }
             for m in reply.get("messages", [])
         ]
@@ -856,6 +856,8 @@ class Tools:
         "memory_message_list",
         "memory_message_pop",
         "memory_message_cancel",
+        "memory_message_reply",
+        "memory_message_complete",
         "memory_briefing",
         "memory_handoff",
         "memory_subscribe",
