@@ -637,10 +637,11 @@ def web_message(principal: Principal, row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def history(node: MailPorts, principal: Principal, *, box: str, workspace: str, project: str,
-                  page: int) -> dict[str, Any]:
+                  page: int, thread_id: str | None = None) -> dict[str, Any]:
     """A project's Received (its mailbox) or Sent (its outbox across
     mailboxes) history, every state, newest first, paged at
-    ``limits.web_page_size``. Reading never claims or cancels."""
+    ``limits.web_page_size`` (with ``thread_id``, that thread's only).
+    Reading never claims or cancels."""
     if box not in ("received", "sent"):
         raise BadRequest("box must be received or sent")
     if not 0 <= page < limits.web_history_pages_max:
@@ -651,12 +652,13 @@ async def history(node: MailPorts, principal: Principal, *, box: str, workspace:
     if box == "received":
         await node.read_barrier(mailbox_key(workspace, project))
         rows = await node.store.mailbox_messages(workspace, project, limit=size + 1,
-                                                 offset=page * size)
+                                                 offset=page * size, thread_id=thread_id)
     else:
         await node.read_barrier(ALL_KEYS)  # the outbox spans mailboxes
         rows = await node.store.sent_messages(workspace, project, limit=size + 1,
-                                              offset=page * size)
+                                              offset=page * size, thread_id=thread_id)
     return {"box": box, "workspace": workspace, "project": project, "page": page,
+            "thread_id": thread_id,
             "page_size": size, "has_previous": page > 0, "has_next": len(rows) > size,
             "messages": [web_message(principal, r) for r in rows[:size]]}
 

@@ -7,7 +7,15 @@
   const STATE_WORDS = { pending: "queued", claimed: "collected", cancelled: "cancelled",
                         editing: "Editing" };
   const ui = { me: null, projects: [], current: null, box: "received", page: 0,
-               expanded: new Set(), editing: new Set(), rows: [] };
+               expanded: new Set(), editing: new Set(), rows: [], thread: null };
+  // How a claimed message ended, once its holder completed it.
+  const RESULT_WORDS = { done: "done", blocked: "blocked", rejected: "rejected" };
+
+  function stateWord(m) {
+    const word = STATE_WORDS[m.state] || m.state;
+    const result = m.completion && RESULT_WORDS[m.completion.result];
+    return result ? word + " → " + result : word;
+  }
 
   function el(tag, attrs, text) {
     const e = document.createElement(tag);
@@ -97,6 +105,7 @@
 
   async function select(p) {
     ui.current = p;
+    ui.thread = null;
     ui.page = 0;
     ui.expanded.clear();
     window.location.hash = key(p);
@@ -147,8 +156,10 @@
     try {
       const q = "workspace=" + encodeURIComponent(p.workspace) + "&project=" +
                 encodeURIComponent(p.project);
+      const thread = ui.thread ? "&thread_id=" + encodeURIComponent(ui.thread) : "";
+      renderThread();
       const [hist, held] = await Promise.all([
-        api("/web/api/history?box=" + ui.box + "&page=" + ui.page + "&" + q),
+        api("/web/api/history?box=" + ui.box + "&page=" + ui.page + "&" + q + thread),
         api("/web/api/held?" + q)]);
       ui.rows = hist.messages;
       renderRows(hist.messages);
@@ -159,6 +170,16 @@
     } catch (e) {
       $("list-error").textContent = e.message;
     }
+  }
+
+  function renderThread() {
+    const b = $("thread-banner");
+    b.replaceChildren();
+    if (!ui.thread) { b.hidden = true; return; }
+    b.hidden = false;
+    const all = el("button", { type: "button" }, "Show all messages");
+    all.addEventListener("click", () => { ui.thread = null; ui.page = 0; refresh(); });
+    b.append(el("span", {}, "Showing thread " + ui.thread + " "), all);
   }
 
   function renderHeld(held) {
@@ -209,9 +230,11 @@
         renderRows(ui.rows);
       });
       subj.append(toggle);
-      const word = STATE_WORDS[m.state] || m.state;
+      const word = stateWord(m);
+      const kind = (m.completion && RESULT_WORDS[m.completion.result]) ||
+                   (STATE_WORDS[m.state] || m.state);
       const state = el("td");
-      state.append(el("span", { class: "state state-" + word.toLowerCase() }, word));
+      state.append(el("span", { class: "state state-" + kind.toLowerCase() }, word));
       tr.append(subj,
         el("td", { class: "snippet" }, snippet(m.body)),
         nameCell(projectName(m.from_workspace, m.from_project, m.from_hidden)),
@@ -248,10 +271,21 @@
     add("Evidence", m.evidence);
     add("Message id", m.id);
     if (m.state === "claimed") { add("Collected", (m.claimed_by_agent || "") + " " + (m.claimed_at || "")); }
+    if (m.completion) {
+      add("Outcome", m.completion.result + " " + (m.completion.completed_at || ""));
+      add("Outcome note", m.completion.note);
+    }
+    if (m.in_reply_to) { add("In reply to", m.in_reply_to); }
+    if (m.thread_id) { add("Thread", m.thread_id); }
     if (m.state === "editing") { add("Edited by", m.editing_by_user); }
     td.append(dl);
-    if (m.state === "claimed") {
-      td.append(el("p", {}, "Collected records the agent's claim; completion of the request is not confirmed."));
+    if (m.state === "claimed" && !m.completion) {
+      td.append(el("p", {}, "Collected records the agent's claim; it has not said yet how the request ended."));
+    }
+    if (m.thread_id && ui.thread !== m.thread_id) {
+      const t = el("button", { type: "button" }, "Show thread");
+      t.addEventListener("click", () => { ui.thread = m.thread_id; ui.page = 0; refresh(); });
+      td.append(t, " ");
     }
     const canEdit = ui.box === "received" && ui.me && ui.me.can_edit;
     if (canEdit && m.state === "pending") {
@@ -433,8 +467,8 @@
     if (first) { await select(first); }
   }
 
-  $("tab-received").addEventListener("click", () => { ui.box = "received"; ui.page = 0; refresh(); });
-  $("tab-sent").addEventListener("click", () => { ui.box = "sent"; ui.page = 0; refresh(); });
+  $("tab-received").addEventListener("click", () => { ui.box = "received"; ui.page = 0; ui.thread = null; refresh(); });
+  $("tab-sent").addEventListener("click", () => { ui.box = "sent"; ui.page = 0; ui.thread = null; refresh(); });
   $("prev").addEventListener("click", () => { if (ui.page > 0) { ui.page -= 1; refresh(); } });
   $("next").addEventListener("click", () => { ui.page += 1; refresh(); });
   $("from-project").addEventListener("change", () => {
