@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from common import limits, policy
-from common.errors import Conflict, Forbidden
+from common.errors import BadRequest, Conflict, Forbidden
 from common.lifecycle import COMPLETABLE, MSG_COMPLETE
 from common.ops import mailbox_key
 from common.policy import Principal
@@ -38,6 +38,8 @@ from daemon.services.mail import (
     own_session,
     readable_message,
 )
+
+_CLAIM_IDS = ("claimed_by_session", "claimed_by_key", "claimed_by_agent_id")
 
 
 def holds_claim(row: dict[str, Any], principal: Principal, session_id: str | None) -> bool:
@@ -61,7 +63,7 @@ def clean_note(note: str | None) -> tuple[str | None, bool, int]:
 async def complete(node: MailPorts, principal: Principal, *, message_id: str, result: str,
                    note: str | None, session_id: str | None) -> dict[str, Any]:
     if result not in RESULTS:
-        raise Conflict(f"result must be one of {', '.join(RESULTS)}")  # pragma: no cover
+        raise BadRequest(f"result must be one of {', '.join(RESULTS)}")
     row = await readable_message(node, principal, message_id)
     ws, proj = str(row["to_workspace"]), str(row["to_project"])
     policy.check(principal, "message.complete", {"box": (ws, proj)})
@@ -74,6 +76,11 @@ async def complete(node: MailPorts, principal: Principal, *, message_id: str, re
                        "claimed message can be completed", id=message_id, state=row.get("state"))
     session = await own_session(node, principal, session_id)
     if not holds_claim(row, principal, session):
+        if not any(row.get(k) for k in _CLAIM_IDS):
+            raise Forbidden(
+                f"the claim on {message_id} recorded no session, key or agent id, so no caller "
+                "can show it holds it; pop with x-memory-actor-session-id, an API key or "
+                "X-Agent-Id to complete later", id=message_id)
         raise Forbidden(f"only the holder of the claim on {message_id} (its session, key or "
                         "agent) may complete it", id=message_id)
     text, cut, scrubbed = clean_note(note)

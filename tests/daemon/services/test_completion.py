@@ -178,6 +178,14 @@ async def test_a_session_claim_is_completed_by_that_session(projects: Any) -> No
     assert r.status == 200, await r.text()
 
 
+async def test_a_claim_without_any_identity_cannot_be_completed(projects: Any) -> None:
+    sent = await send(projects)
+    await pop(projects)  # anonymous, no session, no X-Agent-Id
+    r = await complete(projects, sent["message_id"], headers={"X-Agent-Id": "worker"})
+    assert r.status == 403
+    assert "recorded no session, key or agent id" in (await r.json())["error"]
+
+
 @pytest.mark.parametrize("body", [
     {"message_id": "m", "result": "finished"},
     {"message_id": "m"},
