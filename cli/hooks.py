@@ -24,7 +24,10 @@ whatever a hook prints on stdout is put in front of the agent. So:
   ``limits.hook_state_files_max`` such files are kept, oldest removed first.
 
 The prompt hook's notice comes from ``GET /handoff?inbox_only=1``: a count
-and names only, never a message's text, and it claims nothing. A hook never fails the harness: a node that cannot be
+and names only, never a message's text, and it claims nothing. Both notices
+also count the unread notifications of the hook's agent (``--agent-id`` /
+``AI_MEMORY_AGENT_ID``, or the key's agent): how many and from whom, never
+a title or a body; the prompt hook speaks again when that count changes. A hook never fails the harness: a node that cannot be
 reached or refuses is reported on stderr and the hook exits 0.
 
 Both take ``--url`` once per node (or comma-separated): the hook asks the
@@ -181,7 +184,9 @@ def fetch_notice(client: ApiClient, workspace: str, project: str, harness: str,
 
 def _seen(reply: dict[str, Any]) -> dict[str, Any]:
     return {"count": reply.get("pending_message_count"), "workspace": reply.get("workspace"),
-            "project": reply.get("project")}
+            "project": reply.get("project"),
+            "notifications": reply.get("unread_notification_count"),
+            "agent": reply.get("notification_agent")}
 
 
 def _report(exc: AiMemoryError) -> None:

@@ -90,10 +90,15 @@ def inbox(
 ) -> None:
     """Show an agent's notifications."""
     who = agent_id or state.agent_id
-    if not who:
-        raise click.UsageError("whose inbox? pass --agent-id or set AI_MEMORY_AGENT_ID")
     if timeout is not None and not wait:
         raise click.UsageError("--timeout goes with --wait")
+    if not who and (state.key or state.api_key):
+        # A key bound to an agent names it: the node says which.
+        bound = state.client().get("/api/v1/whoami").get("agent")
+        who = str(bound) if bound else None
+    if not who:
+        raise click.UsageError("whose inbox? pass --agent-id or set AI_MEMORY_AGENT_ID "
+                               "(or use a key bound to an agent)")
     client = state.client(agent_id=who)
 
     def read() -> dict[str, Any]:

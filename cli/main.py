@@ -36,6 +36,7 @@ from cli.memories import memories
 from cli.message import message
 from cli.notify import notify
 from cli.output import print_error
+from cli.purge import project, workspace
 from cli.session import session
 from cli.state import CliState
 from cli.subscription import subscription
@@ -45,7 +46,7 @@ from common.errors import AiMemoryError
 LAZY_COMMANDS = {"serve": ("cli.serve", "serve"), "mcp": ("cli.mcp_cmd", "mcp"),
                  "mcp-bridge": ("cli.mcp_cmd", "mcp_bridge"), "hook": ("cli.hooks", "hook"),
                  "install-hooks": ("cli.install_hooks", "install_hooks"), "skill": ("cli.skill", "skill"),
-                 "tls": ("cli.tls_cmd", "tls")}
+                 "tls": ("cli.tls_cmd", "tls"), "listen": ("cli.listen", "listen")}
 
 
 class RootGroup(click.Group):
@@ -123,7 +124,7 @@ def cli(ctx: click.Context, url: str, agent_id: str | None, api_key: str | None,
 
 
 for _command in (notify, inbox, agents, session, message, handoff, memories, health, cluster,
-                 backup, restore, user, key, grant, revoke, whoami):
+                 backup, restore, user, key, grant, revoke, whoami, project, workspace):
     cli.add_command(_command)
 cli.add_command(subscription)
 

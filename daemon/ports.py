@@ -63,6 +63,14 @@ class NotifyReads(Protocol):
     async def get_agent(self, agent_id: str) -> Row | None: ...
 
 
+class NoticeReads(Protocol):
+    """What the notices count of an agent's notifications (:mod:`daemon.services.notices`)."""
+
+    async def inbox_count(self, agent_id: str, *, unread_only: bool, now_ms: int) -> int: ...
+    async def unread_senders(self, agent_id: str, *, now_ms: int,
+                             limit: int) -> list[tuple[str, int]]: ...
+
+
 class SessionReads(Protocol):
     """What a mailbox scope resolves through (:func:`daemon.services.scope.resolve`)."""
 
@@ -70,7 +78,7 @@ class SessionReads(Protocol):
     async def last_active_project(self) -> tuple[str, str] | None: ...
 
 
-class MailReads(SessionReads, Protocol):
+class MailReads(SessionReads, NoticeReads, Protocol):
     async def project_exists(self, workspace: str, project: str) -> bool: ...
     async def project_harnesses(self, workspace: str, project: str) -> set[str]: ...
     async def list_projects(self) -> list[Row]: ...
@@ -104,6 +112,7 @@ class StreamReads(Protocol):
                                       cursor: dict[str, int], *,
                                       after: tuple[int, str, int] | None,
                                       limit: int) -> list[Row]: ...
+    async def notifications(self, ids: Iterable[str]) -> list[Row]: ...
 
 
 class LogReads(Protocol):
@@ -121,7 +130,15 @@ class RecordReads(MemoryReads, NotifyReads, Protocol):
     """The record reads (memories, links, agents, notifications)."""
 
 
-class StoreReads(RecordReads, MailReads, StreamReads, LogReads, Protocol):
+class PurgeReads(MailReads, RecordReads, Protocol):
+    """What a purge reads (:mod:`daemon.services.purge`)."""
+
+    async def memory_ids_under(self, namespace: str, *, limit: int) -> list[str]: ...
+    async def mailbox_projects(self, workspace: str) -> list[str]: ...
+    async def purge_marks(self) -> list[Row]: ...
+
+
+class StoreReads(PurgeReads, StreamReads, LogReads, Protocol):
     """Every store read a service runs; :class:`store.db.Store` is one."""
 
 
@@ -179,6 +196,13 @@ class MailPorts(Clock, QuorumWriter, ReadBarrier, MailboxRouter, Protocol):
     def settings(self) -> Settings: ...
     @property
     def admission(self) -> AdmissionCheck | None: ...
+
+
+class PurgePorts(Clock, QuorumWriter, ReadBarrier, MailboxRouter, Protocol):
+    @property
+    def store(self) -> PurgeReads: ...
+    @property
+    def settings(self) -> Settings: ...
 
 
 class ForwardTaker(Protocol):

@@ -1,4 +1,4 @@
-"""What a service asks a mailbox's owner: the five request types.
+"""What a service asks a mailbox's owner: the six request types.
 
 Each is a frozen dataclass carrying the mailbox key and, as
 ``sent_at_ms``, the entry node's clock when the client asked (the owner
@@ -84,4 +84,21 @@ class MailRelease:
     sent_at_ms: int | None = None
 
 
-MailRequest = MailSend | MailPop | MailCancel | MailHold | MailRelease
+@dataclass(frozen=True, slots=True)
+class MailPurge:
+    """Remove every message of the mailbox sent before this purge, in any
+    state (issue 27). ``body`` is the ``msg.purge`` body (``id``: the purge
+    id, which makes a retry answer the same purge; ``workspace``,
+    ``project``, ``scope``, ``by_user``, ``reason``). The owner issues it
+    only once no round of the mailbox is in flight, so no claim is
+    acknowledged after the purge is. ``only_if_empty`` (the scheduled
+    cleanup): purge nothing, and answer ``purge: None``, if the mailbox
+    holds any message."""
+
+    mailbox: str
+    body: dict[str, Any]
+    only_if_empty: bool = False
+    sent_at_ms: int | None = None
+
+
+MailRequest = MailSend | MailPop | MailCancel | MailHold | MailRelease | MailPurge

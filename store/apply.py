@@ -300,7 +300,57 @@ def _session_start(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
 
 
 def _msg_send(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
-    c.execute(_MSG_UPSERT, {**message_row(op), **_stamp(op), "send_epoch": op.epoch})
+    row = message_row(op)
+    purged = c.execute("SELECT hlc, origin, seq FROM msg_purged WHERE id = ?",
+                       (row["id"],)).fetchone()
+    if purged is not None:
+        if tuple(purged) <= (op.hlc, op.origin, op.seq):
+            return
+        c.execute("DELETE FROM msg_purged WHERE id = ?", (row["id"],))  # judged again below
+    c.execute(_MSG_UPSERT, {**row, **_stamp(op), "send_epoch": op.epoch})
+    _purge_marked(c, "m.id = ?", (row["id"],))
+
+
+# Messages (``m``) ranked below their mailbox's mark.
+_MARKED = ("FROM messages m JOIN msg_purge p ON p.workspace = m.to_workspace"
+           " AND p.project = m.to_project"
+           " WHERE (m.hlc, m.origin, m.seq) < (p.hlc, p.origin, p.seq) AND {where}")
+
+
+def _purge_marked(c: sqlite3.Connection, where: str, params: tuple[Any, ...]) -> None:
+    """Drop the messages ``where`` selects that their mailbox's mark covers,
+    with their holds and saved edits; remember their ids and ranks."""
+    marked = _MARKED.format(where=where)
+    c.execute("INSERT OR REPLACE INTO msg_purged (id, hlc, origin, seq, to_workspace, to_project)"
+              f" SELECT m.id, m.hlc, m.origin, m.seq, m.to_workspace, m.to_project {marked}",
+              params)
+    for table in ("msg_hold", "msg_revision", "messages"):
+        c.execute(f"DELETE FROM {table} WHERE id IN (SELECT m.id {marked})", params)
+
+
+_PURGE_COLS = ("workspace", "project", "id", "scope", "by_user", "reason", "at_ms", "max_at_ms",
+               "epoch", "hlc", "origin", "seq")
+_PURGE_UPSERT = (
+    f"INSERT INTO msg_purge ({', '.join(_PURGE_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in _PURGE_COLS)}) "
+    "ON CONFLICT (workspace, project) DO UPDATE SET "
+    + ", ".join(f"{c} = CASE WHEN {_STAMP_GT.format(t='msg_purge')} THEN excluded.{c}"
+                f" ELSE msg_purge.{c} END"
+                for c in ("id", "scope", "by_user", "reason", "at_ms", "epoch", "hlc", "origin",
+                          "seq"))
+    + ", max_at_ms = max(msg_purge.max_at_ms, excluded.max_at_ms)"
+)
+
+
+def _msg_purge(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    b = op.body
+    ws, proj = str(b["workspace"]), str(b["project"])
+    at_ms = int(b.get("at_ms", physical_ms(op.hlc)))
+    c.execute(_PURGE_UPSERT, {
+        "workspace": ws, "project": proj, "id": str(b["id"]), "scope": b.get("scope"),
+        "by_user": b.get("by_user"), "reason": b.get("reason"), "at_ms": at_ms,
+        "max_at_ms": at_ms, "epoch": op.epoch, **_stamp(op)})
+    _purge_marked(c, "m.to_workspace = ? AND m.to_project = ?", (ws, proj))
 
 
 _SET_STATE = f"UPDATE messages SET state = {_STATE_OF.format(id='?1')} WHERE id = ?1"
@@ -331,6 +381,8 @@ def _msg_terminal(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
 
 def _msg_hold(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     msg_id = str(op.body["id"])
+    if c.execute("SELECT 1 FROM msg_purged WHERE id = ?", (msg_id,)).fetchone() is not None:
+        return
     c.execute(_HOLD_UPSERT, {**hold_row(op), **_stamp(op), "id": msg_id})
     revision = revision_row(op)
     if revision is not None:
@@ -394,6 +446,7 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MSG_RELEASE: _msg_hold,
     K.MSG_EMPTY: _msg_empty,
     K.MSG_COMPLETE: _msg_complete,
+    K.MSG_PURGE: _msg_purge,
     K.LINK_PUT: _link_put,
     K.GRANT_PUT: _grant_put,
     K.NSUB_PUT: _nsub_put,

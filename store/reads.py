@@ -28,9 +28,9 @@ class DomainReads:
 
     def __init__(self, reads: ReadPool) -> None:
         self._reads = reads
-        # Projects seen to exist. A project only ever comes to exist (no op
-        # removes its harness rows), so a hit is final and a send needs no
-        # read of the database for a project it has seen before.
+        # Projects seen to exist, so a send needs no read of the database
+        # for a project it has seen before. Only a purge (msg.purge) takes a
+        # project away: applying one empties this cache (store.db.Store).
         self._projects: set[tuple[str, str]] = set()
 
     # -- memories -------------------------------------------------------------------
@@ -92,6 +92,17 @@ class DomainReads:
             f"SELECT count(*) FROM notes WHERE to_agent = :agent AND {Q.NOT_EXPIRED}{unread}",
             {"agent": agent_id, "now": now_ms})
         return int(row[0]) if row else 0
+
+    async def unread_senders(self, agent_id: str, *, now_ms: int,
+                             limit: int) -> list[tuple[str, int]]:
+        """Who sent ``agent_id``'s unread, unexpired notifications: (sender, how many),
+        most first, then by name; at most ``limit`` senders."""
+        rows = await self._reads.fetchall(
+            f"SELECT from_agent, count(*) AS n FROM notes WHERE to_agent = :agent"
+            f" AND read = 0 AND {Q.NOT_EXPIRED} GROUP BY from_agent"
+            " ORDER BY n DESC, from_agent LIMIT :limit",
+            {"agent": agent_id, "now": now_ms, "limit": limit})
+        return [(str(r[0]), int(r[1])) for r in rows]
 
     async def notifications(self, ids: Iterable[str]) -> list[dict[str, Any]]:
         """The notifications with these ids, in the order asked; unknown ids are skipped."""
@@ -193,7 +204,7 @@ class DomainReads:
         if (workspace, project) in self._projects:
             return True
         row = await self._reads.fetchone(
-            "SELECT 1 FROM project_harnesses WHERE workspace = ? AND project = ? LIMIT 1",
+            f"SELECT 1 FROM ({Q.LIVE_HARNESSES}) WHERE workspace = ? AND project = ? LIMIT 1",
             (workspace, project))
         if row is None:
             return False
@@ -203,24 +214,52 @@ class DomainReads:
 
     async def project_harnesses(self, workspace: str, project: str) -> set[str]:
         rows = await self._reads.fetchall(
-            "SELECT harness FROM project_harnesses WHERE workspace = ? AND project = ?",
+            f"SELECT harness FROM ({Q.LIVE_HARNESSES}) WHERE workspace = ? AND project = ?",
             (workspace, project))
         return {r[0] for r in rows}
 
     async def get_session(self, session_id: str) -> dict[str, Any] | None:
         row = await self._reads.fetchone(
-            f"SELECT {Q.SESSION_COLS} FROM sessions WHERE session_id = ?", (session_id,))
+            f"SELECT {Q.SESSION_COLS} FROM sessions s WHERE session_id = ?"
+            f" AND NOT {Q.SESSION_HIDDEN}", (session_id,))
         return None if row is None else dict(row)
 
     async def last_active_project(self) -> tuple[str, str] | None:
         row = await self._reads.fetchone(
-            "SELECT workspace, project FROM project_harnesses"
+            f"SELECT workspace, project FROM ({Q.LIVE_HARNESSES})"
             " ORDER BY last_at_ms DESC, workspace, project LIMIT 1")
         return None if row is None else (row[0], row[1])
 
     async def list_projects(self) -> list[dict[str, Any]]:
         return Q.projects(await self._reads.fetchall(
-            "SELECT * FROM project_harnesses ORDER BY workspace, project, harness"))
+            f"SELECT * FROM ({Q.LIVE_HARNESSES}) ORDER BY workspace, project, harness"))
+
+    async def purge_marks(self) -> list[dict[str, Any]]:
+        """Every mailbox's mark (its greatest purge), as
+        :meth:`store.in_memory.Replica.purge_marks` gives them."""
+        rows = await self._reads.fetchall(
+            f"SELECT {', '.join(Q.PURGE_MARK_COLS)} FROM msg_purge ORDER BY workspace, project")
+        return [dict(r) for r in rows]
+
+    async def memory_ids_under(self, namespace: str, *, limit: int) -> list[str]:
+        """Ids of the memories in ``namespace`` or below it (``namespace/...``),
+        at most ``limit``, expired ones included."""
+        rows = await self._reads.fetchall(
+            "SELECT id FROM memories WHERE namespace = ?1"
+            " OR substr(namespace, 1, length(?1) + 1) = ?1 || '/' ORDER BY id LIMIT ?2",
+            (namespace, limit))
+        return [r[0] for r in rows]
+
+    async def mailbox_projects(self, workspace: str) -> list[str]:
+        """Projects of ``workspace`` that hold a message or a purge mark."""
+        rows = await self._reads.fetchall(
+            "SELECT to_project FROM messages WHERE to_workspace = ?1"
+            " UNION SELECT project FROM msg_purge WHERE workspace = ?1 ORDER BY 1", (workspace,))
+        return [r[0] for r in rows if r[0] is not None]
+
+    async def is_purged(self, msg_id: str) -> bool:
+        return await self._reads.fetchone(
+            "SELECT 1 FROM msg_purged WHERE id = ?", (msg_id,)) is not None
 
     # -- mailbox ------------------------------------------------------------------
 

@@ -84,7 +84,8 @@ WALL_CLOCK_READERS = {
     "daemon/runtime/clock.py", "daemon/replication/joining.py", "daemon/replication/seeding.py",
     "daemon/identity/bootstrap.py", "daemon/identity/replicated_directory.py",
     "daemon/wiring.py", "store/db.py", "store/backup.py", "common/randomid.py",
-    "common/certs.py", "cli/backup.py", "cli/hooks.py", "cli/node_config.py",
+    "common/certs.py", "cli/backup.py", "cli/hooks.py", "cli/listen_exec.py",
+    "cli/node_config.py",
 }
 API_MODULES_WITH_MODELS = {"mail.py", "streams.py", "subscriptions.py", "sync.py", "webui.py"}
 

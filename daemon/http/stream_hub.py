@@ -23,6 +23,11 @@ covered), merged with the cursor the stream resumed from. Origins number
 their ops without gaps and an op id never changes, so the cursor means the
 same on every node: a client may resume on any member. Ops held past a gap
 are not covered yet and come again on a resume (a duplicate, never a miss).
+An op may show as more than one event (a notification is our ``notify``
+and upstream's ``agent_notified``): every event but the op's last carries,
+after the cursor, what is still owed (:class:`Owed`: the op, its record and
+how many of its events were written), so a client that resumes from the
+first event gets the rest of that op and nothing twice.
 
 Guarantees and bounds: a stream's queue holds at most ``queue_max`` events
 and ``queue_bytes_max`` of their text (so a node holds at most
@@ -114,6 +119,47 @@ def decode_cursor(value: str) -> dict[str, int]:
             raise bad
         out[origin] = seq
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Owed:
+    """Part of an event id: of the op ``origin``/``seq`` (whose record is ``record``), the
+    first ``done`` of its events were written and the rest are still owed."""
+
+    origin: str
+    seq: int
+    record: str
+    done: int
+
+
+def encode_event_id(cursor: dict[str, int], owed: Owed | None = None) -> str:
+    """An event id: the cursor, and for an event that is not its op's last, what is owed."""
+    base = encode_cursor(cursor)
+    if owed is None:
+        return base
+    raw = json.dumps([owed.origin, owed.seq, owed.record, owed.done], separators=(",", ":"))
+    return base + "." + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_event_id(value: str) -> tuple[dict[str, int], Owed | None]:
+    """A Last-Event-ID back into its cursor and what it owes; 400 for anything else."""
+    head, dot, tail = value.rpartition(".")
+    if not dot or head + "." == CURSOR_PREFIX:
+        return decode_cursor(value), None
+    cursor = decode_cursor(head)
+    bad = BadRequest("Last-Event-ID is not an event id this API sent", code="bad_last_event_id")
+    try:
+        data = json.loads(base64.urlsafe_b64decode(tail + "=" * (-len(tail) % 4)))
+    except (binascii.Error, ValueError):
+        raise bad from None
+    if not (isinstance(data, list) and len(data) == 4):
+        raise bad
+    origin, seq, record, done = data
+    if not (isinstance(origin, str) and origin and type(seq) is int and seq > 0
+            and isinstance(record, str) and 0 < len(record) <= limits.stream_owed_record_max_chars
+            and type(done) is int and done > 0):
+        raise bad
+    return cursor, Owed(origin, seq, record, done)
 
 
 def merged(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
@@ -291,5 +337,5 @@ def sse(event: str | None, data: Any, event_id: str | None = None) -> bytes:
 HEARTBEAT = b": heartbeat\n\n"
 
 
-__all__ = ["HEARTBEAT", "StreamHub", "StreamSettings", "Subscription", "decode_cursor",
-           "encode_cursor", "merged", "sse"]
+__all__ = ["HEARTBEAT", "Owed", "StreamHub", "StreamSettings", "Subscription", "decode_cursor",
+           "decode_event_id", "encode_cursor", "encode_event_id", "merged", "sse"]

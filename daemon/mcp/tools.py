@@ -596,7 +596,7 @@ class Tools:
         workspace: Annotated[Scope | None, Field(description="Workspace of the project.")] = None,
         project: Annotated[Scope | None, Field(description="The project to brief on.")] = None,
     ) -> dict[str, Any]:
-        """Summarise a project's state: how many messages wait in its inbox, and the scope counted.
+        """Summarise a project's state: how many messages wait in its inbox, the scope counted, and how many notifications wait unread for you (counts and senders only).
 
         Use its scope's workspace and project names for memory_message_pop and
         memory_message_send: they are the names the node knows the project by.

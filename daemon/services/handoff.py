@@ -285,7 +285,7 @@ async def session_start(node: HandoffPorts, principal: Principal, *, workspace: 
     and ``context``, the block a hook puts before the new session."""
     scope = await mail.scope_for(node, workspace, project, session_id, principal)
     mail._check_scope(principal, "handoff.read", scope)
-    out = await mail.notice_for(node, scope, harness)
+    out = await mail.notice_for(node, scope, harness, principal.agent)
     handoff: dict[str, Any] | None = None
     if take_handoff and scope.inferred:
         out["handoff_hint"] = ("no handoff was claimed: " + scope.hint())

@@ -46,7 +46,7 @@ from common.vocab import (
 )
 from daemon.ports import MailPorts
 from daemon.schemas.timefmt import rfc3339 as iso_ms
-from daemon.services import scrub
+from daemon.services import notices, scrub
 from daemon.services.scope import Scope, refuse_inferred, resolve
 from federation.requests import MailCancel, MailHold, MailPop, MailRelease, MailSend
 from store.records import MESSAGE_FIELDS
@@ -415,7 +415,8 @@ async def pop(node: MailPorts, principal: Principal, *, workspace: str | None, p
     rid = request_id or f"pop-{token_hex(16)}"
     if not await project_exists(node, scope.workspace, scope.project):
         # Nothing can be pending for a project nobody started a session in
-        # (a send to it is refused), and projects never disappear: answer
+        # (a send to it is refused), nor for one purged since its last
+        # session (the purge took every message sent before it): answer
         # here, without making this mailbox's owner take it (an epoch, a
         # logged "nothing pending" decision, an entry in `cluster status`).
         return {"message": None, "request_id": rid, "workspace": scope.workspace,
@@ -519,19 +520,24 @@ async def handoff_notice(node: MailPorts, principal: Principal, *, workspace: st
     scope = await scope_for(node, workspace, project, session_id, principal)
     # The prompt hook's count-only notice is authorized like a session start.
     _check_scope(principal, "session.start" if inbox_only else "handoff.read", scope)
-    return await notice_for(node, scope, harness)
+    return await notice_for(node, scope, harness, principal.agent)
 
 
-async def notice_for(node: MailPorts, scope: Scope, harness: str | None) -> dict[str, Any]:
+async def notice_for(node: MailPorts, scope: Scope, harness: str | None,
+                     agent: str | None = None) -> dict[str, Any]:
     """The notice of an authorized ``scope``. Its names are the inbox's own
     only when the call named the project or its session bound it; a scope
     the server inferred is only a guess at the caller's project, so the
-    notice then says "this project's inbox" instead of a name."""
+    notice then says "this project's inbox" instead of a name. ``agent``
+    (the caller's own) adds its unread notifications (:mod:`notices`)."""
     harness = harness or (scope.session or {}).get("harness")
     count = await pending_count(node, scope, harness or _NO_HARNESS)
+    unread = await notices.unread(node, agent)
     out: dict[str, Any] = {
-        "notice": inbox_notice(None if scope.inferred else scope, count),
+        "notice": notices.joined(inbox_notice(None if scope.inferred else scope, count),
+                                 unread.notice() if unread is not None else None),
         "pending_message_count": count,
+        **notices.fields(unread),
         "workspace": scope.workspace, "project": scope.project, "scope_source": scope.source,
         "harness": harness,
     }
@@ -550,6 +556,7 @@ async def briefing(node: MailPorts, principal: Principal, *, workspace: str | No
     return {
         "scope": {"workspace": scope.workspace, "project": scope.project, "source": scope.source},
         "pending_message_count": await pending_count(node, scope, harness),
+        **notices.fields(await notices.unread(node, principal.agent)),
     }
 
 

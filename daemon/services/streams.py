@@ -6,6 +6,13 @@ the hub offers live, and reads from the store what a resumed stream missed
 at a time). The HTTP side (:mod:`daemon.api.streams`) writes both in the
 same shape, so a client cannot tell a replayed event from a live one.
 
+One record renders as one event or more (:class:`Rendered`): a notification
+is our ``notify`` and then upstream's ``agent_notified`` (the fields of
+upstream's inbox stream, a digest of the body and never the body), so a
+client written for either hears of it with nothing extra to ask. A source
+also reads one record back by id (:meth:`Source.record`), for a stream
+resumed between two events of one record.
+
 A mailbox stream also carries ``message_complete`` (a claimed message's
 outcome: ``message_id``, ``completion``), live and on replay (the winning
 completion of each message the cursor does not cover), beside ``message``.
@@ -20,7 +27,7 @@ from common import limits
 from common.lifecycle import PENDING
 from common.ops import MSG_COMPLETE, Op, inbox_key, mailbox_key
 from daemon.ports import StreamPorts
-from daemon.schemas.notify import message_json
+from daemon.schemas.notify import AGENT_NOTIFIED, agent_notified_json, message_json
 from daemon.services.mail import completion_json, public_message
 
 MESSAGE_COMPLETE_EVENT = "message_complete"
@@ -29,50 +36,72 @@ Row = dict[str, Any]
 OrderKey = tuple[int, str, int]
 
 
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """The events one record shows as, in order (event name, data)."""
+
+    record: str  # the record's id: a notification's, a message's
+    events: list[tuple[str, dict[str, Any]]]
+
+
 class Source(Protocol):
     @property
     def key(self) -> str: ...
     @property
-    def event(self) -> str: ...
-    @property
     def agent(self) -> str | None: ...
 
-    def event_of(self, kind: str | None) -> str: ...
-    def live(self, op: Op, now_ms: int) -> dict[str, Any] | None: ...
+    def live(self, op: Op, now_ms: int) -> Rendered | None: ...
     async def replay(self, cursor: dict[str, int], after: OrderKey | None,
                      now_ms: int) -> list[Row]: ...
-    def replayed(self, row: Row) -> dict[str, Any]: ...
+    def replayed(self, row: Row) -> Rendered: ...
+    async def record(self, record_id: str, origin: str, seq: int,
+                     now_ms: int) -> Rendered | None: ...
 
 
 @dataclass(frozen=True, slots=True)
 class InboxSource:
-    """Notifications to one agent (event ``notify``)."""
+    """Notifications to one agent: events ``notify`` and ``agent_notified``."""
 
     node: StreamPorts
     agent_id: str
-    event: str = "notify"
     agent: str | None = None
 
     @property
     def key(self) -> str:
         return inbox_key(self.agent_id)
 
-    def event_of(self, kind: str | None) -> str:
-        return self.event
+    def _render(self, note: dict[str, Any], origin: str, seq: int,
+                read: bool | None = None) -> Rendered:
+        return Rendered(str(note["id"]), [
+            ("notify", {"agent_id": self.agent_id, "notification": message_json(note, read=read)}),
+            (AGENT_NOTIFIED, agent_notified_json(note, origin=origin, seq=seq)),
+        ])
 
-    def live(self, op: Op, now_ms: int) -> dict[str, Any] | None:
+    def live(self, op: Op, now_ms: int) -> Rendered | None:
         expires = op.body.get("expires_at_ms")
         if expires is not None and expires <= now_ms:
             return None
-        return {"agent_id": self.agent_id, "notification": message_json({**op.body, "read": False})}
+        return self._render(op.body, op.origin, op.seq, read=False)
 
     async def replay(self, cursor: dict[str, int], after: OrderKey | None,
                      now_ms: int) -> list[Row]:
         return await self.node.store.notes_not_covered(
             self.agent_id, cursor, after=after, limit=limits.stream_replay_page, now_ms=now_ms)
 
-    def replayed(self, row: Row) -> dict[str, Any]:
-        return {"agent_id": self.agent_id, "notification": message_json(row)}
+    def replayed(self, row: Row) -> Rendered:
+        return self._render(row, row["origin"], row["seq"])
+
+    async def record(self, record_id: str, origin: str, seq: int,
+                     now_ms: int) -> Rendered | None:
+        """The notification ``record_id`` if it is this agent's and unexpired (an id from
+        a Last-Event-ID is the client's word: another agent's is never shown)."""
+        rows = await self.node.store.notifications([record_id])
+        if not rows or rows[0].get("to") != self.agent_id:
+            return None
+        expires = rows[0].get("expires_at_ms")
+        if expires is not None and expires <= now_ms:
+            return None
+        return self._render(rows[0], origin, seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,23 +113,21 @@ class MailboxSource:
     workspace: str
     project: str
     agent: str | None = None
-    event: str = "message"
 
     @property
     def key(self) -> str:
         return mailbox_key(self.workspace, self.project)
 
-    def _wrap(self, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"workspace": self.workspace, "project": self.project, "message": msg}
+    def _wrap(self, msg: dict[str, Any]) -> Rendered:
+        return Rendered(str(msg["id"]), [
+            ("message", {"workspace": self.workspace, "project": self.project, "message": msg})])
 
-    def _done(self, message_id: str, done: dict[str, Any] | None) -> dict[str, Any]:
-        return {"workspace": self.workspace, "project": self.project,
-                "message_id": message_id, "completion": completion_json(done)}
+    def _done(self, message_id: str, done: dict[str, Any] | None) -> Rendered:
+        return Rendered(message_id, [(MESSAGE_COMPLETE_EVENT, {
+            "workspace": self.workspace, "project": self.project, "message_id": message_id,
+            "completion": completion_json(done)})])
 
-    def event_of(self, kind: str | None) -> str:
-        return MESSAGE_COMPLETE_EVENT if kind == MSG_COMPLETE else self.event
-
-    def live(self, op: Op, now_ms: int) -> dict[str, Any] | None:
+    def live(self, op: Op, now_ms: int) -> Rendered | None:
         if op.kind == MSG_COMPLETE:
             return self._done(str(op.body["id"]), op.body)
         return self._wrap(public_message({**op.body, "state": PENDING}))
@@ -115,7 +142,11 @@ class MailboxSource:
         rows = sorted([*sends, *dones], key=lambda r: (r["hlc"], r["origin"], r["seq"]))
         return rows[:page]  # both pages end at or after this page's end: none skipped
 
-    def replayed(self, row: Row) -> dict[str, Any]:
+    def replayed(self, row: Row) -> Rendered:
         if row.get("kind") == MSG_COMPLETE:
             return self._done(str(row["id"]), row.get("completion"))
         return self._wrap(public_message(row))
+
+    async def record(self, record_id: str, origin: str, seq: int,
+                     now_ms: int) -> Rendered | None:
+        return None  # one event per message: nothing is ever owed

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
+from tests.cli.stub import StubDaemon
 from tests.mcp.test_stdio_e2e import ROOT, Node, _http
 
 pytestmark = pytest.mark.slow
@@ -291,3 +292,27 @@ def test_install_hooks_writes_the_cluster_ca_into_every_entry(tmp_path: Path) ->
                                      "--dir", str(tmp_path), "--url", "http://127.0.0.1:9077"],
                                env={"AI_MEMORY_CA_CERT": ""})
     assert "--ca-cert" not in plain.stdout
+
+
+OLDER_SERVER_PARAMS = {"inbox_only": "1", "handoff": "0", "recovery": "0", "profile_digest": "0"}
+
+
+def test_the_prompt_hook_asks_an_older_server_for_the_notice_only(
+        stub: StubDaemon, tmp_path: Path) -> None:
+    """PM-115: the prompt hook's notice fetch also sends ``handoff=0``,
+    ``recovery=0`` and ``profile_digest=0``, so a server that ignores
+    ``inbox_only`` still claims nothing and builds nothing."""
+    here = project_dir(tmp_path, "notice-proj", on_prompt=True)
+    stub.reply("GET", "/handoff", {
+        "notice": "1 cross-project message waiting", "pending_message_count": 1,
+        "workspace": "default", "project": "notice-proj"})
+    event = {"session_id": "s-115", "cwd": str(here), "prompt": "go on",
+             "hook_event_name": "UserPromptSubmit"}
+    done = CliRunner().invoke(cli, ["--url", stub.url, "hook", "prompt", "--harness",
+                                    "claude-code", "--state-dir", str(tmp_path / "s")],
+                              input=json.dumps(event))
+    assert done.exit_code == 0, done.output
+    assert "1 cross-project message waiting" in done.output
+    [fetched] = [r for r in stub.requests if (r.method, r.path) == ("GET", "/handoff")]
+    assert {k: fetched.query.get(k) for k in OLDER_SERVER_PARAMS} == OLDER_SERVER_PARAMS
+    assert fetched.query["workspace"] == "default" and fetched.query["project"] == "notice-proj"

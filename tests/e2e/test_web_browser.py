@@ -228,6 +228,90 @@ def test_compose_and_send(cluster: Cluster, tab: Page, shots: Path) -> None:
     assert out["provenance"]["from_project"] == src and out["message"]["to_agent"] == "codex"
 
 
+def test_a_collected_row_says_collection_is_not_completion(cluster: Cluster, tab: Page) -> None:
+    """PM-65: "collected" is the agent's claim, and the page says the request
+    is not known to be done."""
+    src, dst = project(cluster, "coll-a", "kimi"), project(cluster, "coll-b", "codex")
+    mid = send(cluster, src, dst, "run the migration")
+    pending = send(cluster, src, dst, "still waiting")
+    assert pop(cluster, dst)["id"] == mid
+    page = open_project(tab, cluster, dst)
+    sync_api.expect(row(page, mid).get_by_text("collected")).to_be_visible()
+    detail = expand(page, mid)
+    sync_api.expect(detail).to_contain_text(
+        "Collected records the agent's claim; completion of the request is not confirmed.")
+    other = expand(page, pending)  # a queued row says nothing of the kind
+    sync_api.expect(other).not_to_contain_text("completion of the request")
+
+
+def test_changing_either_project_clears_the_chosen_agent(cluster: Cluster, tab: Page) -> None:
+    """PM-69: every project here has a codex session, so the agent could be
+    kept; changing To, or From (which resets To), clears it all the same.
+    PM-77: an ordinary (not legacy) session shows no write-token field."""
+    src = project(cluster, "clear-a", "codex")
+    one, two = project(cluster, "clear-b", "codex"), project(cluster, "clear-c", "codex")
+    page = open_project(tab, cluster, src)
+    page.locator(f'nav li:has(a[data-project="{WS}/{src}"])').get_by_role(
+        "button", name="Message").click()
+    composer = page.get_by_role("region", name="Message", exact=True)
+    sync_api.expect(composer).to_be_visible()
+    token = page.locator("#write-token")
+    sync_api.expect(token).to_have_count(1)
+    sync_api.expect(token).to_be_hidden()
+    sync_api.expect(composer.get_by_text("Write token")).to_be_hidden()
+    agent = composer.get_by_label("To agent")
+    composer.get_by_label("To project").select_option(f"{WS}/{one}")
+    sync_api.expect(agent.locator("option")).to_contain_text(["Any of them", "codex"])
+    agent.select_option("codex")
+    sync_api.expect(agent).to_have_value("codex")
+    composer.get_by_label("To project").select_option(f"{WS}/{two}")
+    sync_api.expect(agent.locator("option")).to_contain_text(["Any of them", "codex"])
+    sync_api.expect(agent).to_have_value("")
+    agent.select_option("codex")
+    composer.get_by_label("From project").select_option(f"{WS}/{one}")
+    sync_api.expect(composer.get_by_label("To project")).to_have_value(f"{WS}/{one}")
+    sync_api.expect(agent.locator("option")).to_contain_text(["Any of them", "codex"])
+    sync_api.expect(agent).to_have_value("")
+    # Sent now, it is shared mail: any session may pop it.
+    composer.get_by_label("Message text").fill("for whoever is there")
+    composer.get_by_role("button", name="Send").click()
+    sync_api.expect(composer.get_by_role("alert")).to_contain_text("Sent")
+    got = pop(cluster, one)
+    assert got["to_agent"] is None and "for whoever is there" in got["body"]
+
+
+def test_a_destination_with_no_agent_disables_send_and_says_how_to_register(
+        cluster: Cluster, tab: Page) -> None:
+    """PM-70: the page was loaded while the destination had an agent; the
+    project is purged meanwhile (its sessions with it), so nobody is
+    registered there when the composer asks: Send is disabled, with the way
+    to register one. Once an agent starts a session there, Send comes back."""
+    src, dst = project(cluster, "none-a", "kimi"), project(cluster, "none-b", "codex")
+    page = open_project(tab, cluster, src)
+    code, out = cluster.call("node2", "POST", f"/api/v1/projects/{WS}/{dst}/purge",
+                             {"reason": "browser test: a project with no agent"})
+    assert code == 200, out
+    page.locator(f'nav li:has(a[data-project="{WS}/{src}"])').get_by_role(
+        "button", name="Message").click()
+    composer = page.get_by_role("region", name="Message", exact=True)
+    sync_api.expect(composer.get_by_role("button", name="Send")).to_be_enabled()  # to src: kimi
+    composer.get_by_label("To project").select_option(f"{WS}/{dst}")
+    note = page.locator("#no-agent")
+    sync_api.expect(note).to_be_visible()
+    sync_api.expect(note).to_contain_text(f"No agent has a session in {WS}/{dst}")
+    sync_api.expect(note).to_contain_text("Register one by starting an agent session there")
+    sync_api.expect(composer.get_by_role("button", name="Send")).to_be_disabled()
+    sync_api.expect(composer.get_by_label("To agent")).to_be_disabled()
+    # An agent registers; choosing the project again finds it.
+    project(cluster, dst, "codex", node="node3")
+    composer.get_by_label("To project").select_option(f"{WS}/{src}")
+    composer.get_by_label("To project").select_option(f"{WS}/{dst}")
+    sync_api.expect(composer.get_by_role("button", name="Send")).to_be_enabled()
+    sync_api.expect(note).to_be_hidden()
+    sync_api.expect(composer.get_by_label("To agent").locator("option")).to_contain_text(
+        ["Any of them", "codex"])
+
+
 def test_rows_show_a_160_character_snippet_of_the_body(cluster: Cluster, tab: Page) -> None:
     src, dst = project(cluster, "snip-a", "kimi"), project(cluster, "snip-b")
     # After the whitespace is folded, the emoji is the 160th character: a cut
@@ -420,6 +504,20 @@ def test_key_login_and_logout(keyed_daemon: Any, tab: Page) -> None:
     assert web_cookie["httpOnly"] and web_cookie["sameSite"] == "Strict"
     assert page.evaluate("() => document.cookie") == ""  # not readable by scripts
     assert page.evaluate("() => localStorage.length + sessionStorage.length") == 0
+    # PM-77: a key login is an ordinary session: its composer has no write-token field.
+    from tests.cluster.harness import http
+    code, body = http("POST", keyed_daemon.url + "/api/v1/sessions",
+                      {"workspace": WS, "project": "keyed-a", "harness": "kimi"},
+                      {"X-API-Key": "aim_web_test_key"})
+    assert code == 201, body
+    page.goto(f"{keyed_daemon.url}/web/inbox#{WS}/keyed-a")
+    page.reload()  # the same page with another fragment: load the project list again
+    page.get_by_role("heading", name=f"{WS}/keyed-a · Received").wait_for()
+    page.locator(f'nav li:has(a[data-project="{WS}/keyed-a"])').get_by_role(
+        "button", name="Message").click()
+    sync_api.expect(page.get_by_role("region", name="Message", exact=True)).to_be_visible()
+    sync_api.expect(page.locator("#write-token")).to_have_count(1)
+    sync_api.expect(page.locator("#write-token")).to_be_hidden()
     page.get_by_role("button", name="Log out").click()
     page.wait_for_url("**/web/login")
     page.goto(f"{keyed_daemon.url}/web/inbox")

@@ -28,7 +28,7 @@ from typing import Any
 
 from common.ops import MEM_DEL, MEM_PUT, NOTE_NEW, NOTE_READ, inbox_key, mailbox_key, mem_key
 from common.randomid import uuid7
-from federation.requests import MailCancel, MailHold, MailPop, MailRelease, MailSend
+from federation.requests import MailCancel, MailHold, MailPop, MailPurge, MailRelease, MailSend
 from federation.routing import is_retryable_id
 
 AGENTS = ("alice", "bob", "carol")
@@ -39,7 +39,7 @@ EDITORS = ("ann", "ben")
 @dataclass(slots=True)
 class Attempt:
     token: int
-    kind: str  # write | read | send | pop | cancel | hold | release
+    kind: str  # write | read | send | pop | cancel | hold | release | purge
     req: Any
     entry: str
     sent_ms: int
@@ -66,7 +66,7 @@ class Workload:
     """Draws client requests from a seeded rng."""
 
     def __init__(self, rng: random.Random, mailboxes: int, cap: int,
-                 read_p: float = 0.0) -> None:
+                 read_p: float = 0.0, purge_p: float = 0.0) -> None:
         self.rng = rng
         self.cap = cap
         self.read_p = read_p
@@ -86,6 +86,10 @@ class Workload:
         # of their own too, so the main one draws as it did before them.
         self.minted = random.Random("minted:" + repr(rng.getstate()))
         self.fresh_p = 0.5
+        # Purges too (issue 27): with purge_p 0 the main stream is untouched.
+        self.purges = random.Random("purges:" + repr(rng.getstate()))
+        self.purge_p = purge_p
+        self._purge_n = 0
 
     def _next(self, prefix: str) -> str:
         self._n += 1
@@ -93,6 +97,12 @@ class Workload:
 
     def draw(self, now_ms: int) -> tuple[str, Any]:
         """A new request: (kind, payload) where a write's payload is its items."""
+        if self.purge_p and self.purges.random() < self.purge_p:
+            ws, proj = self.purges.choice(self.mailboxes)
+            self._purge_n += 1
+            body = {"id": f"purge{self._purge_n}", "workspace": ws, "project": proj,
+                    "scope": "project", "by_user": "root", "reason": None}
+            return "purge", MailPurge(mailbox_key(ws, proj), body)
         r = self.rng.random()
         h = self.history
         if self.read_p and self.rng.random() < self.read_p:

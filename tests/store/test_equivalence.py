@@ -101,6 +101,7 @@ async def views(s: Any, ops: list[Op]) -> dict[str, Any]:
                     s.inbox(a, unread_only=unread, limit=3, now_ms=now))
                 out[f"inbox_count {a} {unread} {now}"] = await v(
                     s.inbox_count(a, unread_only=unread, now_ms=now))
+            out[f"unread_senders {a} {now}"] = await v(s.unread_senders(a, now_ms=now, limit=2))
             out[f"inbox filtered {a} {now}"] = await v(
                 s.inbox(a, unread_only=False, limit=10, min_priority=4, since_ms=5, now_ms=now))
     return out

@@ -129,3 +129,34 @@ def test_hooks_load_from_the_node_config(tmp_path) -> None:  # type: ignore[no-u
                     'secret = "s"\nproject = "proj-b"\non_error = "allow"\n')
     (hook,) = load_settings({}, env={}, config_path=conf).mail.admission
     assert hook.project == "proj-b" and hook.on_error == "allow" and hook.workspace is None
+
+
+async def test_a_web_send_passes_the_sanitizer_and_the_hooks_first(  # type: ignore[no-untyped-def]
+        tmp_path, aiohttp_client, hook) -> None:
+    """PM-73: a send from the web inbox (``/web/api/messages``) is scrubbed
+    and put to the admission hooks before it is stored, as ``POST /messages``."""
+    url, seen = hook
+    node, client = await client_for(tmp_path, aiohttp_client, [AdmissionHook(url, SECRET)])
+    try:
+        assert (await client.get("/web/inbox")).status == 200  # the anonymous web session
+        me = await (await client.get("/web/api/me")).json()
+        web_headers = {"X-AI-Memory-UI": "1", "X-CSRF-Token": me["csrf_token"],
+                       "Origin": str(client.make_url("/")).rstrip("/")}
+
+        async def web_send(body: str):  # type: ignore[no-untyped-def]
+            return await client.post("/web/api/messages", headers=web_headers, json={
+                "from_workspace": "default", "from_project": "proj-a",
+                "to_workspace": "default", "to_project": "proj-b", "body": body})
+
+        r = await web_send("a forbidden request from the page")
+        assert r.status == 403, await r.text()
+        assert (await r.json())["code"] == "admission_rejected"
+        assert await pending(client) == 0  # refused before anything was written
+        assert [m["body"] for m in seen] == ["a forbidden request from the page"]
+        r = await web_send("ship it, key AKIAABCDEFGHIJKLMNOP")
+        assert r.status == 201, await r.text()
+        assert "AKIA" not in seen[-1]["body"]  # the hook saw the scrubbed text
+        listing = await (await client.get("/api/v1/messages", params=B)).json()
+        assert listing["count"] == 1 and "AKIA" not in listing["messages"][0]["body"]
+    finally:
+        await node.stop()

@@ -310,17 +310,27 @@ async def test_overflow_ends_with_a_resume_event_and_resuming_loses_nothing(
     # The client read nothing meanwhile: its queue overflowed while the
     # writes were blocked on full socket buffers.
     seen: list[str] = []
+    woken: list[str] = []  # upstream's agent_notified, one per notification too
+
+    def note(ev: Event) -> None:
+        if ev.event == "notify":
+            seen.append(ev.data["notification"]["id"])
+        else:
+            assert ev.event == "agent_notified", ev
+            woken.append(ev.data["inbox_row_id"])
+
     while True:
         ev = await reader.next(within=20)
         if ev.event == "resume":
             assert ev.data["reason"] == "overflow"
             break
-        seen.append(ev.data["notification"]["id"])
+        note(ev)
     assert len(seen) < len(sent)
     reader = SSEReader(await open_inbox(s.client, last=reader.last_id))
     while (ev := await reader.next(within=20)).event != "ready":
-        seen.append(ev.data["notification"]["id"])
+        note(ev)
     assert sorted(set(seen)) == sorted(sent)
+    assert sorted(set(woken)) == sorted(sent)
 
 
 # -- who may open which stream -----------------------------------------------------------

@@ -510,3 +510,38 @@ async def test_a_guessed_scope_is_not_named_to_who_may_not_read_it(keyed: Any) -
         assert "gamma" not in text, (path, text)
     r = await keyed.post("/api/v1/messages/pop", headers=bearer(ROOT_KEY), json={})
     assert r.status == 409 and (await r.json())["resolved_scope"]["project"] == "gamma"
+
+
+async def test_mail_grants_no_access_to_the_other_project(keyed: Any) -> None:
+    """PM-94: sending (and receiving, and popping) mail grants nothing: a key
+    with write on alpha only, after it received and claimed mail from beta,
+    still may not read beta's mailbox, handoff, brief or project name, nor
+    send to beta."""
+    c = keyed
+    root, alpha = bearer(ROOT_KEY), bearer(key_of("alpha-write"))
+    r = await c.post("/api/v1/messages", headers=root, json={
+        "from_workspace": WS, "from_project": BETA, "to_workspace": WS, "to_project": ALPHA,
+        "body": "please review beta's export"})
+    assert r.status == 201, await r.text()
+    r = await c.post("/api/v1/handoff", headers=root,
+                     json={"workspace": WS, "project": BETA, "body": "beta's own handoff"})
+    assert r.status == 201, await r.text()
+    popped = await c.post("/api/v1/messages/pop", headers=alpha, json=BOX)
+    assert popped.status == 200 and (await popped.json())["message"] is not None
+    beta = {"workspace": WS, "project": BETA}
+    for method, path, kwargs in (
+            ("GET", "/api/v1/messages", {"params": {**beta, "box": "inbox"}}),
+            ("GET", "/api/v1/messages", {"params": {**beta, "box": "outbox"}}),
+            ("GET", "/api/v1/handoff", {"params": {**beta, "handoff": "0"}}),
+            ("GET", "/api/v1/briefing", {"params": beta}),
+            ("POST", "/api/v1/messages/pop", {"json": beta}),
+            ("POST", "/api/v1/messages", {"json": {
+                "from_workspace": WS, "from_project": ALPHA, "to_workspace": WS,
+                "to_project": BETA, "body": "a reply"}})):
+        r = await c.request(method, path, headers=alpha, **kwargs)
+        assert r.status == 403, (method, path, r.status, await r.text())
+    listed = await (await c.get("/api/v1/projects", headers=alpha)).json()
+    assert [p["project"] for p in listed["projects"]] == [ALPHA]
+    # beta's handoff is still there, untouched by alpha's attempts
+    got = await (await c.get("/api/v1/handoff", headers=root, params=beta)).json()
+    assert got["handoff"]["body"] == "beta's own handoff"

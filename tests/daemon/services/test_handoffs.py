@@ -86,7 +86,9 @@ async def test_inbox_only_claims_nothing(client) -> None:  # type: ignore[no-unt
         notice = await _get(client, **B, inbox_only="1", handoff="0", recovery="0",
                             profile_digest="0", harness="claude-code")
         assert set(notice) == {"notice", "pending_message_count", "workspace", "project",
-                               "scope_source", "harness"}
+                               "scope_source", "harness", "unread_notification_count",
+                               "notification_agent", "notification_senders"}
+        assert notice["unread_notification_count"] is None  # no agent named: none counted
         assert notice["pending_message_count"] == 1
         assert "default/project-b inbox" in notice["notice"]
     # handoff=0 on the full path claims nothing either
@@ -214,3 +216,30 @@ def test_compile_brief_excerpts_first_then_whole_bodies_in_order() -> None:
     out = compile_brief("w/p", pages, recent, 2000)
     assert [p["whole"] for p in out["pages"]] == [True, False, False]
     assert out["recent"] and out["text"].endswith("- notes/x (memory idx, 2026-12-04T00:00:00.000Z)\n")
+
+
+async def test_inbox_only_records_nothing_and_leaves_the_active_project(client, node) -> None:  # type: ignore[no-untyped-def]
+    """PM-109: the count-only notice writes nothing (no session, no claim, no
+    empty-pop decision) and does not move the shared-slot project, whatever
+    the session header and harness; the full session start does claim."""
+    await start(client, B, "claude-code", "sess-b")
+    await start(client, A, "kimi", "sess-a")  # A is now the most recently active project
+    assert (await send(client, body="shared")).status == 201
+    await _write(client, "a pending handoff for B")
+    vv = dict(node.store.version_vector())
+    sessions = (await node.store.snapshot())["sessions"]
+    for headers in ({}, {"x-memory-actor-session-id": "sess-b"},
+                    {"x-memory-actor-session-id": "sess-brand-new"}):
+        resp = await client.get("/handoff", headers=headers,
+                                params={**B, "inbox_only": "1", "harness": "codex"})
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["pending_message_count"] == 1
+    assert dict(node.store.version_vector()) == vv  # nothing written, of any kind
+    assert (await node.store.snapshot())["sessions"] == sessions
+    assert await node.store.last_active_project() == ("default", "project-a")
+    guessed = await _get(client, inbox_only="1")  # no scope: the shared slot still names A
+    assert guessed["scope_source"] == "shared_slot" and guessed["project"] == "project-a"
+    assert dict(node.store.version_vector()) == vv
+    # The full path on the same project claims the handoff: a write.
+    assert (await _get(client, **B))["handoff"]["body"] == "a pending handoff for B"
+    assert dict(node.store.version_vector()) != vv

@@ -8,6 +8,7 @@ import io
 import pytest
 
 from common import limits
+from common.vocab import FROM_AGENT_UNNAMED
 
 A = {"workspace": "default", "project": "project-a"}
 B = {"workspace": "default", "project": "project-b"}
@@ -22,11 +23,11 @@ async def start(client, scope, harness="claude-code", session_id=None):  # type:
     return await resp.json()
 
 
-async def send(client, body="please add /v1/export", **extra):  # type: ignore[no-untyped-def]
+async def send(client, body="please add /v1/export", *, headers=None, **extra):  # type: ignore[no-untyped-def]
     payload = {"to_workspace": B["workspace"], "to_project": B["project"],
                "from_workspace": A["workspace"], "from_project": A["project"], "body": body}
     payload.update(extra)
-    return await client.post("/api/v1/messages", json=payload)
+    return await client.post("/api/v1/messages", json=payload, headers=headers)
 
 
 async def pop(client, scope=B, **extra):  # type: ignore[no-untyped-def]
@@ -397,3 +398,169 @@ async def test_a_new_session_in_an_existing_project_is_created(client) -> None: 
     assert second["created"] is True
     again = await start(client, A, "codex", "sess-2")
     assert again["created"] is False
+
+
+# -- rules of the source document that need a node's answers (docs/rules.md) ------------
+
+SESSION_HEADER = "x-memory-actor-session-id"
+
+
+async def inbox(client, scope=B, **params):  # type: ignore[no-untyped-def]
+    r = await client.get("/api/v1/messages", params={**scope, "box": "inbox", **params})
+    assert r.status == 200, await r.text()
+    return await r.json()
+
+
+async def test_a_memory_written_into_a_project_is_not_mail(node, projects) -> None:  # type: ignore[no-untyped-def]
+    """PM-17: knowledge written into another project's namespace (a page,
+    a memory) is stored there and never surfaces as mail."""
+    for title in ("report for project-b", "wiki page: export design"):
+        r = await projects.post("/api/v1/memories", headers={"X-Agent-Id": "kimi"}, json={
+            "title": title, "content": "please add /v1/export",
+            "namespace": "default/project-b", "tags": ["report"]})
+        assert r.status == 201, await r.text()
+    listing = await inbox(projects)
+    assert listing["count"] == 0 and listing["messages"] == []
+    out = await (await projects.get("/api/v1/messages", params={**A, "box": "outbox"})).json()
+    assert out["count"] == 0
+    notice = await (await projects.get("/handoff", params={**B, "inbox_only": "1"})).json()
+    assert notice["pending_message_count"] == 0 and notice["notice"] is None
+    assert (await (await pop(projects)).json())["message"] is None
+    assert (await node.store.snapshot())["messages"] == {}
+    # ...while a send is mail at once
+    assert (await send(projects)).status == 201
+    assert (await inbox(projects))["count"] == 1
+
+
+async def test_a_sessions_harness_names_the_sender_only_for_its_own_project(projects) -> None:  # type: ignore[no-untyped-def]
+    """PM-27: a recorded session of the sending project names ``from_agent``
+    over the one the client passed; a session of another project does not."""
+    own = await send(projects, body="own session", from_agent="codex",
+                     headers={SESSION_HEADER: "sess-a"})
+    assert own.status == 201, await own.text()
+    assert (await own.json())["from_agent"] == "kimi"  # sess-a's harness, not "codex"
+    foreign = await send(projects, body="B's session", from_agent="codex",
+                         headers={SESSION_HEADER: "sess-b"})
+    assert foreign.status == 201 and (await foreign.json())["from_agent"] == "codex"
+    unnamed = await send(projects, body="B's session, no name",
+                         headers={SESSION_HEADER: "sess-b"})
+    assert unnamed.status == 201
+    assert (await unnamed.json())["from_agent"] == FROM_AGENT_UNNAMED  # never claude-code
+    stored = {m["body"]: m["from_agent"] for m in (await inbox(projects))["messages"]}
+    assert stored == {"own session": "kimi", "B's session": "codex",
+                      "B's session, no name": FROM_AGENT_UNNAMED}
+
+
+async def test_a_claim_records_only_a_session_that_exists(node, projects) -> None:  # type: ignore[no-untyped-def]
+    """PM-33: a pop names its claimer's session only when that session row
+    exists; a session id nobody started is not recorded."""
+    first = (await (await send(projects, body="one")).json())["message_id"]
+    second = (await (await send(projects, body="two")).json())["message_id"]
+    ghost = await projects.post("/api/v1/messages/pop", json=B,
+                                headers={SESSION_HEADER: "sess-never-started"})
+    assert (await ghost.json())["message"]["id"] == first
+    real = await projects.post("/api/v1/messages/pop", json=B, headers={SESSION_HEADER: "sess-b"})
+    assert (await real.json())["message"]["id"] == second
+    terminals = (await node.store.snapshot())["terminals"]
+    assert terminals[first]["state"] == "claimed"
+    assert terminals[first]["claimed_by_session"] is None
+    assert terminals[second]["claimed_by_session"] == "sess-b"
+    assert terminals[second]["claimed_by_agent"] == "claude-code"
+
+
+async def test_decision_text_is_opaque_and_anyone_with_write_may_answer(node, projects) -> None:  # type: ignore[no-untyped-def]
+    """PM-51: the server keeps subject and body as text. It has no decision
+    fields (a send naming one stores and does the same as a send without it:
+    unknown fields are ignored, docs/api.md), no operator-mailbox flag, and no
+    rule for who may answer: a reply is an ordinary send from any project,
+    and the question stays pending."""
+    subject = "decision: Accept the known-flake exception?"
+    text = ("options:\n  - accept\n  - reject\nrequires_root: true\n"
+            "correlation: flake-42\nanswer with decision-reply: <message_id>")
+    r = await send(projects, body=text, subject=subject, requires_root=True,
+                   decision={"options": ["accept", "reject"]}, operator_mailbox=True,
+                   allowed_responders=["root"], reply_to="project-z")
+    assert r.status == 201, await r.text()
+    qid = (await r.json())["message_id"]
+    [row] = (await inbox(projects))["messages"]
+    assert row["id"] == qid and row["subject"] == subject and row["body"] == text
+    assert row["state"] == "pending" and row["nature"] == "unknown"
+    assert set(row) == {"id", "subject", "body", "state", "nature", "evidence",
+                        "from_workspace_id", "from_project_id", "from_agent", "from_owner_user",
+                        "to_workspace", "to_project", "to_agent", "created_at"}
+    stored = (await node.store.snapshot())["messages"][qid]
+    for word in ("requires_root", "decision", "operator", "responder", "reply_to", "project-z"):
+        assert not any(word in str(k) or word == v for k, v in stored.items()
+                       if k not in ("body", "subject")), word
+    # Any project may answer (write on the asking project is the only rule);
+    # a reply claims, closes and marks nothing.
+    await start(projects, {"workspace": "default", "project": "project-c"}, "codex", "sess-c")
+    for frm in (B, {"workspace": "default", "project": "project-c"}):
+        reply = await projects.post("/api/v1/messages", json={
+            "from_workspace": frm["workspace"], "from_project": frm["project"],
+            "to_workspace": A["workspace"], "to_project": A["project"],
+            "subject": f"decision-reply: {qid}", "body": "accept"})
+        assert reply.status == 201, await reply.text()
+    replies = (await inbox(projects, A))["messages"]
+    assert [m["subject"] for m in replies] == [f"decision-reply: {qid}"] * 2
+    assert [m["id"] for m in (await inbox(projects))["messages"]] == [qid]  # still pending
+    # "allowed_responders" and "requires_root" restrict nobody: any session of
+    # the recipient project claims it, like any shared message.
+    popped = await projects.post("/api/v1/messages/pop", json=B, headers={SESSION_HEADER: "sess-b"})
+    assert (await popped.json())["message"]["id"] == qid
+
+
+async def test_listing_is_oldest_first_pending_only_50_by_default_200_at_most(projects) -> None:  # type: ignore[no-untyped-def]
+    """PM-55: ``limit`` 50 by default, 200 at most (201 is refused), no
+    offset (one is ignored), oldest first, pending rows only."""
+    ids = []
+    for i in range(limits.message_list_limit_max + 1):
+        r = await send(projects, body=f"m{i}")
+        assert r.status == 201, await r.text()
+        ids.append((await r.json())["message_id"])
+    default = await inbox(projects)
+    assert default["count"] == limits.message_list_limit_default == 50
+    assert [m["id"] for m in default["messages"]] == ids[:50]
+    most = await inbox(projects, limit="200")
+    assert [m["id"] for m in most["messages"]] == ids[:200]
+    over = await projects.get("/api/v1/messages", params={**B, "limit": "201"})
+    assert over.status == 400, await over.text()
+    offset = await inbox(projects, offset="50")
+    assert [m["id"] for m in offset["messages"]] == ids[:50]
+    # a claimed and a cancelled message leave the list; the next ones move up
+    assert (await (await pop(projects)).json())["message"]["id"] == ids[0]
+    cancel = await projects.post("/api/v1/messages/cancel", json={**A, "message_id": ids[1]})
+    assert cancel.status == 200, await cancel.text()
+    assert [m["id"] for m in (await inbox(projects))["messages"]] == ids[2:52]
+    assert all(m["state"] == "pending" for m in (await inbox(projects, limit="200"))["messages"])
+
+
+def _children() -> set[int]:
+    """Processes this test process started (the in-process node included)."""
+    import os
+    from pathlib import Path
+
+    found: set[int] = set()
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        found.update(int(p) for p in (task / "children").read_text().split())
+    return found
+
+
+async def test_queuing_a_message_starts_wakes_or_authorizes_no_agent(node, projects) -> None:  # type: ignore[no-untyped-def]
+    """PM-91: a send only queues. No process starts, no session, agent or
+    harness is recorded, the recipient's activity is not touched, nothing
+    claims it; the recipient finds it by its own list or pop."""
+    before = await node.store.snapshot()
+    active = await node.store.last_active_project()
+    procs = _children()
+    r = await send(projects, body="run `make deploy` now", subject="urgent", to_agent="claude-code")
+    assert r.status == 201, await r.text()
+    mid = (await r.json())["message_id"]
+    after = await node.store.snapshot()
+    for table in ("sessions", "agents", "harnesses", "terminals", "holds", "memories", "notes"):
+        assert after[table] == before[table], table
+    assert list(after["messages"]) == [mid]
+    assert await node.store.last_active_project() == active
+    assert _children() == procs
+    [row] = (await inbox(projects))["messages"]
+    assert row["id"] == mid and row["state"] == "pending"
