@@ -280,7 +280,7 @@
     if (m.state === "editing") { add("Edited by", m.editing_by_user); }
     td.append(dl);
     if (m.state === "claimed" && !m.completion) {
-      td.append(el("p", {}, "Collected records the agent's claim; it has not said yet how the request ended."));
+      td.append(el("p", {}, "Collected records the agent's claim; completion of the request is not confirmed."));
     }
     if (m.thread_id && ui.thread !== m.thread_id) {
       const t = el("button", { type: "button" }, "Show thread");

@@ -100,4 +100,4 @@ def test_the_outcome_and_the_thread_in_the_web_inbox(cluster: Cluster, tab: Page
     prov = detail.get_by_label("Provenance")
     sync_api.expect(prov).to_contain_text("Outcome")
     sync_api.expect(prov).to_contain_text("needs the cursor format first")
-    sync_api.expect(detail).not_to_contain_text("has not said yet")
+    sync_api.expect(detail).not_to_contain_text("is not confirmed")  # it is, now
