@@ -51,6 +51,7 @@ ACTIONS: Final[Mapping[str, tuple[tuple[Role, Access], ...]]] = {
     "message.pop": (("box", "write"),),
     "message.cancel": (("from", "write"),),
     "message.edit": (("box", "write"), ("from", "write")),
+    "message.approve": (("box", "write"),),
     "handoff.read": (("box", "read"),),
     "briefing.read": (("box", "read"),),
     "session.start": (("box", "write"),),

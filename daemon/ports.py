@@ -86,6 +86,8 @@ class MailReads(SessionReads, Protocol):
                             offset: int = 0) -> list[Row]: ...
     async def mailbox_editing(self, workspace: str, project: str, *,
                               limit: int) -> list[Row]: ...
+    async def mailbox_awaiting(self, workspace: str, project: str, *,
+                               limit: int) -> list[Row]: ...
 
 
 class StreamReads(Protocol):
@@ -140,7 +142,10 @@ class MailboxRouter(Protocol):
 
 
 class AdmissionCheck(Protocol):
-    async def check(self, message: dict[str, Any]) -> None: ...
+    """:class:`daemon.admission.Admission`: None (allowed) or a hold for
+    approval (``reason``), or it raises."""
+
+    async def check(self, message: dict[str, Any], *, may_hold: bool = False) -> Any: ...
 
 
 # -- one protocol per domain -------------------------------------------------------

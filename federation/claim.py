@@ -68,13 +68,24 @@ from common.errors import (
     NotFound,
     Unavailable,
 )
-from common.lifecycle import CANCELLED, CLAIMED, EDITABLE_FIELDS, EDITING, PENDING, allowed
+from common.lifecycle import (
+    AWAITING,
+    CANCELLED,
+    CLAIMED,
+    EDITABLE_FIELDS,
+    EDITING,
+    PENDING,
+    REJECTED,
+    allowed,
+)
 from common.ops import (
     MAILBOX_KINDS,
+    MSG_APPROVE,
     MSG_CANCEL,
     MSG_CLAIM,
     MSG_EMPTY,
     MSG_HOLD,
+    MSG_REJECT,
     MSG_RELEASE,
     MSG_SEND,
     Op,
@@ -101,6 +112,7 @@ from federation.messages import (
 )
 from federation.requests import (
     MailCancel,
+    MailDecide,
     MailHold,
     MailPop,
     MailRelease,
@@ -122,7 +134,9 @@ def _rank(op: Op) -> list[Any]:
 def _not_now(mid: str, state: str | None) -> Conflict:
     """The error for an action the message's state does not allow."""
     why = {CLAIMED: "was already collected", CANCELLED: "was cancelled",
-           EDITING: "is being edited", PENDING: "is not being edited"}.get(str(state), str(state))
+           EDITING: "is being edited", PENDING: "is not being edited",
+           AWAITING: "is awaiting approval",
+           REJECTED: "was rejected by an approver"}.get(str(state), str(state))
     return Conflict(f"message {mid} {why}", id=mid, state=state)
 
 
@@ -308,6 +322,8 @@ class Claims:
                 return self._hold(slot, token, req, now_ms)
             if isinstance(req, MailRelease):
                 return self._release(slot, token, req, now_ms)
+            if isinstance(req, MailDecide):
+                return self._decide(slot, token, req, now_ms)
         except AiMemoryError as exc:
             return [Reply(token, exc)]
         return [Reply(token, BadRequest(f"unknown mailbox request {type(req).__name__}"))]
@@ -465,6 +481,39 @@ class Claims:
                            value={"message": after, "rank": _rank(op)}, busy={mid},
                            terminals=(op,))
 
+    def _decide(self, slot: _Slot, token: Any, req: MailDecide, now_ms: int) -> list[Effect]:
+        """An approver's answer for a message awaiting approval. Decided once:
+        the owner orders decisions like pops, and a message that no longer
+        awaits approval (decided, cancelled) gets 409 naming what stands."""
+        model, mid = slot.model, req.message_id
+        state = model.state(mid)
+        if state is None:
+            raise NotFound(f"no message {mid} in {slot.key}", id=mid)
+        if mid in slot.busy:
+            return self._park(slot, token, req)
+        kind = MSG_APPROVE if req.approve else MSG_REJECT
+        if not allowed(kind, state):
+            prior = model.decision_op(mid)
+            decision = None if prior is None else (
+                "approved" if prior.kind == MSG_APPROVE else "rejected")
+            exc = _not_now(mid, state)
+            if decision is not None:
+                exc = Conflict(f"message {mid} was already {decision}"
+                               + ("" if state in (PENDING, REJECTED) else f"; it is now {state}"),
+                               id=mid, state=state, decision=decision,
+                               decided_by=prior.body.get("by_user") if prior else None)
+            exc.code = "already_decided" if decision is not None else exc.code
+            raise exc
+        reason = None if req.reason is None else str(req.reason)[:limits.approval_reason_max_chars]
+        body = {"id": mid, "by_user": req.decider.get("by_user"),
+                "by_agent": req.decider.get("by_agent"), "reason": reason, "at_ms": now_ms}
+        op = self._new_op(kind, slot.key, body, slot.epoch, now_ms)
+        return self._issue(slot, (*self._carried(slot, mid), op), (op,), now_ms, token=token,
+                           value={"message": model.message(mid), "decision": dict(op.body),
+                                  "approved": req.approve, "rank": _rank(op)},
+                           busy={mid}, confirms={mid} if not req.approve else (),
+                           terminals=(op,))
+
     def _cancel(self, slot: _Slot, token: Any, req: MailCancel, now_ms: int) -> list[Effect]:
         model = slot.model
         ws, proj = req.by_workspace, req.by_project
@@ -487,7 +536,7 @@ class Claims:
                 return self._park(slot, token, req)
             for mid in ids:
                 state = model.state(mid)
-                if state in (CLAIMED, EDITING):
+                if state in (CLAIMED, EDITING, REJECTED):
                     raise _not_now(mid, str(state))
                 if state == CANCELLED:
                     if mid not in slot.confirmed:

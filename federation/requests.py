@@ -1,4 +1,4 @@
-"""What a service asks a mailbox's owner: the five request types.
+"""What a service asks a mailbox's owner: the six request types.
 
 Each is a frozen dataclass carrying the mailbox key and, as
 ``sent_at_ms``, the entry node's clock when the client asked (the owner
@@ -84,4 +84,19 @@ class MailRelease:
     sent_at_ms: int | None = None
 
 
-MailRequest = MailSend | MailPop | MailCancel | MailHold | MailRelease
+@dataclass(frozen=True, slots=True)
+class MailDecide:
+    """Approve (``approve`` True) or reject ``message_id``, which awaits
+    approval. ``decider`` holds ``by_user`` / ``by_agent``; ``reason`` is
+    optional. Decided once: a message that no longer awaits approval
+    answers 409 (with its state and the decision that stands)."""
+
+    mailbox: str
+    message_id: str
+    approve: bool
+    decider: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+    sent_at_ms: int | None = None
+
+
+MailRequest = MailSend | MailPop | MailCancel | MailHold | MailRelease | MailDecide

@@ -60,6 +60,8 @@ from store.records import (
     Rank,
     TerminalRank,
     apikey_row,
+    decision_op,
+    decision_row,
     edit_ops,
     empty_row,
     grant_row,
@@ -74,6 +76,7 @@ from store.records import (
     nsub_row,
     pgrant_row,
     physical_ms,
+    reject_op,
     revision_row,
     terminal_rank,
     terminal_row,
@@ -134,6 +137,8 @@ class Replica:
         # message id -> winning msg.hold/msg.release row; -> winning saved content
         self._holds: dict[str, dict[str, Any]] = {}
         self._revisions: dict[str, dict[str, Any]] = {}
+        # message id -> winning msg.approve/msg.reject row (who decided)
+        self._decisions: dict[str, dict[str, Any]] = {}
         # (mailbox key, request id) -> the winning msg.empty op
         self._empties: dict[tuple[str, str], Op] = {}
         self._promises: dict[str, int] = {}
@@ -199,9 +204,11 @@ class Replica:
             cur = self._terminals.get(msg_id)
             if cur is None or terminal_rank(op) > cur.rank:
                 self._terminals[msg_id] = _Terminal(terminal_rank(op), terminal_row(op))
+            self._decide(op)
         elif kind in K.HOLD_KINDS:
             msg_id = str(op.body["id"])
             stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+            self._decide(op)
             _keep_highest(self._holds, msg_id, {**hold_row(op), **stamp})
             revision = revision_row(op)
             if revision is not None:
@@ -266,6 +273,11 @@ class Replica:
         if lww_rank(op) < cur.rank:
             self._apikeys[row["id"]] = cur = _Ranked(lww_rank(op), row)
         cur.row["revoked"] = revoked
+
+    def _decide(self, op: Op) -> None:
+        if op.kind in lifecycle.DECISION_KINDS:
+            stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+            _keep_highest(self._decisions, str(op.body["id"]), {**decision_row(op), **stamp})
 
     def _mem_put(self, op: Op) -> None:
         row = memory_row(op)
@@ -522,7 +534,8 @@ class Replica:
         mid = msg.row["id"]
         term = self._live_terminal(mid)
         return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row,
-                            self._holds.get(mid), self._revisions.get(mid))
+                            self._holds.get(mid), self._revisions.get(mid),
+                            self._decisions.get(mid))
 
     def sent_body(self, msg_id: str) -> dict[str, Any] | None:
         """The message's fields as its send wrote them (``Store.sent_body``)."""
@@ -534,7 +547,10 @@ class Replica:
         if term is not None:
             return str(term.row["state"])
         hold = self._holds.get(msg_id)
-        return lifecycle.merged_state(None, None if hold is None else hold["kind"])
+        msg = self._messages.get(msg_id)
+        return lifecycle.merged_state(
+            None, None if hold is None else hold["kind"],
+            approval_required=msg is not None and bool(msg.row.get("approval_required")))
 
     def message(self, msg_id: str) -> dict[str, Any] | None:
         msg = self._messages.get(msg_id)
@@ -571,7 +587,8 @@ class Replica:
         def pred(m: _Message) -> bool:
             r = m.row
             return (r["from_workspace"] == from_workspace and r["from_project"] == from_project
-                    and (not pending_only or self._state(r["id"]) == PENDING))
+                    and (not pending_only
+                         or self._state(r["id"]) in (PENDING, lifecycle.AWAITING)))
         return [self._view(m) for m in self._fifo(pred)[:limit]]
 
     def sent_messages(self, from_workspace: str, from_project: str, *, limit: int,
@@ -586,6 +603,14 @@ class Replica:
         msgs = self._fifo(lambda m: m.row["to_workspace"] == workspace
                           and m.row["to_project"] == project
                           and self._state(m.row["id"]) == EDITING)
+        return [self._view(m) for m in msgs[:limit]]
+
+    def mailbox_awaiting(self, workspace: str, project: str, *,
+                         limit: int) -> list[dict[str, Any]]:
+        """Messages of a mailbox awaiting an approver, oldest first."""
+        msgs = self._fifo(lambda m: m.row["to_workspace"] == workspace
+                          and m.row["to_project"] == project
+                          and self._state(m.row["id"]) == lifecycle.AWAITING)
         return [self._view(m) for m in msgs[:limit]]
 
     def claim_by_request(self, workspace: str, project: str,
@@ -629,12 +654,17 @@ class Replica:
                         "claimer_agent": t["claimed_by_agent"], "request_id": t["request_id"],
                         "at_ms": t["claimed_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CLAIM, key, body, epoch))
+            elif t["state"] == lifecycle.REJECTED:
+                out.append(reject_op(key, row["id"], term.rank, self._decisions.get(row["id"])))
             else:
                 body = {"id": row["id"], "by_workspace": row["from_workspace"],
                         "by_project": row["from_project"], "at_ms": t["cancelled_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CANCEL, key, body, epoch))
         for m in queued + decided[:history_max]:
             mid = m.row["id"]
+            decision = self._decisions.get(mid)
+            if decision is not None:  # before edit_ops' bare copy of an approval
+                out.append(decision_op(key, mid, decision))
             out += edit_ops(key, mid, self._holds.get(mid), self._revisions.get(mid))
         empties = sorted((op for (k, _), op in self._empties.items() if k == key),
                          key=lambda op: (empty_row(op)["at_ms"], op.hlc, op.origin, op.seq),
@@ -691,6 +721,7 @@ class Replica:
             "terminals": {k: v.row for k, v in self._terminals.items()},
             "holds": {k: dict(v) for k, v in self._holds.items()},
             "revisions": {k: dict(v) for k, v in self._revisions.items()},
+            "decisions": {k: dict(v) for k, v in self._decisions.items()},
             "empties": {k: _empty_snapshot(op) for k, op in self._empties.items()},
             "links": sorted((*k, v) for k, v in self._links.items()),
             "grants": {f"{k[0]}/{k[1]}": v.row for k, v in sorted(self._grants.items())},

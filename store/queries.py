@@ -25,10 +25,12 @@ MESSAGE_COLS = (
     " t.claimed_by_session, t.claimed_by_agent, t.request_id, t.claimed_at_ms, t.cancelled_at_ms,"
     " h.kind AS h_kind, h.epoch AS h_epoch, h.holder_session, h.holder_agent, h.holder_user,"
     " h.at_ms AS h_at_ms, v.subject AS v_subject, v.body AS v_body, v.epoch AS v_epoch,"
-    " v.edited_at_ms"
+    " v.edited_at_ms, d.kind AS d_kind, d.by_user AS d_by_user, d.by_agent AS d_by_agent,"
+    " d.reason AS d_reason, d.at_ms AS d_at_ms, d.epoch AS d_epoch"
 )
 MESSAGE_FROM = ("messages m LEFT JOIN msg_terminal t ON t.id = m.id"
-                " LEFT JOIN msg_hold h ON h.id = m.id LEFT JOIN msg_revision v ON v.id = m.id")
+                " LEFT JOIN msg_hold h ON h.id = m.id LEFT JOIN msg_revision v ON v.id = m.id"
+                " LEFT JOIN msg_decision d ON d.id = m.id")
 SESSION_COLS = ", ".join(SESSION_FIELDS)
 AGENT_COLS = "agent_id, agent_type, capabilities, registered_at_ms, last_seen_at_ms"
 OP_COLS = "origin, seq, hlc, kind, key, epoch, body"
@@ -82,7 +84,7 @@ def inbox_sql(*, unread_only: bool, min_priority: bool, since: bool, tier: bool)
 
 STAT_TABLES = ("oplog", "memories", "mem_tombstones", "notes", "note_reads", "agents", "pop_empty",
                "sessions", "project_harnesses", "messages", "msg_terminal", "msg_hold",
-               "msg_revision", "promises")
+               "msg_revision", "msg_decision", "promises")
 
 
 def memory(row: sqlite3.Row) -> dict[str, Any]:
@@ -123,8 +125,11 @@ def message(row: sqlite3.Row) -> dict[str, Any]:
             "claimed_by_agent": row["claimed_by_agent"], "request_id": row["request_id"],
             "claimed_at_ms": row["claimed_at_ms"], "cancelled_at_ms": row["cancelled_at_ms"],
         }
+    decision = None if row["d_kind"] is None else {
+        "kind": row["d_kind"], "by_user": row["d_by_user"], "by_agent": row["d_by_agent"],
+        "reason": row["d_reason"], "at_ms": row["d_at_ms"], "epoch": row["d_epoch"]}
     return message_view(body, (row["hlc"], row["origin"]), row["send_epoch"], terminal,
-                        hold_of(row), revision_of(row))
+                        hold_of(row), revision_of(row), decision)
 
 
 def hold_of(row: sqlite3.Row) -> dict[str, Any] | None:

@@ -75,6 +75,7 @@ async def views(s: Any, ops: list[Op]) -> dict[str, Any]:
         out[f"outbox_all {key}"] = await v(s.outbox(ws, proj, limit=10, pending_only=False))
         out[f"sent {key}"] = await v(s.sent_messages(ws, proj, limit=3, offset=1))
         out[f"editing {key}"] = await v(s.mailbox_editing(ws, proj, limit=10))
+        out[f"awaiting {key}"] = await v(s.mailbox_awaiting(ws, proj, limit=10))
         for h in HARNESSES:
             out[f"pending {key} {h}"] = await v(s.mailbox_pending(ws, proj, limit=10, agent=h))
         for req in ("r1", "r2"):
