@@ -4,7 +4,8 @@
 ``notify``; the caller must be that agent, exactly as for ``GET /inbox``.
 
 ``GET /api/v1/messages/stream?workspace=&project=[&agent=]`` -- mail sent to
-a project's mailbox, event ``message``; allowed to whoever may list that
+a project's mailbox, event ``message`` (``approval_requested`` for a send
+held for an approver, ``approval_decided`` when one decides it); allowed to whoever may list that
 mailbox (``message.list_inbox`` in :mod:`common.policy`). The project must
 be named (or bound by the caller's session) and must exist.
 
@@ -161,7 +162,8 @@ async def _run(w: _Writer, source: Source, sub: Subscription, cursor: dict[str, 
                 # Replay runs in (hlc, origin, seq) order, which within one origin is
                 # seq order: every op of this origin up to min(seq, snapshot) is written.
                 pos[origin] = max(pos.get(origin, 0), min(seq, snapshot.get(origin, 0)))
-                chunk += sse(source.event, source.replayed(row), encode_cursor(pos))
+                shown = source.replayed(row)
+                chunk += sse(source.event_for(shown), shown, encode_cursor(pos))
                 count += 1
                 if len(chunk) >= _WRITE_CHUNK_BYTES:
                     await w.write(bytes(chunk))
@@ -199,7 +201,7 @@ async def _run(w: _Writer, source: Source, sub: Subscription, cursor: dict[str, 
             data = source.live(op, now)
             if data is None:
                 continue
-            chunk += sse(source.event, data, encode_cursor(pos))
+            chunk += sse(source.event_for(data), data, encode_cursor(pos))
             events += 1
         if sub.heartbeat_due:
             sub.heartbeat_due = False

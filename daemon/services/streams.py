@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common import limits
-from common.lifecycle import PENDING
-from common.ops import Op, inbox_key, mailbox_key
+from common.lifecycle import AWAITING, DECISION_KINDS, PENDING
+from common.ops import MSG_APPROVE, Op, inbox_key, mailbox_key
 from daemon.ports import StreamPorts
 from daemon.schemas.notify import message_json
 from daemon.services.mail import public_message
@@ -32,6 +32,7 @@ class Source(Protocol):
     def agent(self) -> str | None: ...
 
     def live(self, op: Op, now_ms: int) -> dict[str, Any] | None: ...
+    def event_for(self, data: dict[str, Any]) -> str: ...
     async def replay(self, cursor: dict[str, int], after: OrderKey | None,
                      now_ms: int) -> list[Row]: ...
     def replayed(self, row: Row) -> dict[str, Any]: ...
@@ -64,11 +65,16 @@ class InboxSource:
     def replayed(self, row: Row) -> dict[str, Any]:
         return {"agent_id": self.agent_id, "notification": message_json(row)}
 
+    def event_for(self, data: dict[str, Any]) -> str:
+        return self.event
+
 
 @dataclass(frozen=True, slots=True)
 class MailboxSource:
-    """Messages sent to one project's mailbox (event ``message``); with
-    ``agent``, only those that harness could claim."""
+    """Messages sent to one project's mailbox (event ``message``, or
+    ``approval_requested`` while one awaits an approver, and
+    ``approval_decided`` for a decision, live only); with ``agent``, only
+    those that harness could claim."""
 
     node: StreamPorts
     workspace: str
@@ -84,7 +90,22 @@ class MailboxSource:
         return {"workspace": self.workspace, "project": self.project, "message": msg}
 
     def live(self, op: Op, now_ms: int) -> dict[str, Any] | None:
-        return self._wrap(public_message({**op.body, "state": PENDING}))
+        if op.kind in DECISION_KINDS:  # live only: a resume replays the message itself
+            b = op.body
+            return {"workspace": self.workspace, "project": self.project, "id": b.get("id"),
+                    "decision": "approved" if op.kind == MSG_APPROVE else "rejected",
+                    "by_user": b.get("by_user"), "reason": b.get("reason")}
+        state = AWAITING if op.body.get("approval_required") else PENDING
+        return self._wrap(public_message({**op.body, "state": state}))
+
+    def event_for(self, data: dict[str, Any]) -> str:
+        """``message``; ``approval_requested`` for a message awaiting an
+        approver, ``approval_decided`` for an approver's decision."""
+        if "decision" in data:
+            return "approval_decided"
+        if (data.get("message") or {}).get("state") == AWAITING:
+            return "approval_requested"
+        return self.event
 
     async def replay(self, cursor: dict[str, int], after: OrderKey | None,
                      now_ms: int) -> list[Row]:
