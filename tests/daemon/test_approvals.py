@@ -291,3 +291,78 @@ async def test_the_push_stream_shows_approval_requested_and_decided(
         resp.close()
     finally:
         await node.stop()
+
+
+async def test_the_cli_lists_approves_and_rejects(tmp_path, aiohttp_client, hook) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    node, c = await start(tmp_path, aiohttp_client, hook)
+    h: dict[str, str] = {}
+    url = str(c.make_url("/")).rstrip("/")
+
+    async def run(*args: str) -> Any:
+        return await asyncio.to_thread(CliRunner().invoke, cli, ["--url", url, *args])
+
+    try:
+        await setup_projects(c, h)
+        one = (await (await send(c, "hold one", h)).json())["message_id"]
+        two = (await (await send(c, "hold two", h)).json())["message_id"]
+        listed = await run("approvals", "list", "--workspace", "ws", "--project", "beta")
+        assert listed.exit_code == 0, listed.output
+        assert one in listed.output and two in listed.output
+        assert "awaiting_approval" in listed.output and "a person must look" in listed.output
+        as_json = await run("approvals", "list", "--workspace", "ws", "--project", "beta",
+                            "--json")
+        assert [m["id"] for m in json.loads(as_json.output)["messages"]] == [one, two]
+        ok = await run("approvals", "approve", one, "--reason", "fine")
+        assert ok.exit_code == 0 and f"approved {one}: now pending" in ok.output, ok.output
+        no = await run("approvals", "reject", two)
+        assert no.exit_code == 0 and f"rejected {two}: now rejected" in no.output, no.output
+        again = await run("approvals", "approve", two)
+        assert again.exit_code == 4 and "already rejected" in again.output, again.output
+        missing = await run("approvals", "approve", "no-such-message")
+        assert missing.exit_code == 3, missing.output
+        unnamed = await run("approvals", "list")
+        assert unnamed.exit_code == 2 and "--workspace" in unnamed.output, unnamed.output
+        assert (await pop(c, h))["id"] == one
+        assert await pop(c, h) is None
+    finally:
+        await node.stop()
+
+
+async def test_the_mcp_tools_through_the_real_mcp_client(tmp_path, aiohttp_client, hook) -> None:  # type: ignore[no-untyped-def]
+    from tests.mcp.conftest import ok, tool_error
+    from tests.mcp.test_http_cluster import mcp
+
+    node, c = await start(tmp_path, aiohttp_client, hook)
+    h: dict[str, str] = {}
+    url = str(c.make_url("/")).rstrip("/")
+    try:
+        await setup_projects(c, h)
+        async with mcp(url, **{"X-Agent-Id": "approver"}) as client:
+            sent = ok(await client.call_tool("memory_message_send", {
+                "to_workspace": "ws", "to_project": "beta", "from_workspace": "ws",
+                "from_project": "alpha", "body": "hold this deploy"}))
+            assert sent["state"] == "awaiting_approval"
+            listed = ok(await client.call_tool("memory_approvals_list",
+                                               {"workspace": "ws", "project": "beta"}))
+            assert [m["id"] for m in listed["messages"]] == [sent["message_id"]]
+            empty = ok(await client.call_tool("memory_message_pop",
+                                              {"workspace": "ws", "project": "beta"}))
+            assert empty["message"] is None
+            done = ok(await client.call_tool("memory_approval_decide", {
+                "message_id": sent["message_id"], "decision": "approve", "reason": "ok"}))
+            assert done["decision"] == "approved"
+            err = tool_error(await client.call_tool("memory_approval_decide", {
+                "message_id": sent["message_id"], "decision": "reject"}))
+            assert err["code"] == "already_decided" and err["decision"] == "approved"
+            bad = await client.call_tool("memory_approval_decide", {
+                "message_id": sent["message_id"], "decision": "maybe"})
+            assert bad.is_error
+            got = ok(await client.call_tool("memory_message_pop",
+                                            {"workspace": "ws", "project": "beta"}))
+            assert got["message"]["id"] == sent["message_id"]
+    finally:
+        await node.stop()

@@ -29,6 +29,8 @@ ALL_TOOLS = {
     "memory_search",
     "memory_delete",
     "memory_briefing",
+    "memory_approvals_list",
+    "memory_approval_decide",
 }
 
 QUORUM_503 = {"error": "quorum_not_met", "got": 1, "needed": 2, "reason": "peer timeout"}
