@@ -21,6 +21,11 @@
    showing it; an acknowledged read mark or delete, once applied on a node,
    stays visible there. Once a hold is acknowledged, no node shows the
    message decided by an op that does not follow a release of that hold.
+6. The approval queue: a message held for approval is decided once (at most
+   one acknowledged approve or reject); it ends rejected exactly when the
+   acknowledged decision was a rejection; no node ever shows a held message
+   claimed unless its winning decision is an approval, and an acknowledged
+   pop never returns a message an acknowledged rejection ended.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class Monitor:
         # (mailbox, request id) -> every answer a pop with that id got (None: nothing pending)
         self.answers: dict[tuple[str, str], set[str | None]] = {}
         self.cancelled: set[str] = set()
+        self.decided: dict[str, bool] = {}  # message id -> its acknowledged decision (approve?)
         # message id -> acknowledged holds [(rank, session, asked at)] and fresh claims
         # [(rank, answered at)]
         self.holds: dict[str, list[tuple[list[Any], str, int]]] = {}
@@ -152,6 +158,10 @@ class Monitor:
                 self.claims.setdefault(mid, []).append((a.value["rank"], self.sim.now))
             if mid in self.cancelled:
                 self.fail(f"message {mid} acked as cancelled and as popped")
+            if self.decided.get(mid) is False:
+                self.fail(f"message {mid} acked as rejected and as popped")
+            if msg.get("approval_required"):
+                self.sim.stats["approved_popped"] += 1
         elif a.kind == "hold":
             mid = a.req.message_id
             if not _was_written(h, mid, a.value["message"]):
@@ -162,6 +172,14 @@ class Monitor:
             if not _was_written(h, a.req.message_id, a.value["message"]):
                 self.fail(f"release of {a.req.message_id} returned a body never written")
 
+        elif a.kind == "decide":
+            mid = a.req.message_id
+            if mid in self.decided:
+                self.fail(f"{mid} decided twice: {self.decided[mid]} and approve={a.req.approve}")
+            self.decided[mid] = a.req.approve
+            self.sim.stats["approvals_decided" if a.req.approve else "rejections_decided"] += 1
+            if not a.req.approve and mid in self.popped:
+                self.fail(f"{mid} acked as popped and as rejected")
         elif a.kind == "cancel":
             for mid in a.value:
                 self.cancelled.add(mid)
@@ -302,6 +320,20 @@ def final_checks(sim: Sim) -> list[str]:
             view = disk.message(mid)
             if view is None or view["state"] != "cancelled":
                 fail(f"{node_id}: acked-cancelled {mid} ends as {view and view['state']}")
+        # 6. the approval queue: decided once, as acknowledged; claimed only if approved.
+        for mid, approve in mon.decided.items():
+            view = disk.message(mid)
+            want = "approved" if approve else "rejected"
+            if view is None or view["approval_decision"] != want or (
+                    (view["state"] == "rejected") != (not approve)):
+                fail(f"{node_id}: {mid} acked as {want} but ends as "
+                     f"{view and (view['state'], view['approval_decision'])}")
+        for mid, row in disk.snapshot()["messages"].items():
+            view = disk.message(mid)
+            if (row["approval_required"] and view is not None and view["state"] == "claimed"
+                    and view["approval_decision"] != "approved"):
+                fail(f"{node_id}: {mid} awaited approval but ends claimed with decision "
+                     f"{view['approval_decision']}")
         # 2a. every answered request id ends decided the way it was answered.
         for (mailbox, rid), seen in mon.answers.items():
             if len(seen) != 1:

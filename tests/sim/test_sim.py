@@ -44,7 +44,8 @@ def test_invariants_hold_on_many_seeds() -> None:
     for key in ("crashes", "pauses", "partitions", "retries", "forwarded", "gc_ops",
                 "reads_checked", "decided_sends", "minted_sends_owned", "minted_failovers",
                 "keyless_resends", "push_batches_cut", "bootstraps", "join_waits",
-                "join_crashes", "seeded"):
+                "join_crashes", "seeded", "approvals_decided", "rejections_decided",
+                "approved_popped"):
         assert totals.get(key, 0) > SEEDS // 10, key
 
 
