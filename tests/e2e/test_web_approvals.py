@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 from tests.cluster.harness import Cluster
-from tests.cluster.test_approvals import held_cluster  # noqa: F401 (a fixture)
-from tests.cluster.test_approvals import send
+from tests.cluster.test_approvals import (
+    held_cluster,  # noqa: F401 (a fixture)
+    send,
+)
 from tests.cluster.test_claims import B, setup_projects
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
