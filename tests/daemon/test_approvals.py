@@ -366,3 +366,23 @@ async def test_the_mcp_tools_through_the_real_mcp_client(tmp_path, aiohttp_clien
             assert got["message"]["id"] == sent["message_id"]
     finally:
         await node.stop()
+
+
+async def test_a_saved_edit_the_hook_would_hold_is_refused(tmp_path, aiohttp_client, hook) -> None:  # type: ignore[no-untyped-def]
+    node, c = await start(tmp_path, aiohttp_client, hook)
+    h: dict[str, str] = {}
+    try:
+        await setup_projects(c, h)
+        mid = (await (await send(c, "an ordinary one", h)).json())["message_id"]
+        me = await login_anonymous(c)
+        r = await c.post(f"/web/api/messages/{mid}/edit", json={}, headers=hdrs(c, me))
+        assert r.status == 200, await r.text()
+        r = await c.post(f"/web/api/messages/{mid}/save", json={"body": "now hold it"},
+                         headers=hdrs(c, me))
+        assert r.status == 403 and (await r.json())["code"] == "admission_rejected"
+        # Still held for the edit, unchanged; a discard puts it back.
+        r = await c.post(f"/web/api/messages/{mid}/discard", json={}, headers=hdrs(c, me))
+        assert r.status == 200
+        assert (await pop(c, h))["body"].count("an ordinary one") == 1
+    finally:
+        await node.stop()
