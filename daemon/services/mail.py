@@ -29,7 +29,7 @@ from typing import Any
 
 from common import limits, policy
 from common.errors import BadRequest, Conflict, Forbidden, NotFound
-from common.lifecycle import AWAITING, CLAIMED, EDITING, PENDING
+from common.lifecycle import AWAITING, CLAIMED, EDITING, PENDING, REJECTED
 from common.ops import ALL_KEYS, SESSION_START, mailbox_key, project_key
 from common.policy import KEYS, Principal, check
 from common.randomid import token_hex, uuid7
@@ -636,7 +636,7 @@ async def decide(node: MailPorts, principal: Principal, *, message_id: str, appr
     res = await node.mailbox(MailDecide(mailbox_key(row["to_workspace"], row["to_project"]),
                                         message_id, approve, decider=decider, reason=reason))
     dec = res["decision"]
-    state = PENDING if approve else "rejected"
+    state = PENDING if approve else REJECTED
     out = web_message(principal, {**row, **res["message"], "state": state,
                                   "approval_decision": "approved" if approve else "rejected",
                                   "approval_decided_by": dec.get("by_user"),

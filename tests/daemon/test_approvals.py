@@ -307,7 +307,11 @@ async def test_the_cli_lists_approves_and_rejects(tmp_path, aiohttp_client, hook
 
     try:
         await setup_projects(c, h)
-        one = (await (await send(c, "hold one", h)).json())["message_id"]
+        sent = await run("message", "send", "--to-workspace", "ws", "--to-project", "beta",
+                         "--from-workspace", "ws", "--from-project", "alpha", "hold one")
+        assert sent.exit_code == 0, sent.output
+        assert "awaiting_approval" in sent.output and "held for an approver" in sent.output
+        one = sent.output.split()[1]
         two = (await (await send(c, "hold two", h)).json())["message_id"]
         listed = await run("approvals", "list", "--workspace", "ws", "--project", "beta")
         assert listed.exit_code == 0, listed.output
