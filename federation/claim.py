@@ -558,13 +558,14 @@ class Claims:
 
     @staticmethod
     def _carried(slot: _Slot, message_id: str) -> tuple[Op, ...]:
-        """The send op of a message and its saved edit, if any: they ride
-        along in every round that decides the message, so whoever holds the
-        decision holds the body a reader sees."""
+        """The send op of a message, its saved edit and its approval, if
+        any: they ride along in every round that decides the message, so
+        whoever holds the decision holds the body a reader sees and the
+        approval that let it into the queue."""
         send = slot.model.send_op(message_id)
         assert send is not None
-        rev = slot.model.revision_op(message_id)
-        return (send,) if rev is None else (send, rev)
+        extra = (slot.model.revision_op(message_id), slot.model.approve_op(message_id))
+        return (send, *(op for op in extra if op is not None))
 
     def _issue(self, slot: _Slot, ops: tuple[Op, ...], new: tuple[Op, ...], now_ms: int, *,
                token: Any, value: Any, busy: Iterable[str], request_id: str | None = None,

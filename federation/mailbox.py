@@ -22,8 +22,10 @@ promises, received later) with the same rules as :mod:`store.in_memory`:
   (kept in a set of its own, counted against the cap, never claimable);
   ``msg.approve`` is ranked with the holds and makes it pending at its
   FIFO place, ``msg.reject`` with the terminal ops (``rejected``). The
-  winning approve or reject op is kept as the message's *decision* (who
-  decided, for readers);
+  winning approve op and the winning reject op are each kept; the
+  message's *decision* is the one its state bears out: the reject if it is
+  rejected, else the approval (a reject outranked by a later claim or hold
+  was never acknowledged);
 * ``msg.empty`` records that pop ``request_id`` found nothing: per request
   id the greatest ``(epoch, hlc, origin, seq)`` is kept. A request id's
   *decision* is the greatest-ranked of its empty op and the winning claims
@@ -50,7 +52,10 @@ from common.lifecycle import (
     DECISION_KINDS,
     EDITABLE_FIELDS,
     EDITING,
+    MSG_APPROVE,
+    MSG_REJECT,
     PENDING,
+    REJECTED,
     TRANSITIONS,
     merged_state,
     terminal_stands,
@@ -90,7 +95,8 @@ class MailboxModel:
         self._revisions: dict[str, Op] = {}  # message id -> winning release with content
         self._editing: set[str] = set()
         self._awaiting: set[str] = set()
-        self._decisions: dict[str, Op] = {}  # message id -> winning msg.approve / msg.reject
+        # message id -> {kind: the winning msg.approve, the winning msg.reject}
+        self._decisions: dict[str, dict[str, Op]] = {}
         self._pending: list[_FifoEntry] = []
         # request id -> {message id: rank of its winning claim carrying that id}
         self._by_request: dict[str, dict[str, tuple[int, int, str, int]]] = {}
@@ -111,10 +117,10 @@ class MailboxModel:
 
     def _note_decision(self, op: Op) -> None:
         if op.kind in DECISION_KINDS:
-            mid = str(op.body["id"])
-            cur = self._decisions.get(mid)
+            mine = self._decisions.setdefault(str(op.body["id"]), {})
+            cur = mine.get(op.kind)
             if cur is None or _terminal_rank(op) > _terminal_rank(cur):
-                self._decisions[mid] = op
+                mine[op.kind] = op
 
     def _apply_hold(self, op: Op) -> None:
         mid = str(op.body["id"])
@@ -281,8 +287,17 @@ class MailboxModel:
         return self._holds.get(message_id)
 
     def decision_op(self, message_id: str) -> Op | None:
-        """The winning approve or reject op of a message, if any."""
-        return self._decisions.get(message_id)
+        """The approver's decision that stands: the winning reject op if the
+        message is rejected, else its winning approve op, if any."""
+        mine = self._decisions.get(message_id) or {}
+        if self.state(message_id) == REJECTED:
+            return mine.get(MSG_REJECT)
+        return mine.get(MSG_APPROVE)
+
+    def approve_op(self, message_id: str) -> Op | None:
+        """The winning approve op of a message, if any (it rides along in
+        every round that decides the message, like its send)."""
+        return (self._decisions.get(message_id) or {}).get(MSG_APPROVE)
 
     def awaiting_ids(self) -> list[str]:
         """Messages awaiting an approver, oldest first."""

@@ -313,7 +313,8 @@ def _ranked_upsert(table: str, cols: tuple[str, ...]) -> str:
 
 
 _HOLD_UPSERT = _ranked_upsert("msg_hold", _HOLD_COLS)
-_DECISION_UPSERT = _ranked_upsert("msg_decision", ("id", *DECISION_COLS))
+_DECISION_UPSERT = _ranked_upsert("msg_decision", ("id", *DECISION_COLS)).replace(
+    "ON CONFLICT (id)", "ON CONFLICT (id, kind)")
 _REV_UPSERT = _ranked_upsert("msg_revision", _REV_COLS)
 
 

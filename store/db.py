@@ -35,6 +35,7 @@ from common.ops import (
     MSG_CANCEL,
     MSG_CLAIM,
     MSG_EMPTY,
+    MSG_REJECT,
     MSG_SEND,
     OP_FRAME_BYTES,
     Op,
@@ -431,9 +432,11 @@ class Store(DomainReads):
         revisions = {r["id"]: r for r in await self._reads.fetchall(
             "SELECT v.* FROM msg_revision v JOIN messages m ON m.id = v.id"
             " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project))}
-        decisions = {r["id"]: r for r in await self._reads.fetchall(
-            "SELECT d.* FROM msg_decision d JOIN messages m ON m.id = d.id"
-            " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project))}
+        decisions: dict[str, dict[str, Any]] = {}
+        for r in await self._reads.fetchall(
+                "SELECT d.* FROM msg_decision d JOIN messages m ON m.id = d.id"
+                " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project)):
+            decisions.setdefault(r["id"], {})[r["kind"]] = r
         params = {"ws": workspace, "proj": project, "n": history_max}
         # Queued: no terminal op, or one void below the message's hold (the
         # state column says which).
@@ -454,14 +457,16 @@ class Store(DomainReads):
                     "at_ms": r["claimed_at_ms"]}, r["t_epoch"]))
             elif r["t_state"] == REJECTED:
                 out.append(reject_op(key, body["id"], (r["t_epoch"], r["t_hlc"], r["t_origin"],
-                                                       r["t_seq"]), decisions.get(body["id"])))
+                                                       r["t_seq"]),
+                                     decisions.get(body["id"], {}).get(MSG_REJECT)))
             elif r["t_state"] == CANCELLED:
                 out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CANCEL, key, {
                     "id": body["id"], "by_workspace": body["from_workspace"],
                     "by_project": body["from_project"], "at_ms": r["cancelled_at_ms"]},
                     r["t_epoch"]))
-            if body["id"] in decisions:  # before edit_ops' bare copy of an approval
-                out.append(decision_op(key, body["id"], decisions[body["id"]]))
+            for _, decision in sorted(decisions.get(body["id"], {}).items()):
+                # before edit_ops' bare copy of an approval
+                out.append(decision_op(key, body["id"], decision))
             out += edit_ops(key, body["id"], holds.get(body["id"]), revisions.get(body["id"]))
         out += [Op(r["origin"], r["seq"], r["hlc"], MSG_EMPTY, key,
                    {name: r[name] for name in EMPTY_FIELDS}, r["epoch"])
@@ -533,7 +538,7 @@ class Store(DomainReads):
                       for r in await fetch("SELECT * FROM msg_hold")},
             "revisions": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
                           for r in await fetch("SELECT * FROM msg_revision")},
-            "decisions": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
+            "decisions": {(r["id"], r["kind"]): {k: r[k] for k in r.keys() if k != "id"}
                           for r in await fetch("SELECT * FROM msg_decision")},
             "empties": {(r["mailbox"], r["request_id"]): {
                 **{k: r[k] for k in EMPTY_FIELDS}, "epoch": r["epoch"],

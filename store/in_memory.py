@@ -137,8 +137,8 @@ class Replica:
         # message id -> winning msg.hold/msg.release row; -> winning saved content
         self._holds: dict[str, dict[str, Any]] = {}
         self._revisions: dict[str, dict[str, Any]] = {}
-        # message id -> winning msg.approve/msg.reject row (who decided)
-        self._decisions: dict[str, dict[str, Any]] = {}
+        # message id -> {kind: winning msg.approve / msg.reject row} (who decided)
+        self._decisions: dict[str, dict[str, dict[str, Any]]] = {}
         # (mailbox key, request id) -> the winning msg.empty op
         self._empties: dict[tuple[str, str], Op] = {}
         self._promises: dict[str, int] = {}
@@ -277,7 +277,8 @@ class Replica:
     def _decide(self, op: Op) -> None:
         if op.kind in lifecycle.DECISION_KINDS:
             stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
-            _keep_highest(self._decisions, str(op.body["id"]), {**decision_row(op), **stamp})
+            mine = self._decisions.setdefault(str(op.body["id"]), {})
+            _keep_highest(mine, op.kind, {**decision_row(op), **stamp})
 
     def _mem_put(self, op: Op) -> None:
         row = memory_row(op)
@@ -655,15 +656,16 @@ class Replica:
                         "at_ms": t["claimed_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CLAIM, key, body, epoch))
             elif t["state"] == lifecycle.REJECTED:
-                out.append(reject_op(key, row["id"], term.rank, self._decisions.get(row["id"])))
+                out.append(reject_op(key, row["id"], term.rank,
+                                     (self._decisions.get(row["id"]) or {}).get(K.MSG_REJECT)))
             else:
                 body = {"id": row["id"], "by_workspace": row["from_workspace"],
                         "by_project": row["from_project"], "at_ms": t["cancelled_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CANCEL, key, body, epoch))
         for m in queued + decided[:history_max]:
             mid = m.row["id"]
-            decision = self._decisions.get(mid)
-            if decision is not None:  # before edit_ops' bare copy of an approval
+            for _, decision in sorted((self._decisions.get(mid) or {}).items()):
+                # before edit_ops' bare copy of an approval
                 out.append(decision_op(key, mid, decision))
             out += edit_ops(key, mid, self._holds.get(mid), self._revisions.get(mid))
         empties = sorted((op for (k, _), op in self._empties.items() if k == key),
@@ -721,7 +723,8 @@ class Replica:
             "terminals": {k: v.row for k, v in self._terminals.items()},
             "holds": {k: dict(v) for k, v in self._holds.items()},
             "revisions": {k: dict(v) for k, v in self._revisions.items()},
-            "decisions": {k: dict(v) for k, v in self._decisions.items()},
+            "decisions": {(k, kind): dict(row) for k, v in self._decisions.items()
+                          for kind, row in v.items()},
             "empties": {k: _empty_snapshot(op) for k, op in self._empties.items()},
             "links": sorted((*k, v) for k, v in self._links.items()),
             "grants": {f"{k[0]}/{k[1]}": v.row for k, v in sorted(self._grants.items())},

@@ -264,6 +264,17 @@ def revision_row(op: Op) -> dict[str, Any] | None:
             "epoch": op.epoch, "edited_at_ms": int(op.body.get("at_ms", physical_ms(op.hlc)))}
 
 
+def standing_decision(state: str, decisions: Any) -> Any:
+    """Of a message's winning approve and reject rows (``decisions``: kind ->
+    row, or None), the one its state bears out: the reject if it is
+    rejected, else the approval. (A reject outranked by a later claim or
+    hold was never acknowledged, and an approval below a standing reject
+    was not either.)"""
+    if not decisions:
+        return None
+    return decisions.get(MSG_REJECT) if state == REJECTED else decisions.get(MSG_APPROVE)
+
+
 def reject_op(key: str, msg_id: str, rank: tuple[int, int, str, int],
               decision: Any) -> Op:
     """A winning ``msg.reject`` of ``rank`` (epoch, hlc, origin, seq), rebuilt
@@ -278,12 +289,13 @@ def reject_op(key: str, msg_id: str, rank: tuple[int, int, str, int],
 def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
                  terminal: dict[str, Any] | None, hold: dict[str, Any] | None = None,
                  revision: dict[str, Any] | None = None,
-                 decision: dict[str, Any] | None = None) -> dict[str, Any]:
+                 decisions: dict[str, Any] | None = None) -> dict[str, Any]:
     """A message as readers see it: body fields (a saved edit's subject and
     body over the send's), state (:func:`common.lifecycle.merged_state`),
     the claim record of the winning terminal op (a :func:`terminal_row`),
-    who holds it for an edit, the approver's decision (a
-    :func:`decision_row`), and its mailbox order."""
+    who holds it for an edit, the approver's decision that stands (of
+    ``decisions``, kind -> :func:`decision_row`: :func:`standing_decision`),
+    and its mailbox order."""
     out = dict(row)
     if terminal is None:
         out.update(state=PENDING, claimed_by_session=None, claimed_by_agent=None,
@@ -303,6 +315,7 @@ def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
     out["edited_at_ms"] = None if revision is None else revision["edited_at_ms"]
     if revision is not None:
         out["subject"], out["body"] = revision["subject"], revision["body"]
+    decision = standing_decision(state, decisions)
     out["approval_decision"] = None if decision is None else (
         "approved" if decision["kind"] == MSG_APPROVE else "rejected")
     out["approval_decided_by"] = None if decision is None else decision["by_user"]
