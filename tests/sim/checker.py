@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from common.lifecycle import EDITABLE_FIELDS, TERMINAL
-from common.ops import MEM_DEL, MSG_RELEASE, NOTE_NEW, NOTE_READ, Op
+from common.ops import MEM_DEL, MSG_CANCEL, MSG_RELEASE, NOTE_NEW, NOTE_READ, Op
 from store.records import MESSAGE_FIELDS
 from tests.sim.workload import Attempt
 
@@ -72,6 +72,13 @@ class Monitor:
         self.answers: dict[tuple[str, str], set[str | None]] = {}
         self.cancelled: set[str] = set()
         self.decided: dict[str, bool] = {}  # message id -> its acknowledged decision (approve?)
+        # message id -> [(when, epoch)] of every cancel op a node issued, and
+        # the lowest epoch the acknowledged cancel can have (one issued once
+        # the acknowledged request was sent): a node shows that cancel once
+        # its view is decided at that epoch or later, not a failed round's
+        # older cancel, which a later approval or hold of that term may void
+        self.cancel_ops: dict[str, list[tuple[int, int]]] = {}
+        self.cancel_epoch: dict[str, int] = {}
         # message id -> acknowledged holds [(rank, session, asked at)] and fresh claims
         # [(rank, answered at)]
         self.holds: dict[str, list[tuple[list[Any], str, int]]] = {}
@@ -183,6 +190,10 @@ class Monitor:
         elif a.kind == "cancel":
             for mid in a.value:
                 self.cancelled.add(mid)
+                issued = [e for t, e in self.cancel_ops.get(mid, []) if t >= a.sent_ms]
+                if issued:
+                    self.cancel_epoch[mid] = min(self.cancel_epoch.get(mid, issued[0]),
+                                                 min(issued))
                 if mid in self.popped:
                     self.fail(f"message {mid} acked as popped and as cancelled")
 
@@ -207,6 +218,13 @@ class Monitor:
                 self.fail(f"{node_id}: {mid} decided at {rank} after the acknowledged hold "
                           f"{h_rank} by {session} with no release in between")
 
+    def _shows_acked_cancel(self, mid: str, shown: Decision) -> bool:
+        """Did ``shown`` (a node's view) hold the acknowledged cancel of ``mid``?"""
+        if mid not in self.cancelled or shown[0] != "cancelled":
+            return False
+        epoch = self.cancel_epoch.get(mid)
+        return epoch is None or shown[4] is None or shown[4] >= epoch
+
     def forget(self, node_id: str) -> None:
         """The node lost its disk: what it showed before is gone with it (the
         other members still hold every acknowledged state)."""
@@ -219,6 +237,9 @@ class Monitor:
             if op.kind == MSG_RELEASE and op.origin == node_id:
                 self.releases.setdefault(str(op.body["id"]), []).append(
                     [op.epoch, op.hlc, op.origin, op.seq])
+            elif op.kind == MSG_CANCEL and op.origin == node_id:
+                self.cancel_ops.setdefault(str(op.body["id"]), []).append(
+                    (self.sim.now, op.epoch))
 
     def sample(self) -> None:
         h = self.sim.history
@@ -236,7 +257,7 @@ class Monitor:
                 if last is not None and last[0] in TERMINAL and (
                         state is None or state[0] not in TERMINAL) and (
                         state is None or disk.terminal_stands(mid)
-                        or mid in self.popped or mid in self.cancelled):
+                        or mid in self.popped or self._shows_acked_cancel(mid, last)):
                     # Only an unacknowledged terminal op may give way, and
                     # only to a hold or release that outranks it.
                     self.fail(f"{node_id}: message {mid} reverted from {last} to {state}")
