@@ -494,15 +494,14 @@ class Claims:
         kind = MSG_APPROVE if req.approve else MSG_REJECT
         if not allowed(kind, state):
             prior = model.decision_op(mid)
-            decision = None if prior is None else (
-                "approved" if prior.kind == MSG_APPROVE else "rejected")
-            exc = _not_now(mid, state)
-            if decision is not None:
-                exc = Conflict(f"message {mid} was already {decision}"
-                               + ("" if state in (PENDING, REJECTED) else f"; it is now {state}"),
-                               id=mid, state=state, decision=decision,
-                               decided_by=prior.body.get("by_user") if prior else None)
-            exc.code = "already_decided" if decision is not None else exc.code
+            if prior is None:  # never held, or cancelled while it waited
+                raise _not_now(mid, state)
+            decision = "approved" if prior.kind == MSG_APPROVE else "rejected"
+            exc = Conflict(f"message {mid} was already {decision}"
+                           + ("" if state in (PENDING, REJECTED) else f"; it is now {state}"),
+                           id=mid, state=state, decision=decision,
+                           decided_by=prior.body.get("by_user"))
+            exc.code = "already_decided"
             raise exc
         reason = None if req.reason is None else str(req.reason)[:limits.approval_reason_max_chars]
         body = {"id": mid, "by_user": req.decider.get("by_user"),
