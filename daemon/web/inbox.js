@@ -106,12 +106,13 @@
     try {
       const q = "workspace=" + encodeURIComponent(p.workspace) + "&project=" +
                 encodeURIComponent(p.project);
-      const [hist, held] = await Promise.all([
+      const [hist, held, waiting] = await Promise.all([
         api("/web/api/history?box=" + ui.box + "&page=" + ui.page + "&" + q),
-        api("/web/api/held?" + q)]);
+        api("/web/api/held?" + q), api("/web/api/approvals?" + q)]);
       ui.rows = hist.messages;
       renderRows(hist.messages);
       renderHeld(held);
+      renderWaiting(waiting);
       $("prev").disabled = !hist.has_previous;
       $("next").disabled = !hist.has_next;
       $("page-label").textContent = "Page " + (hist.page + 1);
@@ -128,6 +129,26 @@
     b.append(el("span", {}, held.count === 1 ? "1 message is held for editing: "
                                              : held.count + " messages are held for editing: "));
     held.messages.forEach((m, i) => {
+      if (i) { b.append(", "); }
+      const a = el("a", { href: "#msg-" + m.id }, m.subject || m.id);
+      a.addEventListener("click", (ev) => {
+        ev.preventDefault();
+        showHeld(m);
+      });
+      b.append(a);
+    });
+  }
+
+  // Mail an admission policy held for an approver: counted above the list,
+  // each linked to its row (where Approve and Reject are).
+  function renderWaiting(waiting) {
+    const b = $("approval-banner");
+    b.replaceChildren();
+    if (!waiting.count) { b.hidden = true; return; }
+    b.hidden = false;
+    b.append(el("span", {}, waiting.count === 1 ? "1 message awaits approval: "
+                                                : waiting.count + " messages await approval: "));
+    waiting.messages.forEach((m, i) => {
       if (i) { b.append(", "); }
       const a = el("a", { href: "#msg-" + m.id }, m.subject || m.id);
       a.addEventListener("click", (ev) => {

@@ -70,6 +70,8 @@ def test_the_web_inbox_shows_awaiting_approval_and_decides(
     page.get_by_role("heading", name=f"{B['workspace']}/{B['project']} · Received").wait_for()
     row = page.locator(f'tr[data-id="{first}"]')
     sync_api.expect(row.get_by_text("awaiting approval")).to_be_visible()
+    banner = page.locator("#approval-banner")
+    sync_api.expect(banner).to_contain_text("2 messages await approval")
     detail = expand(page, first)
     sync_api.expect(detail.get_by_label("Provenance")).to_contain_text("release manager")
     assert pop(c) is None  # held: nothing to collect
@@ -78,6 +80,7 @@ def test_the_web_inbox_shows_awaiting_approval_and_decides(
     approval.get_by_label("Reason (optional)").fill("checked with the owner")
     approval.get_by_role("button", name="Approve").click()
     sync_api.expect(row.get_by_text("queued")).to_be_visible()
+    sync_api.expect(banner).to_contain_text("1 message awaits approval")
     got = pop(c)
     assert got["id"] == first
 
@@ -85,6 +88,7 @@ def test_the_web_inbox_shows_awaiting_approval_and_decides(
     detail.get_by_role("group", name="Approval").get_by_role("button", name="Reject").click()
     sync_api.expect(page.locator(f'tr[data-id="{second}"]').get_by_text("rejected")).to_be_visible()
     assert pop(c) is None  # a rejected message is never collected
+    sync_api.expect(banner).to_be_hidden()
     detail = page.locator(f"#detail-{second}")  # still open after the refresh
     sync_api.expect(detail.get_by_label("Provenance")).to_contain_text("rejected by")
     sync_api.expect(detail.get_by_role("group", name="Approval")).to_have_count(0)
