@@ -1,10 +1,11 @@
-# Two commands a newcomer needs: `make run` and `make test`.
+# Two commands a newcomer needs: `make run` and `make test` (`make test-fast`
+# while working; tests/README.md says what each lane runs and how long it takes).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test check bench bench-full bench-deps clean deps
+.PHONY: run test test-fast screenshots check bench bench-full bench-deps clean deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +37,22 @@ deps:
 	  fi; \
 	fi
 
+# The full suite, what CI runs (.ci/run).
 test: $(STAMP) deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The fast lane: every test not marked slow or cluster (no multi-process
+# cluster, the first batch of simulator seeds only).
+test-fast: $(STAMP) deps
+	$(BIN)/python -m pytest -q -m "not slow and not cluster" $(PYTEST_ARGS)
+
+# The screenshots in docs/web.md, taken by the browser tests in Debian's
+# chromium. Test runs write theirs to a temporary folder; this names docs/img.
+screenshots: $(STAMP) deps
+	AI_MEMORY_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q \
+		tests/e2e/test_web_browser.py \
+		-k "test_anonymous_inbox_pages_past_50_and_expands_a_row or test_compose_and_send"
+	@ls -l docs/img/inbox.png docs/img/composer.png
 
 check: $(STAMP)
 	$(BIN)/ruff check .

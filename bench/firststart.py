@@ -162,7 +162,7 @@ def main() -> None:
         rs = [r for r in results if r["mode"] == mode]
         secs = sorted(float(str(r["secs_after_last"])) for r in rs if r["ok"])
         print(f"{mode}: {sum(1 for r in rs if r['ok'])} of {len(rs)} formed a cluster; "
-              f"after the last start: median {statistics.median(secs) if secs else '-'} s, "
+              f"after the last start: median {round(statistics.median(secs), 2) if secs else '-'} s, "
               f"max {secs[-1] if secs else '-'} s; members seeded instead of bootstrapped: "
               f"{sum(int(str(r['seeded'])) for r in rs)}")
 

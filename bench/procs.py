@@ -270,11 +270,11 @@ class Cluster:
             peers = [f"{pid}=http://{HOST}:{pp}" for j, (pid, pp) in enumerate(zip(ids, ports, strict=True)) if j != i]
             if peers:
                 argv += ["--quorum-peers", ",".join(peers), "--quorum-writes", str(self.write_quorum)]
-            argv += list(self.extra_args)  # a fresh cluster decides so itself (daemon/joining.py)
+            argv += list(self.extra_args)  # a fresh cluster decides so itself (daemon/replication/joining.py)
             self.nodes.append(ServerProc(node_id, argv, port, self.workdir / f"{node_id}.log"))
         try:
             # All at once, as members of a new cluster start: each waits for
-            # the others before it serves (daemon/joining.py).
+            # the others before it serves (daemon/replication/joining.py).
             for n in self.nodes:
                 n.launch()
             for n in self.nodes:

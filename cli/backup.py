@@ -44,7 +44,7 @@ def fetch_backup(url: str, out: Path, secret: str | None,
                  timeout: float = limits.backup_http_timeout_secs,
                  key: str | None = None) -> dict[str, Any]:
     from cli.client import CannotConnect
-    from daemon.peer_auth import BOOT_HEADER, sign
+    from daemon.peer.auth import BOOT_HEADER, sign
 
     path = "/api/v1/admin/backup"
     started = time.monotonic()

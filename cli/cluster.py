@@ -99,7 +99,7 @@ def up(
     data_dir.mkdir(parents=True, exist_ok=True)
     command = shlex.split(exe) if exe else [sys.executable, "-m", "cli"]
     # No flag for a first start: members with no database find out together
-    # whether the cluster is new (daemon/joining.py), as on separate hosts.
+    # whether the cluster is new (daemon/replication/joining.py), as on separate hosts.
     children = [ChildSpec(s.node_id, serve_argv(command, s, specs), s.url) for s in specs]
     extra_state: dict[str, str] = {}
     if not secret:  # one secret for the life of this data directory: backups just work

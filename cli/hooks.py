@@ -7,8 +7,12 @@ whatever a hook prints on stdout is put in front of the agent. So:
 * ``hook session-start`` records the session with the node (workspace and
   project from ``.ai-memory.toml`` / ``AI_MEMORY_WORKSPACE``/``_PROJECT``
   in the event's ``cwd``, else ``default`` and the directory's name; the
-  harness from ``--harness``), then prints the count-only inbox notice when
-  mail is pending and nothing otherwise. With ``--once`` (for harnesses that
+  harness from ``--harness``), then fetches ``GET /handoff``, which claims
+  the project's pending handoff (once across the cluster, under one request
+  id whichever node answers) and compiles the project brief when
+  ``.ai-memory.toml`` sets ``[briefing] inject_on_session_start = true``;
+  it prints the handoff, the brief and the count-only inbox notice, and
+  nothing when there is none of them. With ``--once`` (for harnesses that
   drop SessionStart output, like Kimi, whose first prompt hook runs it
   instead) it acts only on the first call of a session.
 * ``hook prompt`` (UserPromptSubmit) prints the same notice only when the
@@ -19,8 +23,11 @@ whatever a hook prints on stdout is put in front of the agent. So:
   ``AI_MEMORY_STATE_DIR``, else ``$XDG_STATE_HOME/ai-memory/hooks``); at most
   ``limits.hook_state_files_max`` such files are kept, oldest removed first.
 
-The notice comes from ``GET /handoff?inbox_only=1``: a count and names only,
-never a message's text. A hook never fails the harness: a node that cannot be
+The prompt hook's notice comes from ``GET /handoff?inbox_only=1``: a count
+and names only, never a message's text, and it claims nothing. Both notices
+also count the unread notifications of the hook's agent (``--agent-id`` /
+``AI_MEMORY_AGENT_ID``, or the key's agent): how many and from whom, never
+a title or a body; the prompt hook speaks again when that count changes. A hook never fails the harness: a node that cannot be
 reached or refuses is reported on stderr and the hook exits 0.
 
 Both take ``--url`` once per node (or comma-separated): the hook asks the
@@ -36,6 +43,7 @@ import os
 import re
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +51,7 @@ from typing import Any, TypeVar
 import click
 
 from cli.client import DEFAULT_URL, ApiClient, CannotConnect, TransportFailed
+from cli.handoff import brief_settings, fetch_start
 from cli.node_urls import split_urls
 from cli.scope import config_tables, resolve_scope
 from cli.state import CliState, pass_state
@@ -175,7 +184,9 @@ def fetch_notice(client: ApiClient, workspace: str, project: str, harness: str,
 
 def _seen(reply: dict[str, Any]) -> dict[str, Any]:
     return {"count": reply.get("pending_message_count"), "workspace": reply.get("workspace"),
-            "project": reply.get("project")}
+            "project": reply.get("project"),
+            "notifications": reply.get("unread_notification_count"),
+            "agent": reply.get("notification_agent")}
 
 
 def _report(exc: AiMemoryError) -> None:
@@ -220,9 +231,13 @@ def session_start(state: CliState, harness: str, state_dir_opt: str | None,
         if sid:
             body["session_id"] = sid
 
+        brief, budget = brief_settings(cwd)
+        rid = f"start-{uuid.uuid4()}"  # one claim, whichever node answers
+
         def start(client: ApiClient) -> dict[str, Any]:
             client.post("/api/v1/sessions", body)
-            return fetch_notice(client, workspace, project, harness, sid)
+            return fetch_start(client, workspace=workspace, project=project, harness=harness,
+                               session_id=sid, brief=brief, budget=budget, request_id=rid)
 
         reply = on_first_node(state, urls, start)
     except AiMemoryError as exc:
@@ -230,8 +245,8 @@ def session_start(state: CliState, harness: str, state_dir_opt: str | None,
         return
     if store is not None:
         store.save({**_seen(reply), "at": time.time()})
-    if reply.get("notice"):
-        click.echo(reply["notice"])
+    if reply.get("context"):
+        click.echo(str(reply["context"]).rstrip("\n"))
 
 
 @hook.command("prompt")

@@ -57,7 +57,7 @@ def render_message(message: dict[str, Any]) -> str:
 )
 @click.option(
     "--since",
-    help="Only notifications created at or after this time (RFC 3339, e.g. 2026-05-01T12:00:00Z).",
+    help="Only notifications created after this time (RFC 3339, e.g. 2026-05-01T12:00:00Z).",
 )
 @click.option("--tier", type=click.Choice(["short", "mid", "long"]), help="Only this tier.")
 @click.option("--mark-read", is_flag=True, help="Mark the returned notifications as read.")
@@ -86,10 +86,15 @@ def inbox(
 ) -> None:
     """Show an agent's notifications."""
     who = agent_id or state.agent_id
-    if not who:
-        raise click.UsageError("whose inbox? pass --agent-id or set AI_MEMORY_AGENT_ID")
     if timeout is not None and not wait:
         raise click.UsageError("--timeout goes with --wait")
+    if not who and (state.key or state.api_key):
+        # A key bound to an agent names it: the node says which.
+        bound = state.client().get("/api/v1/whoami").get("agent")
+        who = str(bound) if bound else None
+    if not who:
+        raise click.UsageError("whose inbox? pass --agent-id or set AI_MEMORY_AGENT_ID "
+                               "(or use a key bound to an agent)")
     client = state.client(agent_id=who)
 
     def read() -> dict[str, Any]:
@@ -138,7 +143,7 @@ def _passes(n: dict[str, Any], min_priority: int | None, tier: str | None,
     if tier is not None and n.get("tier") != tier:
         return False
     created = n.get("created_at")
-    return since is None or not isinstance(created, str) or _time(created, "created_at") >= since
+    return since is None or not isinstance(created, str) or _time(created, "created_at") > since
 
 
 def wait_for_notification(client: ApiClient, who: str, read: Callable[[], dict[str, Any]], *,

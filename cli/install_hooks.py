@@ -8,8 +8,10 @@ per node or comma-separated, else the members of the cluster at the global
 ``--url``), so a node that is down costs neither the tools nor the notice.
 On an https cluster the global ``--ca-cert`` (``AI_MEMORY_CA_CERT``) is
 written into every entry, so hooks and bridge verify the nodes whatever
-the harness's environment holds. Merging keeps what the files already hold
-and adds no entry twice.
+the harness's environment holds; so is the global ``--agent-id``
+(``AI_MEMORY_AGENT_ID``), the agent whose unread notifications the hooks'
+and the bridge channel's notices count. Merging keeps what the files
+already hold and adds no entry twice.
 """
 
 from __future__ import annotations
@@ -36,14 +38,18 @@ def _exe() -> str:
 
 
 def plan(harness: str, base: Path, urls: tuple[str, ...],
-         exe: str, ca_cert: str | None = None) -> list[tuple[Path, str, Any]]:
+         exe: str, ca_cert: str | None = None,
+         agent_id: str | None = None) -> list[tuple[Path, str, Any]]:
     """What to add where: (file, "json"|"toml", entries) for one harness.
     ``ca_cert``: the cluster CA the entries trust (an https cluster), named
-    in every command so the harness's environment need not carry it."""
+    in every command so the harness's environment need not carry it;
+    ``agent_id``: the agent whose unread notifications the notices count,
+    named the same way."""
     url = ",".join(urls)
     trust = ["--ca-cert", str(Path(ca_cert).resolve())] if ca_cert else []
-    bridge = {"command": exe, "args": ["mcp-bridge", "--url", url, *trust]}
-    cli = shlex.join([exe, *trust])
+    who = ["--agent-id", agent_id] if agent_id else []
+    bridge = {"command": exe, "args": ["mcp-bridge", "--url", url, *trust, *who]}
+    cli = shlex.join([exe, *trust, *who])
     start = f"{cli} hook session-start --harness {harness} --url {url}"
     on_prompt = f"{cli} hook prompt --harness {harness} --url {url}"
     if harness == "claude-code":
@@ -157,7 +163,7 @@ def install_hooks(state: CliState, harness: str, urls: tuple[str, ...], write: b
     root = Path(base) if base else (Path.home() if harness == "kimi" else Path.cwd())
     nodes = node_urls(urls, state.url or DEFAULT_URL, key=state.key, api_key=state.api_key)
     note(f"the entries use {', '.join(nodes.urls)}: {nodes.source}")
-    entries = plan(harness, root, nodes.urls, exe or _exe(), state.ca_cert)
+    entries = plan(harness, root, nodes.urls, exe or _exe(), state.ca_cert, state.agent_id)
     if write:
         for line in write_plan(entries):
             click.echo(line)

@@ -29,6 +29,7 @@ from cli.approvals import approvals
 from cli.backup import backup, restore
 from cli.client import DEFAULT_URL, normalize_url
 from cli.cluster import cluster
+from cli.handoff import handoff
 from cli.health import health
 from cli.identity import grant, key, revoke, user, whoami
 from cli.inbox import inbox
@@ -36,6 +37,7 @@ from cli.memories import memories
 from cli.message import message
 from cli.notify import notify
 from cli.output import print_error
+from cli.purge import project, workspace
 from cli.session import session
 from cli.state import CliState
 from cli.subscription import subscription
@@ -45,7 +47,7 @@ from common.errors import AiMemoryError
 LAZY_COMMANDS = {"serve": ("cli.serve", "serve"), "mcp": ("cli.mcp_cmd", "mcp"),
                  "mcp-bridge": ("cli.mcp_cmd", "mcp_bridge"), "hook": ("cli.hooks", "hook"),
                  "install-hooks": ("cli.install_hooks", "install_hooks"), "skill": ("cli.skill", "skill"),
-                 "tls": ("cli.tls_cmd", "tls")}
+                 "tls": ("cli.tls_cmd", "tls"), "listen": ("cli.listen", "listen")}
 
 
 class RootGroup(click.Group):
@@ -122,8 +124,8 @@ def cli(ctx: click.Context, url: str, agent_id: str | None, api_key: str | None,
                        key=key or None, ca_cert=ca_cert or None)
 
 
-for _command in (notify, inbox, agents, session, message, memories, health, cluster, backup,
-                 restore, user, key, grant, revoke, whoami, approvals):
+for _command in (notify, inbox, agents, session, message, handoff, memories, health, cluster,
+                 backup, restore, user, key, grant, revoke, whoami, project, workspace, approvals):
     cli.add_command(_command)
 cli.add_command(subscription)
 

@@ -54,10 +54,10 @@ from common.errors import AiMemoryError
               help="text (default) or json: one object per line (env AI_MEMORY_LOG_FORMAT).")
 def serve(**flags: object) -> None:
     """Run an ai-memory daemon (one cluster member) until SIGTERM."""
+    from daemon.runtime.systemd import Notifier
+    from daemon.runtime.tls import server_context
     from daemon.server import run
     from daemon.settings import check_exposure, load_settings
-    from daemon.systemd import Notifier
-    from daemon.tls import server_context
 
     for name in ("insecure_anonymous", "insecure_plaintext_peers"):
         if not flags.get(name):

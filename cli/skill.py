@@ -1,7 +1,8 @@
 """``ai-memory skill install``: the ai-memory-messaging skill, as a ``SKILL.md`` an agent loads.
 
 The file tells an agent when to use the four message tools and how, that a
-popped body is untrusted input, and how a decision is asked and answered by
+page or a stored memory is never a way to deliver a message, that a popped
+body is untrusted input, and how a decision is asked and answered by
 subject line. It is written to ``<dir>/ai-memory-messaging/SKILL.md``;
 ``--dir`` defaults to Claude Code's personal skills directory
 (``~/.claude/skills``).
@@ -21,8 +22,9 @@ SKILL_MD = f"""---
 name: {SKILL_NAME}
 description: Exchange claim-once mail with agents working in other projects through ai-memory
   (memory_message_send, memory_message_list, memory_message_pop, memory_message_cancel). Use when
-  another project has to do something, when a session-start notice says mail is waiting, or when a
-  person must decide something for you.
+  another project has to do something, when you are asked to send, notify or leave a message for an
+  agent (always memory_message_send, never a wiki page or a stored memory), when a session-start
+  notice says mail is waiting, or when a person must decide something for you.
 ---
 
 # Mail between projects with ai-memory
@@ -51,6 +53,15 @@ claimed at most once, on whichever node you reach.
   cancelled.
 - **How much is waiting**: `memory_briefing` gives `pending_message_count` and the scope it
   counted.
+
+## A page is not a message
+
+Only `memory_message_send` delivers. A wiki page (`memory_write_page`, on servers that have it)
+or a memory you store in the other project's namespace (`memory_store`) adds knowledge there, but
+nobody is told: it never appears in an inbox, no notice counts it, and no agent pops it, so a
+request or report left that way goes unread. When you are asked to send, notify, tell, report to
+or leave a message for an agent in another project (or in your own), call `memory_message_send`.
+Do not write a page instead, and do not write one as well and count the message as delivered.
 
 Name your own project in sends (`from_workspace`, `from_project`) unless your session already
 tells the node which one it is; a guessed sender is refused, so a reply always has a real

@@ -153,7 +153,7 @@ class Supervisor:
 
     async def _spawn(self, child: Child) -> None:
         # The same command every time: a member whose database went missing
-        # since finds its peers holding data and is seeded (daemon/joining.py).
+        # since finds its peers holding data and is seeded (daemon/replication/joining.py).
         child.tail.clear()
         child.healthy.clear()
         proc = await asyncio.create_subprocess_exec(

@@ -20,7 +20,7 @@
     │       └── NoMajority           503   this side of a partition cannot claim
     └── WaitTimedOut                (CLI)  `--wait --timeout S` ended with nothing (exit 8)
 
-Each boundary translates once: HTTP (``daemon/http_errors.py``) uses
+Each boundary translates once: HTTP (``daemon/http/errors.py``) uses
 ``status`` and ``to_body()``; the CLI maps ``exit_code``; MCP returns
 ``to_body()`` as a tool error. Nothing else catches and re-labels.
 """

@@ -51,6 +51,13 @@ search_query_max_chars = 4_000
 search_terms_max = 32  # words of a query that reach FTS5; more is a 400
 all_keys_pull_max = 10_000  # ops one peer returns for a cluster-wide read barrier
 forget_max = 10_000  # memories one POST /forget may delete (more: 413, nothing deleted)
+purge_memories_max = 10_000  # memories one project or workspace purge deletes (more: run it again)
+purge_projects_max = 1_000  # projects one workspace purge takes (more: 413, nothing purged)
+purge_reason_max_chars = 500  # the reason an operator gives for a purge (kept in the audit)
+# The scheduled cleanup of empty projects (daemon/services/purge.py): how
+# often a node looks, and how long a project must have been idle first.
+empty_project_cleanup_interval_secs = 3600
+empty_project_idle_secs = 30 * 86_400
 gc_batch_max = 10_000  # expired memories one POST /gc tombstones
 link_relation_max_chars = 64
 links_per_memory_max = 1_000  # links GET /links/{id} returns
@@ -72,6 +79,9 @@ notify_broadcast_max = 500  # recipients of one notify (a list, or "*" / "prefix
 inbox_limit_default = 50
 inbox_limit_max = 500
 mark_read_ids_max = 500
+# A search in the _inbox/<agent> namespace (notifications read as memories,
+# daemon/services/inbox_view.py) looks at this many notifications at most.
+inbox_view_scan_max = 10_000
 # Lifetime of a notification by tier (setting): seconds, None = never expires.
 tier_ttl_secs: dict[str, int | None] = {"short": 6 * 3600, "mid": 7 * 24 * 3600, "long": None}
 expired_purge_interval_secs = 60.0
@@ -88,10 +98,20 @@ stream_disconnect_poll_secs = 0.2  # how often the node looks for streams whose 
 stream_replay_page = 50  # rows per store read while a resumed stream replays what it missed (at most ~3 MiB of notifications)
 stream_cursor_max_chars = 4096  # a Last-Event-ID longer than this is a 400
 stream_cursor_origins_max = 64  # origins one Last-Event-ID may name
+stream_owed_record_max_chars = 128  # the record id a Last-Event-ID may name as owed the rest of its events
 stream_retry_ms = 1000  # the SSE "retry:" a client waits before reconnecting
 stream_refused_retry_after_secs = 2.0  # Retry-After on the 503 when every stream slot is taken
 cli_wait_pop_settle_secs = 3.0  # `pop --wait`: keep trying to claim a message the stream announced while its send round completes
 cli_wait_read_secs = 30.0  # `--wait`: longest silence on a stream before the CLI reconnects (> heartbeat)
+listen_concurrency_default = 4  # `listen --exec`: commands running at once
+listen_concurrency_max = 64  # ... at most
+listen_timeout_default_secs = 300.0  # `listen --exec`: one run of the command, then it is killed
+listen_retries_default = 3  # `listen --exec`: runs after the first failed one, then the event is dead-lettered
+listen_retries_max = 20  # ... at most
+listen_retry_backoff_max_secs = 30.0  # `listen`: longest wait between two runs of a failed command
+listen_handled_ids_max = 2048  # `listen`: ids of finished events its state file keeps to drop repeats (>> listen_concurrency_max, the most that finish out of order)
+listen_connect_timeout_secs = 10.0  # `listen`: a node that has not answered a stream's request by then (paused, cut off) is left for the next
+listen_reconnect_wait_max_secs = 5.0  # `listen`: longest wait before trying the next node again
 
 # --- project mail ----------------------------------------------------------
 mailbox_pending_max = 256  # pending messages per recipient mailbox (exact)
@@ -112,6 +132,16 @@ approval_reason_max_chars = 500  # an approver's or a decider's reason, cut to t
 approvals_list_max = 256  # messages one `approvals list` answers (a mailbox holds at most 256)
 truncation_marker = "\n[…truncated by ai-memory]"
 truncation_marker_inline = " […truncated by ai-memory]"  # one-line fields (a mail subject)
+
+# --- handoffs and the project brief (GET /handoff) -------------------------
+handoff_pending_max = 16  # pending handoffs per project (a write retracts older ones)
+handoff_body_max_chars = 8_000  # a handoff's text; longer is truncated with a marker
+brief_budget_bytes_default = 8 * 1024  # the compiled brief's size (UTF-8) when none is asked
+brief_budget_bytes_max = 64 * 1024  # the most a caller may ask for
+brief_budget_bytes_min = 512  # the least (the header and one excerpt fit)
+brief_excerpt_bytes = 320  # each page's excerpt when its whole body does not fit
+brief_pages_max = 200  # pinned / _rules/ / _slots/ pages considered per brief
+brief_recent_max = 10  # recent-page pointers
 
 # --- store -----------------------------------------------------------------
 writer_queue_max = 10_000  # pending write jobs before callers get 503 overloaded
@@ -161,7 +191,7 @@ auth_nonce_cache_max = 100_000
 gc_interval_secs = 30.0
 mailbox_owner_idle_secs = 300.0  # an owner drops an idle mailbox's model (re-acquired on demand)
 # A member with no database asks the others what they hold before it serves
-# (federation/bootstrap.py, daemon/joining.py).
+# (federation/bootstrap.py, daemon/replication/joining.py).
 cluster_id_max_chars = 64
 join_probe_timeout_secs = 2.0  # one probe of one member
 join_retry_first_secs = 0.2  # the first wait between rounds of probes ...
@@ -218,6 +248,7 @@ bridge_poll_fast_secs = 5.0  # mcp-bridge --channel inbox: next notice poll afte
 bridge_poll_slow_secs = 60.0  # ... doubling up to this while it stays the same
 hook_http_timeout_secs = 5.0  # a hook's requests to the node: a harness waits on it
 hook_state_files_max = 256  # per-session notice state files kept by `ai-memory hook prompt`
+notice_senders_max = 5  # senders a notice names for the agent's unread notifications (the count is exact)
 
 # --- users, API keys and project grants (daemon/identity/) -----------------
 user_name_max_chars = 64  # a user name: [A-Za-z0-9_.@-]
@@ -238,7 +269,7 @@ web_session_idle_secs = 8 * 3600  # a session unused this long is forgotten
 web_login_body_max_bytes = 4_096  # a login request's JSON body
 web_held_max = 256  # held messages the banner lists per project (the mailbox cap)
 
-# --- TLS (daemon/tls.py, common/certs.py) ------------------------------------
+# --- TLS (daemon/runtime/tls.py, common/certs.py) ------------------------------------
 tls_ca_cert_days = 3650  # a cluster CA minted by `cluster init` / `tls rotate --new-ca`
 tls_node_cert_days = 397  # a member certificate; `ai-memory tls rotate` mints the next one
 

@@ -73,6 +73,19 @@ apikey.put      id, user, agent, label, hash, created_at_ms, revoked. An API
                 key (only the sha256 of its secret): the identity fields are
                 insert-once (the lowest-ranked op wins); revoked never flips
                 back. A revocation is an apikey.put with revoked = true.
+msg.purge      id, workspace, project, scope, by_user, reason, at_ms. An
+                explicit purge of one project's mailbox (issue 27), issued by
+                the mailbox's owner at its epoch like a claim. Per mailbox the
+                greatest (hlc, origin, seq) is the *mark*: every message of
+                that mailbox whose winning send ranks below the mark is gone
+                (row, body, hold and saved edit; its id stays as a purged
+                tombstone with the rank of the copy that was purged, so a
+                late copy of it never comes back, a lower-ranked copy is
+                judged again). Terminal ops stay (a pop's request id stays
+                decided). Sessions and harness rows of the project whose
+                latest activity (``last_at_ms``) is before the greatest
+                ``at_ms`` of its purges are hidden from every read; the
+                project exists again once a session starts after that.
 pgrant.put      user, workspace, project, access, granted, at_ms. A project
                 grant (project None: the whole workspace; access read or
                 write), last-writer-wins per (user, workspace, project); a
@@ -128,6 +141,7 @@ MSG_RELEASE: Final = lifecycle.MSG_RELEASE
 MSG_APPROVE: Final = lifecycle.MSG_APPROVE
 MSG_REJECT: Final = lifecycle.MSG_REJECT
 MSG_EMPTY: Final = "msg.empty"
+MSG_PURGE: Final = "msg.purge"
 OP_GAP: Final = "op.gap"  # fills an op id lost with a member's disk; changes no state
 LINK_PUT: Final = "link.put"
 GRANT_PUT: Final = "grant.put"
@@ -139,7 +153,7 @@ PGRANT_PUT: Final = "pgrant.put"
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
      MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_APPROVE, MSG_REJECT,
-     MSG_EMPTY, LINK_PUT, GRANT_PUT,
+     MSG_EMPTY, MSG_PURGE, LINK_PUT, GRANT_PUT,
      NSUB_PUT, USER_PUT, APIKEY_PUT, PGRANT_PUT, OP_GAP}
 )
 _KIND_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
@@ -166,7 +180,7 @@ def valid_kind_name(kind: object) -> bool:
 
 MAILBOX_KINDS: Final = frozenset(
     {MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_APPROVE, MSG_REJECT,
-     MSG_EMPTY})
+     MSG_EMPTY, MSG_PURGE})
 TERMINAL_KINDS: Final = lifecycle.TERMINAL_KINDS
 HOLD_KINDS: Final = lifecycle.HOLD_KINDS
 ALL_KEYS: Final = "*"

@@ -8,7 +8,7 @@ nothing else decides access.
 
 Grants are per project: ``read`` lets a user list a project's mail, its
 handoff and briefing; ``write`` (which implies read) lets them send from it,
-send to it, pop it, cancel its outbox and edit its mail. A grant without a
+send to it, pop it, cancel its outbox, edit its mail and leave a handoff. A grant without a
 project covers every project of its workspace. Root needs no grants.
 
 In anonymous mode identity is only claimed (``X-Agent-Id``) and grants are
@@ -18,7 +18,11 @@ still insist on a named agent or project (no header, no read).
 The table below, :data:`ACTIONS`, maps each action to the grants it needs,
 by role: the project the request acts on (``box``), the sender's project of
 a send or an edit (``from``), the recipient project of a send (``to``).
-:data:`ROOT_ONLY` actions need a root key in keys mode. :data:`AUTHOR_ONLY`
+:data:`ROOT_ONLY` actions need a root key in keys mode.
+:data:`WORKSPACE_WIDE` actions need a grant on the whole workspace of the
+project they act on (a grant without a project), or root: purging a project
+(issue 27) destroys mail other users sent and received there, which a grant
+on that one project does not cover. :data:`AUTHOR_ONLY`
 actions act on one record someone made (a memory, a webhook subscription):
 in keys mode only root, or a key bound to the agent that made it, may take
 them (:func:`check_author`); an unbound key may not, since its agent is only
@@ -53,6 +57,7 @@ ACTIONS: Final[Mapping[str, tuple[tuple[Role, Access], ...]]] = {
     "message.edit": (("box", "write"), ("from", "write")),
     "message.approve": (("box", "write"),),
     "handoff.read": (("box", "read"),),
+    "handoff.write": (("box", "write"),),
     "briefing.read": (("box", "read"),),
     "session.start": (("box", "write"),),
     "project.read": (("box", "read"),),
@@ -64,8 +69,12 @@ ACTIONS: Final[Mapping[str, tuple[tuple[Role, Access], ...]]] = {
 # import) act on memories of every author, so they are root's too.
 ROOT_ONLY: Final = frozenset({
     "admin.users", "admin.keys", "admin.grants", "admin.backup", "sync.push", "sync.since",
-    "memory.forget", "memory.import", "admin.gc",
+    "memory.forget", "memory.import", "admin.gc", "workspace.purge",
 })
+
+# Actions on a project that need ``access`` on its whole workspace (a grant
+# with no project), or root.
+WORKSPACE_WIDE: Final[Mapping[str, Access]] = {"project.purge": WRITE}
 
 # Actions on a record that only its author (the agent a key is bound to) or
 # root may take in keys mode.
@@ -112,6 +121,12 @@ class Principal:
     def may_root(self) -> bool:
         return self.mode == ANONYMOUS or self.root
 
+    def may_workspace(self, workspace: str, need: Access) -> bool:
+        """``need`` on every project of ``workspace``: root, or a grant with no project."""
+        if self.mode == ANONYMOUS or self.root:
+            return True
+        return any(g.project is None and g.covers(workspace, "", need) for g in self.grants)
+
 
 def check(principal: Principal, action: str, coords: Mapping[Role, Coord] | None = None) -> None:
     """Raise :class:`Forbidden` unless ``principal`` may take ``action``.
@@ -122,6 +137,14 @@ def check(principal: Principal, action: str, coords: Mapping[Role, Coord] | None
     if action in ROOT_ONLY:
         if not principal.may_root():
             raise Forbidden(f"{action} needs a root key")
+        return
+    if action in WORKSPACE_WIDE:
+        workspace = (coords or {})["box"][0]
+        access = WORKSPACE_WIDE[action]
+        if not principal.may_workspace(workspace, access):
+            raise Forbidden(f"{action} needs {access} on all of workspace {workspace} "
+                            "(a grant without a project) or root",
+                            workspace=workspace, access=access)
         return
     needs = ACTIONS.get(action)
     if needs is None:

@@ -5,13 +5,13 @@ open, core loaded, links, runner, read quorum, mailbox router, webhooks,
 admission); ``start()`` starts what runs in the background and ``stop()``
 ends it in order. The jobs live in their own modules:
 
-* :mod:`daemon.effect_runner` -- carries out the core's effects (persist,
+* :mod:`daemon.replication.effect_runner` -- carries out the core's effects (persist,
   send, reply) with the persist barrier;
-* :mod:`daemon.peer_link` -- one batching queue per peer;
-* :mod:`daemon.anti_entropy` -- pushes of what a peer lacks;
-* :mod:`daemon.read_quorum` -- the R-quorum pull before inbox/mailbox reads;
-* :mod:`daemon.mailbox_router` -- mailbox requests run at the owner;
-* :mod:`daemon.status` -- what ``cluster status`` shows.
+* :mod:`daemon.peer.link` -- one batching queue per peer;
+* :mod:`daemon.replication.anti_entropy` -- pushes of what a peer lacks;
+* :mod:`daemon.replication.read_quorum` -- the R-quorum pull before inbox/mailbox reads;
+* :mod:`daemon.replication.mailbox_router` -- mailbox requests run at the owner;
+* :mod:`daemon.runtime.status` -- what ``cluster status`` shows.
 
 This module keeps only what needs all of them: ``write`` (a quorum write:
 the core stamps the ops, the runner persists and sends them, the caller
@@ -34,23 +34,24 @@ from common.errors import QuorumNotMet, Unavailable
 from common.ops import Op
 from common.policy import Directory
 from common.vocab import CONSISTENCY_DEFAULT, Consistency
-from daemon.admission import Admission
-from daemon.anti_entropy import Pusher
-from daemon.backpressure import Backpressure
-from daemon.clock import Clock
-from daemon.effect_runner import EffectRunner
-from daemon.identity.directory import ReplicatedDirectory
-from daemon.mailbox_router import MailboxRouter
-from daemon.metrics import Metrics
-from daemon.peer_auth import Verifier
-from daemon.peer_client import PeerClient
-from daemon.peer_link import PeerLink
-from daemon.read_quorum import ReadQuorum
+from daemon.http.admission import Admission
+from daemon.http.backpressure import Backpressure
+from daemon.http.stream_hub import StreamHub
+from daemon.identity.replicated_directory import ReplicatedDirectory
+from daemon.peer.auth import Verifier
+from daemon.peer.client import PeerClient
+from daemon.peer.link import PeerLink
+from daemon.replication.anti_entropy import Pusher
+from daemon.replication.effect_runner import EffectRunner
+from daemon.replication.mailbox_router import MailboxRouter
+from daemon.replication.read_quorum import ReadQuorum
+from daemon.runtime.clock import Clock
+from daemon.runtime.metrics import Metrics
+from daemon.runtime.status import node_status
+from daemon.runtime.tasks import Background
+from daemon.services import purge
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
-from daemon.status import node_status
-from daemon.streams import StreamHub
-from daemon.tasks import Background
 from daemon.webhooks.service import Webhooks
 from federation.core import NodeCore
 from store.db import Store
@@ -86,7 +87,7 @@ class Node:
         self.verifier = verifier
         self.peer_protocols = router.peer_protocols  # the protocol each peer last spoke to us
         self.seen_throttle = seen_throttle
-        self.directory = directory  # where keys resolve to principals (daemon/auth.py)
+        self.directory = directory  # where keys resolve to principals (daemon/http/auth.py)
         self.identity = identity  # the replicated users, keys and grants (daemon/identity/)
         self.streams = streams  # push streams (SSE), fed by the applied-ops listeners
         self.started_at_ms = clock.now_ms()
@@ -106,6 +107,7 @@ class Node:
             link.start()
         self.spawn(self._ticker())
         self.spawn(self._purger())
+        self.spawn(purge.cleanup_loop(self))
 
     async def stop(self) -> None:
         self.background.stopping = True

@@ -62,6 +62,14 @@ class NotifyReads(Protocol):
     async def get_agent(self, agent_id: str) -> Row | None: ...
 
 
+class NoticeReads(Protocol):
+    """What the notices count of an agent's notifications (:mod:`daemon.services.notices`)."""
+
+    async def inbox_count(self, agent_id: str, *, unread_only: bool, now_ms: int) -> int: ...
+    async def unread_senders(self, agent_id: str, *, now_ms: int,
+                             limit: int) -> list[tuple[str, int]]: ...
+
+
 class SessionReads(Protocol):
     """What a mailbox scope resolves through (:func:`daemon.services.scope.resolve`)."""
 
@@ -69,19 +77,19 @@ class SessionReads(Protocol):
     async def last_active_project(self) -> tuple[str, str] | None: ...
 
 
-class MailReads(SessionReads, Protocol):
+class MailReads(SessionReads, NoticeReads, Protocol):
     async def project_exists(self, workspace: str, project: str) -> bool: ...
     async def project_harnesses(self, workspace: str, project: str) -> set[str]: ...
     async def list_projects(self) -> list[Row]: ...
     async def message(self, msg_id: str) -> Row | None: ...
     async def mailbox_pending(self, workspace: str, project: str, *, limit: int,
-                              agent: str | None = None) -> list[Row]: ...
+                              agent: str | None = None, with_held: bool = False) -> list[Row]: ...
     async def mailbox_pending_count(self, workspace: str, project: str,
                                     agent: str | None = None) -> int: ...
     async def mailbox_messages(self, workspace: str, project: str, *, limit: int,
                                offset: int = 0) -> list[Row]: ...
     async def outbox(self, from_workspace: str, from_project: str, *, limit: int,
-                     pending_only: bool = True) -> list[Row]: ...
+                     pending_only: bool = True, with_held: bool = False) -> list[Row]: ...
     async def sent_messages(self, from_workspace: str, from_project: str, *, limit: int,
                             offset: int = 0) -> list[Row]: ...
     async def mailbox_editing(self, workspace: str, project: str, *,
@@ -99,6 +107,7 @@ class StreamReads(Protocol):
     async def messages_not_covered(self, workspace: str, project: str, cursor: dict[str, int],
                                    *, after: tuple[int, str, int] | None, limit: int,
                                    agent: str | None = None) -> list[Row]: ...
+    async def notifications(self, ids: Iterable[str]) -> list[Row]: ...
 
 
 class LogReads(Protocol):
@@ -116,7 +125,15 @@ class RecordReads(MemoryReads, NotifyReads, Protocol):
     """The record reads (memories, links, agents, notifications)."""
 
 
-class StoreReads(RecordReads, MailReads, StreamReads, LogReads, Protocol):
+class PurgeReads(MailReads, RecordReads, Protocol):
+    """What a purge reads (:mod:`daemon.services.purge`)."""
+
+    async def memory_ids_under(self, namespace: str, *, limit: int) -> list[str]: ...
+    async def mailbox_projects(self, workspace: str) -> list[str]: ...
+    async def purge_marks(self) -> list[Row]: ...
+
+
+class StoreReads(PurgeReads, StreamReads, LogReads, Protocol):
     """Every store read a service runs; :class:`store.db.Store` is one."""
 
 
@@ -142,7 +159,7 @@ class MailboxRouter(Protocol):
 
 
 class AdmissionCheck(Protocol):
-    """:class:`daemon.admission.Admission`: None (allowed) or a hold for
+    """:class:`daemon.http.admission.Admission`: None (allowed) or a hold for
     approval (``reason``), or it raises."""
 
     async def check(self, message: dict[str, Any], *, may_hold: bool = False) -> Any: ...
@@ -177,6 +194,13 @@ class MailPorts(Clock, QuorumWriter, ReadBarrier, MailboxRouter, Protocol):
     def settings(self) -> Settings: ...
     @property
     def admission(self) -> AdmissionCheck | None: ...
+
+
+class PurgePorts(Clock, QuorumWriter, ReadBarrier, MailboxRouter, Protocol):
+    @property
+    def store(self) -> PurgeReads: ...
+    @property
+    def settings(self) -> Settings: ...
 
 
 class ForwardTaker(Protocol):

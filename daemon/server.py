@@ -2,13 +2,13 @@
 
 Before the node is built, a member with no database settles with the
 others whether it bootstraps a new cluster or is seeded
-(:mod:`daemon.joining`); meanwhile it already answers ``/health``.
+(:mod:`daemon.replication.joining`); meanwhile it already answers ``/health``.
 
 Order: stop accepting connections, let in-flight requests finish within
 ``server.shutdown_grace_secs``, stop the node (background tasks, peer links,
 store). Under systemd (``Type=notify``) the node says READY=1 once it
-serves and STOPPING=1 when it begins to shut down (:mod:`daemon.systemd`).
-With ``[tls]`` the site serves HTTPS (:mod:`daemon.tls`); SIGHUP reloads the
+serves and STOPPING=1 when it begins to shut down (:mod:`daemon.runtime.systemd`).
+With ``[tls]`` the site serves HTTPS (:mod:`daemon.runtime.tls`); SIGHUP reloads the
 certificate, key and CA files for new handshakes. uvloop is used when installed.
 """
 
@@ -21,13 +21,13 @@ import signal
 
 from aiohttp import web
 
-from daemon import collector, tls
-from daemon.app import build_app
-from daemon.http_errors import BoundaryRunner
-from daemon.joining import prepare
-from daemon.logs import configure as configure_logs
+from daemon.api.app import build_app
+from daemon.http.errors import BoundaryRunner
+from daemon.replication.joining import prepare
+from daemon.runtime import collector, tls
+from daemon.runtime.logs import configure as configure_logs
+from daemon.runtime.systemd import Notifier
 from daemon.settings import Settings, check_exposure
-from daemon.systemd import Notifier
 from daemon.wiring import build_node
 
 log = logging.getLogger("ai_memory.server")
@@ -45,7 +45,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
     with contextlib.suppress(NotImplementedError):
         loop.add_signal_handler(signal.SIGHUP, tls.reload_all)
     # A member with no database first finds out, with the others, whether
-    # the cluster is new (daemon/joining.py); a stop meanwhile ends it.
+    # the cluster is new (daemon/replication/joining.py); a stop meanwhile ends it.
     joining = asyncio.ensure_future(prepare(settings, notifier))
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({joining, stopping}, return_when=asyncio.FIRST_COMPLETED)

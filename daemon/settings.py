@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 
 from common import limits
 from common.errors import BadRequest
-from daemon.admission import AdmissionHook, parse_hooks
+from daemon.http.admission import AdmissionHook, parse_hooks
+from daemon.http.stream_hub import StreamSettings
 from daemon.identity.secrets import check_root_secret
-from daemon.streams import StreamSettings
 from daemon.webhooks.config import WebhookSettings
 
 
@@ -45,7 +45,7 @@ class ServerSettings:
 @dataclass(frozen=True, slots=True)
 class TlsSettings:
     """HTTPS for this node's listener and mutual TLS to and from its peers
-    (:mod:`daemon.tls`). ``ca`` lists the PEM files (each may be a bundle)
+    (:mod:`daemon.runtime.tls`). ``ca`` lists the PEM files (each may be a bundle)
     of the cluster CAs this node trusts for peers and client certificates;
     two during a CA rotation. Relative paths in a TOML file are resolved
     against the file's directory."""
@@ -152,7 +152,7 @@ class AuthSettings:
 class MailSettings:
     default_workspace: str = "default"
     default_project: str | None = None
-    admission: tuple[AdmissionHook, ...] = ()  # deciding hooks, daemon/admission.py
+    admission: tuple[AdmissionHook, ...] = ()  # deciding hooks, daemon/http/admission.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +174,7 @@ class Settings:
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)
     streams: StreamSettings = field(default_factory=StreamSettings)
     log_level: str = "info"
-    log_format: str = "text"  # "text" or "json" (one object per line), see daemon/logs.py
+    log_format: str = "text"  # "text" or "json" (one object per line), see daemon/runtime/logs.py
     # Fault-injection knob for tests and drills: this node's clock runs this
     # many ms ahead (negative: behind). Only from AI_MEMORY_DEBUG_CLOCK_OFFSET_MS.
     clock_offset_ms: int = 0

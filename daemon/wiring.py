@@ -27,27 +27,27 @@ from common import limits
 from common.errors import ClusterMismatch
 from common.ops import IDENT_KEY
 from common.policy import Directory
-from daemon.admission import Admission
-from daemon.anti_entropy import Pusher
-from daemon.backpressure import Backpressure
-from daemon.clock import Clock
-from daemon.directory import ChainDirectory, static_directory
-from daemon.effect_runner import EffectRunner
+from daemon.http.admission import Admission
+from daemon.http.backpressure import Backpressure
+from daemon.http.stream_hub import StreamHub
 from daemon.identity.bootstrap import ensure_root_key
-from daemon.identity.directory import ReplicatedDirectory
-from daemon.mailbox_router import MailboxRouter
-from daemon.metrics import Metrics
+from daemon.identity.memory_directory import ChainDirectory, static_directory
+from daemon.identity.replicated_directory import ReplicatedDirectory
 from daemon.node import Node
-from daemon.peer_auth import Verifier
-from daemon.peer_client import PeerClient
-from daemon.peer_link import PeerLink
-from daemon.read_quorum import ReadQuorum
-from daemon.seeding import needs_seed, seed_from_peers
+from daemon.peer.auth import Verifier
+from daemon.peer.client import PeerClient
+from daemon.peer.link import PeerLink
+from daemon.replication.anti_entropy import Pusher
+from daemon.replication.effect_runner import EffectRunner
+from daemon.replication.mailbox_router import MailboxRouter
+from daemon.replication.read_quorum import ReadQuorum
+from daemon.replication.seeding import needs_seed, seed_from_peers
+from daemon.runtime.clock import Clock
+from daemon.runtime.metrics import Metrics
+from daemon.runtime.tasks import Background
+from daemon.runtime.tls import client_context
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
-from daemon.streams import StreamHub
-from daemon.tasks import Background
-from daemon.tls import client_context
 from daemon.webhooks.service import Webhooks
 from daemon.webhooks.ssrf import AddressPolicy
 from federation.bootstrap import derived_cluster_id

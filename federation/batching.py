@@ -1,6 +1,6 @@
 """How a burst of messages to one peer becomes fewer, larger messages.
 
-Pure, shared by the daemon's peer links (:mod:`daemon.peer_link`, on the
+Pure, shared by the daemon's peer links (:mod:`daemon.peer.link`, on the
 way out and, for :func:`coalesce`, on the way in) and the simulator's
 network, so the core meets merged messages in both.
 

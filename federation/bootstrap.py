@@ -32,7 +32,7 @@ or, for members started with upstream's flags only, from the member list
 (:func:`derived_cluster_id`), which every member computes alike. It is
 stored in every database, so a member can refuse a peer of another cluster.
 
-This module decides; :mod:`daemon.joining` asks, waits and carries out.
+This module decides; :mod:`daemon.replication.joining` asks, waits and carries out.
 """
 
 from __future__ import annotations

@@ -85,6 +85,7 @@ from common.ops import (
     MSG_CLAIM,
     MSG_EMPTY,
     MSG_HOLD,
+    MSG_PURGE,
     MSG_REJECT,
     MSG_RELEASE,
     MSG_SEND,
@@ -115,6 +116,7 @@ from federation.requests import (
     MailDecide,
     MailHold,
     MailPop,
+    MailPurge,
     MailRelease,
     MailRequest,
     MailSend,
@@ -167,6 +169,7 @@ class _Round:
     terminals: tuple[Op, ...]  # ops to merge into the model on success
     confirms_empty: str | None = None  # a request id decided "nothing pending"
     confirms_hold: str | None = None  # a message now held for an edit
+    confirms_purge: str | None = None  # a purge id whose mark a majority now holds
 
 
 @dataclass(slots=True)
@@ -191,6 +194,7 @@ class _Slot:
     confirmed_sends: set[str] = field(default_factory=set)
     confirmed_empty: set[str] = field(default_factory=set)  # request ids
     confirmed_holds: set[str] = field(default_factory=set)  # messages held in this term
+    confirmed_purge: str | None = None  # the purge id whose mark a majority holds this term
     last_used_ms: int = 0
 
     def waiting(self) -> int:
@@ -311,7 +315,11 @@ class Claims:
     def _serve(self, slot: _Slot, token: Any, req: MailRequest, now_ms: int) -> list[Effect]:
         if self._reachable(now_ms) < self.m.majority:
             return [Reply(token, self._no_majority(now_ms))]
+        if not isinstance(req, MailPurge) and any(isinstance(r, MailPurge) for _, r in slot.parked):
+            return self._park(slot, token, req)  # a waiting purge goes first
         try:
+            if isinstance(req, MailPurge):
+                return self._purge(slot, token, req, now_ms)
             if isinstance(req, MailSend):
                 return self._send(slot, token, req, now_ms)
             if isinstance(req, MailPop):
@@ -342,6 +350,9 @@ class Claims:
             raise BadRequest(f"message {mid} is addressed to {ws}/{proj}, not {slot.key}")
         if mid in slot.busy:
             return self._park(slot, token, req)
+        if slot.model.is_purged(mid):
+            raise Conflict(f"message {mid} was purged with its mailbox {slot.key}", id=mid,
+                           state="purged")
         existing = slot.model.send_op(mid)
         if existing is not None:
             if mid in slot.confirmed_sends:
@@ -369,6 +380,10 @@ class Claims:
                     return [Reply(token, None)]
                 # Decided "nothing pending" before this term, maybe only on a
                 # minority: re-issue that decision at this epoch, then answer it.
+                return self._decide_empty(slot, token, req, now_ms)
+            if decided is None and model.purged_claim(rid):
+                # Its message was claimed, then purged: the answer stays
+                # "nothing", never a message sent since.
                 return self._decide_empty(slot, token, req, now_ms)
             prior = None if decided is None else decided[0]
             if prior is not None:
@@ -488,6 +503,11 @@ class Claims:
         model, mid = slot.model, req.message_id
         state = model.state(mid)
         if state is None:
+            if model.is_purged(mid):
+                # Purged while it waited (or after it was decided): nothing is
+                # left to decide, and nothing the purge removed comes back.
+                raise Conflict(f"message {mid} was purged with its mailbox {slot.key}", id=mid,
+                               state="purged")
             raise NotFound(f"no message {mid} in {slot.key}", id=mid)
         if mid in slot.busy:
             return self._park(slot, token, req)
@@ -555,6 +575,40 @@ class Claims:
         return self._issue(slot, sends + tuple(ops), tuple(ops), now_ms, token=token, value=ids,
                            busy=targets, confirms=targets, terminals=tuple(ops))
 
+    def _purge(self, slot: _Slot, token: Any, req: MailPurge, now_ms: int) -> list[Effect]:
+        """Remove every message sent before now. Issued only once no round
+        of the mailbox is in flight: a claim still in flight could otherwise
+        be acknowledged after the purge. The mark enters the model at once,
+        so nothing it covers is popped, held or cancelled from then on;
+        sends served later rank above it and stay."""
+        pid = req.body.get("id")
+        if not isinstance(pid, str) or not pid:
+            raise BadRequest("a purge needs a string id")
+        if slot.rounds:
+            return self._park(slot, token, req)
+        mark = slot.model.purge_op()
+        if mark is not None and mark.body.get("id") == pid:
+            value: dict[str, Any] = {"purge": dict(mark.body), "removed": None,
+                                     "rank": _rank(mark)}
+            if slot.confirmed_purge == pid:
+                return [Reply(token, value)]
+            return self._issue(slot, (mark,), (), now_ms, token=token, value=value, busy=(),
+                               confirms_purge=pid)
+        before = len(slot.model)
+        if req.only_if_empty and before:
+            return [Reply(token, {"purge": None, "removed": 0, "kept": before})]
+        at_ms = now_ms
+        if req.only_if_empty and isinstance(req.body.get("at_ms"), int):
+            # The cleanup hides only sessions idle since the time it names,
+            # not one that started while it ran.
+            at_ms = min(now_ms, req.body["at_ms"])
+        body = {**req.body, "at_ms": at_ms}
+        op = self._new_op(MSG_PURGE, slot.key, body, slot.epoch, now_ms)
+        slot.model.apply((op,))
+        value = {"purge": dict(op.body), "removed": before - len(slot.model), "rank": _rank(op)}
+        return self._issue(slot, (op,), (op,), now_ms, token=token, value=value, busy=(),
+                           confirms_purge=pid)
+
     @staticmethod
     def _carried(slot: _Slot, message_id: str) -> tuple[Op, ...]:
         """The send op of a message, its saved edit and its approval, if
@@ -570,7 +624,8 @@ class Claims:
                token: Any, value: Any, busy: Iterable[str], request_id: str | None = None,
                confirms: Iterable[str] = (), confirms_sends: Iterable[str] = (),
                terminals: tuple[Op, ...] = (), confirms_empty: str | None = None,
-               confirms_hold: str | None = None) -> list[Effect]:
+               confirms_hold: str | None = None,
+               confirms_purge: str | None = None) -> list[Effect]:
         """Start an accept round for ``ops`` (``new`` are this node's fresh
         ops, persisted first)."""
         rnd = _Round(ops=ops, accepted={self.m.self_id},
@@ -578,7 +633,7 @@ class Claims:
                      busy=frozenset(busy), request_id=request_id,
                      confirms=frozenset(confirms), confirms_sends=frozenset(confirms_sends),
                      terminals=terminals, confirms_empty=confirms_empty,
-                     confirms_hold=confirms_hold)
+                     confirms_hold=confirms_hold, confirms_purge=confirms_purge)
         rid = tuple(op.op_id for op in ops)
         slot.rounds[rid] = rnd
         for op_id in rid:
@@ -616,6 +671,8 @@ class Claims:
             slot.confirmed_sends.update(rnd.confirms_sends)
             if rnd.confirms_hold is not None:
                 slot.confirmed_holds.add(rnd.confirms_hold)
+            if rnd.confirms_purge is not None:
+                slot.confirmed_purge = rnd.confirms_purge
             if rnd.confirms_empty is not None:
                 if len(slot.confirmed_empty) >= limits.mailbox_empty_decisions_max:
                     slot.confirmed_empty.clear()  # bounded: a retry re-issues its decision

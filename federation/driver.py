@@ -2,7 +2,7 @@
 
 The core (:class:`federation.core.NodeCore`) returns effects; this module
 says how an effect list is carried out, for every adapter: the daemon
-(``daemon/effect_runner.py``), the simulator (``tests/sim/node.py``) and the
+(``daemon/replication/effect_runner.py``), the simulator (``tests/sim/node.py``) and the
 in-process test cluster (``tests/federation/cluster.py``). It is sans-I/O
 in the way h11 is: :func:`carry` is a generator that does the effects that
 need no I/O itself, through the :class:`Host` callbacks (send, answer, hand

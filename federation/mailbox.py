@@ -34,6 +34,15 @@ promises, received later) with the same rules as :mod:`store.in_memory`:
   ``limits.mailbox_empty_decisions_max`` are kept per model (the oldest go
   first, by ``at_ms``).
 
+* ``msg.purge`` (issue 27): the greatest ``(hlc, origin, seq)`` of the
+  mailbox's purges is its *mark*; a message whose winning send ranks below
+  the mark is gone from the model in any state, awaiting approval and
+  rejected included (its send, hold, edit and approval decisions; its terminal
+  ops stay, so a request id's claim of it is still known as *purged*, and a
+  retried pop of that request id is answered "nothing pending", never a
+  newer message). A later copy of a purged send is ignored; only a copy
+  ranked lower than the purged one is judged again.
+
 Merging is idempotent and order-free, so the model may be fed the same op
 twice or out of order. The pending set is a sorted list (bisect), so the
 FIFO head, the pending count and a removal cost O(log n) + O(n) memmove on
@@ -64,6 +73,7 @@ from common.ops import (
     HOLD_KINDS,
     MSG_CLAIM,
     MSG_EMPTY,
+    MSG_PURGE,
     MSG_SEND,
     TERMINAL_KINDS,
     Op,
@@ -82,7 +92,8 @@ def _terminal_rank(op: Op) -> tuple[int, int, str, int]:
 
 class MailboxModel:
     __slots__ = ("_awaiting", "_by_request", "_decisions", "_editing", "_empties", "_empty_max",
-                 "_holds", "_pending", "_revisions", "_sends", "_terminals", "key")
+                 "_holds", "_mark", "_pending", "_purged", "_revisions", "_sends", "_terminals",
+                 "key")
 
     def __init__(self, key: str, empty_max: int = limits.mailbox_empty_decisions_max) -> None:
         self.key = key
@@ -100,6 +111,8 @@ class MailboxModel:
         self._pending: list[_FifoEntry] = []
         # request id -> {message id: rank of its winning claim carrying that id}
         self._by_request: dict[str, dict[str, tuple[int, int, str, int]]] = {}
+        self._mark: Op | None = None  # the greatest msg.purge
+        self._purged: dict[str, tuple[int, str, int]] = {}  # message id -> purged send's rank
 
     # -- merging ---------------------------------------------------------
     def apply(self, ops: Iterable[Op]) -> None:
@@ -114,6 +127,34 @@ class MailboxModel:
                 self._apply_empty(op)
             elif op.kind in HOLD_KINDS:
                 self._apply_hold(op)
+            elif op.kind == MSG_PURGE:
+                self._apply_purge(op)
+
+    def _below_mark(self, send: Op) -> bool:
+        return self._mark is not None and _send_rank(send) < _send_rank(self._mark)
+
+    def _apply_purge(self, op: Op) -> None:
+        if self._mark is not None and _send_rank(self._mark) >= _send_rank(op):
+            return
+        self._mark = op
+        for mid in [m for m, send in self._sends.items() if self._below_mark(send)]:
+            self._drop(mid)
+
+    def _drop(self, mid: str) -> None:
+        """Forget a purged message's send, hold, edit and approval decisions
+        (not its terminal ops): a message awaiting approval or rejected goes
+        like any other."""
+        send = self._sends.pop(mid)
+        self._unlist(send)
+        self._editing.discard(mid)
+        self._awaiting.discard(mid)
+        self._decisions.pop(mid, None)
+        self._holds.pop(mid, None)
+        self._revisions.pop(mid, None)
+        self._purged[mid] = _send_rank(send)
+        term = self._terminals.get(mid)
+        for other in [] if term is None else self._request_peers(term):
+            self._relist(other)
 
     def _note_decision(self, op: Op) -> None:
         if op.kind in DECISION_KINDS:
@@ -124,6 +165,8 @@ class MailboxModel:
 
     def _apply_hold(self, op: Op) -> None:
         mid = str(op.body["id"])
+        if mid in self._purged:
+            return
         self._note_decision(op)
         cur = self._holds.get(mid)
         if cur is None or _terminal_rank(op) > _terminal_rank(cur):
@@ -154,19 +197,31 @@ class MailboxModel:
 
     def _apply_send(self, op: Op) -> None:
         mid = str(op.body["id"])
+        purged = self._purged.get(mid)
+        if purged is not None:
+            if purged <= _send_rank(op):
+                return
+            if self._below_mark(op):
+                self._purged[mid] = _send_rank(op)
+                return
+            del self._purged[mid]  # a lower copy the mark does not cover: judged again
         cur = self._sends.get(mid)
         if cur is not None and _send_rank(cur) <= _send_rank(op):
             return
         if cur is not None:
             self._unlist(cur)
         self._sends[mid] = op
+        if self._below_mark(op):
+            self._drop(mid)
+            return
         term = self._terminals.get(mid)
         for other in {mid, *([] if term is None else self._request_peers(term))}:
             self._relist(other)
 
     def _apply_terminal(self, op: Op) -> None:
         mid = str(op.body["id"])
-        self._note_decision(op)
+        if mid not in self._purged:
+            self._note_decision(op)
         cur = self._terminals.get(mid)
         if cur is not None and _terminal_rank(cur) >= _terminal_rank(op):
             return
@@ -354,6 +409,18 @@ class MailboxModel:
         if mid is not None and claim is not None:
             return mid, claim
         return None
+
+    def is_purged(self, message_id: str) -> bool:
+        """Did a purge remove this message (as far as this model knows)?"""
+        return message_id in self._purged
+
+    def purged_claim(self, request_id: str) -> bool:
+        """Did ``request_id`` claim a message that a purge has since removed?"""
+        return any(mid in self._purged for mid in self._by_request.get(request_id, ()))
+
+    def purge_op(self) -> Op | None:
+        """The mailbox's mark: its greatest ``msg.purge``, if any."""
+        return self._mark
 
     def claim_by_request(self, request_id: str) -> str | None:
         """The message whose winning claim carries ``request_id``; if several

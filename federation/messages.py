@@ -22,7 +22,7 @@ The vocabulary, by protocol:
   (docs/federation.md, "A member that lost its disk");
 * mailbox requests forwarded to the owner on the batched channel:
   ``Forward`` -> ``ForwardResult`` (protocol 3). These are the adapter's
-  (:mod:`daemon.mailbox_router`), not the core's: it takes them out of a
+  (:mod:`daemon.replication.mailbox_router`), not the core's: it takes them out of a
   batch before the core sees the rest.
 
 A malformed message raises :class:`ValueError`; the adapter turns that into
@@ -203,7 +203,7 @@ class RecoveryState(_Wire):
 @dataclass(frozen=True, slots=True)
 class Forward(_Wire):
     """A mailbox request for the receiver, its owner, to run: ``req`` and
-    ``hops`` are the ``/peer/v1/mailbox`` body (:mod:`daemon.forwarding`),
+    ``hops`` are the ``/peer/v1/mailbox`` body (:mod:`daemon.replication.forwarding`),
     ``fid`` a random id the answer echoes, ``rid`` the client's request id
     (for the owner's logs)."""
 
@@ -217,7 +217,7 @@ class Forward(_Wire):
 @dataclass(frozen=True, slots=True)
 class ForwardResult(_Wire):
     """The owner's answer to the :class:`Forward` ``fid``: ``ok`` (a result,
-    :func:`daemon.forwarding.encode_result`) or ``err`` (an error,
+    :func:`daemon.replication.forwarding.encode_result`) or ``err`` (an error,
     ``encode_error``); neither means the owner failed to answer (what a 500
     of ``/peer/v1/mailbox`` means: ask the next member)."""
 

@@ -2,7 +2,7 @@
 
 Before an inbox or mailbox read a node hears from R - 1 peers (R = N - W + 1,
 so R + W > N and one of them holds any write acknowledged anywhere). The
-daemon (``daemon/read_quorum.py``, pulls over ``/peer/v1/pull``) and the
+daemon (``daemon/replication/read_quorum.py``, pulls over ``/peer/v1/pull``) and the
 simulator (``tests/sim/entry.py``, pulls over the simulated network) both
 take these decisions from here, so the simulator's seeds cover them:
 

@@ -3,7 +3,7 @@
 Each is a frozen dataclass carrying the mailbox key and, as
 ``sent_at_ms``, the entry node's clock when the client asked (the owner
 refuses a request older than ``limits.mailbox_request_ttl_secs``).
-:class:`federation.claim.Claims` serves them; ``daemon/forwarding.py``
+:class:`federation.claim.Claims` serves them; ``daemon/replication/forwarding.py``
 codes them for the ``/peer/v1/mailbox`` hop to the owner (a field an
 older node does not send takes its default, so fields are only ever
 added, with defaults).
@@ -99,4 +99,22 @@ class MailDecide:
     sent_at_ms: int | None = None
 
 
-MailRequest = MailSend | MailPop | MailCancel | MailHold | MailRelease | MailDecide
+@dataclass(frozen=True, slots=True)
+class MailPurge:
+    """Remove every message of the mailbox sent before this purge, in any
+    state (issue 27). ``body`` is the ``msg.purge`` body (``id``: the purge
+    id, which makes a retry answer the same purge; ``workspace``,
+    ``project``, ``scope``, ``by_user``, ``reason``). The owner issues it
+    only once no round of the mailbox is in flight, so no claim is
+    acknowledged after the purge is. ``only_if_empty`` (the scheduled
+    cleanup): purge nothing, and answer ``purge: None``, if the mailbox
+    holds any message."""
+
+    mailbox: str
+    body: dict[str, Any]
+    only_if_empty: bool = False
+    sent_at_ms: int | None = None
+
+
+MailRequest = (MailSend | MailPop | MailCancel | MailHold | MailRelease | MailDecide
+               | MailPurge)

@@ -1,7 +1,7 @@
 """Mailbox routing decisions: which member runs a request, and two answers
 an entry node gives without the core.
 
-The daemon (``daemon/mailbox_router.py``, forwards over
+The daemon (``daemon/replication/mailbox_router.py``, forwards over
 ``/peer/v1/mailbox``) and the simulator (``tests/sim/entry.py``, forwards
 over the simulated network) both route with :class:`Route`, so the
 simulator's seeds cover the failover path:

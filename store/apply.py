@@ -292,7 +292,62 @@ def _session_start(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
 
 
 def _msg_send(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
-    c.execute(_MSG_UPSERT, {**message_row(op), **_stamp(op), "send_epoch": op.epoch})
+    row = message_row(op)
+    purged = c.execute("SELECT hlc, origin, seq FROM msg_purged WHERE id = ?",
+                       (row["id"],)).fetchone()
+    if purged is not None:
+        if tuple(purged) <= (op.hlc, op.origin, op.seq):
+            return
+        c.execute("DELETE FROM msg_purged WHERE id = ?", (row["id"],))  # judged again below
+    cur = c.execute(_MSG_UPSERT, {**row, **_stamp(op), "send_epoch": op.epoch})
+    if cur.rowcount:
+        # A lower copy may replace a known send with another approval gate:
+        # the state follows the winning send's.
+        c.execute(_SET_STATE, (row["id"],))
+    _purge_marked(c, "m.id = ?", (row["id"],))
+
+
+# Messages (``m``) ranked below their mailbox's mark.
+_MARKED = ("FROM messages m JOIN msg_purge p ON p.workspace = m.to_workspace"
+           " AND p.project = m.to_project"
+           " WHERE (m.hlc, m.origin, m.seq) < (p.hlc, p.origin, p.seq) AND {where}")
+
+
+def _purge_marked(c: sqlite3.Connection, where: str, params: tuple[Any, ...]) -> None:
+    """Drop the messages ``where`` selects that their mailbox's mark covers,
+    in any state (awaiting approval and rejected too), with their holds,
+    saved edits and approval decisions; remember their ids and ranks."""
+    marked = _MARKED.format(where=where)
+    c.execute("INSERT OR REPLACE INTO msg_purged (id, hlc, origin, seq, to_workspace, to_project)"
+              f" SELECT m.id, m.hlc, m.origin, m.seq, m.to_workspace, m.to_project {marked}",
+              params)
+    for table in ("msg_hold", "msg_revision", "msg_decision", "messages"):
+        c.execute(f"DELETE FROM {table} WHERE id IN (SELECT m.id {marked})", params)
+
+
+_PURGE_COLS = ("workspace", "project", "id", "scope", "by_user", "reason", "at_ms", "max_at_ms",
+               "epoch", "hlc", "origin", "seq")
+_PURGE_UPSERT = (
+    f"INSERT INTO msg_purge ({', '.join(_PURGE_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in _PURGE_COLS)}) "
+    "ON CONFLICT (workspace, project) DO UPDATE SET "
+    + ", ".join(f"{c} = CASE WHEN {_STAMP_GT.format(t='msg_purge')} THEN excluded.{c}"
+                f" ELSE msg_purge.{c} END"
+                for c in ("id", "scope", "by_user", "reason", "at_ms", "epoch", "hlc", "origin",
+                          "seq"))
+    + ", max_at_ms = max(msg_purge.max_at_ms, excluded.max_at_ms)"
+)
+
+
+def _msg_purge(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    b = op.body
+    ws, proj = str(b["workspace"]), str(b["project"])
+    at_ms = int(b.get("at_ms", physical_ms(op.hlc)))
+    c.execute(_PURGE_UPSERT, {
+        "workspace": ws, "project": proj, "id": str(b["id"]), "scope": b.get("scope"),
+        "by_user": b.get("by_user"), "reason": b.get("reason"), "at_ms": at_ms,
+        "max_at_ms": at_ms, "epoch": op.epoch, **_stamp(op)})
+    _purge_marked(c, "m.to_workspace = ? AND m.to_project = ?", (ws, proj))
 
 
 _SET_STATE = ("UPDATE messages SET state = "
@@ -323,15 +378,22 @@ def _msg_decision(c: sqlite3.Connection, op: Op) -> None:
         c.execute(_DECISION_UPSERT, {**decision_row(op), **_stamp(op), "id": str(op.body["id"])})
 
 
+def _purged(c: sqlite3.Connection, msg_id: str) -> bool:
+    return c.execute("SELECT 1 FROM msg_purged WHERE id = ?", (msg_id,)).fetchone() is not None
+
+
 def _msg_terminal(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     msg_id = str(op.body["id"])
-    _msg_decision(c, op)
+    if not _purged(c, msg_id):  # a purged message keeps its terminal op, not its decision
+        _msg_decision(c, op)
     c.execute(_TERM_UPSERT, {**terminal_row(op), **_stamp(op), "id": msg_id})
     c.execute(_SET_STATE, (msg_id,))
 
 
 def _msg_hold(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     msg_id = str(op.body["id"])
+    if _purged(c, msg_id):
+        return
     _msg_decision(c, op)
     c.execute(_HOLD_UPSERT, {**hold_row(op), **_stamp(op), "id": msg_id})
     revision = revision_row(op)
@@ -393,6 +455,7 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MSG_APPROVE: _msg_hold,
     K.MSG_REJECT: _msg_terminal,
     K.MSG_EMPTY: _msg_empty,
+    K.MSG_PURGE: _msg_purge,
     K.LINK_PUT: _link_put,
     K.GRANT_PUT: _grant_put,
     K.NSUB_PUT: _nsub_put,

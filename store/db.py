@@ -35,6 +35,7 @@ from common.ops import (
     MSG_CANCEL,
     MSG_CLAIM,
     MSG_EMPTY,
+    MSG_PURGE,
     MSG_REJECT,
     MSG_SEND,
     OP_FRAME_BYTES,
@@ -55,6 +56,7 @@ from store.records import (
     SESSION_FIELDS,
     decision_op,
     edit_ops,
+    purge_op,
     reject_op,
 )
 from store.schema import connect, migrate
@@ -206,6 +208,8 @@ class Store(DomainReads):
         if not batch:
             return []
         new = await self._writer.apply(batch, now_ms)
+        if any(op.kind == MSG_PURGE for op in new):
+            self._projects.clear()  # a purge may have taken a project away
         # Before returning, so that no ack for these ops can precede the head.
         for op in new:
             if op.key.startswith(_PULLED_PREFIXES):
@@ -474,6 +478,36 @@ class Store(DomainReads):
                     "SELECT * FROM pop_empty WHERE mailbox = ?"
                     " ORDER BY at_ms DESC, hlc DESC, origin DESC, seq DESC LIMIT ?",
                     (key, empty_max))]
+        return out + await self._purge_state_ops(key, workspace, project, history_max)
+
+    async def _purge_state_ops(self, key: str, workspace: str, project: str,
+                               history_max: int) -> list[Op]:
+        """The mailbox's mark, and for its ``history_max`` latest purged
+        messages a bodiless stand-in of the send and, if claimed under a
+        request id, the claim (as :meth:`store.in_memory.Replica.mailbox_state_ops`)."""
+        mark = await self._reads.fetchone(
+            "SELECT * FROM msg_purge WHERE workspace = ? AND project = ?", (workspace, project))
+        if mark is None:
+            return []
+        out = [purge_op(key, dict(mark), mark["hlc"], mark["origin"], mark["seq"],
+                        mark["epoch"])]
+        rows = await self._reads.fetchall(
+            "SELECT g.id, g.hlc, g.origin, g.seq, t.state AS t_state, t.epoch AS t_epoch,"
+            " t.hlc AS t_hlc, t.origin AS t_origin, t.seq AS t_seq, t.claimed_by_session,"
+            " t.claimed_by_agent, t.request_id, t.claimed_at_ms"
+            " FROM msg_purged g LEFT JOIN msg_terminal t ON t.id = g.id"
+            " WHERE g.to_workspace = ? AND g.to_project = ?"
+            " ORDER BY g.hlc DESC, g.origin DESC, g.seq DESC LIMIT ?",
+            (workspace, project, history_max))
+        for r in rows:
+            stub = {"id": r["id"], "to_workspace": workspace, "to_project": project}
+            out.append(Op(r["origin"], r["seq"], r["hlc"], MSG_SEND, key, stub, 0))
+            if r["t_state"] != CLAIMED or r["request_id"] is None:
+                continue
+            out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CLAIM, key, {
+                "id": r["id"], "claimer_session": r["claimed_by_session"],
+                "claimer_agent": r["claimed_by_agent"], "request_id": r["request_id"],
+                "at_ms": r["claimed_at_ms"]}, r["t_epoch"]))
         return out
 
 
@@ -570,4 +604,10 @@ class Store(DomainReads):
                 "access": r["access"], "granted": bool(r["granted"]), "at_ms": r["at_ms"]}
                 for r in await fetch(
                     "SELECT * FROM project_grants ORDER BY user, workspace, project")},
+            "purges": await self.purge_marks(),
+            "purge_at": [tuple(r) for r in await fetch(
+                "SELECT workspace, project, max_at_ms FROM msg_purge ORDER BY workspace, project")],
+            "purged": {r["id"]: [[r["hlc"], r["origin"], r["seq"]], r["to_workspace"],
+                                 r["to_project"]]
+                       for r in await fetch("SELECT * FROM msg_purged ORDER BY id")},
         }

@@ -30,6 +30,15 @@ How each rule is kept order-free (ranks are defined in :mod:`store.records`):
   ``created_at`` is the minimum seen; ``grant.put`` is last-writer-wins per
   (memory, agent), a revoke being a put with ``granted`` false; ``nsub.put``
   likewise per (agent, namespace);
+* ``msg.purge`` (issue 27) keeps, per mailbox, the greatest purge (the
+  *mark*) and the greatest ``at_ms`` of its purges. A message whose winning
+  send ranks below its mailbox's mark is dropped with its hold and saved
+  edit, and its id kept in a purged set with the rank of that send: a copy
+  ranked at or above it is ignored, a lower one is judged again (a
+  message's mailbox comes from its send). Terminal ops stay. Sessions and
+  harness rows are kept as merged, and every read hides those of a project
+  whose last activity is before its purge ``at_ms`` (a harness's first
+  activity reads as no earlier than it), which keeps the rule order-free;
 * users keep root and password hash last-writer-wins and ``removed`` as a
   sticky flag; API keys keep their identity fields from the lowest-ranked
   op and ``revoked`` as a sticky flag; project grants are last-writer-wins
@@ -57,6 +66,7 @@ from common.ops import Op, op_weight, pack_body
 from store.records import (
     EMPTY_FIELDS,
     MESSAGE_FIELDS,
+    PURGE_FIELDS,
     Rank,
     TerminalRank,
     apikey_row,
@@ -76,6 +86,7 @@ from store.records import (
     nsub_row,
     pgrant_row,
     physical_ms,
+    purge_op,
     reject_op,
     revision_row,
     terminal_rank,
@@ -151,6 +162,11 @@ class Replica:
         self._users: dict[str, _Ranked] = {}
         self._apikeys: dict[str, _Ranked] = {}
         self._pgrants: dict[tuple[str, str, str], _Ranked] = {}
+        # purges (issue 27): (workspace, project) -> greatest msg.purge; -> greatest at_ms
+        self._marks: dict[tuple[str, str], Op] = {}
+        self._purge_at: dict[tuple[str, str], int] = {}
+        # message id -> (rank of the purged send, its workspace, project)
+        self._purged: dict[str, tuple[Rank, str, str]] = {}
 
     # -- applying ops --------------------------------------------------------
 
@@ -195,18 +211,20 @@ class Replica:
         elif kind == K.SESSION_START:
             self._session_start(op)
         elif kind == K.MSG_SEND:
-            row = message_row(op)
-            old = self._messages.get(row["id"])
-            if old is None or lww_rank(op) < old.rank:
-                self._messages[row["id"]] = _Message(lww_rank(op), row, op.epoch)
+            self._msg_send(op)
+        elif kind == K.MSG_PURGE:
+            self._msg_purge(op)
         elif kind in K.TERMINAL_KINDS:
             msg_id = str(op.body["id"])
             cur = self._terminals.get(msg_id)
             if cur is None or terminal_rank(op) > cur.rank:
                 self._terminals[msg_id] = _Terminal(terminal_rank(op), terminal_row(op))
-            self._decide(op)
+            if msg_id not in self._purged:  # a purged message keeps its terminal, not its decision
+                self._decide(op)
         elif kind in K.HOLD_KINDS:
             msg_id = str(op.body["id"])
+            if msg_id in self._purged:
+                return
             stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
             self._decide(op)
             _keep_highest(self._holds, msg_id, {**hold_row(op), **stamp})
@@ -249,6 +267,80 @@ class Replica:
                 self._pgrants[pkey] = _Ranked(lww_rank(op), pg)
         else:
             raise ValueError(f"unknown op kind {kind!r}")
+
+    def _mark_of(self, row: dict[str, Any]) -> Rank | None:
+        mark = self._marks.get((row["to_workspace"], row["to_project"]))
+        return None if mark is None else lww_rank(mark)
+
+    def _msg_send(self, op: Op) -> None:
+        row = message_row(op)
+        mid, rank = row["id"], lww_rank(op)
+        purged = self._purged.get(mid)
+        if purged is not None:
+            if purged[0] <= rank:
+                return
+            del self._purged[mid]  # a lower copy: judged again below
+        old = self._messages.get(mid)
+        if old is None or rank < old.rank:
+            self._messages[mid] = _Message(rank, row, op.epoch)
+        self._purge_if_marked(mid)
+
+    def _purge_if_marked(self, mid: str) -> bool:
+        msg = self._messages[mid]
+        mark = self._mark_of(msg.row)
+        if mark is None or msg.rank >= mark:
+            return False
+        del self._messages[mid]
+        self._holds.pop(mid, None)
+        self._revisions.pop(mid, None)
+        self._decisions.pop(mid, None)  # awaiting or rejected, it goes like any other
+        self._purged[mid] = (msg.rank, msg.row["to_workspace"], msg.row["to_project"])
+        return True
+
+    def _msg_purge(self, op: Op) -> None:
+        b = op.body
+        scope = (str(b["workspace"]), str(b["project"]))
+        at_ms = int(b.get("at_ms", physical_ms(op.hlc)))
+        self._purge_at[scope] = max(self._purge_at.get(scope, at_ms), at_ms)
+        cur = self._marks.get(scope)
+        if cur is not None and lww_rank(cur) >= lww_rank(op):
+            return
+        self._marks[scope] = op
+        for mid in [m for m, msg in self._messages.items()
+                    if (msg.row["to_workspace"], msg.row["to_project"]) == scope]:
+            self._purge_if_marked(mid)
+
+    def _project_hidden(self, workspace: str, project: str, last_at_ms: int) -> bool:
+        """Is activity last seen at ``last_at_ms`` older than the project's purge?"""
+        cut = self._purge_at.get((workspace, project))
+        return cut is not None and last_at_ms < cut
+
+    def purge_marks(self) -> list[dict[str, Any]]:
+        """Every mailbox's mark (the greatest purge): its body and rank."""
+        return [{**{k: op.body.get(k) for k in PURGE_FIELDS},
+                 "at_ms": int(op.body.get("at_ms", physical_ms(op.hlc))),
+                 "hlc": op.hlc, "origin": op.origin, "seq": op.seq, "epoch": op.epoch}
+                for _, op in sorted(self._marks.items())]
+
+    def memory_ids_under(self, namespace: str, *, limit: int) -> list[str]:
+        """As :meth:`store.reads.DomainReads.memory_ids_under`."""
+        return sorted(k for k, m in self._memories.items()
+                      if m.row["namespace"] == namespace
+                      or str(m.row["namespace"]).startswith(namespace + "/"))[:limit]
+
+    def mailbox_projects(self, workspace: str) -> list[str]:
+        """As :meth:`store.reads.DomainReads.mailbox_projects`."""
+        found = {m.row["to_project"] for m in self._messages.values()
+                 if m.row["to_workspace"] == workspace}
+        found |= {proj for ws, proj in self._marks if ws == workspace}
+        return sorted(p for p in found if p is not None)
+
+    def is_purged(self, msg_id: str) -> bool:
+        return msg_id in self._purged
+
+    def purged_rank(self, msg_id: str) -> Rank:
+        """The (hlc, origin, seq) of the purged send of ``msg_id``."""
+        return self._purged[msg_id][0]
 
     def _user_put(self, op: Op) -> None:
         row = user_row(op)
@@ -441,7 +533,7 @@ class Replica:
             read = (agent_id, r["id"]) in self._reads
             if (unread_only and read) or (min_priority is not None and r["priority"] < min_priority):
                 continue
-            if since_ms is not None and r["created_at_ms"] < since_ms:
+            if since_ms is not None and r["created_at_ms"] <= since_ms:
                 continue
             out.append({**r, "read": read})
         return out
@@ -455,6 +547,12 @@ class Replica:
 
     def inbox_count(self, agent_id: str, *, unread_only: bool, now_ms: int) -> int:
         return len(self._inbox_rows(agent_id, unread_only, now_ms))
+
+    def unread_senders(self, agent_id: str, *, now_ms: int, limit: int) -> list[tuple[str, int]]:
+        counts: dict[str, int] = {}
+        for r in self._inbox_rows(agent_id, True, now_ms):
+            counts[r["from"]] = counts.get(r["from"], 0) + 1
+        return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
 
     def notifications(self, ids: Iterable[str]) -> list[dict[str, Any]]:
         out = []
@@ -477,19 +575,30 @@ class Replica:
                 "capabilities": a.capabilities, "registered_at_ms": a.registered_at_ms,
                 "last_seen_at_ms": a.last_seen_at_ms}
 
+    def _live_harnesses(self) -> dict[tuple[str, str, str], list[int]]:
+        out = {}
+        for (ws, proj, harness), (first, last) in self._harnesses.items():
+            if not self._project_hidden(ws, proj, last):
+                out[(ws, proj, harness)] = [max(first, self._purge_at.get((ws, proj), first)),
+                                            last]
+        return out
+
     def project_exists(self, workspace: str, project: str) -> bool:
-        return any(k[0] == workspace and k[1] == project for k in self._harnesses)
+        return any(k[0] == workspace and k[1] == project for k in self._live_harnesses())
 
     def project_harnesses(self, workspace: str, project: str) -> set[str]:
-        return {k[2] for k in self._harnesses if k[0] == workspace and k[1] == project}
+        return {k[2] for k in self._live_harnesses() if k[0] == workspace and k[1] == project}
 
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         cur = self._sessions.get(session_id)
-        return None if cur is None else dict(cur.row)
+        if cur is None or self._project_hidden(cur.row["workspace"], cur.row["project"],
+                                               cur.row["last_at_ms"]):
+            return None
+        return dict(cur.row)
 
     def list_projects(self) -> list[dict[str, Any]]:
         grouped: dict[tuple[str, str], dict[str, Any]] = {}
-        for (ws, proj, harness), (first, last) in sorted(self._harnesses.items()):
+        for (ws, proj, harness), (first, last) in sorted(self._live_harnesses().items()):
             p = grouped.setdefault((ws, proj), {"workspace": ws, "project": proj,
                                                 "harnesses": [], "first_at_ms": first,
                                                 "last_active_at_ms": last})
@@ -561,11 +670,14 @@ class Replica:
         return sorted((m for m in self._messages.values() if pred(m)), key=lambda m: m.rank)
 
     def mailbox_pending(self, workspace: str, project: str, *, limit: int,
-                        agent: str | None = None) -> list[dict[str, Any]]:
+                        agent: str | None = None,
+                        with_held: bool = False) -> list[dict[str, Any]]:
+        states = (PENDING, EDITING) if with_held else (PENDING,)
+
         def pred(m: _Message) -> bool:
             r = m.row
             return (r["to_workspace"] == workspace and r["to_project"] == project
-                    and self._state(r["id"]) == PENDING
+                    and self._state(r["id"]) in states
                     and (agent is None or r["to_agent"] is None or r["to_agent"] == agent))
         return [self._view(m) for m in self._fifo(pred)[:limit]]
 
@@ -584,12 +696,14 @@ class Replica:
         return [self._view(m) for m in msgs[offset:offset + limit]]
 
     def outbox(self, from_workspace: str, from_project: str, *, limit: int,
-               pending_only: bool = True) -> list[dict[str, Any]]:
+               pending_only: bool = True, with_held: bool = False) -> list[dict[str, Any]]:
+        # Still queued: pending or awaiting an approver (with_held: editing too).
+        states = (PENDING, lifecycle.AWAITING) + ((EDITING,) if with_held else ())
+
         def pred(m: _Message) -> bool:
             r = m.row
             return (r["from_workspace"] == from_workspace and r["from_project"] == from_project
-                    and (not pending_only
-                         or self._state(r["id"]) in (PENDING, lifecycle.AWAITING)))
+                    and (not pending_only or self._state(r["id"]) in states))
         return [self._view(m) for m in self._fifo(pred)[:limit]]
 
     def sent_messages(self, from_workspace: str, from_project: str, *, limit: int,
@@ -674,6 +788,35 @@ class Replica:
         out += [Op(op.origin, op.seq, op.hlc, K.MSG_EMPTY, key,
                    {name: empty_row(op)[name] for name in EMPTY_FIELDS}, op.epoch)
                 for op in empties[:empty_max]]
+        mark = self._marks.get((workspace, project))
+        if mark is not None:
+            out.append(purge_op(key, mark.body, mark.hlc, mark.origin, mark.seq, mark.epoch))
+        out += self._purged_claims(key, workspace, project, history_max)
+        return out
+
+    def _purged_claims(self, key: str, workspace: str, project: str,
+                       history_max: int) -> list[Op]:
+        """For the ``history_max`` latest purged messages of the mailbox (by
+        the rank of the purged send): a bodiless stand-in of the send at that
+        rank (below the mark, so the owner's model files the id as purged and
+        ignores any later copy of it), and its claim if it was claimed under
+        a request id, so an owner answers a retried pop of that request id
+        "nothing", never a newer message."""
+        mine = sorted(((rank, mid) for mid, (rank, ws, proj) in self._purged.items()
+                       if (ws, proj) == (workspace, project)), reverse=True)
+        out: list[Op] = []
+        for rank, mid in mine[:history_max]:
+            stub = {"id": mid, "to_workspace": workspace, "to_project": project}
+            out.append(Op(rank[1], rank[2], rank[0], K.MSG_SEND, key, stub, 0))
+            term = self._terminals.get(mid)
+            if term is None or term.row["state"] != CLAIMED or term.row["request_id"] is None:
+                continue
+            epoch, hlc, origin, seq = term.rank
+            t = term.row
+            out.append(Op(origin, seq, hlc, K.MSG_CLAIM, key,
+                          {"id": mid, "claimer_session": t["claimed_by_session"],
+                           "claimer_agent": t["claimed_by_agent"],
+                           "request_id": t["request_id"], "at_ms": t["claimed_at_ms"]}, epoch))
         return out
 
     def pop_decision(self, mailbox: str, request_id: str) -> tuple[str, str | None] | None:
@@ -732,6 +875,9 @@ class Replica:
             "users": {k: dict(v.row) for k, v in sorted(self._users.items())},
             "apikeys": {k: dict(v.row) for k, v in sorted(self._apikeys.items())},
             "pgrants": {"|".join(k): dict(v.row) for k, v in sorted(self._pgrants.items())},
+            "purges": self.purge_marks(),
+            "purge_at": sorted((*k, v) for k, v in self._purge_at.items()),
+            "purged": {k: [list(v[0]), v[1], v[2]] for k, v in sorted(self._purged.items())},
         }
 
 

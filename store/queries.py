@@ -73,7 +73,7 @@ def inbox_sql(*, unread_only: bool, min_priority: bool, since: bool, tier: bool)
     if min_priority:
         where.append("priority >= :min_priority")
     if since:
-        where.append("created_at_ms >= :since")
+        where.append("created_at_ms > :since")  # "after": the instant itself is left out
     if tier:
         where.append("tier = :tier")
     cond = " AND ".join(where)
@@ -83,6 +83,21 @@ def inbox_sql(*, unread_only: bool, min_priority: bool, since: bool, tier: bool)
     return (f"SELECT {NOTE_COLS} FROM notes WHERE {cond} AND read = 0 UNION ALL"
             f" SELECT {NOTE_COLS} FROM notes WHERE {cond} AND read = 1{order}")
 
+
+# Harness rows as reads see them: a project's rows last active before its
+# latest purge are hidden, and first activity reads no earlier than it
+# (common/ops.py msg.purge; the same rule as store/in_memory.py).
+LIVE_HARNESSES = (
+    "SELECT h.workspace AS workspace, h.project AS project, h.harness AS harness,"
+    " max(h.first_at_ms, coalesce(p.max_at_ms, h.first_at_ms)) AS first_at_ms,"
+    " h.last_at_ms AS last_at_ms FROM project_harnesses h LEFT JOIN msg_purge p"
+    " ON p.workspace = h.workspace AND p.project = h.project"
+    " WHERE p.max_at_ms IS NULL OR h.last_at_ms >= p.max_at_ms")
+# A session row ``s`` hidden by its project's purge.
+SESSION_HIDDEN = ("EXISTS (SELECT 1 FROM msg_purge p WHERE p.workspace = s.workspace"
+                  " AND p.project = s.project AND s.last_at_ms < p.max_at_ms)")
+PURGE_MARK_COLS = ("id", "workspace", "project", "scope", "by_user", "reason", "at_ms", "hlc",
+                   "origin", "seq", "epoch")
 
 STAT_TABLES = ("oplog", "memories", "mem_tombstones", "notes", "note_reads", "agents", "pop_empty",
                "sessions", "project_harnesses", "messages", "msg_terminal", "msg_hold",

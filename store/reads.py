@@ -28,9 +28,9 @@ class DomainReads:
 
     def __init__(self, reads: ReadPool) -> None:
         self._reads = reads
-        # Projects seen to exist. A project only ever comes to exist (no op
-        # removes its harness rows), so a hit is final and a send needs no
-        # read of the database for a project it has seen before.
+        # Projects seen to exist, so a send needs no read of the database
+        # for a project it has seen before. Only a purge (msg.purge) takes a
+        # project away: applying one empties this cache (store.db.Store).
         self._projects: set[tuple[str, str]] = set()
 
     # -- memories -------------------------------------------------------------------
@@ -56,11 +56,11 @@ class DomainReads:
 
     async def memories_since(self, since_ms: int, *, limit: int,
                              now_ms: int) -> list[dict[str, Any]]:
-        """Live memories updated at or after ``since_ms``, oldest first (the
-        upstream ``/sync/since`` pull)."""
+        """Live memories updated strictly after ``since_ms``, oldest first (the
+        upstream ``/sync/since`` pull, whose ``since`` is exclusive)."""
         rows = await self._reads.fetchall(
             f"SELECT {Q.MEMORY_COLS} FROM memories WHERE {Q.NOT_EXPIRED}"
-            " AND updated_at_ms >= :since ORDER BY updated_at_ms, id LIMIT :limit",
+            " AND updated_at_ms > :since ORDER BY updated_at_ms, id LIMIT :limit",
             {"now": now_ms, "since": since_ms, "limit": limit})
         return [Q.memory(r) for r in rows]
 
@@ -90,6 +90,17 @@ class DomainReads:
             {"agent": agent_id, "now": now_ms})
         return int(row[0]) if row else 0
 
+    async def unread_senders(self, agent_id: str, *, now_ms: int,
+                             limit: int) -> list[tuple[str, int]]:
+        """Who sent ``agent_id``'s unread, unexpired notifications: (sender, how many),
+        most first, then by name; at most ``limit`` senders."""
+        rows = await self._reads.fetchall(
+            f"SELECT from_agent, count(*) AS n FROM notes WHERE to_agent = :agent"
+            f" AND read = 0 AND {Q.NOT_EXPIRED} GROUP BY from_agent"
+            " ORDER BY n DESC, from_agent LIMIT :limit",
+            {"agent": agent_id, "now": now_ms, "limit": limit})
+        return [(str(r[0]), int(r[1])) for r in rows]
+
     async def notifications(self, ids: Iterable[str]) -> list[dict[str, Any]]:
         """The notifications with these ids, in the order asked; unknown ids are skipped."""
         wanted = list(dict.fromkeys(ids))
@@ -102,7 +113,7 @@ class DomainReads:
             found.update((r["id"], Q.note(r)) for r in rows)
         return [found[i] for i in wanted if i in found]
 
-    # -- stream replay (daemon/streams.py) ----------------------------------------
+    # -- stream replay (daemon/http/stream_hub.py) ---------------------------------
 
     @staticmethod
     def _not_covered(cursor: dict[str, int], params: dict[str, Any], prefix: str = "") -> str:
@@ -168,7 +179,7 @@ class DomainReads:
         if (workspace, project) in self._projects:
             return True
         row = await self._reads.fetchone(
-            "SELECT 1 FROM project_harnesses WHERE workspace = ? AND project = ? LIMIT 1",
+            f"SELECT 1 FROM ({Q.LIVE_HARNESSES}) WHERE workspace = ? AND project = ? LIMIT 1",
             (workspace, project))
         if row is None:
             return False
@@ -178,24 +189,52 @@ class DomainReads:
 
     async def project_harnesses(self, workspace: str, project: str) -> set[str]:
         rows = await self._reads.fetchall(
-            "SELECT harness FROM project_harnesses WHERE workspace = ? AND project = ?",
+            f"SELECT harness FROM ({Q.LIVE_HARNESSES}) WHERE workspace = ? AND project = ?",
             (workspace, project))
         return {r[0] for r in rows}
 
     async def get_session(self, session_id: str) -> dict[str, Any] | None:
         row = await self._reads.fetchone(
-            f"SELECT {Q.SESSION_COLS} FROM sessions WHERE session_id = ?", (session_id,))
+            f"SELECT {Q.SESSION_COLS} FROM sessions s WHERE session_id = ?"
+            f" AND NOT {Q.SESSION_HIDDEN}", (session_id,))
         return None if row is None else dict(row)
 
     async def last_active_project(self) -> tuple[str, str] | None:
         row = await self._reads.fetchone(
-            "SELECT workspace, project FROM project_harnesses"
+            f"SELECT workspace, project FROM ({Q.LIVE_HARNESSES})"
             " ORDER BY last_at_ms DESC, workspace, project LIMIT 1")
         return None if row is None else (row[0], row[1])
 
     async def list_projects(self) -> list[dict[str, Any]]:
         return Q.projects(await self._reads.fetchall(
-            "SELECT * FROM project_harnesses ORDER BY workspace, project, harness"))
+            f"SELECT * FROM ({Q.LIVE_HARNESSES}) ORDER BY workspace, project, harness"))
+
+    async def purge_marks(self) -> list[dict[str, Any]]:
+        """Every mailbox's mark (its greatest purge), as
+        :meth:`store.in_memory.Replica.purge_marks` gives them."""
+        rows = await self._reads.fetchall(
+            f"SELECT {', '.join(Q.PURGE_MARK_COLS)} FROM msg_purge ORDER BY workspace, project")
+        return [dict(r) for r in rows]
+
+    async def memory_ids_under(self, namespace: str, *, limit: int) -> list[str]:
+        """Ids of the memories in ``namespace`` or below it (``namespace/...``),
+        at most ``limit``, expired ones included."""
+        rows = await self._reads.fetchall(
+            "SELECT id FROM memories WHERE namespace = ?1"
+            " OR substr(namespace, 1, length(?1) + 1) = ?1 || '/' ORDER BY id LIMIT ?2",
+            (namespace, limit))
+        return [r[0] for r in rows]
+
+    async def mailbox_projects(self, workspace: str) -> list[str]:
+        """Projects of ``workspace`` that hold a message or a purge mark."""
+        rows = await self._reads.fetchall(
+            "SELECT to_project FROM messages WHERE to_workspace = ?1"
+            " UNION SELECT project FROM msg_purge WHERE workspace = ?1 ORDER BY 1", (workspace,))
+        return [r[0] for r in rows if r[0] is not None]
+
+    async def is_purged(self, msg_id: str) -> bool:
+        return await self._reads.fetchone(
+            "SELECT 1 FROM msg_purged WHERE id = ?", (msg_id,)) is not None
 
     # -- mailbox ------------------------------------------------------------------
 
@@ -218,10 +257,13 @@ class DomainReads:
         return None if row is None else {name: row[name] for name in MESSAGE_FIELDS}
 
     async def mailbox_pending(self, workspace: str, project: str, *, limit: int,
-                              agent: str | None = None) -> list[dict[str, Any]]:
+                              agent: str | None = None,
+                              with_held: bool = False) -> list[dict[str, Any]]:
         """Pending messages of a mailbox, oldest send first; with ``agent``,
-        only those addressed to nobody in particular or to that agent."""
-        where = f"m.to_workspace = ? AND m.to_project = ? AND m.state = '{PENDING}'"
+        only those addressed to nobody in particular or to that agent; with
+        ``with_held``, the messages held for an edit too, in their places."""
+        states = f"('{PENDING}', '{EDITING}')" if with_held else f"('{PENDING}')"
+        where = f"m.to_workspace = ? AND m.to_project = ? AND m.state IN {states}"
         params: list[Any] = [workspace, project]
         if agent is not None:
             where += " AND (m.to_agent IS NULL OR m.to_agent = ?)"
@@ -246,10 +288,13 @@ class DomainReads:
                                     "m.hlc DESC, m.origin DESC, m.seq DESC", limit, offset)
 
     async def outbox(self, from_workspace: str, from_project: str, *, limit: int,
-                     pending_only: bool = True) -> list[dict[str, Any]]:
+                     pending_only: bool = True, with_held: bool = False) -> list[dict[str, Any]]:
+        """A project's sent messages, oldest first: pending ones (with
+        ``with_held``, those held for an edit too), or every state."""
         where = "m.from_workspace = ? AND m.from_project = ?"
-        if pending_only:  # still queued: pending, or awaiting an approver
-            where += f" AND m.state IN ('{PENDING}', '{AWAITING}')"
+        if pending_only:  # still queued: pending, or awaiting an approver (and held)
+            where += (f" AND m.state IN ('{PENDING}', '{AWAITING}', '{EDITING}')" if with_held
+                      else f" AND m.state IN ('{PENDING}', '{AWAITING}')")
         return await self._messages(where, (from_workspace, from_project), Q.FIFO, limit)
 
     async def sent_messages(self, from_workspace: str, from_project: str, *, limit: int,

@@ -25,7 +25,16 @@ from typing import Any, Final
 
 from common import lifecycle
 from common.lifecycle import CANCELLED, CLAIMED, EDITING, PENDING, REJECTED
-from common.ops import MSG_APPROVE, MSG_CANCEL, MSG_CLAIM, MSG_HOLD, MSG_REJECT, MSG_RELEASE, Op
+from common.ops import (
+    MSG_APPROVE,
+    MSG_CANCEL,
+    MSG_CLAIM,
+    MSG_HOLD,
+    MSG_PURGE,
+    MSG_REJECT,
+    MSG_RELEASE,
+    Op,
+)
 from common.vocab import EMPTY_FIELDS as EMPTY_FIELDS
 from common.vocab import MESSAGE_FIELDS as MESSAGE_FIELDS
 from common.vocab import NOTE_FIELDS as NOTE_FIELDS
@@ -359,3 +368,15 @@ def edit_ops(key: str, msg_id: str, hold: Any, revision: Any) -> list[Op]:
                        "content": {"subject": revision["subject"], "body": revision["body"]}},
                       revision["epoch"]))
     return out
+
+
+PURGE_FIELDS: Final = ("id", "workspace", "project", "scope", "by_user", "reason", "at_ms")
+
+
+def purge_op(key: str, body: Any, hlc: int, origin: str, seq: int, epoch: int) -> Op:
+    """A mailbox's mark (its greatest ``msg.purge``), rebuilt as the op for an
+    owner's model from a stored row or op body."""
+    out = {k: body.get(k) for k in PURGE_FIELDS}
+    at_ms = body.get("at_ms")
+    out["at_ms"] = physical_ms(hlc) if at_ms is None else int(at_ms)
+    return Op(origin, seq, hlc, MSG_PURGE, key, out, epoch)

@@ -89,3 +89,20 @@ def test_author_only_actions(action: str) -> None:
 def test_an_unknown_author_action_is_a_programming_error() -> None:
     with pytest.raises(KeyError):
         policy.check_author(keyed(root=True), "a", "message.pop")
+
+
+def test_a_project_purge_needs_write_on_the_whole_workspace_or_root() -> None:
+    for refused in (keyed(), keyed(ProjectGrant("ws", "alpha", "write")),
+                    keyed(ProjectGrant("ws", None, "read")),
+                    keyed(ProjectGrant("other", None, "write"))):
+        with pytest.raises(Forbidden, match="all of workspace ws"):
+            policy.check(refused, "project.purge", {"box": A})
+    policy.check(keyed(ProjectGrant("ws", None, "write")), "project.purge", {"box": A})
+    policy.check(keyed(root=True), "project.purge", {"box": A})
+    policy.check(Principal.anonymous("agent-1"), "project.purge", {"box": A})
+
+
+def test_a_workspace_purge_is_roots_alone() -> None:
+    with pytest.raises(Forbidden, match="root"):
+        policy.check(keyed(ProjectGrant("ws", None, "write")), "workspace.purge")
+    policy.check(keyed(root=True), "workspace.purge")

@@ -16,6 +16,8 @@ def needs(action: str) -> str:
         return "root"
     if action in policy.AUTHOR_ONLY:
         return "the author's bound key, or root"
+    if action in policy.WORKSPACE_WIDE:
+        return f"{policy.WORKSPACE_WIDE[action]} on all of box's workspace, or root"
     return ", ".join(f"{access} on {role}" for role, access in policy.ACTIONS[action])
 
 
@@ -33,7 +35,7 @@ def documented() -> dict[str, str]:
 
 
 def test_the_documented_table_is_the_policy_table() -> None:
-    every = {*policy.ACTIONS, *policy.ROOT_ONLY, *policy.AUTHOR_ONLY}
+    every = {*policy.ACTIONS, *policy.ROOT_ONLY, *policy.AUTHOR_ONLY, *policy.WORKSPACE_WIDE}
     rows = documented()
     expected = {action: needs(action) for action in every}
     assert rows == expected, "docs/security.md should list:\n" + "\n".join(
@@ -44,3 +46,5 @@ def test_the_three_kinds_of_rule_do_not_overlap() -> None:
     assert not set(policy.ACTIONS) & policy.ROOT_ONLY
     assert not set(policy.ACTIONS) & policy.AUTHOR_ONLY
     assert not policy.ROOT_ONLY & policy.AUTHOR_ONLY
+    wide = set(policy.WORKSPACE_WIDE)
+    assert not wide & (set(policy.ACTIONS) | policy.ROOT_ONLY | policy.AUTHOR_ONLY)

@@ -16,6 +16,7 @@ from daemon.api import (
     memories,
     notify,
     peer,
+    purge,
     routing,
     search,
     streams,
@@ -26,7 +27,7 @@ from daemon.api import (
 )
 from daemon.api.call import Route
 
-ROUTE_MODULES: list[Any] = [routing, system, memories, notify, agents, mail, subscriptions, peer,
-                            sync, search, backup, webui, identity, mcp, streams]
+ROUTE_MODULES: list[Any] = [routing, system, memories, notify, agents, mail, purge, subscriptions,
+                            peer, sync, search, backup, webui, identity, mcp, streams]
 MIDDLEWARES: list[Any] = [m for mod in ROUTE_MODULES for m in getattr(mod, "MIDDLEWARES", [])]
 OPERATIONS: list[Route] = [r for mod in ROUTE_MODULES for r in getattr(mod, "OPERATIONS", [])]

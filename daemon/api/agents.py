@@ -17,9 +17,9 @@ from aiohttp import web
 
 from common.errors import AiMemoryError
 from daemon.api.call import ApiCall, Route, serve
-from daemon.appkeys import NODE
-from daemon.auth import principal_of
-from daemon.http_errors import Handler
+from daemon.http.appkeys import NODE
+from daemon.http.auth import principal_of
+from daemon.http.errors import Handler
 from daemon.schemas.agents import RegisterAgent
 from daemon.services import agents as service
 

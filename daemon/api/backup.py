@@ -27,16 +27,16 @@ from aiohttp import web
 from common import limits
 from common.errors import Conflict, Forbidden
 from common.policy import KEYS, check
-from daemon.appkeys import NODE
-from daemon.auth import NOBODY, principal_of
-from daemon.http_errors import error_response
-from daemon.logs import HEADER as REQUEST_ID_HEADER
-from daemon.logs import request_id
-from daemon.peer_auth import BOOT_HEADER, BootMismatch
+from daemon.http.appkeys import NODE
+from daemon.http.auth import NOBODY, principal_of
+from daemon.http.errors import error_response
+from daemon.peer.auth import BOOT_HEADER, BootMismatch
+from daemon.peer.client import BACKUP_PATH
+from daemon.runtime.logs import HEADER as REQUEST_ID_HEADER
+from daemon.runtime.logs import request_id
+from daemon.runtime.tls import check_peer_cert
 from daemon.services import backup as svc
-from daemon.tls import check_peer_cert
 
-BACKUP_PATH = "/api/v1/admin/backup"
 BUSY: web.AppKey[asyncio.Lock] = web.AppKey("backup_lock")
 
 

@@ -26,12 +26,12 @@ from aiohttp import web
 
 from common.errors import BadRequest
 from common.policy import Principal
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import Handler, read_body
+from daemon.http.appkeys import NODE
+from daemon.http.auth import acting_agent, principal_of
+from daemon.http.errors import Handler, read_body
 from daemon.schemas.headers import session_id
 from daemon.schemas.ids import check_idempotency_key
-from daemon.validation import validate
+from daemon.schemas.validation import validate
 
 if TYPE_CHECKING:
     from daemon.node import Node
@@ -65,7 +65,7 @@ class ApiCall:
         return principal_of(self.request)
 
     def agent(self, claimed: str | None, *, required: bool = True) -> str | None:
-        """The acting agent (:func:`daemon.auth.acting_agent`)."""
+        """The acting agent (:func:`daemon.http.auth.acting_agent`)."""
         return acting_agent(self.principal, claimed, required=required)
 
     @property
@@ -84,7 +84,7 @@ class ApiCall:
         return validate(model, data)
 
     def params(self, model: type[M]) -> M:
-        """The query validated with ``model`` (repeated keys as :func:`daemon.http_errors.query_model`)."""
+        """The query validated with ``model`` (repeated keys as :func:`daemon.http.errors.query_model`)."""
         return validate(model, dict(self.query))
 
 

@@ -5,7 +5,7 @@ The admin endpoints need a root principal (:func:`common.policy.check` with
 by :func:`caller`: a directory key (``Authorization: Bearer aim_...`` or
 ``X-API-Key: aim_...``) through the node's :class:`ReplicatedDirectory`
 (unknown, revoked or removed: 401); a static ``[auth].api_keys`` key (as
-Bearer, or through :func:`daemon.auth.principal_of` as ``X-API-Key``) is
+Bearer, or through :func:`daemon.http.auth.principal_of` as ``X-API-Key``) is
 root, as that function says; no key is anonymous. An anonymous caller is accepted for administration only from
 loopback, whatever mode the node runs in.
 
@@ -23,9 +23,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from common.errors import BadRequest, Forbidden
 from common.policy import ANONYMOUS, Principal, check
-from daemon.appkeys import NODE
-from daemon.auth import principal_of
-from daemon.http_errors import query_model, read_json
+from daemon.http.appkeys import NODE
+from daemon.http.auth import principal_of
+from daemon.http.errors import query_model, read_json
 from daemon.identity import admin
 from daemon.schemas.identity import (
     AddUser,
@@ -47,7 +47,7 @@ def presented_key(request: web.Request) -> str | None:
 
 
 async def caller(request: web.Request) -> Principal:
-    """The caller, as the key middleware resolved it (daemon/auth.py)."""
+    """The caller, as the key middleware resolved it (daemon/http/auth.py)."""
     return principal_of(request)
 
 

@@ -1,6 +1,6 @@
 """The operations of sessions, projects and project mail (see :mod:`daemon.api.call`).
 
-Each hands the caller (:func:`daemon.auth.principal_of`) to
+Each hands the caller (:func:`daemon.http.auth.principal_of`) to
 :mod:`daemon.services.mail`, which asks :func:`common.policy.check` once it
 knows the projects involved."""
 
@@ -15,9 +15,18 @@ from common import limits
 from common.randomid import uuid4
 from common.vocab import CONSISTENCY_DEFAULT, NATURE_DEFAULT, Box, Consistency, Nature
 from daemon.api.call import ApiCall, Route, serve
-from daemon.auth import owner_user
+from daemon.http.auth import owner_user
+from daemon.schemas.validation import (
+    AgentId,
+    Lenient,
+    RequestId,
+    ScopeName,
+    Strict,
+    text,
+    validate,
+)
+from daemon.services import handoff as handoffs
 from daemon.services import mail
-from daemon.validation import AgentId, Lenient, RequestId, ScopeName, Strict, text, validate
 
 MessageId = Annotated[str, StringConstraints(min_length=1, max_length=64,
                                              pattern=r"^[A-Za-z0-9\-]+$")]
@@ -76,6 +85,28 @@ class ScopeQuery(Lenient):
     harness: ScopeName | None = None
 
 
+class HandoffQuery(ScopeQuery):
+    handoff: str | None = None  # "0": do not claim the pending handoff
+    brief: str | None = None  # "1": compile the project brief
+    brief_budget: Annotated[int, Field(ge=limits.brief_budget_bytes_min,
+                                       le=limits.brief_budget_bytes_max)] | None = None
+    request_id: RequestId | None = None  # repeat a claim's to get the same answer
+
+
+class HandoffIn(Strict):
+    workspace: ScopeName | None = None
+    project: ScopeName | None = None
+    subject: text(10 * limits.message_subject_max_chars) | None = None  # type: ignore[valid-type]
+    body: text(limits.request_body_max_bytes, min_chars=1)  # type: ignore[valid-type]
+    from_agent: ScopeName | None = None
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    return value.lower() in ("1", "true", "yes")
+
+
 async def start_session(c: ApiCall) -> Any:
     body = await c.body(SessionIn)
     return await mail.start_session(
@@ -117,10 +148,25 @@ async def cancel(c: ApiCall) -> Any:
 
 
 async def handoff(c: ApiCall) -> Any:
-    q = c.params(ScopeQuery)
-    return await mail.handoff_notice(
+    q = c.params(HandoffQuery)
+    if _flag(q.inbox_only, False):
+        # The prompt hook's count-only notice: no claim, no brief, nothing recorded.
+        return await mail.handoff_notice(
+            c.node, c.principal, workspace=q.workspace, project=q.project,
+            session_id=c.session, harness=q.harness, inbox_only=True)
+    return await handoffs.session_start(
         c.node, c.principal, workspace=q.workspace, project=q.project, session_id=c.session,
-        harness=q.harness, inbox_only=(q.inbox_only or "").lower() in ("1", "true", "yes"))
+        harness=q.harness, take_handoff=_flag(q.handoff, True), with_brief=_flag(q.brief, False),
+        budget=q.brief_budget, request_id=q.request_id)
+
+
+async def write_handoff(c: ApiCall) -> Any:
+    body = await c.body(HandoffIn)
+    principal = c.principal
+    return await handoffs.write(
+        c.node, principal, workspace=body.workspace, project=body.project, session_id=c.session,
+        body=body.body, subject=body.subject, from_agent=body.from_agent,
+        owner_user=owner_user(principal), idempotency_key=c.idempotency_key)
 
 
 async def briefing(c: ApiCall) -> Any:
@@ -172,6 +218,8 @@ OPERATIONS = [
     Route("POST", "/api/v1/messages/cancel", cancel),
     Route("GET", "/api/v1/handoff", handoff),
     Route("GET", "/handoff", handoff),  # where the source document's hooks fetch it
+    Route("POST", "/api/v1/handoff", write_handoff, 201),
+    Route("POST", "/handoff", write_handoff, 201),
     Route("GET", "/api/v1/briefing", briefing),
     Route("GET", "/api/v1/approvals", list_approvals),
     Route("POST", "/api/v1/approvals/{id}/approve", approve),

@@ -17,7 +17,7 @@ from aiohttp import web
 from common.errors import BadRequest
 from daemon.api.call import ApiCall, Route, serve
 from daemon.schemas.memories import CreateMemory, ListMemoriesQuery, UpdateMemory
-from daemon.services import memories
+from daemon.services import inbox_view, memories
 
 
 async def create(c: ApiCall) -> Any:
@@ -28,7 +28,12 @@ async def create(c: ApiCall) -> Any:
 
 
 async def list_(c: ApiCall) -> Any:
-    return await memories.list_memories(c.node, c.params(ListMemoriesQuery))
+    q = c.params(ListMemoriesQuery)
+    inbox_of = inbox_view.inbox_agent(q.namespace)
+    if inbox_of is not None:  # the recipient's notifications, as memories
+        c.agent(None, required=False)
+        return await inbox_view.list_inbox(c.node, c.principal, inbox_of, q)
+    return await memories.list_memories(c.node, q)
 
 
 async def get(c: ApiCall) -> Any:

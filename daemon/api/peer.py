@@ -6,8 +6,8 @@ caller; ``pull`` answers an R-quorum read with the ops for one key the
 caller lacks; ``mailbox`` runs a forwarded mailbox request here. All three
 refuse unauthenticated callers when a cluster secret is set, and refuse
 nodes that are not members; on a TLS node, also a caller whose client
-certificate does not name the member it claims to be (:mod:`daemon.tls`). The signature is checked from the headers
-before the body is read (:mod:`daemon.peer_auth`); a refused request is
+certificate does not name the member it claims to be (:mod:`daemon.runtime.tls`). The signature is checked from the headers
+before the body is read (:mod:`daemon.peer.auth`); a refused request is
 answered at once and its connection closed, so an unsigned 60 MiB body is
 never buffered. Each request's ``X-AIM-Protocol`` (see
 :mod:`federation.messages`) is recorded per peer; senders older than
@@ -15,7 +15,7 @@ never buffered. Each request's ``X-AIM-Protocol`` (see
 know are skipped and counted, not allowed to fail the batch.
 
 ``link`` (``GET /peer/v1/link``) upgrades to the peer channel
-(:mod:`daemon.peer_channel`): the same batches as ``msgs``, as WebSocket
+(:mod:`daemon.peer.channel`): the same batches as ``msgs``, as WebSocket
 frames, each served in its own task like a request of its own, at most
 ``limits.peer_channel_frames_serving_max`` at once per channel (the next
 frame is read when one is answered, so a flood backs up into the sender's
@@ -35,15 +35,15 @@ from aiohttp import WSMsgType, web
 
 from common import limits
 from common.errors import AiMemoryError, BadRequest, Forbidden
-from daemon.appkeys import NODE
-from daemon.forwarding import decode_forward
-from daemon.http_errors import refuse_unread
-from daemon.joining import HELLO_PATH, hello_answer
-from daemon.peer_auth import BOOT_HEADER, BootMismatch
-from daemon.peer_channel import ChannelError, ServerChannel, channel_key
-from daemon.peer_client import INCARNATION_HEADER, PROTOCOL_HEADER
+from daemon.http.appkeys import NODE
+from daemon.http.errors import refuse_unread
+from daemon.peer.auth import BOOT_HEADER, BootMismatch
+from daemon.peer.channel import ChannelError, ServerChannel, channel_key
+from daemon.peer.client import INCARNATION_HEADER, PROTOCOL_HEADER
+from daemon.replication.forwarding import decode_forward
+from daemon.replication.joining import HELLO_PATH, hello_answer
+from daemon.runtime.tls import check_peer_cert
 from daemon.services import peer as service
-from daemon.tls import check_peer_cert
 from federation.bootstrap import SERVING
 from federation.messages import PROTOCOL_MIN, PROTOCOL_VERSION, decode_msg, is_known_tag
 
@@ -203,7 +203,7 @@ async def _close_channels(app: web.Application) -> None:
 
 
 async def hello(request: web.Request) -> web.Response:
-    """The first-start probe (:mod:`daemon.joining`): this member serves a
+    """The first-start probe (:mod:`daemon.replication.joining`): this member serves a
     database of its cluster."""
     node = request.app[NODE]
     await _peer_body(request)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from daemon.http_errors import Handler
+from daemon.http.errors import Handler
 
 
 @web.middleware

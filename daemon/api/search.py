@@ -21,9 +21,9 @@ from common import limits
 from common.errors import BadRequest, PayloadTooLarge
 from common.policy import check
 from daemon.api.call import ApiCall, Route, serve
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import decode_json, query_model, read_body, read_json
+from daemon.http.appkeys import NODE
+from daemon.http.auth import acting_agent, principal_of
+from daemon.http.errors import decode_json, query_model, read_body, read_json
 from daemon.schemas.search import (
     ConsolidateBody,
     ForgetFilter,
@@ -37,9 +37,9 @@ from daemon.schemas.search import (
     SearchBody,
     SearchQuery,
 )
-from daemon.services import admin, links
+from daemon.schemas.validation import validate
+from daemon.services import admin, inbox_view, links
 from daemon.services import search as svc
-from daemon.validation import validate
 
 
 def _who(request: web.Request, claimed: str | None = None) -> str | None:
@@ -65,15 +65,22 @@ async def _optional_object(request: web.Request) -> dict[str, Any]:
 
 # -- search / recall -------------------------------------------------------------------
 
+async def _search(c: ApiCall, req: SearchBody) -> Any:
+    inbox_of = inbox_view.inbox_agent(req.namespace)
+    if inbox_of is not None:  # the recipient's notifications, as memories
+        return await inbox_view.search_inbox(c.node, c.principal, inbox_of, req)
+    return await svc.search(c.node, req)
+
+
 async def search_get(c: ApiCall) -> Any:
     c.agent(None, required=False)
     q = c.params(SearchQuery)
-    return await svc.search(c.node, SearchBody.model_construct(**q.model_dump()))
+    return await _search(c, SearchBody.model_construct(**q.model_dump()))
 
 
 async def search_post(c: ApiCall) -> Any:
     c.agent(None, required=False)
-    return await svc.search(c.node, await c.body(SearchBody))
+    return await _search(c, await c.body(SearchBody))
 
 
 async def recall_post(c: ApiCall) -> Any:

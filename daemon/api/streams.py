@@ -1,12 +1,15 @@
 """HTTP handlers for the push streams (Server-Sent Events).
 
-``GET /api/v1/inbox/stream?agent_id=`` -- an agent's notifications, event
-``notify``; the caller must be that agent, exactly as for ``GET /inbox``.
+``GET /api/v1/inbox/stream?agent_id=`` -- an agent's notifications: for
+each, event ``notify`` and then upstream's ``agent_notified`` (a digest,
+never the body); the caller must be that agent, exactly as for ``GET
+/inbox`` (``agent_id`` may be left out: ``X-Agent-Id``, as upstream's
+clients send it, or the key's agent names it).
 
 ``GET /api/v1/messages/stream?workspace=&project=[&agent=]`` -- mail sent to
 a project's mailbox, event ``message`` (``approval_requested`` for a send
-held for an approver, ``approval_decided`` when one decides it); allowed to whoever may list that
-mailbox (``message.list_inbox`` in :mod:`common.policy`). The project must
+held for an approver, ``approval_decided`` when one decides it); allowed to
+whoever may list that mailbox (``message.list_inbox`` in :mod:`common.policy`). The project must
 be named (or bound by the caller's session) and must exist.
 
 Both: ``Last-Event-ID`` (or ``?last_event_id=`` for clients that cannot set
@@ -16,7 +19,7 @@ then goes live. Every stream starts with ``retry:`` and, once replayed, an
 event ``ready``; an idle stream gets a comment line every heartbeat; a
 stream the node ends (overflow of a slow client, shutdown) gets a last
 event ``resume`` whose id is where to resume. The hub and the meaning of
-the ids are in :mod:`daemon.streams`.
+the ids are in :mod:`daemon.http.stream_hub`.
 """
 
 from __future__ import annotations
@@ -31,15 +34,23 @@ from aiohttp import web
 from common import limits
 from common.errors import NotFound, QuorumNotMet
 from common.policy import check
-from daemon.appkeys import NODE
-from daemon.auth import acting_agent, principal_of
-from daemon.http_errors import query_model
+from daemon.http.appkeys import NODE
+from daemon.http.auth import acting_agent, principal_of
+from daemon.http.errors import query_model
+from daemon.http.stream_hub import (
+    HEARTBEAT,
+    Owed,
+    Subscription,
+    decode_event_id,
+    encode_event_id,
+    merged,
+    sse,
+)
 from daemon.schemas.headers import session_id
+from daemon.schemas.validation import AgentId, Lenient, ScopeName
 from daemon.services import mail
 from daemon.services.scope import refuse_inferred
-from daemon.services.streams import InboxSource, MailboxSource, Source
-from daemon.streams import HEARTBEAT, Subscription, decode_cursor, encode_cursor, merged, sse
-from daemon.validation import AgentId, Lenient, ScopeName
+from daemon.services.streams import InboxSource, MailboxSource, Rendered, Source
 
 _WRITE_CHUNK_BYTES = 64 * 1024  # replayed events are written in pieces about this big
 
@@ -92,7 +103,7 @@ async def _stream(request: web.Request, source: Source, query_cursor: str | None
     node = request.app[NODE]
     hub = node.streams
     raw = request.headers.get("Last-Event-ID") or query_cursor
-    cursor = decode_cursor(raw) if raw else None
+    cursor, owed = decode_event_id(raw) if raw else (None, None)
     sub = hub.open(source.key, agent=source.agent, is_gone=lambda: _gone(request))
     snapshot = hub.watermark()  # same step as open: nothing applied in between
     try:
@@ -112,7 +123,7 @@ async def _stream(request: web.Request, source: Source, query_cursor: str | None
         writer = _Writer(request, resp, sub, hub.settings.write_timeout_secs, node.metrics)
         try:
             await writer.write(f"retry: {limits.stream_retry_ms}\n\n".encode())
-            await _run(writer, source, sub, cursor, snapshot, node.now_ms)
+            await _run(writer, source, sub, cursor, owed, snapshot, node.now_ms)
         except _Gone:
             pass
         with contextlib.suppress(Exception):
@@ -145,40 +156,75 @@ class _Writer:
         self.sub.last_write = time.monotonic()
 
 
+def _events(rendered: Rendered, origin: str, seq: int, pos: dict[str, int],
+            skip: int = 0) -> bytes:
+    """The SSE text of one record's events from the ``skip``-th on. Each but the last
+    carries in its id what is still owed, so a resume from it sends only the rest."""
+    out = bytearray()
+    last = len(rendered.events) - 1
+    for i in range(skip, last + 1):
+        name, data = rendered.events[i]
+        owed = None if i == last else Owed(origin, seq, rendered.record, i + 1)
+        out += sse(name, data, encode_event_id(pos, owed))
+    return bytes(out)
+
+
+async def _replay(w: _Writer, source: Source, sub: Subscription, cursor: dict[str, int],
+                  owed: Owed | None, snapshot: dict[str, int], now_ms: Any,
+                  pos: dict[str, int], replayed_live: set[tuple[str, int]],
+                  partial: dict[tuple[str, int], int]) -> int:
+    """Write what ``cursor`` (and ``owed``) does not cover; ``pos``, ``replayed_live``
+    and ``partial`` are updated in place. Returns how many records were replayed."""
+    if owed is not None:
+        rest = None
+        if cursor.get(owed.origin, 0) >= owed.seq:  # covered: no replay brings it again
+            rest = await source.record(owed.record, owed.origin, owed.seq, now_ms())
+        if rest is not None:
+            await w.write(_events(rest, owed.origin, owed.seq, pos, owed.done))
+        else:  # to come in the replay, or live (a node that has not got it yet)
+            partial[(owed.origin, owed.seq)] = owed.done
+    count = 0
+    after = None
+    while not (sub.overflowed or sub.closed):
+        rows = await source.replay(cursor, after, now_ms())
+        chunk = bytearray()
+        for row in rows:
+            origin, seq = row["origin"], row["seq"]
+            if seq > snapshot.get(origin, 0):
+                replayed_live.add((origin, seq))
+            # Replay runs in (hlc, origin, seq) order, which within one origin is
+            # seq order: every op of this origin up to min(seq, snapshot) is written.
+            pos[origin] = max(pos.get(origin, 0), min(seq, snapshot.get(origin, 0)))
+            chunk += _events(source.replayed(row), origin, seq, pos,
+                             partial.pop((origin, seq), 0))
+            count += 1
+            if len(chunk) >= _WRITE_CHUNK_BYTES:
+                await w.write(bytes(chunk))
+                chunk.clear()
+        if chunk:
+            await w.write(bytes(chunk))
+        w.metrics.inc("stream_events_total", len(rows), kind="replay")
+        if len(rows) < limits.stream_replay_page:
+            break
+        last = rows[-1]
+        after = (last["hlc"], last["origin"], last["seq"])
+    return count
+
+
 async def _run(w: _Writer, source: Source, sub: Subscription, cursor: dict[str, int] | None,
-               snapshot: dict[str, int], now_ms: Any) -> None:
+               owed: Owed | None, snapshot: dict[str, int], now_ms: Any) -> None:
     pos = dict(cursor if cursor is not None else snapshot)
     replayed_live: set[tuple[str, int]] = set()  # replayed ops the hub may still offer live
+    # Ops the client already has the first events of: skip those when they come.
+    partial: dict[tuple[str, int], int] = {}
     count = 0
     if cursor is not None:
-        after = None
-        while not (sub.overflowed or sub.closed):
-            rows = await source.replay(cursor, after, now_ms())
-            chunk = bytearray()
-            for row in rows:
-                origin, seq = row["origin"], row["seq"]
-                if seq > snapshot.get(origin, 0):
-                    replayed_live.add((origin, seq))
-                # Replay runs in (hlc, origin, seq) order, which within one origin is
-                # seq order: every op of this origin up to min(seq, snapshot) is written.
-                pos[origin] = max(pos.get(origin, 0), min(seq, snapshot.get(origin, 0)))
-                shown = source.replayed(row)
-                chunk += sse(source.event_for(shown), shown, encode_cursor(pos))
-                count += 1
-                if len(chunk) >= _WRITE_CHUNK_BYTES:
-                    await w.write(bytes(chunk))
-                    chunk.clear()
-            if chunk:
-                await w.write(bytes(chunk))
-            w.metrics.inc("stream_events_total", len(rows), kind="replay")
-            if len(rows) < limits.stream_replay_page:
-                break
-            last = rows[-1]
-            after = (last["hlc"], last["origin"], last["seq"])
+        count = await _replay(w, source, sub, cursor, owed, snapshot, now_ms, pos,
+                              replayed_live, partial)
         if not (sub.overflowed or sub.closed):
             pos = merged(pos, snapshot)
     if not (sub.overflowed or sub.closed):
-        await w.write(sse("ready", {"replayed": count}, encode_cursor(pos)))
+        await w.write(sse("ready", {"replayed": count}, encode_event_id(pos)))
     while True:
         if sub.closed == "gone":
             raise _Gone
@@ -187,7 +233,7 @@ async def _run(w: _Writer, source: Source, sub: Subscription, cursor: dict[str, 
             await w.write(sse("resume", {
                 "reason": reason,
                 "hint": "reconnect with Last-Event-ID set to this event's id; nothing is lost"},
-                encode_cursor(pos)))
+                encode_event_id(pos)))
             return
         chunk = bytearray()
         events = 0
@@ -198,10 +244,11 @@ async def _run(w: _Writer, source: Source, sub: Subscription, cursor: dict[str, 
             if (op.origin, op.seq) in replayed_live:
                 replayed_live.discard((op.origin, op.seq))
                 continue
-            data = source.live(op, now)
-            if data is None:
+            rendered = source.live(op, now)
+            if rendered is None:
                 continue
-            chunk += sse(source.event_for(data), data, encode_cursor(pos))
+            chunk += _events(rendered, op.origin, op.seq, pos,
+                             partial.pop((op.origin, op.seq), 0) if partial else 0)
             events += 1
         if sub.heartbeat_due:
             sub.heartbeat_due = False

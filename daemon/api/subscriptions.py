@@ -46,11 +46,11 @@ from common import limits
 from common.errors import BadRequest
 from common.policy import check_author
 from daemon.api.call import ApiCall, Route, serve
-from daemon.auth import acting_agent
+from daemon.http.auth import acting_agent
 from daemon.schemas.ids import check_record_id
 from daemon.schemas.timefmt import rfc3339
+from daemon.schemas.validation import AgentId, Lenient, Namespace, Strict, text, validate
 from daemon.services import ns_subscriptions
-from daemon.validation import AgentId, Lenient, Namespace, Strict, text, validate
 from daemon.webhooks.names import parse_events
 from daemon.webhooks.outbox import is_seq
 from daemon.webhooks.signing import SIGNATURE_SECRET, SignatureVersion

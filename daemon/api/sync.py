@@ -10,7 +10,7 @@ exist for tools that speak the upstream protocol.
 
 They read and replace memories wholesale, so they are an operator's: in
 keys mode a root key, or a request signed with the cluster secret like a
-peer's (:mod:`daemon.peer_auth`); in anonymous mode loopback callers only.
+peer's (:mod:`daemon.peer.auth`); in anonymous mode loopback callers only.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from pydantic import Field
 from common import limits
 from common.errors import BadRequest, Forbidden, Unauthorized
 from common.policy import ANONYMOUS, check
-from daemon.appkeys import NODE
-from daemon.auth import NOBODY, is_loopback, principal_of
-from daemon.http_errors import Handler, decode_json, error_response, query_model, read_json
-from daemon.peer_auth import BOOT_HEADER, BootMismatch
+from daemon.http.appkeys import NODE
+from daemon.http.auth import NOBODY, is_loopback, principal_of
+from daemon.http.errors import Handler, decode_json, error_response, query_model, read_json
+from daemon.peer.auth import BOOT_HEADER, BootMismatch
+from daemon.runtime.tls import check_peer_cert
 from daemon.schemas.memories import MemoryFields, Source
+from daemon.schemas.validation import AgentId, Lenient, Strict, text, validate
 from daemon.services import sync
-from daemon.tls import check_peer_cert
-from daemon.validation import AgentId, Lenient, Strict, text, validate
 
 RecordId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9\-_.:]+$")]
 

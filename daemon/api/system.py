@@ -6,7 +6,7 @@ import time
 
 from aiohttp import web
 
-from daemon.appkeys import NODE
+from daemon.http.appkeys import NODE
 from daemon.services import system
 
 

@@ -38,11 +38,11 @@ from daemon.api.websession import (
     clear_cookie,
     set_cookie,
 )
-from daemon.appkeys import NODE
-from daemon.http_errors import query_model, read_json
+from daemon.http.appkeys import NODE
+from daemon.http.errors import query_model, read_json
 from daemon.node import Node
+from daemon.schemas.validation import Lenient, ScopeName, Strict, text
 from daemon.services import mail
-from daemon.validation import Lenient, ScopeName, Strict, text
 
 STATIC = Path(__file__).resolve().parent.parent / "web"
 PAGES = {"login": "login.html", "inbox": "inbox.html"}
@@ -310,8 +310,14 @@ async def _writer(request: web.Request) -> tuple[WebSession | None, Principal]:
         if not token:
             raise Forbidden("the legacy login writes only with a write token for the message",
                             code="csrf_refused")
-        principal, _ = await resolve_key(request.app[NODE], token)
-        return None, principal
+        # A wrong token is a 403, never a 401: a browser takes a 401 as the
+        # refusal of its cached Basic login and forgets it, so the page's
+        # next read, and the next send with the right token, would fail.
+        found = await request.app[NODE].directory.resolve(token)
+        if found is None:
+            raise Forbidden("the write token is not a valid API key; nothing was sent",
+                            code="write_token_refused")
+        return None, found
     s = check_write(request, s)
     return s, s.principal
 

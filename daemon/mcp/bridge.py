@@ -19,7 +19,8 @@ What it adds:
   went out is reported, not retried elsewhere: the call may have happened.
 * **The inbox channel** (``--channel inbox``, off by default). The bridge then
   advertises the experimental ``claude/channel`` capability and polls the
-  node's count-only notice (``GET /handoff?inbox_only=1``): every
+  node's count-only notice (``GET /handoff?inbox_only=1``: the project's mail
+  and the unread notifications of the bridge's ``--agent-id``): every
   ``poll_fast_secs`` (5 s) after the text changed, doubling up to
   ``poll_slow_secs`` (60 s) while it stays the same; it sends
   ``notifications/claude/channel`` whose content is that notice, and only when
@@ -296,10 +297,12 @@ class Bridge:
             else:
                 notice = reply.get("notice") if isinstance(reply, dict) else None
                 if schedule.observe(notice if isinstance(notice, str) else None):
+                    unread = reply.get("unread_notification_count")
                     await self._connection.notify(CHANNEL_METHOD, {
                         "content": notice,
                         "meta": {"source": "ai-memory",
-                                 "count": str(reply.get("pending_message_count", ""))},
+                                 "count": str(reply.get("pending_message_count", "")),
+                                 "notifications": "" if unread is None else str(unread)},
                     })
             await anyio.sleep(schedule.delay)
 

@@ -10,7 +10,7 @@ serves it over HTTP (:mod:`daemon.api.call`). So every rule (validation,
 identity, the service called) is the route's, and a refusal is the same
 ``{"error", "code"}``. The caller is the ``/mcp`` request's own (``X-Agent-Id``,
 ``X-API-Key`` or a bearer key, the hook session in ``x-memory-actor-session-id``),
-as :mod:`daemon.auth` resolved it; the tool's query, path and body are the call's.
+as :mod:`daemon.http.auth` resolved it; the tool's query, path and body are the call's.
 Nothing goes back over a socket.
 
 A tool asking for a request that is no operation is a bug (a 500 naming the

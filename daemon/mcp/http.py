@@ -17,7 +17,7 @@ The manager runs **stateless with JSON responses**: every POST is one
 exchange, answered with ``application/json``, and no MCP session lives on
 the node. So any member serves any request (a client, or the bridge, may
 move to another node between two calls), and each request is authenticated
-on its own, like the HTTP API: :func:`daemon.auth.principal_of` runs before
+on its own, like the HTTP API: :func:`daemon.http.auth.principal_of` runs before
 the SDK sees the request, and a missing or wrong key is the API's 401/403
 JSON error. Server-initiated requests (sampling, elicitation) are not used
 by these tools, so nothing needs the SSE back channel.
@@ -51,8 +51,8 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from common import limits
 from common.errors import Forbidden, PayloadTooLarge, ServerError
 from daemon.api.mcp import MCP_STATE
-from daemon.appkeys import NODE
-from daemon.auth import principal_of
+from daemon.http.appkeys import NODE
+from daemon.http.auth import principal_of
 from daemon.mcp.direct import DirectClient
 from daemon.mcp.server import build_tools_server
 from daemon.mcp.settings import McpSettings

@@ -39,7 +39,7 @@ from common.errors import AiMemoryError, BadRequest
 from daemon.mcp.node_client import NodeClient
 from daemon.mcp.settings import McpSettings
 from daemon.mcp.tools import Tools
-from daemon.validation import format_validation_error
+from daemon.schemas.validation import format_validation_error
 
 INSTRUCTIONS = (
     "ai-memory connects you to other agents through a cluster of nodes. memory_notify and "

@@ -13,7 +13,7 @@ from pydantic import AfterValidator, Field, StringConstraints
 
 from common import limits
 from daemon.schemas.timefmt import rfc3339
-from daemon.validation import AgentId, Strict
+from daemon.schemas.validation import AgentId, Strict
 
 _PRINTABLE_LINE = r"^[^\x00-\x1f\x7f-\x9f]+$"
 

@@ -4,7 +4,7 @@ aiohttp decodes header bytes as UTF-8 with ``surrogateescape``, so a
 non-UTF-8 value reaches Python as a string with lone surrogates that fails
 later, wherever it is encoded (SQLite, JSON, a log line). :func:`hostile_header`
 finds such values, and control characters, in any header, so the request
-guard in :mod:`daemon.http_errors` refuses them with a 400 before a handler
+guard in :mod:`daemon.http.errors` refuses them with a 400 before a handler
 runs. Headers with a fixed shape get their own check here.
 """
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import StringConstraints
 
 from common import limits
-from daemon.validation import AgentId, Lenient, ScopeName, Strict, text
+from daemon.schemas.validation import AgentId, Lenient, ScopeName, Strict, text
 
 USER_NAME_RE = r"^[A-Za-z0-9_.@-]+$"
 UserName = Annotated[

@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, 
 
 from common import limits
 from daemon.schemas.timefmt import parse_rfc3339, rfc3339
-from daemon.validation import AgentId, Lenient, Namespace, Priority, Strict, Tier, text
+from daemon.schemas.validation import AgentId, Lenient, Namespace, Priority, Strict, Tier, text
 
 Tag = Annotated[
     str,

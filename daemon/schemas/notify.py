@@ -10,7 +10,8 @@ out, so either kind of client finds its fields.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import hashlib
+from typing import Annotated, Any, Final
 
 from pydantic import AliasChoices, Field, StringConstraints, model_validator
 
@@ -19,7 +20,7 @@ from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.schemas.ids import RECORD_ID_RE
 from daemon.schemas.memories import Timestamp
 from daemon.schemas.timefmt import rfc3339
-from daemon.validation import AgentId, Lenient, Priority, Strict, Tier, text
+from daemon.schemas.validation import AgentId, Lenient, Priority, Strict, Tier, text
 
 _ALIASES: dict[str, tuple[str, ...]] = {
     "target_agent_id": ("target_agent_id", "to"),
@@ -130,4 +131,30 @@ def message_json(row: dict[str, Any], *, read: bool | None = None) -> dict[str, 
         "received_at": created,
         "expires_at": rfc3339(row.get("expires_at_ms")),
         "read": bool(row.get("read")) if read is None else read,
+    }
+
+
+AGENT_NOTIFIED: Final = "agent_notified"  # upstream's name for the event of a notification
+
+
+def content_digest(payload: str) -> str:
+    """``sha256:<hex>`` of a notification's body: lets a client check or dedupe what it
+    reads back without the event carrying the body."""
+    return "sha256:" + hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def agent_notified_json(row: dict[str, Any], *, origin: str, seq: int) -> dict[str, Any]:
+    """Upstream's ``agent_notified`` event of one notification: who, from whom, which
+    inbox row, when, and a digest of the body; never the title or the body. The
+    correlation id is the notification's op id (``origin#seq``, as webhooks' ``change_id``),
+    the same on every node and on every replay."""
+    return {
+        "event": AGENT_NOTIFIED,
+        "recipient_agent_id": row["to"],
+        "sender_agent_id": row["from"],
+        "inbox_row_id": row["id"],
+        "correlation_id": f"{origin}#{seq}",
+        "namespace": row.get("namespace") or inbox_namespace(str(row["to"])),
+        "content_digest": content_digest(str(row.get("payload") or "")),
+        "notified_at": rfc3339(row["created_at_ms"]),
     }

@@ -22,7 +22,7 @@ from daemon.schemas.memories import (
     Title,
     _split_tags,
 )
-from daemon.validation import AgentId, Lenient, Namespace, Priority, Strict, Tier, text
+from daemon.schemas.validation import AgentId, Lenient, Namespace, Priority, Strict, Tier, text
 
 QueryText = text(limits.search_query_max_chars, min_chars=1)
 RecordId = Annotated[str, StringConstraints(pattern=RECORD_ID_RE)]

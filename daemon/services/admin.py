@@ -40,8 +40,8 @@ from daemon.schemas.search import (
     RevokeBody,
 )
 from daemon.schemas.timefmt import parse_rfc3339, rfc3339
+from daemon.schemas.validation import validate
 from daemon.services.links import link_json
-from daemon.validation import validate
 from store import search as S
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ The rules of the project-messaging source document, in one place:
   outside the fence and a security notice;
 * who may do each of these is :func:`common.policy.check`'s to say, asked
   here once the projects are known (the caller's :class:`Principal` comes
-  from :mod:`daemon.auth`): a session belongs to the user who started it
+  from :mod:`daemon.http.auth`): a session belongs to the user who started it
   and another user's session id is ignored, project names the caller may
   not read are listed as ``null`` with ``hidden: true``.
 """
@@ -44,7 +44,7 @@ from common.vocab import (
 )
 from daemon.ports import MailPorts
 from daemon.schemas.timefmt import rfc3339 as iso_ms
-from daemon.services import scrub
+from daemon.services import notices, scrub
 from daemon.services.scope import Scope, refuse_inferred, resolve
 from federation.requests import MailCancel, MailDecide, MailHold, MailPop, MailRelease, MailSend
 from store.records import MESSAGE_FIELDS
@@ -83,16 +83,17 @@ async def start_session(node: MailPorts, principal: Principal, *, workspace: str
             raise Forbidden(f"a session started with this key belongs to {principal.user!r}")
         owner_user = owner_user if principal.root and owner_user else principal.user
     await node.read_barrier(project_key(workspace, project))
-    if principal.mode == KEYS:
-        earlier = await node.store.get_session(session_id)
-        if earlier is not None and earlier.get("owner_user") != owner_user and not principal.root:
-            raise Forbidden("that session id belongs to another user")
-    existed = await node.store.project_exists(workspace, project)
+    # ``created`` says whether this session id is new, whatever the project:
+    # a new session in a project that already exists is still a new session.
+    earlier = await node.store.get_session(session_id)
+    if (principal.mode == KEYS and earlier is not None
+            and earlier.get("owner_user") != owner_user and not principal.root):
+        raise Forbidden("that session id belongs to another user")
     body = {"workspace": workspace, "project": project, "harness": harness,
             "session_id": session_id, "owner_user": owner_user, "at_ms": node.now_ms()}
     await node.write([(SESSION_START, project_key(workspace, project), body)])
     return {"workspace": workspace, "project": project, "harness": harness,
-            "session_id": session_id, "created": not existed}
+            "session_id": session_id, "created": earlier is None}
 
 
 async def own_session(node: MailPorts, principal: Principal, session_id: str | None) -> str | None:
@@ -284,9 +285,10 @@ async def list_box(node: MailPorts, principal: Principal, *, box: str, workspace
     if box == "inbox":
         await node.read_barrier(mailbox_key(scope.workspace, scope.project), consistency)
         rows = await node.store.mailbox_pending(scope.workspace, scope.project, limit=limit,
-                                                agent=agent)
+                                                agent=agent, with_held=True)
     else:
-        rows = await node.store.outbox(scope.workspace, scope.project, limit=limit)
+        rows = await node.store.outbox(scope.workspace, scope.project, limit=limit,
+                                       with_held=True)
     out: dict[str, Any] = {
         "box": box, "workspace": scope.workspace, "project": scope.project,
         "count": len(rows), "messages": [
@@ -326,7 +328,8 @@ async def pop(node: MailPorts, principal: Principal, *, workspace: str | None, p
     rid = request_id or f"pop-{token_hex(16)}"
     if not await project_exists(node, scope.workspace, scope.project):
         # Nothing can be pending for a project nobody started a session in
-        # (a send to it is refused), and projects never disappear: answer
+        # (a send to it is refused), nor for one purged since its last
+        # session (the purge took every message sent before it): answer
         # here, without making this mailbox's owner take it (an epoch, a
         # logged "nothing pending" decision, an entry in `cluster status`).
         return {"message": None, "request_id": rid, "workspace": scope.workspace,
@@ -430,10 +433,24 @@ async def handoff_notice(node: MailPorts, principal: Principal, *, workspace: st
     scope = await scope_for(node, workspace, project, session_id, principal)
     # The prompt hook's count-only notice is authorized like a session start.
     _check_scope(principal, "session.start" if inbox_only else "handoff.read", scope)
+    return await notice_for(node, scope, harness, principal.agent)
+
+
+async def notice_for(node: MailPorts, scope: Scope, harness: str | None,
+                     agent: str | None = None) -> dict[str, Any]:
+    """The notice of an authorized ``scope``. Its names are the inbox's own
+    only when the call named the project or its session bound it; a scope
+    the server inferred is only a guess at the caller's project, so the
+    notice then says "this project's inbox" instead of a name. ``agent``
+    (the caller's own) adds its unread notifications (:mod:`notices`)."""
     harness = harness or (scope.session or {}).get("harness")
     count = await pending_count(node, scope, harness or _NO_HARNESS)
+    unread = await notices.unread(node, agent)
     out: dict[str, Any] = {
-        "notice": inbox_notice(scope, count), "pending_message_count": count,
+        "notice": notices.joined(inbox_notice(None if scope.inferred else scope, count),
+                                 unread.notice() if unread is not None else None),
+        "pending_message_count": count,
+        **notices.fields(unread),
         "workspace": scope.workspace, "project": scope.project, "scope_source": scope.source,
         "harness": harness,
     }
@@ -452,6 +469,7 @@ async def briefing(node: MailPorts, principal: Principal, *, workspace: str | No
     return {
         "scope": {"workspace": scope.workspace, "project": scope.project, "source": scope.source},
         "pending_message_count": await pending_count(node, scope, harness),
+        **notices.fields(await notices.unread(node, principal.agent)),
     }
 
 

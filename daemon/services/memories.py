@@ -32,8 +32,8 @@ from common.policy import Principal, check_author
 from daemon.schemas.ids import check_record_id, record_id
 from daemon.schemas.memories import CreateMemory, ListMemoriesQuery, UpdateMemory, memory_json
 from daemon.schemas.timefmt import parse_rfc3339
+from daemon.schemas.validation import validate
 from daemon.services.links import link_json
-from daemon.validation import validate
 from store import search as search_store
 
 if TYPE_CHECKING:

@@ -4,6 +4,13 @@
 (insert-if-newer, as upstream does) and each deletion, as one ordinary
 quorum write, so they replicate like any other change. ``since`` pages
 through live memories by ``updated_at`` with a ``next_since`` cursor.
+
+``since`` is exclusive, as upstream's (``updated_at > since``): a client
+passes the last ``next_since`` back and gets what changed after it. So that
+an exclusive cursor never skips a memory, a page never ends inside a
+millisecond: when the last memory of a full page shares its ``updated_at``
+with memories beyond ``limit``, the page takes those too (at most
+``limits.sync_since_limit_max`` of one millisecond).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from common import limits
 from common.errors import BadRequest
 from common.ops import MEM_DEL, MEM_PUT, mem_key
 from daemon.schemas.memories import memory_json
@@ -54,8 +62,17 @@ async def push(node: RecordPorts, memories: Sequence[Any], deletions: Sequence[s
 
 
 async def since(node: RecordPorts, since: str | None, limit: int) -> dict[str, Any]:
-    since_ms = _ms(since, "since") or 0
-    rows = await node.store.memories_since(since_ms, limit=limit, now_ms=node.now_ms())
+    given = _ms(since, "since")
+    since_ms = -1 if given is None else given  # none given: from the beginning
+    now = node.now_ms()
+    rows = await node.store.memories_since(since_ms, limit=limit, now_ms=now)
+    if rows and len(rows) == limit:
+        # Finish the last millisecond: the next page starts strictly after it.
+        last = rows[-1]["updated_at_ms"]
+        tail = await node.store.memories_since(last - 1, limit=limits.sync_since_limit_max,
+                                               now_ms=now)
+        rows = ([r for r in rows if r["updated_at_ms"] < last]
+                + [r for r in tail if r["updated_at_ms"] == last])
     next_since = rfc3339(rows[-1]["updated_at_ms"]) if rows else since
     return {"memories": [memory_json(r) for r in rows], "count": len(rows),
             "next_since": next_since}

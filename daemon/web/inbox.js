@@ -43,6 +43,16 @@
   }
 
   const key = (p) => p.workspace + "/" + p.project;
+  const SNIPPET_CHARS = 160;
+
+  // The first 160 characters of a body, on one line (whitespace runs become
+  // one space), with an ellipsis when there is more. Counted in characters,
+  // not UTF-16 units, so a cut never splits an emoji.
+  function snippet(body) {
+    const chars = Array.from(String(body || "").replace(/\s+/g, " ").trim());
+    return chars.length > SNIPPET_CHARS ? chars.slice(0, SNIPPET_CHARS).join("") + "\u2026"
+                                        : chars.join("");
+  }
   const projectName = (ws, proj, hidden) => hidden ? null : ws + "/" + proj;
 
   function nameCell(text) {
@@ -92,7 +102,39 @@
     ui.expanded.clear();
     window.location.hash = key(p);
     renderSidebar();
+    renderAgents();
     await refresh();
+  }
+
+  // -- agent cards -----------------------------------------------------------
+  // One card per agent (harness) with a session in the selected project; its
+  // Message button opens the composer addressed to that project and agent.
+  function renderAgents() {
+    const box = $("agents");
+    box.replaceChildren();
+    const p = ui.current;
+    if (!p) { box.hidden = true; return; }
+    box.hidden = false;
+    box.append(el("h3", { id: "agents-title" }, "Agents in " + key(p)));
+    const list = el("div", { class: "cards" });
+    for (const h of p.harnesses || []) {
+      const card = el("article", { class: "agent-card", "data-agent": h,
+                                   "aria-label": "Agent " + h });
+      card.append(el("h4", {}, h), el("p", { class: "muted" }, key(p)));
+      const b = el("button", { type: "button", class: "primary" }, "Message");
+      if (p.writable && writable().length) {
+        b.addEventListener("click", () => openComposer(p, h));
+      } else {
+        b.disabled = true;
+        card.append(el("p", { class: "explain" }, "You may read this project but not send to it."));
+      }
+      card.append(b);
+      list.append(card);
+    }
+    if (!(p.harnesses || []).length) {
+      list.append(el("p", {}, "No agent has a session in this project yet."));
+    }
+    box.append(list);
   }
 
   // -- history ---------------------------------------------------------------
@@ -174,7 +216,7 @@
     body.replaceChildren();
     if (!rows.length) {
       const tr = el("tr");
-      tr.append(el("td", { colspan: "5" }, "No messages."));
+      tr.append(el("td", { colspan: "6" }, "No messages."));
       body.append(tr);
     }
     for (const m of rows) {
@@ -194,6 +236,7 @@
       state.append(el("span", { class: "state state-" + word.toLowerCase().replace(/ /g, "-") },
                       word));
       tr.append(subj,
+        el("td", { class: "snippet" }, snippet(m.body)),
         nameCell(projectName(m.from_workspace, m.from_project, m.from_hidden)),
         nameCell(projectName(m.to_workspace, m.to_project, m.to_hidden)),
         state, el("td", {}, m.created_at || ""));
@@ -204,7 +247,7 @@
 
   function detailRow(m) {
     const tr = el("tr", { class: "detail", id: "detail-" + m.id });
-    const td = el("td", { colspan: "5" });
+    const td = el("td", { colspan: "6" });
     tr.append(td);
     if (ui.editing.has(m.id)) {
       td.append(editor(m));
@@ -357,7 +400,7 @@
 
   const byKey = (k) => ui.projects.find((p) => key(p) === k);
 
-  async function fillAgents() {
+  async function fillAgents(wanted) {
     const to = byKey($("to-project").value);
     const sel = $("to-agent");
     sel.replaceChildren();
@@ -384,15 +427,20 @@
     note.hidden = true;
     sel.append(el("option", { value: "" }, "Any of them (shared mail)"));
     for (const h of list) { sel.append(el("option", { value: h }, h)); }
+    if (wanted && list.includes(wanted)) { sel.value = wanted; }
   }
 
-  function openComposer(p) {
+  // Opens the composer addressed to project p (and, from an agent card, to
+  // that agent). From is p when the viewer may send from it, else the first
+  // project the viewer may write.
+  async function openComposer(p, agent) {
     $("composer").hidden = false;
-    fillProjects($("from-project"), p);
+    const from = p.writable ? p : writable()[0];
+    fillProjects($("from-project"), from);
     fillProjects($("to-project"), p);
     $("composer-status").textContent = "";
-    fillAgents();
     $("subject").focus();
+    await fillAgents(agent);
   }
 
   async function send() {

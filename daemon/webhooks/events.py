@@ -29,6 +29,9 @@ msg.claim          ``message_claim``
 msg.cancel         ``message_cancel``
 =================  =========================================================
 
+Mailbox ops of a project's reserved handoff mailbox (:mod:`common.handoffs`)
+produce no event: a handoff is not mail.
+
 Each event also names the agents it concerns (:attr:`Event.agents`: the
 actor, and for a notification or a message the recipient too), which a
 subscription's ``agent_filter`` is matched against
@@ -54,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from common import ops as K
+from common.handoffs import is_box_key
 from common.ops import Op
 from daemon.schemas.timefmt import rfc3339
 from store.records import lww_rank, physical_ms
@@ -199,6 +203,8 @@ def _scope_ns(workspace: str | None, project: str | None) -> str | None:
 
 
 def _other_event(op: Op, node_id: str) -> Event | None:
+    if is_box_key(op.key):
+        return None  # a handoff is not mail: its mailbox reports no events
     b = op.body
     stamp = rfc3339(physical_ms(op.hlc))
     if op.kind == K.NOTE_NEW:

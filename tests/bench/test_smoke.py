@@ -220,7 +220,7 @@ def test_hotpath_shares_each_threads_cpu_by_its_samples() -> None:
     loop = "<module> (ai-memory:1);run (uvloop/__init__.py:38);Runner.run (asyncio/runners.py:86)"
     handler = f"{loop};RequestHandler._handle_request (aiohttp/web_protocol.py:567);notify (daemon/api/notify.py:27)"
     respond = f"{loop};StreamWriter._writelines (aiohttp/http_writer.py:106)"
-    peer = f"{loop};PeerLink._deliver (daemon/node.py:135);PeerClient.call (daemon/peer_client.py:44)"
+    peer = f"{loop};PeerLink._deliver (daemon/node.py:135);PeerClient.call (daemon/peer/client.py:44)"
     writer = "Thread._bootstrap (threading.py:988);Writer._transaction (store/writer.py:219)"
     text = f"{handler} 30\n{respond} 50\n{peer} 20\n{writer} 5\n"
     assert categorize(handler.split(";")).startswith("public API handlers")
@@ -309,6 +309,7 @@ def test_notify_ratio_targets_take_the_median_over_pairs_of_rounds(tmp_path: Pat
     assert row.endswith(" | - | 70% | - |")
 
 
+@pytest.mark.slow  # real servers in processes of their own
 def test_the_paired_phase_runs_real_servers_under_the_targets_labels(tmp_path: Path) -> None:
     from dataclasses import replace as dc_replace
 
@@ -331,6 +332,7 @@ def test_the_paired_phase_runs_real_servers_under_the_targets_labels(tmp_path: P
     assert "**Paired rounds**" in md
 
 
+@pytest.mark.slow  # real servers in processes of their own
 def test_paired_rounds_alternate_their_order_against_real_servers(tmp_path: Path) -> None:
     from dataclasses import replace as dc_replace
 

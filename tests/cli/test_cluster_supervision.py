@@ -24,7 +24,9 @@ import pytest
 
 from tests.cli.test_cluster_up import UpProcess
 
-pytestmark = pytest.mark.timeout(90)
+# Every test runs `cluster up` over several node processes (fake_node.py, or
+# real daemons where marked cluster).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 
 def node_id_at(url: str) -> str | None:
@@ -123,7 +125,8 @@ def test_real_nodes_survive_a_kill_right_after_all_answer_health(tmp_path: Path)
                  timeout=60, what="three healthy nodes")
         pid = started_pid(out.lines, "node2")
         os.kill(pid, signal.SIGKILL)
-        time.sleep(0.3)
+        wait_for(lambda: started_pid(out.lines, "node2") != pid, timeout=60,
+                 what="the supervisor restarting node2")
         wait_for(lambda: all(node_id_at(u) == f"node{i}" for i, u in enumerate(urls, 1)),
                  timeout=60, what="node2 restarted")
         assert proc.poll() is None

@@ -95,6 +95,7 @@ class UpProcess:
         return "\n".join(self.lines)
 
 
+@pytest.mark.slow  # `cluster up` over several node processes
 def test_up_starts_nodes_with_their_flags_and_stops_them_on_ctrl_c(tmp_path: Path) -> None:
     up = UpProcess(tmp_path, 3)
     up.read_until("Ctrl-C stops every node.")
@@ -136,6 +137,7 @@ def test_up_passes_a_given_secret(tmp_path: Path) -> None:
     assert up.finish() == 0
 
 
+@pytest.mark.slow  # `cluster up` over several node processes
 def test_a_node_dying_is_restarted_with_backoff_and_the_others_keep_running(
     tmp_path: Path,
 ) -> None:
@@ -167,6 +169,7 @@ def test_restart_backoff_doubles_up_to_its_cap() -> None:
     assert restart_delay(0) == 0.0
 
 
+@pytest.mark.slow  # `cluster up` over several node processes
 def test_stop_start_and_kill_act_on_one_node(tmp_path: Path) -> None:
     up = UpProcess(tmp_path, 2)
     up.read_until("Ctrl-C stops every node.")
@@ -209,6 +212,7 @@ def test_stop_start_and_kill_act_on_one_node(tmp_path: Path) -> None:
     assert missing.returncode != 0 and "no running `cluster up`" in missing.stderr
 
 
+@pytest.mark.slow  # `cluster up` over several node processes
 def test_a_node_ignoring_sigterm_is_killed_on_second_ctrl_c(tmp_path: Path) -> None:
     up = UpProcess(tmp_path, 2, mode="stubborn:node2")
     up.read_until("Ctrl-C stops every node.")

@@ -335,3 +335,20 @@ def test_whoami_on_the_anonymous_cluster_says_anonymous_mode(real: Cluster) -> N
     assert who.startswith("wanda, agent wanda-bot (bound to the key), key key_")
     assert "the node runs in anonymous mode, but a key is still checked" in who
     assert "keys mode" not in who
+
+
+def test_inbox_with_a_key_bound_to_an_agent_needs_no_agent_id(real: Cluster) -> None:
+    assert real.run(0, "user", "add", "kai").exit_code == 0
+    made = real.run(0, "key", "create", "--user", "kai", "--agent", "kai-bot", "--json")
+    key = json.loads(made.stdout)["key"]
+    sent = real.run(0, "notify", "kai-bot", "--agent-id", "alice", "--title", "t", "for the bot")
+    assert sent.exit_code == 0, sent.output
+
+    def shown() -> bool:  # the key and the notification reach node 3
+        r = real.run(2, "--key", key, "inbox", "--json")
+        return r.exit_code == 0 and [m["body"] for m in json.loads(r.stdout)["messages"]] == [
+            "for the bot"]
+
+    eventually(shown)
+    nobody = real.run(2, "inbox")  # no key, no agent: the command says what to pass
+    assert nobody.exit_code != 0 and "pass --agent-id" in nobody.output

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
+from tests.cli.stub import StubDaemon
 from tests.mcp.test_stdio_e2e import ROOT, Node, _http
 
 pytestmark = pytest.mark.slow
@@ -246,6 +247,20 @@ def test_skill_install_writes_the_skill(tmp_path: Path) -> None:
     assert done.stdout == f"wrote {tmp_path / 'ai-memory-messaging' / 'SKILL.md'}\n"
 
 
+def test_the_installed_skill_says_a_page_is_not_a_message(tmp_path: Path) -> None:
+    done = CliRunner().invoke(cli, ["skill", "install", "--dir", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    text = (tmp_path / "ai-memory-messaging" / "SKILL.md").read_text()
+    front, _, body = text[4:].partition("\n---\n")
+    # The description an agent's harness matches on says it, and a section explains it.
+    assert "never a wiki page" in front and "memory_message_send" in front
+    section = body.split("## A page is not a message\n", 1)[1].split("\n## ", 1)[0]
+    for words in ("Only `memory_message_send` delivers", "`memory_write_page`", "`memory_store`",
+                  "never appears in an inbox", "call `memory_message_send`",
+                  "Do not write a page instead"):
+        assert words in section, words
+
+
 def test_skill_install_says_where_it_wrote_by_default(tmp_path: Path) -> None:
     home = tmp_path / "home"
     done = CliRunner().invoke(cli, ["skill", "install"], env={"HOME": str(home)})
@@ -277,3 +292,27 @@ def test_install_hooks_writes_the_cluster_ca_into_every_entry(tmp_path: Path) ->
                                      "--dir", str(tmp_path), "--url", "http://127.0.0.1:9077"],
                                env={"AI_MEMORY_CA_CERT": ""})
     assert "--ca-cert" not in plain.stdout
+
+
+OLDER_SERVER_PARAMS = {"inbox_only": "1", "handoff": "0", "recovery": "0", "profile_digest": "0"}
+
+
+def test_the_prompt_hook_asks_an_older_server_for_the_notice_only(
+        stub: StubDaemon, tmp_path: Path) -> None:
+    """PM-115: the prompt hook's notice fetch also sends ``handoff=0``,
+    ``recovery=0`` and ``profile_digest=0``, so a server that ignores
+    ``inbox_only`` still claims nothing and builds nothing."""
+    here = project_dir(tmp_path, "notice-proj", on_prompt=True)
+    stub.reply("GET", "/handoff", {
+        "notice": "1 cross-project message waiting", "pending_message_count": 1,
+        "workspace": "default", "project": "notice-proj"})
+    event = {"session_id": "s-115", "cwd": str(here), "prompt": "go on",
+             "hook_event_name": "UserPromptSubmit"}
+    done = CliRunner().invoke(cli, ["--url", stub.url, "hook", "prompt", "--harness",
+                                    "claude-code", "--state-dir", str(tmp_path / "s")],
+                              input=json.dumps(event))
+    assert done.exit_code == 0, done.output
+    assert "1 cross-project message waiting" in done.output
+    [fetched] = [r for r in stub.requests if (r.method, r.path) == ("GET", "/handoff")]
+    assert {k: fetched.query.get(k) for k in OLDER_SERVER_PARAMS} == OLDER_SERVER_PARAMS
+    assert fetched.query["workspace"] == "default" and fetched.query["project"] == "notice-proj"

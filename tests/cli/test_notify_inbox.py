@@ -254,3 +254,17 @@ def test_url_forms(stub: StubDaemon) -> None:
     stub.reply("GET", "/api/v1/health", {"status": "ok"})
     result = CliRunner().invoke(cli, ["--url", stub.url.removeprefix("http://"), "health"])
     assert result.exit_code == 0, result.output
+
+
+def test_inbox_wait_filter_since_is_exclusive() -> None:
+    """``--since`` means after (as the API's ``since``): the stream filter of
+    ``--wait`` leaves out a notification created at that very instant."""
+    from datetime import UTC, datetime
+
+    from cli.inbox import _passes
+
+    since = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    at = {"created_at": "2026-05-01T12:00:00.000Z", "priority": 5, "tier": "mid"}
+    after = {**at, "created_at": "2026-05-01T12:00:00.001Z"}
+    assert not _passes(at, None, None, since)
+    assert _passes(after, None, None, since)

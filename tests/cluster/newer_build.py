@@ -33,7 +33,7 @@ def apply_link(conn: sqlite3.Connection, op: Any, now_ms: int) -> None:
 class _Routes:
     @staticmethod
     def add_routes(app: web.Application) -> None:
-        from daemon.appkeys import NODE
+        from daemon.http.appkeys import NODE
 
         async def put_link(request: web.Request) -> web.Response:
             body = await request.json()

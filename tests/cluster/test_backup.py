@@ -29,6 +29,8 @@ from tests.cluster.load import Load
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(180)]
 
+AFTER_S = 2.0
+
 
 def notes(db: Path) -> dict[str, str]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -47,7 +49,13 @@ def test_backup_under_load_then_restore_into_a_node_that_rejoins(cluster: Cluste
     out = tmp_path / "node3.backup"
     started = time.monotonic()
     meta = fetch_backup(c.url("node3"), out, c.secret)
-    time.sleep(0.5)  # writes keep landing after the copy
+    # Writes keep landing after the copy; an ack recorded AFTER_S past it
+    # cannot be in it (the margin covers a load thread slow to record).
+    copied = time.monotonic()
+    deadline = copied + 30
+    while not any(nid == "node3" and at > copied + AFTER_S for at, nid, _ in list(load.acked)):
+        assert time.monotonic() < deadline, "no write acknowledged through node3 after the copy"
+        time.sleep(0.1)
     load.stop()
     assert load.acked and len(load.acked) > 300
 
@@ -67,8 +75,8 @@ def test_backup_under_load_then_restore_into_a_node_that_rejoins(cluster: Cluste
     before = {t for at, nid, t in load.acked if nid == "node3" and at < started}
     assert before and before <= set(held), sorted(before - set(held))[:5]
     assert all(body == f"body of {title}" for title, body in held.items())  # bodies intact
-    later = {t for at, nid, t in load.acked if nid == "node3" and at > started + 5}
-    assert not later & set(held)  # nothing from the future
+    later = {t for at, nid, t in load.acked if nid == "node3" and at > copied + AFTER_S}
+    assert later and not later & set(held)  # nothing from the future
 
     # node3 loses its disk; the backup comes back under a new incarnation.
     c.kill9("node3")

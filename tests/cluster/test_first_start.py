@@ -1,4 +1,4 @@
-"""A new cluster starts the way users start it, with no flag (daemon/joining.py).
+"""A new cluster starts the way users start it, with no flag (daemon/replication/joining.py).
 
 Real ``ai-memory serve`` processes on loopback, started as upstream's users
 start them (``--quorum-peers URL,... --quorum-writes 2`` and ``AI_MEMORY_DB``)

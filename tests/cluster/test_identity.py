@@ -12,8 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.cluster.harness import ROOT, Cluster
 from tests.cluster.proxy import REFUSE
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 def bearer(key: str) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,6 +177,9 @@ def test_every_sync_method_across_nodes(trio: Cluster) -> None:
         dump = c2.export()
         assert {m["id"] for m in dump["memories"]} >= {a.id, b.id, *bulk.ids}
         assert len(dump["links"]) >= 2
+        # after the export, so the re-import below does not bring it back
+        brief = c1.store(title="short-lived", content="gone at the next gc",
+                         namespace=_name("ttl"), ttl_secs=1)["id"]
         out = c1.forget(namespace=ns, pattern="bulk note")
         assert out["deleted"] == 3
         assert [m.id for m in c3.search("bulk note", namespace=ns)] == []  # at once, via quorum
@@ -187,7 +191,19 @@ def test_every_sync_method_across_nodes(trio: Cluster) -> None:
         with pytest.raises(ValidationError):
             c1.forget()  # an empty filter would delete everything
 
-        assert c2.gc()["expired_deleted"] >= 0
+        # gc tombstones what has expired (only ``brief`` in this cluster
+        # so far), cluster-wide; expired memories are already invisible.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                c2.get(brief)
+            except NotFoundError:
+                break
+            assert time.monotonic() < deadline, "a 1 s memory still readable after 10 s"
+            time.sleep(0.1)
+        assert c2.gc()["expired_deleted"] == 1
+        trio.wait_converged()
+        assert c3.gc()["expired_deleted"] == 0  # the tombstone reached every member
         c3.delete(b.id)
         trio.wait_converged()
         with pytest.raises(NotFoundError):

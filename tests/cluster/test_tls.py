@@ -20,7 +20,7 @@ import msgpack
 import pytest
 from ai_memory import AiMemoryClient
 
-from daemon.peer_auth import BOOT_HEADER, sign
+from daemon.peer.auth import BOOT_HEADER, sign
 from tests.cluster.harness import free_port
 from tests.cluster.tls_harness import IDS, TlsTrio, cli, served_serial
 
@@ -210,7 +210,7 @@ def test_a_ca_rotation_keeps_the_cluster_replicating(trio: TlsTrio) -> None:
 def test_a_plaintext_peer_off_loopback_is_refused_at_start(tmp_path: Path) -> None:
     # Documentation addresses (TEST-NET-1): refused before anything is sent.
     # (The allowed path, with --insecure-plaintext-peers, is checked without
-    # a process in tests/daemon/test_tls_units.py: a serving node would dial
+    # a process in tests/daemon/runtime/test_tls_units.py: a serving node would dial
     # its peers, and no test sends packets off this machine.)
     peers = "node2=http://192.0.2.7:9077,node3=http://192.0.2.8:9077"
     args = ["--quorum-peers", peers, "--cluster-secret", "s3cret"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from daemon.app import build_app
+from daemon.api.app import build_app
 from daemon.node import Node
 from daemon.wiring import build_node
 from tests.daemon.conftest import make_settings

@@ -7,7 +7,7 @@ from __future__ import annotations
 from common import policy
 from common.errors import Forbidden
 from common.policy import Principal
-from daemon.directory import parse_grant
+from daemon.identity.memory_directory import parse_grant
 from daemon.settings import AuthSettings, StaticKey
 
 WS = "ws"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.app import build_app
+from daemon.api.app import build_app
 from daemon.node import Node
 from daemon.settings import ClusterSettings, Settings, StoreSettings
 from daemon.wiring import build_node

@@ -5,12 +5,14 @@ from one node, agents and checks through the others).
 Installed by the project's own files: ``playwright`` comes with the test
 extra, ``chromium`` from Debian through ``make deps`` (the browser is never
 downloaded by Playwright). Without chromium the module is skipped and says so.
-The run saves screenshots of the inbox and the composer into docs/img/ for
-docs/web.md.
+The run takes screenshots of the inbox and the composer, into a temporary
+folder; ``make screenshots`` names docs/img/ instead (AI_MEMORY_SCREENSHOTS),
+which is how the images in docs/web.md are made.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.harness import ROOT, Cluster
+from tests.cluster.harness import Cluster
 from tests.daemon.procdaemon import daemon_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -30,7 +32,6 @@ if not Path(CHROMIUM).exists():
                 allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api")
 
-IMG = ROOT / "docs" / "img"
 XSS = "<script>alert(1)</script><img src=x onerror=alert(1)>"
 WS = "default"
 
@@ -46,6 +47,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         raise
     finally:
         c.stop()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the screenshots go: a temporary folder, or the one named by
+    AI_MEMORY_SCREENSHOTS (``make screenshots``: docs/img)."""
+    named = os.environ.get("AI_MEMORY_SCREENSHOTS")
+    path = Path(named) if named else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +146,8 @@ def expand(page: Any, mid: str) -> Any:
 # -- the tests ------------------------------------------------------------------------
 
 
-def test_anonymous_inbox_pages_past_50_and_expands_a_row(cluster: Cluster, tab: Page) -> None:
+def test_anonymous_inbox_pages_past_50_and_expands_a_row(cluster: Cluster, tab: Page,
+                                                         shots: Path) -> None:
     src, dst = project(cluster, "alpha", "kimi"), project(cluster, "beta")
     ids = [send(cluster, src, dst, f"request number {i}", subject=f"task {i}", from_agent="kimi",
                 node=("node2", "node3")[i % 2]) for i in range(55)]
@@ -179,11 +191,10 @@ def test_anonymous_inbox_pages_past_50_and_expands_a_row(cluster: Cluster, tab: 
     page.locator("nav").get_by_role("link", name=dst).click()
     page.get_by_role("heading", name=f"{WS}/{dst} · Received").wait_for()
     expand(page, ids[-1])
-    IMG.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMG / "inbox.png"))
+    page.screenshot(path=str(shots / "inbox.png"))
 
 
-def test_compose_and_send(cluster: Cluster, tab: Page) -> None:
+def test_compose_and_send(cluster: Cluster, tab: Page, shots: Path) -> None:
     src, dst = project(cluster, "gamma", "kimi"), project(cluster, "delta", "codex")
     page = open_project(tab, cluster, src)
     page.locator(f'nav li:has(a[data-project="{WS}/{src}"])').get_by_role(
@@ -206,8 +217,7 @@ def test_compose_and_send(cluster: Cluster, tab: Page) -> None:
     composer.get_by_label("To agent").select_option("codex")
     composer.get_by_label("Subject").fill("please review the export")
     composer.get_by_label("Message text").fill("the /v1/export endpoint needs paging")
-    IMG.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMG / "composer.png"))
+    page.screenshot(path=str(shots / "composer.png"))
     composer.get_by_role("button", name="Send").click()
     sync_api.expect(composer.get_by_role("alert")).to_contain_text("Sent")
     got = pop(cluster, dst)  # through another node; shared pops skip codex's mail
@@ -216,6 +226,144 @@ def test_compose_and_send(cluster: Cluster, tab: Page) -> None:
                              {"workspace": WS, "project": dst, "agent": "codex"})
     assert code == 200 and out["message"]["subject"] == "please review the export"
     assert out["provenance"]["from_project"] == src and out["message"]["to_agent"] == "codex"
+
+
+def test_a_collected_row_says_collection_is_not_completion(cluster: Cluster, tab: Page) -> None:
+    """PM-65: "collected" is the agent's claim, and the page says the request
+    is not known to be done."""
+    src, dst = project(cluster, "coll-a", "kimi"), project(cluster, "coll-b", "codex")
+    mid = send(cluster, src, dst, "run the migration")
+    pending = send(cluster, src, dst, "still waiting")
+    assert pop(cluster, dst)["id"] == mid
+    page = open_project(tab, cluster, dst)
+    sync_api.expect(row(page, mid).get_by_text("collected")).to_be_visible()
+    detail = expand(page, mid)
+    sync_api.expect(detail).to_contain_text(
+        "Collected records the agent's claim; completion of the request is not confirmed.")
+    other = expand(page, pending)  # a queued row says nothing of the kind
+    sync_api.expect(other).not_to_contain_text("completion of the request")
+
+
+def test_changing_either_project_clears_the_chosen_agent(cluster: Cluster, tab: Page) -> None:
+    """PM-69: every project here has a codex session, so the agent could be
+    kept; changing To, or From (which resets To), clears it all the same.
+    PM-77: an ordinary (not legacy) session shows no write-token field."""
+    src = project(cluster, "clear-a", "codex")
+    one, two = project(cluster, "clear-b", "codex"), project(cluster, "clear-c", "codex")
+    page = open_project(tab, cluster, src)
+    page.locator(f'nav li:has(a[data-project="{WS}/{src}"])').get_by_role(
+        "button", name="Message").click()
+    composer = page.get_by_role("region", name="Message", exact=True)
+    sync_api.expect(composer).to_be_visible()
+    token = page.locator("#write-token")
+    sync_api.expect(token).to_have_count(1)
+    sync_api.expect(token).to_be_hidden()
+    sync_api.expect(composer.get_by_text("Write token")).to_be_hidden()
+    agent = composer.get_by_label("To agent")
+    composer.get_by_label("To project").select_option(f"{WS}/{one}")
+    sync_api.expect(agent.locator("option")).to_contain_text(["Any of them", "codex"])
+    agent.select_option("codex")
+    sync_api.expect(agent).to_have_value("codex")
+    composer.get_by_label("To project").select_option(f"{WS}/{two}")
+    sync_api.expect(agent.locator("option")).to_contain_text(["Any of them", "codex"])
+    sync_api.expect(agent).to_have_value("")
+    agent.select_option("codex")
+    composer.get_by_label("From project").select_option(f"{WS}/{one}")
+    sync_api.expect(composer.get_by_label("To project")).to_have_value(f"{WS}/{one}")
+    sync_api.expect(agent.locator("option")).to_contain_text(["Any of them", "codex"])
+    sync_api.expect(agent).to_have_value("")
+    # Sent now, it is shared mail: any session may pop it.
+    composer.get_by_label("Message text").fill("for whoever is there")
+    composer.get_by_role("button", name="Send").click()
+    sync_api.expect(composer.get_by_role("alert")).to_contain_text("Sent")
+    got = pop(cluster, one)
+    assert got["to_agent"] is None and "for whoever is there" in got["body"]
+
+
+def test_a_destination_with_no_agent_disables_send_and_says_how_to_register(
+        cluster: Cluster, tab: Page) -> None:
+    """PM-70: the page was loaded while the destination had an agent; the
+    project is purged meanwhile (its sessions with it), so nobody is
+    registered there when the composer asks: Send is disabled, with the way
+    to register one. Once an agent starts a session there, Send comes back."""
+    src, dst = project(cluster, "none-a", "kimi"), project(cluster, "none-b", "codex")
+    page = open_project(tab, cluster, src)
+    code, out = cluster.call("node2", "POST", f"/api/v1/projects/{WS}/{dst}/purge",
+                             {"reason": "browser test: a project with no agent"})
+    assert code == 200, out
+    page.locator(f'nav li:has(a[data-project="{WS}/{src}"])').get_by_role(
+        "button", name="Message").click()
+    composer = page.get_by_role("region", name="Message", exact=True)
+    sync_api.expect(composer.get_by_role("button", name="Send")).to_be_enabled()  # to src: kimi
+    composer.get_by_label("To project").select_option(f"{WS}/{dst}")
+    note = page.locator("#no-agent")
+    sync_api.expect(note).to_be_visible()
+    sync_api.expect(note).to_contain_text(f"No agent has a session in {WS}/{dst}")
+    sync_api.expect(note).to_contain_text("Register one by starting an agent session there")
+    sync_api.expect(composer.get_by_role("button", name="Send")).to_be_disabled()
+    sync_api.expect(composer.get_by_label("To agent")).to_be_disabled()
+    # An agent registers; choosing the project again finds it.
+    project(cluster, dst, "codex", node="node3")
+    composer.get_by_label("To project").select_option(f"{WS}/{src}")
+    composer.get_by_label("To project").select_option(f"{WS}/{dst}")
+    sync_api.expect(composer.get_by_role("button", name="Send")).to_be_enabled()
+    sync_api.expect(note).to_be_hidden()
+    sync_api.expect(composer.get_by_label("To agent").locator("option")).to_contain_text(
+        ["Any of them", "codex"])
+
+
+def test_rows_show_a_160_character_snippet_of_the_body(cluster: Cluster, tab: Page) -> None:
+    src, dst = project(cluster, "snip-a", "kimi"), project(cluster, "snip-b")
+    # After the whitespace is folded, the emoji is the 160th character: a cut
+    # in UTF-16 units would split it.
+    words = "line one\n\n  " + "x" * 150 + "\U0001f600" + " tail" * 40
+    long_id = send(cluster, src, dst, words, subject="long one")
+    short_id = send(cluster, src, dst, "just a short note", subject="short one")
+    page = open_project(tab, cluster, dst)
+    flat = " ".join(words.split())
+    want = "".join(list(flat)[:160]) + "\u2026"
+    sync_api.expect(row(page, long_id).locator("td.snippet")).to_have_text(want)
+    assert len(list(want)) == 161 and want.endswith("\U0001f600\u2026")
+    sync_api.expect(row(page, short_id).locator("td.snippet")).to_have_text("just a short note")
+    # The header names the column; the full body is still one click away.
+    sync_api.expect(page.get_by_role("columnheader", name="Snippet")).to_be_visible()
+    detail = expand(page, long_id)
+    sync_api.expect(detail.get_by_label("Message text")).to_have_text(words)
+
+
+def test_an_agent_cards_message_button_opens_the_composer_addressed_to_it(
+        cluster: Cluster, tab: Page) -> None:
+    src = project(cluster, "card-a", "kimi")
+    dst = project(cluster, "card-b", "codex")
+    project(cluster, "card-b", "claude-code")
+    page = open_project(tab, cluster, dst)
+    cards = page.get_by_role("region", name=f"Agents in {WS}/{dst}")
+    sync_api.expect(cards.locator("article.agent-card")).to_have_count(2)
+    cards.get_by_role("article", name="Agent codex").get_by_role("button", name="Message").click()
+    composer = page.get_by_role("region", name="Message", exact=True)
+    sync_api.expect(composer).to_be_visible()
+    sync_api.expect(composer.get_by_label("To project")).to_have_value(f"{WS}/{dst}")
+    sync_api.expect(composer.get_by_label("To agent")).to_have_value("codex")
+    # The sender is a project the viewer picks (the card's own by default).
+    sync_api.expect(composer.get_by_label("From project")).to_have_value(f"{WS}/{dst}")
+    composer.get_by_label("From project").select_option(f"{WS}/{src}")
+    composer.get_by_label("To project").select_option(f"{WS}/{dst}")
+    composer.get_by_label("To agent").select_option("codex")
+    composer.get_by_label("Subject").fill("from the agent card")
+    composer.get_by_label("Message text").fill("for codex only")
+    composer.get_by_role("button", name="Send").click()
+    sync_api.expect(composer.get_by_role("alert")).to_contain_text("Sent")
+    assert pop(cluster, dst) is None  # addressed to codex: a shared pop gets nothing
+    code, out = cluster.call("node3", "POST", "/api/v1/messages/pop",
+                             {"workspace": WS, "project": dst, "agent": "codex"})
+    assert code == 200 and out["message"]["subject"] == "from the agent card"
+    assert out["message"]["to_agent"] == "codex" and out["provenance"]["from_project"] == src
+    # Another card addresses its own agent.
+    page.reload()
+    page.get_by_role("heading", name=f"{WS}/{dst} · Received").wait_for()
+    page.get_by_role("article", name="Agent claude-code").get_by_role(
+        "button", name="Message").click()
+    sync_api.expect(composer.get_by_label("To agent")).to_have_value("claude-code")
 
 
 def test_edit_save_and_requeue_discard_and_the_held_banner(cluster: Cluster, tab: Page) -> None:
@@ -356,6 +504,20 @@ def test_key_login_and_logout(keyed_daemon: Any, tab: Page) -> None:
     assert web_cookie["httpOnly"] and web_cookie["sameSite"] == "Strict"
     assert page.evaluate("() => document.cookie") == ""  # not readable by scripts
     assert page.evaluate("() => localStorage.length + sessionStorage.length") == 0
+    # PM-77: a key login is an ordinary session: its composer has no write-token field.
+    from tests.cluster.harness import http
+    code, body = http("POST", keyed_daemon.url + "/api/v1/sessions",
+                      {"workspace": WS, "project": "keyed-a", "harness": "kimi"},
+                      {"X-API-Key": "aim_web_test_key"})
+    assert code == 201, body
+    page.goto(f"{keyed_daemon.url}/web/inbox#{WS}/keyed-a")
+    page.reload()  # the same page with another fragment: load the project list again
+    page.get_by_role("heading", name=f"{WS}/keyed-a · Received").wait_for()
+    page.locator(f'nav li:has(a[data-project="{WS}/keyed-a"])').get_by_role(
+        "button", name="Message").click()
+    sync_api.expect(page.get_by_role("region", name="Message", exact=True)).to_be_visible()
+    sync_api.expect(page.locator("#write-token")).to_have_count(1)
+    sync_api.expect(page.locator("#write-token")).to_be_hidden()
     page.get_by_role("button", name="Log out").click()
     page.wait_for_url("**/web/login")
     page.goto(f"{keyed_daemon.url}/web/inbox")
@@ -397,5 +559,48 @@ def test_legacy_login_sends_only_with_a_write_token_it_then_forgets(
                          headers={"X-API-Key": "aim_web_test_key"})
         assert code == 200 and [m["body"] for m in out["messages"]] == [
             "sent from the legacy login"]
+    finally:
+        ctx.close()
+
+
+def test_legacy_login_sends_with_the_right_token_after_a_wrong_one(
+        keyed_daemon: Any, browser: Any) -> None:
+    """A wrong write token is refused without ending the browser's Basic
+    login (a 403, not a 401), so the next send with the right token works
+    with no reload, and the page goes on reading."""
+    from tests.cluster.harness import http
+    for proj, harness in (("legacy-c", "kimi"), ("legacy-d", "codex")):
+        code, body = http("POST", keyed_daemon.url + "/api/v1/sessions",
+                          {"workspace": WS, "project": proj, "harness": harness},
+                          {"X-API-Key": "aim_web_test_key"})
+        assert code == 201, body
+    ctx = browser.new_context(http_credentials={"username": "ops",
+                                                "password": "aim_web_test_key"})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(10_000)
+        page.goto(f"{keyed_daemon.url}/web/legacy#{WS}/legacy-c")
+        page.get_by_role("heading", name=f"{WS}/legacy-c · Received").wait_for()
+        page.locator(f'nav li:has(a[data-project="{WS}/legacy-c"])').get_by_role(
+            "button", name="Message").click()
+        composer = page.get_by_role("region", name="Message", exact=True)
+        composer.get_by_label("To project").select_option(f"{WS}/legacy-d")
+        composer.get_by_label("Message text").fill("after a wrong token")
+        composer.get_by_label("Write token").fill("not-a-key")
+        composer.get_by_role("button", name="Send").click()
+        sync_api.expect(composer.get_by_role("alert")).to_contain_text("Not sent")
+        sync_api.expect(composer.get_by_role("alert")).to_contain_text("write token")
+        sync_api.expect(composer.get_by_label("Write token")).to_have_value("")
+        # The page still reads with its Basic login...
+        status = page.evaluate("() => fetch('/web/api/projects').then(r => r.status)")
+        assert status == 200
+        # ...and the right token now sends, without a reload.
+        composer.get_by_label("Write token").fill("aim_web_test_key")
+        composer.get_by_role("button", name="Send").click()
+        sync_api.expect(composer.get_by_role("alert")).to_contain_text("Sent")
+        code, out = http("GET", keyed_daemon.url + f"/api/v1/messages?workspace={WS}"
+                                                   "&project=legacy-d&box=inbox",
+                         headers={"X-API-Key": "aim_web_test_key"})
+        assert code == 200 and [m["body"] for m in out["messages"]] == ["after a wrong token"]
     finally:
         ctx.close()

@@ -61,7 +61,7 @@ class Cluster:
 
     def seed(self, node: str, donor: str) -> None:
         """The node lost its disk and comes back seeded from ``donor``'s copy,
-        recovering, as ``daemon/seeding.py`` does it: ``Reseeding`` reaches
+        recovering, as ``daemon/replication/seeding.py`` does it: ``Reseeding`` reaches
         the donor first, then the copy is taken."""
         self.queue = [m for m in self.queue if node not in (m[0], m[1])]
         self.run(donor, self.cores[donor].on_message(node, Reseeding(donor), self.now))

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from common.errors import BadRequest, Unavailable
 from common.ops import KINDS, Op
-from daemon import forwarding
+from daemon.replication import forwarding
 from federation import requests as mail_requests
 from federation.messages import PEER, Message, decode_msg
 from federation.wire import Codec, WireError
@@ -225,6 +225,8 @@ def test_the_owners_real_answers_to_every_request_kind_pass_the_result_codec() -
         mail_requests.MailCancel(mb, ("m2",), by_workspace="w", by_project="q"),
         mail_requests.MailSend(mb, {**body, "id": "m3", "approval_required": True}),
         mail_requests.MailDecide(mb, "m3", True, decider={"by_user": "ann"}, reason="ok"),
+        mail_requests.MailPurge(mb, {"id": "pg1", "workspace": "w", "project": "p",
+                                     "scope": "project", "by_user": None, "reason": None}),
     ]
     assert {type(r) for r in requests} == set(REQUEST_KINDS)
     for token, req in enumerate(requests):

@@ -60,6 +60,8 @@ TOOL_ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "message.cancel": ("memory_message_cancel", {"workspace": WS, "project": ALPHA,
                                                  "all": True}),
     "briefing.read": ("memory_briefing", {"workspace": WS, "project": ALPHA}),
+    "handoff.write": ("memory_handoff", {"workspace": WS, "project": ALPHA,
+                                         "body": "for the next session"}),
 }
 
 

@@ -178,3 +178,31 @@ def test_notice_schedule_backs_off_and_sends_only_new_text() -> None:
     assert s.observe("3 waiting") is True  # the same text again after a gap is news
     s.failed()
     assert s.delay == 10.0
+
+
+@pytest.mark.slow
+async def test_the_channel_asks_an_older_server_for_the_notice_only(tmp_path: Path) -> None:
+    """PM-115: the bridge's notice poll also sends ``handoff=0``,
+    ``recovery=0`` and ``profile_digest=0`` (for a server that ignores
+    ``inbox_only``). The node is the recording fake, which shows the query."""
+    from tests.fakes import FakeNode
+
+    fake = await FakeNode().start()
+    fake.reply("GET", "/handoff", {"notice": "1 cross-project message waiting",
+                                   "pending_message_count": 1})
+    seen = ChannelObserver()
+    try:
+        async with bridge(tmp_path, ["--url", fake.url, "--channel", "inbox",
+                                     "--poll-fast-secs", "0.2", "--poll-slow-secs", "0.8"],
+                          {"CLAUDE_CODE_SESSION_ID": "s-115"}, seen):
+            await _until(lambda: len(seen.texts) >= 1)
+    finally:
+        await fake.stop()
+    assert seen.texts == ["1 cross-project message waiting"]
+    polls = fake.made("GET", "/handoff")
+    assert polls
+    for poll in polls:
+        assert {k: poll.query.get(k) for k in ("inbox_only", "handoff", "recovery",
+                                               "profile_digest")} == {
+            "inbox_only": "1", "handoff": "0", "recovery": "0", "profile_digest": "0"}
+        assert poll.query.get("harness") == "claude-code"

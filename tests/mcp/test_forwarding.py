@@ -31,6 +31,7 @@ ALL_TOOLS = {
     "memory_briefing",
     "memory_approvals_list",
     "memory_approval_decide",
+    "memory_handoff",
 }
 
 QUORUM_503 = {"error": "quorum_not_met", "got": 1, "needed": 2, "reason": "peer timeout"}

@@ -221,6 +221,11 @@ async def test_every_tool_answers_on_some_node(keyed_cluster: Cluster, tmp_path:
         assert [m["id"] for m in listed["messages"]] == [sent["message_id"]]
         brief = await call(n1, "memory_briefing", {"workspace": "default", "project": proj_b})
         assert brief["pending_message_count"] == 1
+        left = await call(n3, "memory_handoff", {"workspace": "default", "project": proj_a,
+                                                  "body": "pick up the export"})
+        status, started = keyed_cluster.call(
+            "node1", "GET", f"/handoff?workspace=default&project={proj_a}", headers=key)
+        assert status == 200 and started["handoff"]["id"] == left["handoff_id"], started
         popped = await call(n2, "memory_message_pop", {
             "workspace": "default", "project": proj_b, "message_id": sent["message_id"],
             "agent": "codex"})

@@ -26,6 +26,13 @@
    acknowledged decision was a rejection; no node ever shows a held message
    claimed unless its winning decision is an approval, and an acknowledged
    pop never returns a message an acknowledged rejection ended.
+7. Purges (issue 27): a message may be gone from a node only if it is
+   recorded there as purged and a purge of its mailbox was issued; a pop
+   sent after a purge of its mailbox was acknowledged never gets a message
+   that ends purged; a request id answered with a message that a purge
+   then took may later be answered "nothing pending", never another message.
+   A purge takes a message in any state, awaiting approval and rejected
+   included: rule 6 holds for the messages no purge took.
 """
 
 from __future__ import annotations
@@ -33,7 +40,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from common.lifecycle import EDITABLE_FIELDS, TERMINAL
-from common.ops import MEM_DEL, MSG_CANCEL, MSG_RELEASE, NOTE_NEW, NOTE_READ, Op
+from common.ops import (
+    MEM_DEL,
+    MSG_CANCEL,
+    MSG_PURGE,
+    MSG_RELEASE,
+    NOTE_NEW,
+    NOTE_READ,
+    Op,
+    mailbox_key,
+)
 from store.records import MESSAGE_FIELDS
 from tests.sim.workload import Attempt
 
@@ -92,6 +108,16 @@ class Monitor:
         self.acked_dels: list[Op] = []
         self.acked_notes: list[tuple[int, str, str]] = []  # (acked at, to agent, note id)
         self.disk_lost_at: int | None = None  # reads after a lost disk are not checked
+        self.purge_issued: set[str] = set()  # mailboxes some node stamped a msg.purge for
+        # mailbox -> [(when acked, the purge's (hlc, origin, seq))]
+        self.purges_acked: dict[str, list[tuple[int, tuple[int, str, int]]]] = {}
+        self.popped_sent: dict[str, tuple[str, int]] = {}  # message -> (mailbox, pop sent at)
+
+    def purged(self, disk: Any, mid: str) -> bool:
+        """Is ``mid`` gone from ``disk`` by a purge of its mailbox?"""
+        sent = self.sim.history.send_bodies.get(mid)
+        return (sent is not None and disk.is_purged(mid) and
+                mailbox_key(sent["to_workspace"], sent["to_project"]) in self.purge_issued)
 
     def disk_lost(self) -> None:
         if self.disk_lost_at is None:
@@ -137,7 +163,9 @@ class Monitor:
             got = None if a.value is None else a.value["message"]["id"]
             seen = self.answers.setdefault((a.req.mailbox, a.req.request_id), set())
             seen.add(got)
-            if len(seen) > 1:
+            # A claim a purge took is answered "nothing pending" afterwards.
+            purged_since = a.req.mailbox in self.purge_issued and len(seen) == 2 and None in seen
+            if len(seen) > 1 and not purged_since:
                 self.fail(f"request {a.req.request_id} answered differently: "
                           f"{sorted(seen, key=str)}")
         if a.kind == "pop" and a.value is not None:
@@ -153,6 +181,8 @@ class Monitor:
             epoch = int(a.value["rank"][0])
             self.popped_epoch[mid] = min(epoch, self.popped_epoch.get(mid, epoch))
             self.popped_at.setdefault(mid, self.sim.now)
+            self.popped_sent[mid] = (a.req.mailbox, max(a.sent_ms, self.popped_sent.get(
+                mid, (a.req.mailbox, a.sent_ms))[1]))
             if a.req.request_id is not None:
                 other = self.by_request.setdefault(a.req.request_id, mid)
                 if other != mid:
@@ -187,6 +217,12 @@ class Monitor:
             self.sim.stats["approvals_decided" if a.req.approve else "rejections_decided"] += 1
             if not a.req.approve and mid in self.popped:
                 self.fail(f"{mid} acked as popped and as rejected")
+        elif a.kind == "purge":
+            self.sim.stats["purges_acked"] += 1
+            self.sim.stats["purged_messages"] += int(a.value.get("removed") or 0)
+            _, hlc, origin, seq = a.value["rank"]
+            self.purges_acked.setdefault(a.req.mailbox, []).append(
+                (self.sim.now, (hlc, origin, seq)))
         elif a.kind == "cancel":
             for mid in a.value:
                 self.cancelled.add(mid)
@@ -234,6 +270,8 @@ class Monitor:
     def on_persist(self, node_id: str, ops: Any) -> None:
         """Every op a node persists passes here: the releases it issues."""
         for op in ops:
+            if op.kind == MSG_PURGE:
+                self.purge_issued.add(op.key)
             if op.kind == MSG_RELEASE and op.origin == node_id:
                 self.releases.setdefault(str(op.body["id"]), []).append(
                     [op.epoch, op.hlc, op.origin, op.seq])
@@ -254,7 +292,8 @@ class Monitor:
                 last = seq[-1][1] if seq else None
                 if seq and last == state:
                     continue
-                if last is not None and last[0] in TERMINAL and (
+                if last is not None and last[0] in TERMINAL and not (
+                        state is None and self.purged(disk, mid)) and (
                         state is None or state[0] not in TERMINAL) and (
                         state is None or disk.terminal_stands(mid)
                         or mid in self.popped or self._shows_acked_cancel(mid, last)):
@@ -326,11 +365,23 @@ def final_checks(sim: Sim) -> list[str]:
                 elif op.kind == NOTE_NEW and not disk.notifications([op.body["id"]]):
                     fail(f"{node_id}: acked notification {op.body['id']} not visible")
         for a in h.acked("send"):
-            if disk.message(a.value.body["id"]) is None:
-                fail(f"{node_id}: acked message {a.value.body['id']} lost")
+            mid = a.value.body["id"]
+            if disk.message(mid) is None and not mon.purged(disk, mid):
+                fail(f"{node_id}: acked message {mid} lost")
+        # 7. no pop sent after an acknowledged purge got a message that purge took.
+        for mid, (mailbox, sent_ms) in mon.popped_sent.items():
+            if not mon.purged(disk, mid):
+                continue
+            rank = tuple(disk.purged_rank(mid))
+            for t, purge_rank in mon.purges_acked.get(mailbox, []):
+                if t < sent_ms and rank < purge_rank:
+                    fail(f"{node_id}: {mid} was claimed by a pop sent after the purge "
+                         f"{purge_rank} of {mailbox} was acknowledged, which took it")
         # 2. the acknowledged claimer is the final claimer.
         for mid, ident in mon.popped.items():
             view = disk.message(mid)
+            if view is None and mon.purged(disk, mid):
+                continue
             if view is None or view["state"] != "claimed":
                 fail(f"{node_id}: acked-popped {mid} ends as {view and view['state']}")
                 continue
@@ -339,11 +390,16 @@ def final_checks(sim: Sim) -> list[str]:
                      f"but claimed by {view['claimed_by_session']} ({view['request_id']})")
         for mid in mon.cancelled:
             view = disk.message(mid)
+            if view is None and mon.purged(disk, mid):
+                continue
             if view is None or view["state"] != "cancelled":
                 fail(f"{node_id}: acked-cancelled {mid} ends as {view and view['state']}")
-        # 6. the approval queue: decided once, as acknowledged; claimed only if approved.
+        # 6. the approval queue: decided once, as acknowledged; claimed only if approved
+        # (a message a purge took is gone in whatever state it was: 7 judges it).
         for mid, approve in mon.decided.items():
             view = disk.message(mid)
+            if view is None and mon.purged(disk, mid):
+                continue
             want = "approved" if approve else "rejected"
             if view is None or view["approval_decision"] != want or (
                     (view["state"] == "rejected") != (not approve)):
@@ -360,11 +416,15 @@ def final_checks(sim: Sim) -> list[str]:
             if len(seen) != 1:
                 continue
             want = next(iter(seen))
+            if want is not None and mon.purged(disk, want):
+                continue
             decided = disk.pop_decision(mailbox, rid)
             if decided != (("empty", None) if want is None else ("claimed", want)):
                 fail(f"{node_id}: request {rid} answered {want} but recorded as {decided}")
         # 2b. once acknowledged and shown, a decision never changes.
         for mid, acked in mon.popped_claim.items():
+            if mon.purged(disk, mid):
+                continue
             seq = mon.seen_states.get((node_id, mid), [])
             t_ack = mon.popped_at[mid]
             current = [i for i, (t, _) in enumerate(seq) if t <= t_ack]

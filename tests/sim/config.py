@@ -46,10 +46,13 @@ class SimConfig:
     # push into batches of a few ops, as large ops cut a real one.
     push_bytes_max: int = limits.peer_batch_bytes_max
     # The run begins as a new cluster does: no member has a disk, each starts
-    # within start_spread_ms of the first and joins by daemon/joining.py's
+    # within start_spread_ms of the first and joins by daemon/replication/joining.py's
     # rule (federation.bootstrap.decide), crashing and losing disks meanwhile.
     first_start: bool = False
     start_spread_ms: int = 1_500
+    # Share of client requests that purge a mailbox (issue 27). Drawn from a
+    # stream of its own, so a seed without purges runs as it did before them.
+    purge_p: float = 0.0
 
     @property
     def forward_timeout_ms(self) -> int:
@@ -81,4 +84,5 @@ class SimConfig:
                    disk_delay_max_ms=rng.choice((0, 2, 10, 40)),
                    push_bytes_max=rng.choice((limits.peer_batch_bytes_max, 500)),
                    first_start=rng.random() < 0.5,
-                   start_spread_ms=rng.choice((0, 300, 1500)))
+                   start_spread_ms=rng.choice((0, 300, 1500)),
+                   purge_p=random.Random(f"purge:{seed}").choice((0.0, 0.0, 0.01, 0.03)))

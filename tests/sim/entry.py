@@ -1,6 +1,6 @@
 """A simulated node's client side: routing, read quorums, idempotent sends.
 
-What ``daemon/mailbox_router.py`` and ``daemon/read_quorum.py`` do over
+What ``daemon/replication/mailbox_router.py`` and ``daemon/replication/read_quorum.py`` do over
 HTTP, done over the simulated network with the same decisions
 (:mod:`federation.routing`, :mod:`federation.read`):
 

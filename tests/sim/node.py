@@ -7,7 +7,7 @@ production store's GC and rebuild contract), at once, or after a simulated
 delay: a mailbox load takes 0-20 ms, and on a seed with a slow disk each
 write takes up to ``SimConfig.disk_delay_max_ms`` (the op is durable only
 when the write completes; a crash before that loses it, like a killed
-process). Barriers work as in ``daemon/effect_runner.py``: a list that
+process). Barriers work as in ``daemon/replication/effect_runner.py``: a list that
 persists holds one until its last persist completes, and a promise read or
 mailbox load waits for the barriers of older lists, so a slow write really
 is in flight while the rest of the node goes on.
@@ -271,11 +271,11 @@ class SimNode:
         return new
 
     def _push(self, peer: str, vv: dict[str, int], now_ms: int) -> None:
-        # As daemon/anti_entropy.py pushes: batches bounded in ops and bytes
+        # As daemon/replication/anti_entropy.py pushes: batches bounded in ops and bytes
         # (SimConfig.push_bytes_max), up to what the disk held when the push
         # began, ops held past a gap included. Here the push is one step, so
         # nothing is written between its batches: the bound on each read
-        # changes nothing in the simulator (tests/daemon/test_anti_entropy.py
+        # changes nothing in the simulator (tests/daemon/replication/test_anti_entropy.py
         # checks it against a real store).
         target = self.disk.max_seqs()
         while True:

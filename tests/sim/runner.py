@@ -90,7 +90,7 @@ class Sim:
         self._timers: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._timer_serial = 0
         self.workload = Workload(random.Random(f"load:{cfg.seed}"), cfg.mailboxes, cfg.pending_cap,
-                                 cfg.read_p)
+                                 cfg.read_p, purge_p=cfg.purge_p)
         self.history = self.workload.history
         self.monitor = checker.Monitor(self)
         self.nodes = {
@@ -330,7 +330,7 @@ class Sim:
         self._join(node_id, self._join_gen[node_id], now_ms)
 
     def _probe(self, me: str, peer: str) -> PeerView:
-        """What ``peer`` answers ``me``'s /peer/v1/hello (daemon/joining.py)."""
+        """What ``peer`` answers ``me``'s /peer/v1/hello (daemon/replication/joining.py)."""
         p = self.nodes[peer]
         if (me, peer) in self.net.blocked or (peer, me) in self.net.blocked or p.paused:
             return PeerView(peer, False, why="cut or paused")
@@ -342,7 +342,7 @@ class Sim:
 
     def _join(self, node_id: str, gen: int, now_ms: int) -> None:
         """One round of a joining process: probe every member, then do what
-        :func:`federation.bootstrap.decide` says, as daemon/joining.py does."""
+        :func:`federation.bootstrap.decide` says, as daemon/replication/joining.py does."""
         node = self.nodes[node_id]
         if node.up or node_id not in self._joining or gen != self._join_gen[node_id]:
             return  # joined already, or that process crashed
@@ -377,7 +377,7 @@ class Sim:
         node = self.nodes[node_id]
         self._wiping.discard(node_id)
         self.monitor.forget(node_id)
-        # As daemon/seeding.py: Reseeding reaches the donor before its copy is
+        # As daemon/replication/seeding.py: Reseeding reaches the donor before its copy is
         # taken (the download waits for its answer); the others hear it on
         # the network, or not.
         for peer in self.ids:

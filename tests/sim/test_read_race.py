@@ -19,6 +19,8 @@ from federation import read
 from tests.sim.runner import run_seed
 from tests.sim.workload import Workload
 
+pytestmark = pytest.mark.slow  # 80 simulated runs
+
 SEEDS = range(40)
 
 

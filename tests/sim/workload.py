@@ -28,7 +28,15 @@ from typing import Any
 
 from common.ops import MEM_DEL, MEM_PUT, NOTE_NEW, NOTE_READ, inbox_key, mailbox_key, mem_key
 from common.randomid import uuid7
-from federation.requests import MailCancel, MailDecide, MailHold, MailPop, MailRelease, MailSend
+from federation.requests import (
+    MailCancel,
+    MailDecide,
+    MailHold,
+    MailPop,
+    MailPurge,
+    MailRelease,
+    MailSend,
+)
 from federation.routing import is_retryable_id
 
 AGENTS = ("alice", "bob", "carol")
@@ -39,7 +47,7 @@ EDITORS = ("ann", "ben")
 @dataclass(slots=True)
 class Attempt:
     token: int
-    kind: str  # write | read | send | pop | cancel | hold | release | decide
+    kind: str  # write | read | send | pop | cancel | hold | release | decide | purge
     req: Any
     entry: str
     sent_ms: int
@@ -72,7 +80,7 @@ class Workload:
     DECIDE_P = 0.08
 
     def __init__(self, rng: random.Random, mailboxes: int, cap: int,
-                 read_p: float = 0.0) -> None:
+                 read_p: float = 0.0, purge_p: float = 0.0) -> None:
         self.rng = rng
         self.cap = cap
         self.read_p = read_p
@@ -97,6 +105,10 @@ class Workload:
         self.approvals = random.Random("approvals:" + repr(rng.getstate()))
         self.held_p = self.HELD_P
         self.decide_p = self.DECIDE_P
+        # Purges too (issue 27): with purge_p 0 the main stream is untouched.
+        self.purges = random.Random("purges:" + repr(rng.getstate()))
+        self.purge_p = purge_p
+        self._purge_n = 0
 
     def _next(self, prefix: str) -> str:
         self._n += 1
@@ -104,6 +116,12 @@ class Workload:
 
     def draw(self, now_ms: int) -> tuple[str, Any]:
         """A new request: (kind, payload) where a write's payload is its items."""
+        if self.purge_p and self.purges.random() < self.purge_p:
+            ws, proj = self.purges.choice(self.mailboxes)
+            self._purge_n += 1
+            body = {"id": f"purge{self._purge_n}", "workspace": ws, "project": proj,
+                    "scope": "project", "by_user": "root", "reason": None}
+            return "purge", MailPurge(mailbox_key(ws, proj), body)
         h = self.history
         if self.approvals.random() < self.decide_p:
             held = sorted(m for m, b in h.send_bodies.items() if b["approval_required"])

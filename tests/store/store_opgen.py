@@ -101,12 +101,18 @@ def _session_start(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
     return K.SESSION_START, K.project_key(ws, proj), body
 
 
+# A message id names one mailbox (ids are uuid7, or uuid5 of the sender and
+# a key), so every copy of a send goes to the same recipient.
+MAILBOX_OF = {"g0": SCOPES[0], "g1": SCOPES[1], "g2": SCOPES[0]}
+
+
 @st.composite
 def _msg_send(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
-    ws, proj = draw(st.sampled_from(SCOPES))
+    mid = draw(st.sampled_from(MSG_IDS))
+    ws, proj = MAILBOX_OF[mid]
     fws, fproj = draw(st.sampled_from(SCOPES))
     body = {
-        "id": draw(st.sampled_from(MSG_IDS)), "to_workspace": ws, "to_project": proj,
+        "id": mid, "to_workspace": ws, "to_project": proj,
         "to_agent": draw(st.sampled_from((None, *HARNESSES))), "from_workspace": fws,
         "from_project": fproj, "from_agent": "other", "from_owner_user": None,
         "subject": draw(text), "body": draw(text),
@@ -163,6 +169,15 @@ def _msg_hold(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
         {"subject": st.sampled_from((None, "edited")), "body": text})))
     return K.MSG_RELEASE, K.mailbox_key(ws, proj), {"id": mid, "at_ms": draw(small_int),
                                                      "content": content}
+
+
+@st.composite
+def _msg_purge(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    ws, proj = draw(st.sampled_from(SCOPES))
+    body = {"id": draw(st.sampled_from(("pg1", "pg2"))), "workspace": ws, "project": proj,
+            "scope": draw(st.sampled_from(("project", "workspace"))), "by_user": "root",
+            "reason": None, "at_ms": draw(st.integers(0, 40))}
+    return K.MSG_PURGE, K.mailbox_key(ws, proj), body
 
 
 @st.composite
@@ -225,7 +240,8 @@ def _pgrant_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
 
 op_content = st.one_of(_mem_put(), _mem_del(), _note_new(), _note_read(), _agent_reg(),
                        _agent_seen(), _session_start(), _msg_send(), _msg_terminal(),
-                       _msg_empty(), _msg_hold(), _msg_hold(), _msg_decide(), _link_put(),
+                       _msg_empty(), _msg_hold(), _msg_hold(), _msg_decide(), _msg_purge(),
+                       _link_put(),
                        _grant_put(),
                        _nsub_put(), _user_put(), _apikey_put(), _pgrant_put())
 

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -101,6 +102,7 @@ async def views(s: Any, ops: list[Op]) -> dict[str, Any]:
                     s.inbox(a, unread_only=unread, limit=3, now_ms=now))
                 out[f"inbox_count {a} {unread} {now}"] = await v(
                     s.inbox_count(a, unread_only=unread, now_ms=now))
+            out[f"unread_senders {a} {now}"] = await v(s.unread_senders(a, now_ms=now, limit=2))
             out[f"inbox filtered {a} {now}"] = await v(
                 s.inbox(a, unread_only=False, limit=10, min_priority=4, since_ms=5, now_ms=now))
     return out
@@ -134,6 +136,7 @@ async def _check(ops: list[Op], batches: list[list[Op]], floor: dict[str, int]) 
             await store.close()
 
 
+@pytest.mark.slow  # hypothesis, hundreds of op histories
 @EXAMPLES
 @given(st.data())
 def test_store_matches_replica(data: st.DataObject) -> None:
@@ -143,6 +146,7 @@ def test_store_matches_replica(data: st.DataObject) -> None:
     asyncio.run(_check(ops, batches, floor))
 
 
+@pytest.mark.slow  # hypothesis, hundreds of op histories
 @settings(max_examples=300, deadline=None)
 @given(histories())
 def test_the_owners_model_and_the_stores_agree_on_every_state(ops: list[Op]) -> None:

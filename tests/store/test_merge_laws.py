@@ -199,3 +199,68 @@ def test_expired_notification_is_hidden_purged_and_not_revived() -> None:
     retry = Op("n2", 1, 20, K.NOTE_NEW, K.inbox_key("bob"), dict(note.body))
     assert r.apply([retry], 200) == [retry]
     assert r.notifications(["x"]) == []
+
+
+# -- purge (issue 27) ----------------------------------------------------------
+
+MB_WP = K.mailbox_key("w", "p")
+
+
+def _send(mid: str, origin: str, seq: int, hlc: int) -> Op:
+    return Op(origin, seq, hlc, K.MSG_SEND, MB_WP,
+              {"id": mid, "to_workspace": "w", "to_project": "p", "subject": "s",
+               "body": f"secret {mid}", "created_at_ms": hlc})
+
+
+def _purge(origin: str, seq: int, hlc: int, at_ms: int, pid: str = "pg") -> Op:
+    return Op(origin, seq, hlc, K.MSG_PURGE, MB_WP,
+              {"id": pid, "workspace": "w", "project": "p", "scope": "project",
+               "by_user": "root", "reason": None, "at_ms": at_ms}, epoch=1)
+
+
+def _session(sid: str, origin: str, seq: int, hlc: int, at_ms: int) -> Op:
+    return Op(origin, seq, hlc, K.SESSION_START, K.project_key("w", "p"),
+              {"workspace": "w", "project": "p", "harness": "codex", "session_id": sid,
+               "owner_user": None, "at_ms": at_ms})
+
+
+@LAWS
+@given(st.data())
+def test_purge_is_idempotent_and_commutes_with_sends_claims_and_sessions(
+        data: st.DataObject) -> None:
+    # Sends before and after the purge (by HLC), a claim of an old one, a
+    # session on either side: every order, duplicated, gives one state, in
+    # which exactly the sends ranked below the purge are gone.
+    ops = [_send("old1", "n1", 1, 10), _send("old2", "n2", 1, 11), _send("new", "n2", 2, 40),
+           Op("n1", 2, 12, K.MSG_CLAIM, MB_WP,
+              {"id": "old1", "claimer_session": "s", "request_id": "r1", "at_ms": 12}, epoch=1),
+           _purge("n3", 1, 30, at_ms=30), _purge("n3", 2, 31, at_ms=31, pid="pg2"),
+           _session("s-old", "n1", 3, 13, at_ms=13), _session("s-new", "n2", 3, 45, at_ms=45)]
+    reference = replica_of(ops).snapshot()
+    batches = data.draw(shuffled_batches(ops))
+    r = replica_of(*batches)
+    assert r.snapshot() == reference
+    assert r.message("old1") is None and r.message("old2") is None
+    assert r.message("new") is not None and r.message("new")["state"] == "pending"
+    assert r.get_session("s-old") is None and r.get_session("s-new") is not None
+    assert "secret old1" not in repr(r.snapshot()) and "secret old2" not in repr(r.snapshot())
+    r.apply([_purge("n3", 2, 31, at_ms=31, pid="pg2")], APPLY_NOW)  # again: nothing changes
+    assert r.snapshot() == reference
+
+
+def test_a_lower_copy_of_a_purged_send_is_judged_again() -> None:
+    high, low = _send("g", "n2", 1, 50), _send("g", "n1", 1, 5)
+    p = _purge("n3", 1, 30, at_ms=30)
+    for order in ([high, p, low], [low, p, high], [p, high, low], [p, low, high]):
+        r = replica_of(order)
+        assert r.message("g") is None and r.is_purged("g")  # the lowest copy is below
+    r = replica_of([p, high])
+    assert r.message("g") is not None  # only the copy above the mark is known
+
+
+def test_a_project_whose_every_session_is_older_than_its_purge_is_gone() -> None:
+    r = replica_of([_session("s1", "n1", 1, 10, at_ms=10), _purge("n2", 1, 20, at_ms=20)])
+    assert not r.project_exists("w", "p") and r.list_projects() == []
+    r.apply([_session("s2", "n1", 2, 30, at_ms=30)], APPLY_NOW)
+    assert r.project_exists("w", "p")
+    assert r.list_projects()[0]["first_at_ms"] == 20  # no earlier than the purge

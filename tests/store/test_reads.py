@@ -53,11 +53,13 @@ async def test_inbox_orders_filters_then_limits(store: Store) -> None:
     assert await ids(limit=2) == ["high-new", "high-old"]
     assert await ids(unread_only=True, limit=3) == ["high-new", "high-old", "low-old"]
     assert await ids(min_priority=5, unread_only=True) == ["high-new", "high-old"]
-    assert await ids(since_ms=20) == ["high-new", "mid-read"]
+    # since is "after": a notification created at that very instant is left out.
+    assert await ids(since_ms=20) == ["mid-read"]
+    assert await ids(since_ms=19) == ["high-new", "mid-read"]
     assert await ids(now_ms=999) == ["expired", "high-new", "high-old", "mid-read", "low-old"]
     assert await store.inbox_count("bob", unread_only=True, now_ms=2000) == 3
     assert await store.inbox_count("bob", unread_only=False, now_ms=999) == 5
-    row = (await store.inbox("bob", unread_only=False, limit=1, min_priority=5, since_ms=30,
+    row = (await store.inbox("bob", unread_only=False, limit=1, min_priority=5, since_ms=29,
                              now_ms=2000))[0]
     assert row == {"id": "mid-read", "from": "alice", "to": "bob", "namespace": "inbox",
                    "title": "mid-read", "payload": "p", "priority": 5, "tier": "short",
@@ -134,7 +136,7 @@ async def test_inbox_pages_equal_the_plain_sorted_query(store: Store) -> None:
                     where.append("priority >= :min_priority")
                 if f["since"]:
                     kw["since_ms"] = 8
-                    where.append("created_at_ms >= :since")
+                    where.append("created_at_ms > :since")  # "after": exclusive
                 if f["tier"]:
                     kw["tier"] = "long"
                     where.append("tier = :tier")

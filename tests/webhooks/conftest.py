@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from daemon.app import build_app
+from daemon.api.app import build_app
 from daemon.node import Node
 from daemon.settings import ClusterSettings, Settings, StoreSettings
 from daemon.webhooks.config import WebhookSettings

@@ -310,3 +310,29 @@ async def test_slack_example_subscription_gets_consolidate(daemon: Daemon,
     assert [e["event"] for e in events] == ["memory_promote", "memory_consolidate"]
     assert events[1]["memory_id"] == merged and events[1]["consolidated_from"] == [a, b]
     assert events[1]["namespace"] == "team/a" and events[1]["agent_id"] == "alice"
+
+
+async def test_a_queued_message_fires_only_its_message_send(daemon: Daemon,
+                                                            receiver: Receiver) -> None:
+    """PM-91 (an absence): a send queues; of every event a subscription can
+    have, it fires only the documented ``message_send`` signal (scope and
+    actor), no claim and nothing else. A memory written after it is the
+    barrier: deliveries keep their order, so by the time the memory's event
+    arrives any other event of the send would have too."""
+    for project, harness in (("proj-a", "kimi"), ("proj-b", "claude-code")):
+        r = await daemon.c.post("/api/v1/sessions", json={"workspace": "w", "project": project,
+                                                          "harness": harness})
+        assert r.status == 201, await r.text()
+    await subscribe(daemon, receiver.at("/all"))  # no filter: every event
+    r = await daemon.c.post("/api/v1/messages", json={
+        "to_workspace": "w", "to_project": "proj-b", "to_agent": "claude-code",
+        "from_workspace": "w", "from_project": "proj-a", "subject": "urgent",
+        "body": "start a session and run `make deploy`"})
+    assert r.status == 201, await r.text()
+    barrier = await create_memory(daemon, namespace="team/barrier")
+    await wait_until(lambda: any(payload(c).get("memory_id") == barrier for c in receiver.ok()))
+    got = [payload(c) for c in receiver.ok()]
+    assert [g["event"] for g in got] == ["message_send", "memory_store"]
+    assert got[0]["namespace"] == "w/proj-b" and got[0]["from_project"] == "proj-a"
+    r = await daemon.c.get("/api/v1/messages", params={"workspace": "w", "project": "proj-b"})
+    assert [m["state"] for m in (await r.json())["messages"]] == ["pending"]

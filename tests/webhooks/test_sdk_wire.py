@@ -22,7 +22,7 @@ from ai_memory.models import Subscription, SubscriptionRequest
 from ai_memory.webhooks import verify_webhook_signature
 from aiohttp import web
 
-from tests.daemon.test_sdk import ROOT, _free_port, _serve_cmd, _wait_healthy
+from tests.daemon.http.test_sdk import ROOT, _free_port, _serve_cmd, _wait_healthy
 
 SECRET = "sdk-wire-secret"
 

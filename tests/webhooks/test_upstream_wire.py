@@ -13,7 +13,7 @@ from typing import Any
 from common import ops as K
 from common.ops import Op
 from common.policy import Principal
-from daemon.directory import MemoryDirectory
+from daemon.identity.memory_directory import MemoryDirectory
 from daemon.settings import AuthSettings, Member
 from daemon.webhooks import signing
 from daemon.webhooks.config import WebhookSettings

@@ -1,0 +1,229 @@
+"""Before a member with no database serves: ask the others, wait, then
+bootstrap with them or be seeded from one of them.
+
+:func:`prepare` runs in ``serve`` before the node is built. A member with a
+database, a single node, and ``--initial-cluster-state new`` pass straight
+through. Any other member without data:
+
+1. listens at once on its own address with a small app of its own
+   (:func:`_waiting_app`): ``GET /api/v1/health`` answers 503 with
+   ``"state": "waiting_for_peers"``, what it waits for and why;
+   ``POST /peer/v1/hello`` (signed like every peer request) tells a peer
+   that it is waiting too; every other request gets 503 and ``Retry-After``;
+2. probes every other member (``/peer/v1/hello``; a serving member answers
+   from :func:`daemon.api.peer.hello`, and an older build, which does not
+   know the path, with 404, which means it serves a database) and asks
+   :func:`federation.bootstrap.decide` what to do;
+3. waits and probes again, after 0.2 s doubling up to
+   ``limits.join_retry_max_secs`` (with jitter), for as long as it takes:
+   it never exits because peers are not up yet. The wait is logged when it
+   changes and every ``limits.join_log_every_secs``, and under systemd each
+   round extends the start timeout (``EXTEND_TIMEOUT_USEC``) and sets STATUS;
+4. on ``Seed`` downloads a donor's copy (:mod:`daemon.replication.seeding`); a donor
+   that fails sends it back to waiting. On ``Bootstrap`` it returns
+   settings whose ``initial_state`` is ``new`` and whose cluster id is the
+   agreed one. On ``Refuse`` it raises :class:`ClusterMismatch`.
+
+The waiting app is closed before the node's own app listens, so a peer
+that probes in between finds nothing listening and probes again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import msgpack
+from aiohttp import web
+
+from common import limits
+from common.errors import AiMemoryError, ClusterMismatch, Unavailable
+from daemon.http.errors import refuse_unread
+from daemon.peer.auth import BOOT_HEADER, BootMismatch, Verifier
+from daemon.peer.client import PeerClient, PeerUnreachable
+from daemon.replication.seeding import seed_from_peers
+from daemon.runtime import tls
+from daemon.runtime.systemd import Notifier
+from daemon.runtime.tls import check_peer_cert
+from daemon.settings import Settings
+from federation import bootstrap as rule
+from store.db import holds_data
+
+log = logging.getLogger("ai_memory.node")
+
+HELLO_PATH = "/peer/v1/hello"
+WAITING_STATE = "waiting_for_peers"
+
+
+def hello_answer(state: str, node_id: str, cluster_id: str, fresh: bool = False
+                 ) -> dict[str, Any]:
+    """What ``/peer/v1/hello`` answers, waiting or serving (``fresh``: a
+    database with nothing of other members, :attr:`NodeCore.pristine`)."""
+    return {"node_id": node_id, "state": state, "cluster_id": cluster_id, "fresh": fresh}
+
+
+def needs_join(settings: Settings) -> bool:
+    c = settings.cluster
+    return bool(c.peers) and c.initial_state != "new" and not holds_data(settings.store.db_path)
+
+
+class _Waiting:
+    """What the waiting app shows: the last decision's reason."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.reason = "asking the other members what they hold"
+        self.waiting_for: tuple[str, ...] = tuple(p.node_id for p in settings.cluster.peers)
+        self.since = time.time()
+        self.verifier = Verifier(settings.cluster.secret, settings.cluster.node_id)
+        # Set by the hello of a member the last probe could not reach: it
+        # has just started, so what the members hold may have changed; the
+        # probe loop, backed off to seconds, asks again at once instead of
+        # after its delay. (A member that answered already tells nothing new:
+        # two members waiting for a third do not wake each other in a loop.)
+        self.asked = asyncio.Event()
+        self.silent: set[str] = set()  # the members the last probe had no answer from
+
+    async def pause(self, secs: float) -> bool:
+        """Sleep ``secs``, or less if a member says hello; True if one did."""
+        try:
+            await asyncio.wait_for(self.asked.wait(), secs)
+        except TimeoutError:
+            return False
+        self.asked.clear()
+        return True
+
+    def now_s(self) -> float:
+        return time.time() + self.settings.clock_offset_ms / 1000
+
+
+def _waiting_app(w: _Waiting) -> web.Application:
+    c = w.settings.cluster
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({
+            "status": "starting", "state": WAITING_STATE, "service": "ai-memory",
+            "version": w.settings.version, "node_id": c.node_id,
+            "federation_enabled": True, "recovering": False,
+            "waiting_for": list(w.waiting_for), "detail": w.reason,
+            "waiting_secs": round(time.time() - w.since, 1),
+        }, status=503, headers={"Retry-After": "1"})
+
+    async def hello(request: web.Request) -> web.StreamResponse:
+        try:
+            checked = w.verifier.verify_headers(request.headers, request.method, request.path,
+                                                request.content_length, w.now_s())
+            if checked.node not in c.member_ids or checked.node == c.node_id:
+                return await refuse_unread(request, ClusterMismatch(
+                    f"{checked.node!r} is not a member of this cluster"))
+            check_peer_cert(w.settings, request.transport, checked.node)
+            w.verifier.check_body(checked, await request.read())
+        except AiMemoryError as exc:
+            extra = {BOOT_HEADER: w.verifier.boot} if isinstance(exc, BootMismatch) else {}
+            return await refuse_unread(request, exc, extra)
+        body = msgpack.packb(hello_answer(rule.WAITING, c.node_id, c.cluster_id),
+                             use_bin_type=True)
+        if checked.node in w.silent:
+            w.silent.discard(checked.node)
+            w.asked.set()
+        return web.Response(body=body, content_type="application/msgpack")
+
+    async def starting(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"error": f"this member is starting: {w.reason}", "code": "starting",
+             "state": WAITING_STATE}, status=503, headers={"Retry-After": "1"})
+
+    app = web.Application(client_max_size=limits.request_body_max_bytes)
+    app.router.add_get("/api/v1/health", health)
+    app.router.add_post(HELLO_PATH, hello)
+    app.router.add_route("*", "/{tail:.*}", starting)
+    return app
+
+
+async def _probe(peers: PeerClient, peer: str) -> rule.PeerView:
+    try:
+        answer = await peers.call(peer, HELLO_PATH, {}, timeout_s=limits.join_probe_timeout_secs)
+    except PeerUnreachable as exc:
+        if exc.reason == "rejected (404)":
+            # A build from before this probe: it serves a database.
+            return rule.PeerView(peer, True, rule.SERVING)
+        return rule.PeerView(peer, False, why=exc.reason)
+    if not isinstance(answer, dict) or answer.get("state") not in (rule.WAITING, rule.SERVING):
+        return rule.PeerView(peer, False, why=f"odd answer {str(answer)[:80]}")
+    return rule.PeerView(peer, True, str(answer["state"]),
+                         cluster_id=str(answer.get("cluster_id") or "")[:limits.cluster_id_max_chars],
+                         fresh=answer.get("fresh") is True)
+
+
+async def probe_all(peers: PeerClient, settings: Settings) -> list[rule.PeerView]:
+    return list(await asyncio.gather(*(_probe(peers, p.node_id)
+                                       for p in settings.cluster.peers)))
+
+
+async def prepare(settings: Settings, notifier: Notifier | None = None) -> Settings:
+    """The settings to build the node with, once this member has a database
+    or knows it bootstraps one. Returns at once for a member with data."""
+    Path(settings.store.db_path).parent.mkdir(parents=True, exist_ok=True)
+    if not needs_join(settings):
+        return settings
+    c = settings.cluster
+    notifier = notifier or Notifier(None)
+    waiting = _Waiting(settings)
+    runner = web.AppRunner(_waiting_app(waiting), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_address=True,
+                       ssl_context=tls.server_context(settings))
+    await site.start()
+    log.info("no database at %s: asking the other members (%s) whether this cluster is new "
+             "or holds data", settings.store.db_path, ", ".join(p.node_id for p in c.peers))
+    peers = PeerClient(c.node_id, {p.node_id: p.url for p in c.peers}, c.secret,
+                       now_s=waiting.now_s, tls=lambda peer: tls.client_context(settings, peer))
+    await peers.start()
+    delay = limits.join_retry_first_secs
+    logged, logged_at = "", 0.0
+    try:
+        while True:
+            views = await probe_all(peers, settings)
+            waiting.silent = {v.node_id for v in views if not v.answered}
+            decision = rule.decide(views, cluster_id=c.cluster_id,
+                                   member_ids=c.member_ids, mode=c.initial_state)
+            if isinstance(decision, rule.Refuse):
+                raise ClusterMismatch(decision.reason)
+            if isinstance(decision, rule.Bootstrap):
+                log.warning("every member answered and none holds data: bootstrapping a new "
+                            "cluster (id %s) together with %s", decision.cluster_id,
+                            ", ".join(p.node_id for p in c.peers))
+                return replace(settings, cluster=replace(c, initial_state="new",
+                                                         cluster_id=decision.cluster_id))
+            if isinstance(decision, rule.Seed):
+                try:
+                    await seed_from_peers(settings, donors=decision.donors)
+                    return settings
+                except Unavailable as exc:
+                    decision = rule.Wait(f"seeding failed: {exc}", decision.donors)
+            waiting.reason, waiting.waiting_for = decision.reason, decision.waiting_for
+            now = time.monotonic()
+            if decision.reason != logged or now - logged_at >= limits.join_log_every_secs:
+                log.warning("waiting before serving: %s", decision.reason)
+                logged, logged_at = decision.reason, now
+            notifier.notify(f"EXTEND_TIMEOUT_USEC={int(limits.join_systemd_extend_secs * 1e6)}",
+                            f"STATUS=waiting for peers: {decision.reason[:200]}")
+            if await waiting.pause(delay * random.uniform(0.8, 1.2)):
+                # A member that asked has just started: ask it (and the
+                # others) again right away, and from the shortest delay on,
+                # since its own decision is moments away.
+                await asyncio.sleep(limits.join_retry_first_secs * random.uniform(0.5, 1.0))
+                delay = limits.join_retry_first_secs
+            else:
+                delay = min(delay * 2, limits.join_retry_max_secs)
+    finally:
+        await peers.close()
+        await runner.cleanup()
+
+
+__all__ = ["HELLO_PATH", "WAITING_STATE", "hello_answer", "needs_join", "prepare", "probe_all"]

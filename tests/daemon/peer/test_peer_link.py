@@ -1,0 +1,214 @@
+"""The per-peer link's batching, against a real HTTP peer on loopback.
+
+A peer that holds its first request shows the policy: what is queued while
+the link's one request slot is busy leaves together in the next request
+(not one request per message), and replies in the response reach the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgpack
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from common.ops import Op
+from daemon.peer.client import PeerClient
+from daemon.peer.link import PeerLink
+from daemon.runtime.metrics import Metrics
+from daemon.runtime.tasks import Background
+from federation.messages import Ack, Replicate, decode_msg
+
+
+def _op(seq: int) -> Op:
+    return Op(origin="node1", seq=seq, hlc=seq, kind="agent.seen", key="agent:a",
+              body={"agent_id": "a", "at_ms": seq}, epoch=0)
+
+
+async def test_messages_queued_while_a_request_is_out_leave_in_one_request() -> None:
+    bodies: list[list[Any]] = []
+    release = asyncio.Event()
+    arrived = asyncio.Event()
+    all_acked = asyncio.Event()
+
+    async def msgs(request: web.Request) -> web.Response:
+        batch = msgpack.unpackb(await request.read(), raw=False)
+        bodies.append(batch)
+        arrived.set()
+        if len(bodies) == 1:
+            await release.wait()  # the first request is held
+        acks = [Ack(tuple(op.op_id for op in decode_msg(m).ops)).to_wire() for m in batch]
+        return web.Response(body=msgpack.packb(acks), content_type="application/msgpack")
+
+    app = web.Application()
+    app.router.add_post("/peer/v1/msgs", msgs)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    client = PeerClient("node1", {"node2": str(server.make_url("")).rstrip("/")}, None,
+                        now_s=lambda: 0.0)
+    await client.start()
+    replies: list[Any] = []
+    failed: list[str] = []
+    background = Background()
+
+    async def on_replies(peer: str, got: list[Any], incarnation: str) -> None:
+        replies.extend(got)
+        if len(replies) >= 4:  # the first request's ack and the second's three
+            all_acked.set()
+
+    async def on_failed(peer: str) -> None:
+        failed.append(peer)
+
+    link = PeerLink("node2", peers=client, metrics=Metrics(), spawn=background.spawn,
+                    on_failed=on_failed, on_replies=on_replies, inflight_max=1)
+    link.start()
+    try:
+        link.send(Replicate((_op(1),), ack=True))
+        await asyncio.wait_for(arrived.wait(), 5)
+        # Sends made while the first request is out: one ack=False push among
+        # quorum writes, so the batch holds more than one message.
+        # They arrive one by one, the link's loop running in between.
+        for seq in range(2, 12):
+            link.send(Replicate((_op(seq),), ack=seq != 6))
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        assert len(bodies) == 1  # nothing else left while the slot was busy
+        release.set()
+        await asyncio.wait_for(all_acked.wait(), 5)
+        await asyncio.sleep(0.1)
+        assert len(bodies) == 2, bodies
+        second = [decode_msg(m) for m in bodies[1]]
+        assert sum(len(m.ops) for m in second) == 10  # every queued op, in one request
+        assert len(second) == 3  # runs of quorum writes coalesced: [2-5], [6], [7-11]
+        acked = {op_id for r in replies for op_id in r.op_ids}
+        assert acked == {("node1", s) for s in range(1, 12)} and not failed
+    finally:
+        await link.stop()
+        await background.stop()
+        await client.close()
+        await server.close()
+
+
+async def _until(cond: Any, timeout_s: float = 5.0) -> None:
+    for _ in range(int(timeout_s / 0.01)):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise TimeoutError("condition not met")
+
+
+def _big_op(seq: int, size: int) -> Op:
+    return Op(origin="node1", seq=seq, hlc=seq, kind="mem.put", key=f"mem:m{seq}",
+              body={"id": f"m{seq}", "content": "x" * size}, epoch=0)
+
+
+async def _held_peer(fail_part: int | None = None) -> tuple[TestServer, list[bytes],
+                                                             asyncio.Event]:
+    """A peer that holds its first request until released, and answers
+    request ``fail_part`` (counting from 0) with a 500."""
+    bodies: list[bytes] = []
+    release = asyncio.Event()
+
+    async def msgs(request: web.Request) -> web.Response:
+        raw = await request.read()
+        bodies.append(raw)
+        if len(bodies) == 1:
+            await release.wait()
+        if fail_part is not None and len(bodies) - 1 == fail_part:
+            return web.Response(status=500)
+        batch = msgpack.unpackb(raw, raw=False)
+        acks = [Ack(tuple(op.op_id for op in decode_msg(m).ops)).to_wire() for m in batch]
+        return web.Response(body=msgpack.packb(acks), content_type="application/msgpack")
+
+    app = web.Application()
+    app.router.add_post("/peer/v1/msgs", msgs)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    return server, bodies, release
+
+
+async def test_a_batch_over_the_byte_budget_goes_in_parts_in_order(monkeypatch: Any) -> None:
+    budget = 20_000
+    monkeypatch.setattr("common.limits.peer_batch_bytes_max", budget)
+    server, bodies, release = await _held_peer()
+    client = PeerClient("node1", {"node2": str(server.make_url("")).rstrip("/")}, None,
+                        now_s=lambda: 0.0)
+    await client.start()
+    metrics, background = Metrics(), Background()
+    acked: set[Any] = set()
+    failed: list[str] = []
+    done = asyncio.Event()
+
+    async def on_replies(peer: str, got: list[Any], incarnation: str) -> None:
+        acked.update(op_id for r in got for op_id in r.op_ids)
+        if len(acked) == 41:
+            done.set()
+
+    async def on_failed(peer: str) -> None:
+        failed.append(peer)
+
+    link = PeerLink("node2", peers=client, metrics=metrics, spawn=background.spawn,
+                    on_failed=on_failed, on_replies=on_replies, inflight_max=1)
+    link.start()
+    try:
+        link.send(Replicate((_op(1),), ack=True))
+        await _until(lambda: bodies)
+        # 40 quorum writes of 2 KB (a push among them) queue behind it: about
+        # 82 KB, four times the budget, one batch once the slot is free.
+        for seq in range(2, 42):
+            link.send(Replicate((_big_op(seq, 2_000),), ack=seq != 20))
+        release.set()
+        await asyncio.wait_for(done.wait(), 5)
+        parts = bodies[1:]
+        assert len(parts) >= 4
+        assert all(len(p) <= budget for p in parts), [len(p) for p in parts]
+        sent = [op.seq for p in parts for m in msgpack.unpackb(p, raw=False)
+                for op in decode_msg(m).ops]
+        assert sent == list(range(2, 42))  # every op once, in the order queued
+        assert acked == {("node1", s) for s in range(1, 42)} and not failed
+        assert metrics.counters["peer_batches_split_total"][(("peer", "node2"),)] >= 3
+        assert metrics.counters["peer_batches_total"][(("peer", "node2"),)] == len(bodies)
+    finally:
+        await link.stop()
+        await background.stop()
+        await client.close()
+        await server.close()
+
+
+async def test_a_failed_part_reports_the_peer_once_and_sends_no_more(monkeypatch: Any) -> None:
+    monkeypatch.setattr("common.limits.peer_batch_bytes_max", 20_000)
+    server, bodies, release = await _held_peer(fail_part=2)
+    client = PeerClient("node1", {"node2": str(server.make_url("")).rstrip("/")}, None,
+                        now_s=lambda: 0.0)
+    await client.start()
+    background = Background()
+    failed: list[str] = []
+
+    async def on_replies(peer: str, got: list[Any], incarnation: str) -> None:
+        pass
+
+    async def on_failed(peer: str) -> None:
+        failed.append(peer)
+
+    link = PeerLink("node2", peers=client, metrics=Metrics(), spawn=background.spawn,
+                    on_failed=on_failed, on_replies=on_replies, inflight_max=1)
+    link.start()
+    try:
+        link.send(Replicate((_op(1),), ack=True))
+        await _until(lambda: bodies)
+        link.send(Replicate(tuple(_big_op(s, 2_000) for s in range(2, 42)), ack=True))
+        release.set()
+        await _until(lambda: failed)
+        await asyncio.sleep(0.2)
+        assert failed == ["node2"]
+        assert len(bodies) == 3  # the first request, one part, the part that failed
+        # The link is free again: the next message goes out.
+        link.send(Replicate((_op(99),), ack=True))
+        await _until(lambda: len(bodies) >= 4)
+    finally:
+        await link.stop()
+        await background.stop()
+        await client.close()
+        await server.close()
