@@ -312,8 +312,11 @@ class Sim:
     def _may_wipe(self) -> bool:
         """A disk may be lost only while every acknowledged write is on two
         live disks at least: W >= 2, and no other member is still without
-        its data (down with a lost disk, or recovering)."""
-        return (self.cfg.write_quorum >= 2 and not self._wiping
+        its data (down with a lost disk, recovering, or still deciding at its
+        first start: a member that never joined holds nothing either, so
+        the writes acknowledged meanwhile are on the other two disks only;
+        losing one of those is two faults, beyond what the design covers)."""
+        return (self.cfg.write_quorum >= 2 and not self._wiping and not self._joining
                 and not any(n.recovering for n in self.nodes.values()))
 
     def _restart(self, node_id: str, now_ms: int) -> None:

@@ -318,6 +318,11 @@ def send(proc: Proc, method: str, path: str, headers: dict[str, bytes],
             conn.putheader("Content-Length", str(len(body)))
         conn.endheaders(body)
         resp = conn.getresponse()
+        if resp.status < 400 and "event-stream" in (resp.getheader("Content-Type") or ""):
+            # A stream the request opened for real (a valid agent and cursor)
+            # never ends by itself: its heartbeats keep every read within the
+            # socket timeout. Its headers are the answer; it is closed here.
+            return resp.status, b""
         return resp.status, resp.read()
     finally:
         conn.close()
