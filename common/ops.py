@@ -26,14 +26,23 @@ session.start   workspace, project, harness, session_id, owner_user, at_ms.
                 keeps the max at_ms.
 msg.send        id, to_workspace, to_project, to_agent, from_workspace,
                 from_project, from_agent, from_owner_user, subject, body,
-                nature, evidence, created_at_ms. Inserted once. Mailbox
-                order (FIFO) is (hlc, origin) of this op.
+                nature, evidence, created_at_ms, approval_required,
+                approval_note. Inserted once. Mailbox order (FIFO) is
+                (hlc, origin) of this op. ``approval_required``: an
+                admission decider answered pending (the message awaits an
+                approver; ``approval_note`` is the decider's reason).
 msg.claim       id, claimer_session, claimer_agent, request_id, at_ms.
 msg.cancel      id, by_workspace, by_project, at_ms.
 msg.hold        id, holder_session, holder_agent, holder_user, at_ms. Takes a
                 pending message out of the queue for an edit (``editing``).
 msg.release     id, at_ms, content (None: discard; else the saved subject
                 and body). Puts an edited message back at its place.
+msg.approve     id, by_user, by_agent, reason, at_ms. An approver lets a
+                message awaiting approval into the queue at its place;
+                ranked with holds and releases.
+msg.reject      id, by_user, by_agent, reason, at_ms. An approver refuses
+                a message awaiting approval; terminal (``rejected``),
+                ranked with claims and cancels.
                 Holds and releases: the greatest (epoch, hlc, origin, seq)
                 decides, and any terminal op outranks them all
                 (:mod:`common.lifecycle` is the table of states).
@@ -129,6 +138,8 @@ MSG_CLAIM: Final = lifecycle.MSG_CLAIM
 MSG_CANCEL: Final = lifecycle.MSG_CANCEL
 MSG_HOLD: Final = lifecycle.MSG_HOLD
 MSG_RELEASE: Final = lifecycle.MSG_RELEASE
+MSG_APPROVE: Final = lifecycle.MSG_APPROVE
+MSG_REJECT: Final = lifecycle.MSG_REJECT
 MSG_EMPTY: Final = "msg.empty"
 MSG_PURGE: Final = "msg.purge"
 OP_GAP: Final = "op.gap"  # fills an op id lost with a member's disk; changes no state
@@ -141,8 +152,8 @@ PGRANT_PUT: Final = "pgrant.put"
 
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
-     MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY, MSG_PURGE, LINK_PUT,
-     GRANT_PUT,
+     MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_APPROVE, MSG_REJECT,
+     MSG_EMPTY, MSG_PURGE, LINK_PUT, GRANT_PUT,
      NSUB_PUT, USER_PUT, APIKEY_PUT, PGRANT_PUT, OP_GAP}
 )
 _KIND_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
@@ -168,7 +179,8 @@ def valid_kind_name(kind: object) -> bool:
 
 
 MAILBOX_KINDS: Final = frozenset(
-    {MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY, MSG_PURGE})
+    {MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_APPROVE, MSG_REJECT,
+     MSG_EMPTY, MSG_PURGE})
 TERMINAL_KINDS: Final = lifecycle.TERMINAL_KINDS
 HOLD_KINDS: Final = lifecycle.HOLD_KINDS
 ALL_KEYS: Final = "*"

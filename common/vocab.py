@@ -69,7 +69,7 @@ SEND_FIELDS: Final = (
 MESSAGE_FIELDS: Final = (
     "id", "to_workspace", "to_project", "to_agent", "from_workspace", "from_project",
     "from_agent", "from_owner_user", "subject", "body", "nature", "evidence",
-    "created_at_ms",
+    "created_at_ms", "approval_required", "approval_note",
 )
 """The body of a ``msg.send`` op, and the message columns of the store."""
 

@@ -70,6 +70,8 @@ from store.records import (
     Rank,
     TerminalRank,
     apikey_row,
+    decision_op,
+    decision_row,
     edit_ops,
     empty_row,
     grant_row,
@@ -85,6 +87,7 @@ from store.records import (
     pgrant_row,
     physical_ms,
     purge_op,
+    reject_op,
     revision_row,
     terminal_rank,
     terminal_row,
@@ -145,6 +148,8 @@ class Replica:
         # message id -> winning msg.hold/msg.release row; -> winning saved content
         self._holds: dict[str, dict[str, Any]] = {}
         self._revisions: dict[str, dict[str, Any]] = {}
+        # message id -> {kind: winning msg.approve / msg.reject row} (who decided)
+        self._decisions: dict[str, dict[str, dict[str, Any]]] = {}
         # (mailbox key, request id) -> the winning msg.empty op
         self._empties: dict[tuple[str, str], Op] = {}
         self._promises: dict[str, int] = {}
@@ -214,11 +219,14 @@ class Replica:
             cur = self._terminals.get(msg_id)
             if cur is None or terminal_rank(op) > cur.rank:
                 self._terminals[msg_id] = _Terminal(terminal_rank(op), terminal_row(op))
+            if msg_id not in self._purged:  # a purged message keeps its terminal, not its decision
+                self._decide(op)
         elif kind in K.HOLD_KINDS:
             msg_id = str(op.body["id"])
             if msg_id in self._purged:
                 return
             stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+            self._decide(op)
             _keep_highest(self._holds, msg_id, {**hold_row(op), **stamp})
             revision = revision_row(op)
             if revision is not None:
@@ -285,6 +293,7 @@ class Replica:
         del self._messages[mid]
         self._holds.pop(mid, None)
         self._revisions.pop(mid, None)
+        self._decisions.pop(mid, None)  # awaiting or rejected, it goes like any other
         self._purged[mid] = (msg.rank, msg.row["to_workspace"], msg.row["to_project"])
         return True
 
@@ -356,6 +365,12 @@ class Replica:
         if lww_rank(op) < cur.rank:
             self._apikeys[row["id"]] = cur = _Ranked(lww_rank(op), row)
         cur.row["revoked"] = revoked
+
+    def _decide(self, op: Op) -> None:
+        if op.kind in lifecycle.DECISION_KINDS:
+            stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+            mine = self._decisions.setdefault(str(op.body["id"]), {})
+            _keep_highest(mine, op.kind, {**decision_row(op), **stamp})
 
     def _mem_put(self, op: Op) -> None:
         row = memory_row(op)
@@ -629,7 +644,8 @@ class Replica:
         mid = msg.row["id"]
         term = self._live_terminal(mid)
         return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row,
-                            self._holds.get(mid), self._revisions.get(mid))
+                            self._holds.get(mid), self._revisions.get(mid),
+                            self._decisions.get(mid))
 
     def sent_body(self, msg_id: str) -> dict[str, Any] | None:
         """The message's fields as its send wrote them (``Store.sent_body``)."""
@@ -641,7 +657,10 @@ class Replica:
         if term is not None:
             return str(term.row["state"])
         hold = self._holds.get(msg_id)
-        return lifecycle.merged_state(None, None if hold is None else hold["kind"])
+        msg = self._messages.get(msg_id)
+        return lifecycle.merged_state(
+            None, None if hold is None else hold["kind"],
+            approval_required=msg is not None and bool(msg.row.get("approval_required")))
 
     def message(self, msg_id: str) -> dict[str, Any] | None:
         msg = self._messages.get(msg_id)
@@ -678,7 +697,8 @@ class Replica:
 
     def outbox(self, from_workspace: str, from_project: str, *, limit: int,
                pending_only: bool = True, with_held: bool = False) -> list[dict[str, Any]]:
-        states = (PENDING, EDITING) if with_held else (PENDING,)
+        # Still queued: pending or awaiting an approver (with_held: editing too).
+        states = (PENDING, lifecycle.AWAITING) + ((EDITING,) if with_held else ())
 
         def pred(m: _Message) -> bool:
             r = m.row
@@ -698,6 +718,14 @@ class Replica:
         msgs = self._fifo(lambda m: m.row["to_workspace"] == workspace
                           and m.row["to_project"] == project
                           and self._state(m.row["id"]) == EDITING)
+        return [self._view(m) for m in msgs[:limit]]
+
+    def mailbox_awaiting(self, workspace: str, project: str, *,
+                         limit: int) -> list[dict[str, Any]]:
+        """Messages of a mailbox awaiting an approver, oldest first."""
+        msgs = self._fifo(lambda m: m.row["to_workspace"] == workspace
+                          and m.row["to_project"] == project
+                          and self._state(m.row["id"]) == lifecycle.AWAITING)
         return [self._view(m) for m in msgs[:limit]]
 
     def claim_by_request(self, workspace: str, project: str,
@@ -741,12 +769,18 @@ class Replica:
                         "claimer_agent": t["claimed_by_agent"], "request_id": t["request_id"],
                         "at_ms": t["claimed_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CLAIM, key, body, epoch))
+            elif t["state"] == lifecycle.REJECTED:
+                out.append(reject_op(key, row["id"], term.rank,
+                                     (self._decisions.get(row["id"]) or {}).get(K.MSG_REJECT)))
             else:
                 body = {"id": row["id"], "by_workspace": row["from_workspace"],
                         "by_project": row["from_project"], "at_ms": t["cancelled_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CANCEL, key, body, epoch))
         for m in queued + decided[:history_max]:
             mid = m.row["id"]
+            for _, decision in sorted((self._decisions.get(mid) or {}).items()):
+                # before edit_ops' bare copy of an approval
+                out.append(decision_op(key, mid, decision))
             out += edit_ops(key, mid, self._holds.get(mid), self._revisions.get(mid))
         empties = sorted((op for (k, _), op in self._empties.items() if k == key),
                          key=lambda op: (empty_row(op)["at_ms"], op.hlc, op.origin, op.seq),
@@ -832,6 +866,8 @@ class Replica:
             "terminals": {k: v.row for k, v in self._terminals.items()},
             "holds": {k: dict(v) for k, v in self._holds.items()},
             "revisions": {k: dict(v) for k, v in self._revisions.items()},
+            "decisions": {(k, kind): dict(row) for k, v in self._decisions.items()
+                          for kind, row in v.items()},
             "empties": {k: _empty_snapshot(op) for k, op in self._empties.items()},
             "links": sorted((*k, v) for k, v in self._links.items()),
             "grants": {f"{k[0]}/{k[1]}": v.row for k, v in sorted(self._grants.items())},

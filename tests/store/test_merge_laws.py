@@ -90,8 +90,9 @@ def test_claimed_cancelled_read_deleted_never_revert(data: st.DataObject) -> Non
             # Decided for good, unless a hold or release outranks the terminal
             # op: then it was never acknowledged and is void (common.lifecycle).
             msg = r.message(mid)
-            assert msg is None or msg["state"] in ("claimed", "cancelled") or (
-                not r.terminal_stands(mid) and msg["state"] in ("pending", "editing"))
+            assert msg is None or msg["state"] in ("claimed", "cancelled", "rejected") or (
+                not r.terminal_stands(mid)
+                and msg["state"] in ("pending", "editing", "awaiting_approval"))
         for mid in deleted:
             assert r.get_memory(mid, now_ms=0) is None
         shown = {(a, n["id"]): n["read"] for a in ("alice", "bob")

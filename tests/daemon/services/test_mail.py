@@ -487,7 +487,9 @@ async def test_decision_text_is_opaque_and_anyone_with_write_may_answer(node, pr
     assert row["state"] == "pending" and row["nature"] == "unknown"
     assert set(row) == {"id", "subject", "body", "state", "nature", "evidence",
                         "from_workspace_id", "from_project_id", "from_agent", "from_owner_user",
-                        "to_workspace", "to_project", "to_agent", "created_at"}
+                        "to_workspace", "to_project", "to_agent", "created_at",
+                        "approval_required"}
+    assert row["approval_required"] is False  # the approval queue's flag, not a decision field
     stored = (await node.store.snapshot())["messages"][qid]
     for word in ("requires_root", "decision", "operator", "responder", "reply_to", "project-z"):
         assert not any(word in str(k) or word == v for k, v in stored.items()
