@@ -43,7 +43,7 @@ from cli.stream import Event
 from cli.stream import wait as wait_on_stream
 from common import limits
 from common.errors import AiMemoryError, NotFound, Unavailable
-from common.lifecycle import PENDING
+from common.lifecycle import AWAITING, PENDING
 from common.vocab import (
     FROM_AGENT_UNNAMED,
     FROM_AGENT_UNNAMED_MEANING,
@@ -155,6 +155,11 @@ def _report_sent(reply: dict[str, Any], recipient: str) -> None:
     click.echo(f"sent {reply.get('message_id')} to {recipient}: {reply.get('state', PENDING)}")
     if reply.get("in_reply_to"):
         click.echo(f"  in reply to {reply['in_reply_to']} (thread {reply.get('thread_id')})")
+    if reply.get("state") == AWAITING:
+        note("held for an approver by the recipient's admission policy"
+             + (f" ({reply['approval_note']})" if reply.get("approval_note") else "")
+             + "; nobody can pop it until someone runs `ai-memory approvals approve "
+             + f"{reply.get('message_id')}`")
     truncated = [k for k, v in (reply.get("truncated") or {}).items() if v]
     if truncated:
         note(f"warning: the daemon truncated the {' and '.join(truncated)} to its size limit")

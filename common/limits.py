@@ -129,6 +129,8 @@ admission_timeout_ms = 2000  # one deciding admission hook call (setting per hoo
 admission_timeout_max_ms = 10_000
 admission_hooks_max = 16
 admission_reply_max_bytes = 64 * 1024
+approval_reason_max_chars = 500  # an approver's or a decider's reason, cut to this
+approvals_list_max = 256  # messages one `approvals list` answers (a mailbox holds at most 256)
 truncation_marker = "\n[…truncated by ai-memory]"
 truncation_marker_inline = " […truncated by ai-memory]"  # one-line fields (a mail subject)
 

@@ -27,9 +27,12 @@ session.start   workspace, project, harness, session_id, owner_user, at_ms.
                 keeps the max at_ms.
 msg.send        id, to_workspace, to_project, to_agent, from_workspace,
                 from_project, from_agent, from_owner_user, subject, body,
-                nature, evidence, created_at_ms, in_reply_to, thread_id.
-                Inserted once. Mailbox order (FIFO) is (hlc, origin) of
-                this op.
+                nature, evidence, created_at_ms, in_reply_to, thread_id,
+                approval_required, approval_note. Inserted once. Mailbox
+                order (FIFO) is (hlc, origin) of this op.
+                ``approval_required``: an admission decider answered
+                pending (the message awaits an approver; ``approval_note``
+                is the decider's reason).
 msg.claim       id, claimer_session, claimer_agent, claimer_key,
                 claimer_agent_id, request_id, at_ms.
 msg.cancel      id, by_workspace, by_project, at_ms.
@@ -37,6 +40,12 @@ msg.hold        id, holder_session, holder_agent, holder_user, at_ms. Takes a
                 pending message out of the queue for an edit (``editing``).
 msg.release     id, at_ms, content (None: discard; else the saved subject
                 and body). Puts an edited message back at its place.
+msg.approve     id, by_user, by_agent, reason, at_ms. An approver lets a
+                message awaiting approval into the queue at its place;
+                ranked with holds and releases.
+msg.reject      id, by_user, by_agent, reason, at_ms. An approver refuses
+                a message awaiting approval; terminal (``rejected``),
+                ranked with claims and cancels.
                 Holds and releases: the greatest (epoch, hlc, origin, seq)
                 decides, and any terminal op outranks them all
                 (:mod:`common.lifecycle` is the table of states).
@@ -139,6 +148,8 @@ MSG_CANCEL: Final = lifecycle.MSG_CANCEL
 MSG_HOLD: Final = lifecycle.MSG_HOLD
 MSG_RELEASE: Final = lifecycle.MSG_RELEASE
 MSG_COMPLETE: Final = lifecycle.MSG_COMPLETE
+MSG_APPROVE: Final = lifecycle.MSG_APPROVE
+MSG_REJECT: Final = lifecycle.MSG_REJECT
 MSG_EMPTY: Final = "msg.empty"
 MSG_PURGE: Final = "msg.purge"
 OP_GAP: Final = "op.gap"  # fills an op id lost with a member's disk; changes no state
@@ -151,9 +162,8 @@ PGRANT_PUT: Final = "pgrant.put"
 
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
-     MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY, MSG_COMPLETE, MSG_PURGE,
-     LINK_PUT,
-     GRANT_PUT,
+     MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_APPROVE, MSG_REJECT,
+     MSG_EMPTY, MSG_COMPLETE, MSG_PURGE, LINK_PUT, GRANT_PUT,
      NSUB_PUT, USER_PUT, APIKEY_PUT, PGRANT_PUT, OP_GAP}
 )
 _KIND_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
@@ -179,7 +189,8 @@ def valid_kind_name(kind: object) -> bool:
 
 
 MAILBOX_KINDS: Final = frozenset(
-    {MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY, MSG_PURGE})
+    {MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_APPROVE, MSG_REJECT,
+     MSG_EMPTY, MSG_PURGE})
 TERMINAL_KINDS: Final = lifecycle.TERMINAL_KINDS
 HOLD_KINDS: Final = lifecycle.HOLD_KINDS
 ALL_KEYS: Final = "*"

@@ -57,6 +57,7 @@ ACTIONS: Final[Mapping[str, tuple[tuple[Role, Access], ...]]] = {
     "message.edit": (("box", "write"), ("from", "write")),
     "message.complete": (("box", "write"),),  # and only by the claim's holder
 
+    "message.approve": (("box", "write"),),
     "handoff.read": (("box", "read"),),
     "handoff.write": (("box", "write"),),
     "briefing.read": (("box", "read"),),

@@ -74,7 +74,7 @@ SEND_FIELDS: Final = (
 MESSAGE_FIELDS: Final = (
     "id", "to_workspace", "to_project", "to_agent", "from_workspace", "from_project",
     "from_agent", "from_owner_user", "subject", "body", "nature", "evidence",
-    "created_at_ms", "in_reply_to", "thread_id",
+    "created_at_ms", "in_reply_to", "thread_id", "approval_required", "approval_note",
 )
 """The body of a ``msg.send`` op, and the message columns of the store.
 ``in_reply_to`` names the message answered (None: none); ``thread_id`` is

@@ -97,6 +97,8 @@ class MailReads(SessionReads, NoticeReads, Protocol):
                             offset: int = 0, thread_id: str | None = None) -> list[Row]: ...
     async def mailbox_editing(self, workspace: str, project: str, *,
                               limit: int) -> list[Row]: ...
+    async def mailbox_awaiting(self, workspace: str, project: str, *,
+                               limit: int) -> list[Row]: ...
 
 
 class StreamReads(Protocol):
@@ -164,7 +166,10 @@ class MailboxRouter(Protocol):
 
 
 class AdmissionCheck(Protocol):
-    async def check(self, message: dict[str, Any]) -> None: ...
+    """:class:`daemon.http.admission.Admission`: None (allowed) or a hold for
+    approval (``reason``), or it raises."""
+
+    async def check(self, message: dict[str, Any], *, may_hold: bool = False) -> Any: ...
 
 
 # -- one protocol per domain -------------------------------------------------------

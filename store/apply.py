@@ -19,15 +19,17 @@ from collections.abc import Callable
 from typing import Any
 
 from common import ops as K
-from common.lifecycle import EDITING, PENDING
+from common.lifecycle import AWAITING, DECISION_KINDS, EDITING, PENDING
 from common.ops import Op
 from store import deferred
 from store.records import (
     COMPLETION_COLS,
+    DECISION_COLS,
     MEMORY_FIELDS,
     MESSAGE_FIELDS,
     apikey_row,
     completion_row,
+    decision_row,
     empty_row,
     grant_row,
     hold_row,
@@ -113,20 +115,22 @@ _HARNESS_UPSERT = (
 
 # A message's state column, from its winning terminal and hold ops
 # (common.lifecycle.merged_state as SQL: a terminal op ranked below the
-# winning hold/release is void; ``{id}`` is the id parameter).
+# winning hold/release is void; with neither, a send that asked for approval
+# awaits it; ``{id}`` is the id parameter, ``{gate}`` its approval_required).
 _STATE_OF = (
     "coalesce((SELECT t.state FROM msg_terminal t LEFT JOIN msg_hold h ON h.id = t.id"
     " WHERE t.id = {id} AND (h.id IS NULL OR (t.epoch, t.hlc, t.origin, t.seq)"
     " > (h.epoch, h.hlc, h.origin, h.seq))),"
     f" (SELECT CASE kind WHEN '{K.MSG_HOLD}' THEN '{EDITING}' ELSE '{PENDING}' END"
     " FROM msg_hold WHERE id = {id}),"
-    f" '{PENDING}')"
+    f" CASE WHEN {{gate}} THEN '{AWAITING}' ELSE '{PENDING}' END)"
 )
 
 _MSG_COLS = (*MESSAGE_FIELDS, "send_epoch", "hlc", "origin", "seq")
 _MSG_UPSERT = (
     f"INSERT INTO messages ({', '.join(_MSG_COLS)}, state) "
-    f"VALUES ({', '.join(':' + c for c in _MSG_COLS)}, {_STATE_OF.format(id=':id')}) "
+    f"VALUES ({', '.join(':' + c for c in _MSG_COLS)}, "
+    f"{_STATE_OF.format(id=':id', gate=':approval_required')}) "
     "ON CONFLICT (id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _MSG_COLS[1:])
     + " WHERE (excluded.hlc, excluded.origin, excluded.seq)"
@@ -307,7 +311,11 @@ def _msg_send(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
         if tuple(purged) <= (op.hlc, op.origin, op.seq):
             return
         c.execute("DELETE FROM msg_purged WHERE id = ?", (row["id"],))  # judged again below
-    c.execute(_MSG_UPSERT, {**row, **_stamp(op), "send_epoch": op.epoch})
+    cur = c.execute(_MSG_UPSERT, {**row, **_stamp(op), "send_epoch": op.epoch})
+    if cur.rowcount:
+        # A lower copy may replace a known send with another approval gate:
+        # the state follows the winning send's.
+        c.execute(_SET_STATE, (row["id"],))
     _purge_marked(c, "m.id = ?", (row["id"],))
 
 
@@ -319,12 +327,14 @@ _MARKED = ("FROM messages m JOIN msg_purge p ON p.workspace = m.to_workspace"
 
 def _purge_marked(c: sqlite3.Connection, where: str, params: tuple[Any, ...]) -> None:
     """Drop the messages ``where`` selects that their mailbox's mark covers,
-    with their holds and saved edits; remember their ids and ranks."""
+    in any state (awaiting approval and rejected too), with their holds,
+    saved edits, approval decisions and completions; remember their ids and
+    ranks."""
     marked = _MARKED.format(where=where)
     c.execute("INSERT OR REPLACE INTO msg_purged (id, hlc, origin, seq, to_workspace, to_project)"
               f" SELECT m.id, m.hlc, m.origin, m.seq, m.to_workspace, m.to_project {marked}",
               params)
-    for table in ("msg_hold", "msg_revision", "messages"):
+    for table in ("msg_hold", "msg_revision", "msg_decision", "msg_completion", "messages"):
         c.execute(f"DELETE FROM {table} WHERE id IN (SELECT m.id {marked})", params)
 
 
@@ -353,7 +363,8 @@ def _msg_purge(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     _purge_marked(c, "m.to_workspace = ? AND m.to_project = ?", (ws, proj))
 
 
-_SET_STATE = f"UPDATE messages SET state = {_STATE_OF.format(id='?1')} WHERE id = ?1"
+_SET_STATE = ("UPDATE messages SET state = "
+              f"{_STATE_OF.format(id='?1', gate='messages.approval_required')} WHERE id = ?1")
 
 _HOLD_COLS = ("id", "kind", "epoch", "hlc", "origin", "seq", "holder_session", "holder_agent",
               "holder_user", "at_ms")
@@ -370,19 +381,33 @@ def _ranked_upsert(table: str, cols: tuple[str, ...]) -> str:
 
 
 _HOLD_UPSERT = _ranked_upsert("msg_hold", _HOLD_COLS)
+_DECISION_UPSERT = _ranked_upsert("msg_decision", ("id", *DECISION_COLS)).replace(
+    "ON CONFLICT (id)", "ON CONFLICT (id, kind)")
 _REV_UPSERT = _ranked_upsert("msg_revision", _REV_COLS)
+
+
+def _msg_decision(c: sqlite3.Connection, op: Op) -> None:
+    if op.kind in DECISION_KINDS:
+        c.execute(_DECISION_UPSERT, {**decision_row(op), **_stamp(op), "id": str(op.body["id"])})
+
+
+def _purged(c: sqlite3.Connection, msg_id: str) -> bool:
+    return c.execute("SELECT 1 FROM msg_purged WHERE id = ?", (msg_id,)).fetchone() is not None
 
 
 def _msg_terminal(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     msg_id = str(op.body["id"])
+    if not _purged(c, msg_id):  # a purged message keeps its terminal op, not its decision
+        _msg_decision(c, op)
     c.execute(_TERM_UPSERT, {**terminal_row(op), **_stamp(op), "id": msg_id})
     c.execute(_SET_STATE, (msg_id,))
 
 
 def _msg_hold(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     msg_id = str(op.body["id"])
-    if c.execute("SELECT 1 FROM msg_purged WHERE id = ?", (msg_id,)).fetchone() is not None:
+    if _purged(c, msg_id):
         return
+    _msg_decision(c, op)
     c.execute(_HOLD_UPSERT, {**hold_row(op), **_stamp(op), "id": msg_id})
     revision = revision_row(op)
     if revision is not None:
@@ -391,6 +416,8 @@ def _msg_hold(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
 
 
 def _msg_complete(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    if _purged(c, str(op.body["id"])):  # a purged message keeps no outcome
+        return
     c.execute(_COMPLETION_UPSERT, {**completion_row(op), **_stamp(op)})
 
 
@@ -444,6 +471,8 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MSG_CANCEL: _msg_terminal,
     K.MSG_HOLD: _msg_hold,
     K.MSG_RELEASE: _msg_hold,
+    K.MSG_APPROVE: _msg_hold,
+    K.MSG_REJECT: _msg_terminal,
     K.MSG_EMPTY: _msg_empty,
     K.MSG_COMPLETE: _msg_complete,
     K.MSG_PURGE: _msg_purge,

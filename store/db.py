@@ -30,12 +30,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from common import limits
-from common.lifecycle import CANCELLED, CLAIMED, EDITING, PENDING
+from common.lifecycle import AWAITING, CANCELLED, CLAIMED, EDITING, PENDING, REJECTED
 from common.ops import (
     MSG_CANCEL,
     MSG_CLAIM,
     MSG_EMPTY,
     MSG_PURGE,
+    MSG_REJECT,
     MSG_SEND,
     OP_FRAME_BYTES,
     Op,
@@ -54,8 +55,10 @@ from store.records import (
     EMPTY_FIELDS,
     MESSAGE_FIELDS,
     SESSION_FIELDS,
+    decision_op,
     edit_ops,
     purge_op,
+    reject_op,
 )
 from store.schema import connect, migrate
 from store.seen import SeenSet
@@ -435,10 +438,15 @@ class Store(DomainReads):
         revisions = {r["id"]: r for r in await self._reads.fetchall(
             "SELECT v.* FROM msg_revision v JOIN messages m ON m.id = v.id"
             " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project))}
+        decisions: dict[str, dict[str, Any]] = {}
+        for r in await self._reads.fetchall(
+                "SELECT d.* FROM msg_decision d JOIN messages m ON m.id = d.id"
+                " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project)):
+            decisions.setdefault(r["id"], {})[r["kind"]] = r
         params = {"ws": workspace, "proj": project, "n": history_max}
         # Queued: no terminal op, or one void below the message's hold (the
         # state column says which).
-        queued = f"m.state IN ('{PENDING}', '{EDITING}')"
+        queued = f"m.state IN ('{PENDING}', '{EDITING}', '{AWAITING}')"
         rows = await self._reads.fetchall(f"{base} AND {queued}", params)
         rows += await self._reads.fetchall(
             f"{base} AND NOT {queued} ORDER BY t.hlc DESC, t.origin DESC, t.seq DESC"
@@ -454,11 +462,18 @@ class Store(DomainReads):
                     "claimer_agent": r["claimed_by_agent"], "claimer_key": r["claimed_by_key"],
                     "claimer_agent_id": r["claimed_by_agent_id"], "request_id": r["request_id"],
                     "at_ms": r["claimed_at_ms"]}, r["t_epoch"]))
+            elif r["t_state"] == REJECTED:
+                out.append(reject_op(key, body["id"], (r["t_epoch"], r["t_hlc"], r["t_origin"],
+                                                       r["t_seq"]),
+                                     decisions.get(body["id"], {}).get(MSG_REJECT)))
             elif r["t_state"] == CANCELLED:
                 out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CANCEL, key, {
                     "id": body["id"], "by_workspace": body["from_workspace"],
                     "by_project": body["from_project"], "at_ms": r["cancelled_at_ms"]},
                     r["t_epoch"]))
+            for _, decision in sorted(decisions.get(body["id"], {}).items()):
+                # before edit_ops' bare copy of an approval
+                out.append(decision_op(key, body["id"], decision))
             out += edit_ops(key, body["id"], holds.get(body["id"]), revisions.get(body["id"]))
         out += [Op(r["origin"], r["seq"], r["hlc"], MSG_EMPTY, key,
                    {name: r[name] for name in EMPTY_FIELDS}, r["epoch"])
@@ -519,10 +534,20 @@ class Store(DomainReads):
 
     # -- comparison ----------------------------------------------------------------
 
-    async def _completion_rows(self) -> dict[str, dict[str, Any]]:
-        """Every ``msg_completion`` row by message id (a snapshot's ``completions``)."""
-        return {r["id"]: {k: r[k] for k in COMPLETION_COLS}
-                for r in await self._reads.fetchall("SELECT * FROM msg_completion")}
+    async def _message_side_rows(self) -> dict[str, Any]:
+        """A snapshot's ``holds``, ``revisions``, ``completions`` (every
+        ``msg_completion`` row by message id) and ``decisions``."""
+        fetch = self._reads.fetchall
+        return {
+            "holds": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
+                      for r in await fetch("SELECT * FROM msg_hold")},
+            "revisions": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
+                          for r in await fetch("SELECT * FROM msg_revision")},
+            "completions": {r["id"]: {k: r[k] for k in COMPLETION_COLS}
+                            for r in await fetch("SELECT * FROM msg_completion")},
+            "decisions": {(r["id"], r["kind"]): {k: r[k] for k in r.keys() if k != "id"}
+                          for r in await fetch("SELECT * FROM msg_decision")},
+        }
 
     async def snapshot(self, now_ms: int | None = None) -> dict[str, Any]:
         """All replicated state in the canonical form of
@@ -562,11 +587,7 @@ class Store(DomainReads):
                 " FROM project_harnesses ORDER BY workspace, project, harness")],
             "messages": messages,
             "terminals": terminals,
-            "holds": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
-                      for r in await fetch("SELECT * FROM msg_hold")},
-            "revisions": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
-                          for r in await fetch("SELECT * FROM msg_revision")},
-            "completions": await self._completion_rows(),
+            **await self._message_side_rows(),
             "empties": {(r["mailbox"], r["request_id"]): {
                 **{k: r[k] for k in EMPTY_FIELDS}, "epoch": r["epoch"],
                 "rank": (r["hlc"], r["origin"], r["seq"])}

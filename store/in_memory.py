@@ -71,6 +71,8 @@ from store.records import (
     TerminalRank,
     apikey_row,
     completion_row,
+    decision_op,
+    decision_row,
     edit_ops,
     empty_row,
     grant_row,
@@ -86,6 +88,7 @@ from store.records import (
     pgrant_row,
     physical_ms,
     purge_op,
+    reject_op,
     revision_row,
     terminal_rank,
     terminal_row,
@@ -148,6 +151,8 @@ class Replica:
         self._revisions: dict[str, dict[str, Any]] = {}
         # message id -> the first msg.complete row (with its hlc, origin, seq)
         self._completions: dict[str, dict[str, Any]] = {}
+        # message id -> {kind: winning msg.approve / msg.reject row} (who decided)
+        self._decisions: dict[str, dict[str, dict[str, Any]]] = {}
         # (mailbox key, request id) -> the winning msg.empty op
         self._empties: dict[tuple[str, str], Op] = {}
         self._promises: dict[str, int] = {}
@@ -217,15 +222,10 @@ class Replica:
             cur = self._terminals.get(msg_id)
             if cur is None or terminal_rank(op) > cur.rank:
                 self._terminals[msg_id] = _Terminal(terminal_rank(op), terminal_row(op))
+            if msg_id not in self._purged:  # a purged message keeps its terminal, not its decision
+                self._decide(op)
         elif kind in K.HOLD_KINDS:
-            msg_id = str(op.body["id"])
-            if msg_id in self._purged:
-                return
-            stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
-            _keep_highest(self._holds, msg_id, {**hold_row(op), **stamp})
-            revision = revision_row(op)
-            if revision is not None:
-                _keep_highest(self._revisions, msg_id, {**revision, **stamp})
+            self._msg_hold(op)
         elif kind == K.MSG_COMPLETE:
             self._msg_complete(op)
         elif kind == K.OP_GAP:
@@ -265,9 +265,22 @@ class Replica:
         else:
             raise ValueError(f"unknown op kind {kind!r}")
 
+    def _msg_hold(self, op: Op) -> None:
+        msg_id = str(op.body["id"])
+        if msg_id in self._purged:
+            return
+        stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+        self._decide(op)
+        _keep_highest(self._holds, msg_id, {**hold_row(op), **stamp})
+        revision = revision_row(op)
+        if revision is not None:
+            _keep_highest(self._revisions, msg_id, {**revision, **stamp})
+
     def _msg_complete(self, op: Op) -> None:
         """The first completion of a message (lowest (hlc, origin, seq)) wins."""
         done = {**completion_row(op), "hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+        if done["id"] in self._purged:  # a purged message keeps no outcome
+            return
         cur = self._completions.get(done["id"])
         if cur is None or lww_rank(op) < (cur["hlc"], cur["origin"], cur["seq"]):
             self._completions[done["id"]] = done
@@ -296,6 +309,8 @@ class Replica:
         del self._messages[mid]
         self._holds.pop(mid, None)
         self._revisions.pop(mid, None)
+        self._decisions.pop(mid, None)  # awaiting or rejected, it goes like any other
+        self._completions.pop(mid, None)
         self._purged[mid] = (msg.rank, msg.row["to_workspace"], msg.row["to_project"])
         return True
 
@@ -367,6 +382,12 @@ class Replica:
         if lww_rank(op) < cur.rank:
             self._apikeys[row["id"]] = cur = _Ranked(lww_rank(op), row)
         cur.row["revoked"] = revoked
+
+    def _decide(self, op: Op) -> None:
+        if op.kind in lifecycle.DECISION_KINDS:
+            stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+            mine = self._decisions.setdefault(str(op.body["id"]), {})
+            _keep_highest(mine, op.kind, {**decision_row(op), **stamp})
 
     def _mem_put(self, op: Op) -> None:
         row = memory_row(op)
@@ -641,7 +662,8 @@ class Replica:
         term = self._live_terminal(mid)
         return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row,
                             self._holds.get(mid), self._revisions.get(mid),
-                            self._completions.get(mid))
+                            completion=self._completions.get(mid),
+                            decisions=self._decisions.get(mid))
 
     def sent_body(self, msg_id: str) -> dict[str, Any] | None:
         """The message's fields as its send wrote them (``Store.sent_body``)."""
@@ -653,7 +675,10 @@ class Replica:
         if term is not None:
             return str(term.row["state"])
         hold = self._holds.get(msg_id)
-        return lifecycle.merged_state(None, None if hold is None else hold["kind"])
+        msg = self._messages.get(msg_id)
+        return lifecycle.merged_state(
+            None, None if hold is None else hold["kind"],
+            approval_required=msg is not None and bool(msg.row.get("approval_required")))
 
     def message(self, msg_id: str) -> dict[str, Any] | None:
         msg = self._messages.get(msg_id)
@@ -690,7 +715,8 @@ class Replica:
 
     def outbox(self, from_workspace: str, from_project: str, *, limit: int,
                pending_only: bool = True, with_held: bool = False) -> list[dict[str, Any]]:
-        states = (PENDING, EDITING) if with_held else (PENDING,)
+        # Still queued: pending or awaiting an approver (with_held: editing too).
+        states = (PENDING, lifecycle.AWAITING) + ((EDITING,) if with_held else ())
 
         def pred(m: _Message) -> bool:
             r = m.row
@@ -710,6 +736,14 @@ class Replica:
         msgs = self._fifo(lambda m: m.row["to_workspace"] == workspace
                           and m.row["to_project"] == project
                           and self._state(m.row["id"]) == EDITING)
+        return [self._view(m) for m in msgs[:limit]]
+
+    def mailbox_awaiting(self, workspace: str, project: str, *,
+                         limit: int) -> list[dict[str, Any]]:
+        """Messages of a mailbox awaiting an approver, oldest first."""
+        msgs = self._fifo(lambda m: m.row["to_workspace"] == workspace
+                          and m.row["to_project"] == project
+                          and self._state(m.row["id"]) == lifecycle.AWAITING)
         return [self._view(m) for m in msgs[:limit]]
 
     def claim_by_request(self, workspace: str, project: str,
@@ -755,12 +789,18 @@ class Replica:
                         "request_id": t["request_id"],
                         "at_ms": t["claimed_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CLAIM, key, body, epoch))
+            elif t["state"] == lifecycle.REJECTED:
+                out.append(reject_op(key, row["id"], term.rank,
+                                     (self._decisions.get(row["id"]) or {}).get(K.MSG_REJECT)))
             else:
                 body = {"id": row["id"], "by_workspace": row["from_workspace"],
                         "by_project": row["from_project"], "at_ms": t["cancelled_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CANCEL, key, body, epoch))
         for m in queued + decided[:history_max]:
             mid = m.row["id"]
+            for _, decision in sorted((self._decisions.get(mid) or {}).items()):
+                # before edit_ops' bare copy of an approval
+                out.append(decision_op(key, mid, decision))
             out += edit_ops(key, mid, self._holds.get(mid), self._revisions.get(mid))
         empties = sorted((op for (k, _), op in self._empties.items() if k == key),
                          key=lambda op: (empty_row(op)["at_ms"], op.hlc, op.origin, op.seq),
@@ -847,6 +887,8 @@ class Replica:
             "holds": {k: dict(v) for k, v in self._holds.items()},
             "revisions": {k: dict(v) for k, v in self._revisions.items()},
             "completions": {k: dict(v) for k, v in self._completions.items()},
+            "decisions": {(k, kind): dict(row) for k, v in self._decisions.items()
+                          for kind, row in v.items()},
             "empties": {k: _empty_snapshot(op) for k, op in self._empties.items()},
             "links": sorted((*k, v) for k, v in self._links.items()),
             "grants": {f"{k[0]}/{k[1]}": v.row for k, v in sorted(self._grants.items())},

@@ -27,11 +27,15 @@ MESSAGE_COLS = (
     " h.kind AS h_kind, h.epoch AS h_epoch, h.holder_session, h.holder_agent, h.holder_user,"
     " h.at_ms AS h_at_ms, v.subject AS v_subject, v.body AS v_body, v.epoch AS v_epoch,"
     " v.edited_at_ms, "
-    + ", ".join(f"c.{col} AS c_{col}" for col in COMPLETE_FIELDS)
+    + ", ".join(f"c.{col} AS c_{col}" for col in COMPLETE_FIELDS) + ", "
+    + ", ".join(f"{d}.{c} AS {d}_{c}" for d in ("da", "dr")
+                for c in ("kind", "by_user", "by_agent", "reason", "at_ms", "epoch"))
 )
 MESSAGE_FROM = ("messages m LEFT JOIN msg_terminal t ON t.id = m.id"
                 " LEFT JOIN msg_hold h ON h.id = m.id LEFT JOIN msg_revision v ON v.id = m.id"
-                " LEFT JOIN msg_completion c ON c.id = m.id")
+                " LEFT JOIN msg_completion c ON c.id = m.id"
+                " LEFT JOIN msg_decision da ON da.id = m.id AND da.kind = 'msg.approve'"
+                " LEFT JOIN msg_decision dr ON dr.id = m.id AND dr.kind = 'msg.reject'")
 SESSION_COLS = ", ".join(SESSION_FIELDS)
 AGENT_COLS = "agent_id, agent_type, capabilities, registered_at_ms, last_seen_at_ms"
 OP_COLS = "origin, seq, hlc, kind, key, epoch, body"
@@ -103,7 +107,7 @@ PURGE_MARK_COLS = ("id", "workspace", "project", "scope", "by_user", "reason", "
 
 STAT_TABLES = ("oplog", "memories", "mem_tombstones", "notes", "note_reads", "agents", "pop_empty",
                "sessions", "project_harnesses", "messages", "msg_terminal", "msg_hold",
-               "msg_revision", "msg_completion", "promises")
+               "msg_revision", "msg_completion", "msg_decision", "promises")
 
 
 def memory(row: sqlite3.Row) -> dict[str, Any]:
@@ -148,8 +152,12 @@ def message(row: sqlite3.Row) -> dict[str, Any]:
         }
     completion = (None if row["c_id"] is None
                   else {col: row[f"c_{col}"] for col in COMPLETE_FIELDS})
+    decisions = {row[f"{d}_kind"]: {c: row[f"{d}_{c}"] for c in (
+        "kind", "by_user", "by_agent", "reason", "at_ms", "epoch")}
+        for d in ("da", "dr") if row[f"{d}_kind"] is not None}
     return message_view(body, (row["hlc"], row["origin"]), row["send_epoch"], terminal,
-                        hold_of(row), revision_of(row), completion)
+                        hold_of(row), revision_of(row), completion=completion,
+                        decisions=decisions)
 
 
 def hold_of(row: sqlite3.Row) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from common import limits
-from common.lifecycle import CLAIMED, EDITING, MSG_COMPLETE, PENDING
+from common.lifecycle import AWAITING, CLAIMED, EDITING, MSG_COMPLETE, PENDING
 from store import queries as Q
 from store.reader import ReadPool
 from store.records import MESSAGE_FIELDS
@@ -328,9 +328,9 @@ class DomainReads:
         ``thread_id``, only that thread's."""
         where = "m.from_workspace = ? AND m.from_project = ?"
         params: list[Any] = [from_workspace, from_project]
-        if pending_only:
-            where += (f" AND m.state IN ('{PENDING}', '{EDITING}')" if with_held
-                      else f" AND m.state = '{PENDING}'")
+        if pending_only:  # still queued: pending, or awaiting an approver (and held)
+            where += (f" AND m.state IN ('{PENDING}', '{AWAITING}', '{EDITING}')" if with_held
+                      else f" AND m.state IN ('{PENDING}', '{AWAITING}')")
         if thread_id is not None:
             where, params = where + " AND m.thread_id = ?", [*params, thread_id]
         return await self._messages(where, params, Q.FIFO, limit)
@@ -352,6 +352,13 @@ class DomainReads:
         """Messages of a mailbox held for an edit, in queue order (web banner)."""
         return await self._messages(
             f"m.to_workspace = ? AND m.to_project = ? AND m.state = '{EDITING}'",
+            (workspace, project), Q.FIFO, limit)
+
+    async def mailbox_awaiting(self, workspace: str, project: str, *,
+                               limit: int) -> list[dict[str, Any]]:
+        """Messages of a mailbox awaiting an approver, in queue order."""
+        return await self._messages(
+            f"m.to_workspace = ? AND m.to_project = ? AND m.state = '{AWAITING}'",
             (workspace, project), Q.FIFO, limit)
 
     async def claim_by_request(self, workspace: str, project: str,

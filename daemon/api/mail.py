@@ -16,7 +16,15 @@ from common.randomid import uuid4
 from common.vocab import CONSISTENCY_DEFAULT, NATURE_DEFAULT, Box, Consistency, Nature, Result
 from daemon.api.call import ApiCall, Route, serve
 from daemon.http.auth import owner_user
-from daemon.schemas.validation import AgentId, Lenient, RequestId, ScopeName, Strict, text
+from daemon.schemas.validation import (
+    AgentId,
+    Lenient,
+    RequestId,
+    ScopeName,
+    Strict,
+    text,
+    validate,
+)
 from daemon.services import completion, mail
 from daemon.services import handoff as handoffs
 
@@ -207,6 +215,40 @@ async def briefing(c: ApiCall) -> Any:
                                session_id=c.session)
 
 
+class ApprovalsQuery(Lenient):
+    workspace: ScopeName
+    project: ScopeName
+
+
+class DecideIn(Strict):
+    reason: text(10 * limits.approval_reason_max_chars) | None = None  # type: ignore[valid-type]
+    agent: ScopeName | None = None
+
+
+class _MessagePath(Strict):
+    id: MessageId
+
+
+async def list_approvals(c: ApiCall) -> Any:
+    q = c.params(ApprovalsQuery)
+    return await mail.approvals(c.node, c.principal, workspace=q.workspace, project=q.project)
+
+
+async def _decide(c: ApiCall, approve: bool) -> Any:
+    mid = validate(_MessagePath, dict(c.path)).id
+    body = await c.body(DecideIn)
+    return await mail.decide(c.node, c.principal, message_id=mid, approve=approve,
+                             reason=body.reason, by_agent=body.agent or c.principal.agent)
+
+
+async def approve(c: ApiCall) -> Any:
+    return await _decide(c, True)
+
+
+async def reject(c: ApiCall) -> Any:
+    return await _decide(c, False)
+
+
 OPERATIONS = [
     Route("POST", "/api/v1/sessions", start_session, 201),
     Route("GET", "/api/v1/projects", list_projects),
@@ -221,6 +263,9 @@ OPERATIONS = [
     Route("POST", "/api/v1/handoff", write_handoff, 201),
     Route("POST", "/handoff", write_handoff, 201),
     Route("GET", "/api/v1/briefing", briefing),
+    Route("GET", "/api/v1/approvals", list_approvals),
+    Route("POST", "/api/v1/approvals/{id}/approve", approve),
+    Route("POST", "/api/v1/approvals/{id}/reject", reject),
 ]
 
 

@@ -64,13 +64,13 @@ from typing import Any
 
 from common import limits
 from common.errors import BadRequest, Unavailable
-from common.ops import MSG_COMPLETE, MSG_SEND, NOTE_NEW, Op
+from common.ops import MSG_APPROVE, MSG_COMPLETE, MSG_REJECT, MSG_SEND, NOTE_NEW, Op
 from daemon.runtime.metrics import Metrics
 from store.seen import SeenSet
 
 log = logging.getLogger("ai_memory.streams")
 
-STREAMED_KINDS = frozenset({NOTE_NEW, MSG_SEND, MSG_COMPLETE})
+STREAMED_KINDS = frozenset({NOTE_NEW, MSG_SEND, MSG_COMPLETE, MSG_APPROVE, MSG_REJECT})
 CURSOR_PREFIX = "v1."
 
 

@@ -591,6 +591,50 @@ class Tools:
         reply: dict[str, Any] = await self.client.post("/api/v1/messages/cancel", request)
         return reply
 
+    async def memory_approvals_list(
+        self,
+        workspace: Annotated[Scope | None, Field(description="Workspace of the mailbox.")] = None,
+        project: Annotated[
+            Scope | None, Field(description="The project whose mailbox to look in.")
+        ] = None,
+    ) -> dict[str, Any]:
+        """List mail held for an approver in a project's mailbox (state awaiting_approval), oldest first.
+
+        An admission policy answered "pending" for these sends: nobody can pop them until
+        someone with write on the project approves them with memory_approval_decide.
+        """
+        scope = self._scope(workspace, project)
+        if set(scope) != {"workspace", "project"}:
+            raise BadRequest("name the mailbox: workspace and project (or configure ai-memory "
+                             "mcp with a project)")
+        reply: dict[str, Any] = await self.client.get("/api/v1/approvals", **scope)
+        return reply
+
+    async def memory_approval_decide(
+        self,
+        message_id: Annotated[
+            RecordId, Field(description="The message awaiting approval (from memory_approvals_list).")
+        ],
+        decision: Annotated[
+            Literal["approve", "reject"],
+            Field(description="approve: the message joins the queue at its original place; "
+                  "reject: it is never delivered."),
+        ],
+        reason: Annotated[
+            str | None,
+            Field(max_length=limits.approval_reason_max_chars,
+                  description="Why, kept with the decision and sent to subscribers."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Approve or reject a message held for approval. Needs write on the recipient project.
+
+        A message is decided once: if someone else decided it first, this fails with
+        code already_decided and names their decision.
+        """
+        reply: dict[str, Any] = await self.client.post(
+            f"/api/v1/approvals/{message_id}/{decision}", _drop_none({"reason": reason}))
+        return reply
+
     async def memory_briefing(
         self,
         workspace: Annotated[Scope | None, Field(description="Workspace of the project.")] = None,
@@ -858,6 +902,8 @@ class Tools:
         "memory_message_cancel",
         "memory_message_reply",
         "memory_message_complete",
+        "memory_approvals_list",
+        "memory_approval_decide",
         "memory_briefing",
         "memory_handoff",
         "memory_subscribe",

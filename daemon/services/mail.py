@@ -29,7 +29,7 @@ from typing import Any
 
 from common import limits, policy
 from common.errors import BadRequest, Conflict, Forbidden, NotFound
-from common.lifecycle import CLAIMED, EDITING, PENDING
+from common.lifecycle import AWAITING, CLAIMED, EDITING, PENDING, REJECTED
 from common.ops import ALL_KEYS, SESSION_START, mailbox_key, project_key
 from common.policy import KEYS, Principal, check
 from common.randomid import token_hex, uuid7
@@ -48,7 +48,7 @@ from daemon.ports import MailPorts
 from daemon.schemas.timefmt import rfc3339 as iso_ms
 from daemon.services import notices, scrub
 from daemon.services.scope import Scope, refuse_inferred, resolve
-from federation.requests import MailCancel, MailHold, MailPop, MailRelease, MailSend
+from federation.requests import MailCancel, MailDecide, MailHold, MailPop, MailRelease, MailSend
 from store.records import MESSAGE_FIELDS
 
 MAIL_NS = uuid.UUID("6f1d3c2e-8b7a-4f0e-9a51-2c4d8e7b9a10")
@@ -239,14 +239,8 @@ def clean_text(subject: str | None, body: str) -> tuple[str, bool, str, bool, in
     return subject_s, subject_cut, body_s, body_cut, n_subject + n_body
 
 
-async def send(node: MailPorts, principal: Principal, req: SendRequest, *, session_id: str | None,
-               owner_user: str | None, idempotency_key: str | None) -> dict[str, Any]:
-    sender = await scope_for(node, req.from_workspace, req.from_project, session_id, principal)
-    _refuse_inferred(principal, sender, "send as")
-    check(principal, "message.send", {"to": (req.to_workspace, req.to_project),
-                                      "from": (sender.workspace, sender.project)})
-    if req.nature not in NATURES:
-        raise BadRequest(f"nature must be one of {', '.join(NATURES)}")
+async def _check_recipient(node: MailPorts, req: SendRequest) -> None:
+    """404 unless the recipient project (and ``to_agent``'s session there) exists."""
     # Projects and their harnesses only ever appear, so a local hit is final;
     # only a miss needs the read quorum before it may fail closed.
     if not await node.store.project_exists(req.to_workspace, req.to_project):
@@ -264,6 +258,17 @@ async def send(node: MailPorts, principal: Principal, req: SendRequest, *, sessi
             raise NotFound(
                 f"{req.to_agent!r} has no session in {req.to_workspace}/{req.to_project}; "
                 f"registered harnesses: {', '.join(sorted(harnesses)) or 'none'}")
+
+
+async def send(node: MailPorts, principal: Principal, req: SendRequest, *, session_id: str | None,
+               owner_user: str | None, idempotency_key: str | None) -> dict[str, Any]:
+    sender = await scope_for(node, req.from_workspace, req.from_project, session_id, principal)
+    _refuse_inferred(principal, sender, "send as")
+    check(principal, "message.send", {"to": (req.to_workspace, req.to_project),
+                                      "from": (sender.workspace, sender.project)})
+    if req.nature not in NATURES:
+        raise BadRequest(f"nature must be one of {', '.join(NATURES)}")
+    await _check_recipient(node, req)
 
     thread: tuple[str, str] | None = None
     if req.in_reply_to is not None:
@@ -297,10 +302,16 @@ async def send(node: MailPorts, principal: Principal, req: SendRequest, *, sessi
         subject=subject or None, body=body, nature=req.nature, evidence=evidence,
         created_at_ms=node.now_ms(), in_reply_to=None if thread is None else thread[0],
         thread_id=msg_id if thread is None else thread[1],
+        approval_required=False, approval_note=None,
     )
     if node.admission is not None:
-        # Deciding hooks see exactly what would be stored, before anything is.
-        await node.admission.check(op_body)
+        # Deciding hooks see exactly what would be stored, before anything is;
+        # one may hold it for an approver (the queue's awaiting_approval).
+        held = await node.admission.check(op_body, may_hold=True)
+        if held is not None:
+            note = held.reason
+            op_body.update(approval_required=True, approval_note=None if note is None
+                           else str(note)[:limits.approval_reason_max_chars])
     op = await node.mailbox(MailSend(mailbox=mailbox_key(req.to_workspace, req.to_project),
                                      body=op_body, cap=limits.mailbox_pending_max))
     stored = op.body
@@ -309,7 +320,8 @@ async def send(node: MailPorts, principal: Principal, req: SendRequest, *, sessi
         "to_workspace": req.to_workspace, "to_project": req.to_project, "to_agent": req.to_agent,
         "from_workspace": sender.workspace, "from_project": sender.project,
         "from_agent": stored.get("from_agent", from_agent),
-        "state": PENDING,
+        "state": AWAITING if stored.get("approval_required") else PENDING,
+        "approval_note": stored.get("approval_note"),
         "in_reply_to": stored.get("in_reply_to"),
         "thread_id": stored.get("thread_id") or stored["id"],
         "truncated": {"subject": subject_cut, "body": body_cut, "evidence": evidence_cut},
@@ -338,6 +350,7 @@ def public_message(row: dict[str, Any]) -> dict[str, Any]:
         "in_reply_to": row.get("in_reply_to"),
         "thread_id": row.get("thread_id") or row["id"],
         "completion": completion_json(row.get("completion")),
+        "approval_required": bool(row.get("approval_required")),
     }
 
 
@@ -610,7 +623,8 @@ async def release(node: MailPorts, principal: Principal, *, message_id: str, hol
         truncated = {"subject": subject_cut, "body": body_cut}
         content = {"subject": subj or None, "body": text_}
         if node.admission is not None:
-            await node.admission.check({**{k: row.get(k) for k in MESSAGE_FIELDS}, **content})
+            await node.admission.check({**{k: row.get(k) for k in MESSAGE_FIELDS}, **content},
+                                       may_hold=False)
     res = await node.mailbox(MailRelease(mailbox_key(row["to_workspace"], row["to_project"]),
                                          message_id, content=content, holder=holder))
     out = web_message(principal, {**row, **res["message"], "state": PENDING})
@@ -634,6 +648,11 @@ def web_message(principal: Principal, row: dict[str, Any]) -> dict[str, Any]:
         claimed_by_agent=row.get("claimed_by_agent"),
         claimed_at=iso_ms(row.get("claimed_at_ms")),
         cancelled_at=iso_ms(row.get("cancelled_at_ms")),
+        approval_note=row.get("approval_note"),
+        approval_decision=row.get("approval_decision"),
+        approval_decided_by=row.get("approval_decided_by"),
+        approval_decided_at=iso_ms(row.get("approval_decided_at_ms")),
+        approval_reason=row.get("approval_reason"),
         from_hidden=False, to_hidden=False)
     if not _readable(principal, row.get("from_workspace"), row.get("from_project")):
         out.update(from_workspace=None, from_project=None, from_workspace_id=None,
@@ -701,3 +720,46 @@ async def harnesses(node: MailPorts, principal: Principal, *, workspace: str,
         await node.read_barrier(project_key(workspace, project))
         found = await node.store.project_harnesses(workspace, project)
     return {"workspace": workspace, "project": project, "harnesses": sorted(found)}
+
+
+# -- the approval queue ------------------------------------------------------------
+#
+# A send an admission decider answered "pending" for waits, state
+# awaiting_approval, until an approver (write on the recipient project:
+# common.policy "message.approve") approves it into its place in the queue
+# or rejects it. The decision goes to the mailbox's owner like a pop
+# (federation/claim.py, MailDecide), so it is made once cluster-wide.
+
+async def approvals(node: MailPorts, principal: Principal, *, workspace: str,
+                    project: str) -> dict[str, Any]:
+    """Messages of a mailbox awaiting an approver, oldest first."""
+    policy.check(principal, "message.list_inbox", {"box": (workspace, project)})
+    await node.read_barrier(mailbox_key(workspace, project))
+    rows = await node.store.mailbox_awaiting(workspace, project, limit=limits.approvals_list_max)
+    return {"workspace": workspace, "project": project, "count": len(rows),
+            "messages": [web_message(principal, r) for r in rows]}
+
+
+async def decide(node: MailPorts, principal: Principal, *, message_id: str, approve: bool,
+                 reason: str | None, by_agent: str | None = None) -> dict[str, Any]:
+    """Approve or reject a message awaiting approval (409 once decided)."""
+    row = await node.store.message(message_id)
+    if row is None:
+        await node.read_barrier(ALL_KEYS)
+        row = await node.store.message(message_id)
+    if row is None:
+        raise NotFound(f"no message {message_id}", id=message_id)
+    policy.check(principal, "message.approve", {"box": (row["to_workspace"], row["to_project"])})
+    if reason is not None:
+        reason = scrub.scrub(scrub.one_line(reason))[0][:limits.approval_reason_max_chars] or None
+    decider = {"by_user": principal.user or principal.owner_user or None, "by_agent": by_agent}
+    res = await node.mailbox(MailDecide(mailbox_key(row["to_workspace"], row["to_project"]),
+                                        message_id, approve, decider=decider, reason=reason))
+    dec = res["decision"]
+    state = PENDING if approve else REJECTED
+    out = web_message(principal, {**row, **res["message"], "state": state,
+                                  "approval_decision": "approved" if approve else "rejected",
+                                  "approval_decided_by": dec.get("by_user"),
+                                  "approval_decided_at_ms": dec.get("at_ms"),
+                                  "approval_reason": dec.get("reason")})
+    return {"message": out, "decision": "approved" if approve else "rejected"}

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common import limits
-from common.lifecycle import PENDING
-from common.ops import MSG_COMPLETE, Op, inbox_key, mailbox_key
+from common.lifecycle import AWAITING, DECISION_KINDS, PENDING
+from common.ops import MSG_APPROVE, MSG_COMPLETE, Op, inbox_key, mailbox_key
 from daemon.ports import StreamPorts
 from daemon.schemas.notify import AGENT_NOTIFIED, agent_notified_json, message_json
 from daemon.services.mail import completion_json, public_message
@@ -106,8 +106,10 @@ class InboxSource:
 
 @dataclass(frozen=True, slots=True)
 class MailboxSource:
-    """Messages sent to one project's mailbox (event ``message``); with
-    ``agent``, only those that harness could claim."""
+    """Messages sent to one project's mailbox (event ``message``, or
+    ``approval_requested`` while one awaits an approver, and
+    ``approval_decided`` for a decision, live only); with ``agent``, only
+    those that harness could claim."""
 
     node: StreamPorts
     workspace: str
@@ -119,8 +121,11 @@ class MailboxSource:
         return mailbox_key(self.workspace, self.project)
 
     def _wrap(self, msg: dict[str, Any]) -> Rendered:
+        """Event ``message``; ``approval_requested`` for a message awaiting
+        an approver."""
+        event = "approval_requested" if msg.get("state") == AWAITING else "message"
         return Rendered(str(msg["id"]), [
-            ("message", {"workspace": self.workspace, "project": self.project, "message": msg})])
+            (event, {"workspace": self.workspace, "project": self.project, "message": msg})])
 
     def _done(self, message_id: str, done: dict[str, Any] | None) -> Rendered:
         return Rendered(message_id, [(MESSAGE_COMPLETE_EVENT, {
@@ -130,7 +135,14 @@ class MailboxSource:
     def live(self, op: Op, now_ms: int) -> Rendered | None:
         if op.kind == MSG_COMPLETE:
             return self._done(str(op.body["id"]), op.body)
-        return self._wrap(public_message({**op.body, "state": PENDING}))
+        if op.kind in DECISION_KINDS:  # live only: a resume replays the message itself
+            b = op.body
+            return Rendered(str(b.get("id")), [("approval_decided", {
+                "workspace": self.workspace, "project": self.project, "id": b.get("id"),
+                "decision": "approved" if op.kind == MSG_APPROVE else "rejected",
+                "by_user": b.get("by_user"), "reason": b.get("reason")})])
+        state = AWAITING if op.body.get("approval_required") else PENDING
+        return self._wrap(public_message({**op.body, "state": state}))
 
     async def replay(self, cursor: dict[str, int], after: OrderKey | None,
                      now_ms: int) -> list[Row]:

@@ -5,7 +5,8 @@
 (function () {
   const $ = (id) => document.getElementById(id);
   const STATE_WORDS = { pending: "queued", claimed: "collected", cancelled: "cancelled",
-                        editing: "Editing" };
+                        editing: "Editing", awaiting_approval: "awaiting approval",
+                        rejected: "rejected" };
   const ui = { me: null, projects: [], current: null, box: "received", page: 0,
                expanded: new Set(), editing: new Set(), rows: [], thread: null };
   // How a claimed message ended, once its holder completed it.
@@ -158,12 +159,13 @@
                 encodeURIComponent(p.project);
       const thread = ui.thread ? "&thread_id=" + encodeURIComponent(ui.thread) : "";
       renderThread();
-      const [hist, held] = await Promise.all([
+      const [hist, held, waiting] = await Promise.all([
         api("/web/api/history?box=" + ui.box + "&page=" + ui.page + "&" + q + thread),
-        api("/web/api/held?" + q)]);
+        api("/web/api/held?" + q), api("/web/api/approvals?" + q)]);
       ui.rows = hist.messages;
       renderRows(hist.messages);
       renderHeld(held);
+      renderWaiting(waiting);
       $("prev").disabled = !hist.has_previous;
       $("next").disabled = !hist.has_next;
       $("page-label").textContent = "Page " + (hist.page + 1);
@@ -190,6 +192,26 @@
     b.append(el("span", {}, held.count === 1 ? "1 message is held for editing: "
                                              : held.count + " messages are held for editing: "));
     held.messages.forEach((m, i) => {
+      if (i) { b.append(", "); }
+      const a = el("a", { href: "#msg-" + m.id }, m.subject || m.id);
+      a.addEventListener("click", (ev) => {
+        ev.preventDefault();
+        showHeld(m);
+      });
+      b.append(a);
+    });
+  }
+
+  // Mail an admission policy held for an approver: counted above the list,
+  // each linked to its row (where Approve and Reject are).
+  function renderWaiting(waiting) {
+    const b = $("approval-banner");
+    b.replaceChildren();
+    if (!waiting.count) { b.hidden = true; return; }
+    b.hidden = false;
+    b.append(el("span", {}, waiting.count === 1 ? "1 message awaits approval: "
+                                                : waiting.count + " messages await approval: "));
+    waiting.messages.forEach((m, i) => {
       if (i) { b.append(", "); }
       const a = el("a", { href: "#msg-" + m.id }, m.subject || m.id);
       a.addEventListener("click", (ev) => {
@@ -231,10 +253,14 @@
       });
       subj.append(toggle);
       const word = stateWord(m);
-      const kind = (m.completion && RESULT_WORDS[m.completion.result]) ||
-                   (STATE_WORDS[m.state] || m.state);
+      const result = m.completion && RESULT_WORDS[m.completion.result];
       const state = el("td");
-      state.append(el("span", { class: "state state-" + kind.toLowerCase() }, word));
+      // A completed message's class names its outcome (outcome-done,
+      // outcome-blocked, outcome-rejected); otherwise its state
+      // (state-rejected is the approval queue's rejected message).
+      const cls = result ? "outcome-" + result
+                         : "state-" + word.toLowerCase().replace(/ /g, "-");
+      state.append(el("span", { class: "state " + cls }, word));
       tr.append(subj,
         el("td", { class: "snippet" }, snippet(m.body)),
         nameCell(projectName(m.from_workspace, m.from_project, m.from_hidden)),
@@ -278,6 +304,11 @@
     if (m.in_reply_to) { add("In reply to", m.in_reply_to); }
     if (m.thread_id) { add("Thread", m.thread_id); }
     if (m.state === "editing") { add("Edited by", m.editing_by_user); }
+    if (m.state === "awaiting_approval") { add("Held because", m.approval_note); }
+    if (m.approval_decision) {
+      add("Approval", m.approval_decision + " by " + (m.approval_decided_by || "?") +
+          (m.approval_reason ? ": " + m.approval_reason : ""));
+    }
     td.append(dl);
     if (m.state === "claimed" && !m.completion) {
       td.append(el("p", {}, "Collected records the agent's claim; completion of the request is not confirmed."));
@@ -293,6 +324,9 @@
       b.addEventListener("click", () => startEdit(m, td));
       td.append(b);
     }
+    if (canEdit && m.state === "awaiting_approval") {
+      td.append(approvalControls(m, td));
+    }
     if (canEdit && m.state === "editing") {
       const c = el("button", { type: "button" }, "Continue editing");
       c.addEventListener("click", () => { ui.editing.add(m.id); renderRows(ui.rows); });
@@ -302,6 +336,29 @@
     }
     td.append(el("p", { role: "alert", class: "row-error" }));
     return tr;
+  }
+
+  // An approver's decision: write on this project; made once, by the
+  // mailbox's owner, so a second approver elsewhere gets a clear 409.
+  function approvalControls(m, td) {
+    const box = el("div", { class: "approval", role: "group", "aria-label": "Approval" });
+    const reasonId = "approval-reason-" + m.id;
+    const reason = el("input", { id: reasonId, maxlength: "500" });
+    const decide = async (verb) => {
+      try {
+        await post("/web/api/messages/" + encodeURIComponent(m.id) + "/" + verb,
+                   { reason: reason.value || null });
+        await refresh();
+      } catch (e) {
+        rowError(td, e.status === 409 ? "Already decided: " + e.message : e.message);
+      }
+    };
+    const yes = el("button", { type: "button", class: "primary" }, "Approve");
+    yes.addEventListener("click", () => decide("approve"));
+    const no = el("button", { type: "button" }, "Reject");
+    no.addEventListener("click", () => decide("reject"));
+    box.append(el("label", { for: reasonId }, "Reason (optional)"), reason, " ", yes, " ", no);
+    return box;
   }
 
   function rowError(td, text) {

@@ -31,6 +31,8 @@ ALL_TOOLS = {
     "memory_search",
     "memory_delete",
     "memory_briefing",
+    "memory_approvals_list",
+    "memory_approval_decide",
     "memory_handoff",
 }
 

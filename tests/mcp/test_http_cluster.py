@@ -230,6 +230,13 @@ async def test_every_tool_answers_on_some_node(keyed_cluster: Cluster, tmp_path:
             "workspace": "default", "project": proj_b, "message_id": sent["message_id"],
             "agent": "codex"})
         assert popped["message"]["nature"] == "measured"
+        approvals = await call(n3, "memory_approvals_list", {"workspace": "default",
+                                                             "project": proj_b})
+        assert approvals["count"] == 0  # no admission hook held anything here
+        called.add("memory_approval_decide")
+        never_held = tool_error(await n1.call_tool("memory_approval_decide", {
+            "message_id": sent["message_id"], "decision": "approve"}))
+        assert never_held["status"] == 409, never_held  # claimed, never awaited approval
         cancelled = await call(n3, "memory_message_cancel", {"workspace": "default",
                                                               "project": proj_a})
         assert cancelled["count"] == 0  # already claimed: nothing left to retract

@@ -121,11 +121,23 @@ def _msg_send(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
         "subject": draw(text), "body": draw(text),
         "nature": draw(st.sampled_from(("unknown", "measured"))), "evidence": draw(text),
         "created_at_ms": draw(st.integers(0, 20)),
+        "approval_required": draw(st.booleans()),
+        "approval_note": draw(st.sampled_from((None, "needs a look"))),
     }
     if draw(st.booleans()):  # a reply (threads): a later field some sends leave out
         body["in_reply_to"] = draw(st.sampled_from(MSG_IDS))
         body["thread_id"] = draw(st.sampled_from(MSG_IDS))
     return K.MSG_SEND, K.mailbox_key(ws, proj), body
+
+
+@st.composite
+def _msg_decide(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    ws, proj = draw(st.sampled_from(SCOPES))
+    body = {"id": draw(st.sampled_from(MSG_IDS)), "by_user": draw(st.sampled_from((None, "u1"))),
+            "by_agent": None, "reason": draw(st.sampled_from((None, "ok", "no"))),
+            "at_ms": draw(small_int)}
+    kind = K.MSG_APPROVE if draw(st.booleans()) else K.MSG_REJECT
+    return kind, K.mailbox_key(ws, proj), body
 
 
 @st.composite
@@ -249,8 +261,8 @@ def _pgrant_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
 
 op_content = st.one_of(_mem_put(), _mem_del(), _note_new(), _note_read(), _agent_reg(),
                        _agent_seen(), _session_start(), _msg_send(), _msg_terminal(),
-                       _msg_empty(), _msg_hold(), _msg_hold(), _msg_complete(), _msg_purge(),
-                       _link_put(), _grant_put(),
+                       _msg_empty(), _msg_hold(), _msg_hold(), _msg_complete(), _msg_decide(),
+                       _msg_purge(), _link_put(), _grant_put(),
                        _nsub_put(), _user_put(), _apikey_put(), _pgrant_put())
 
 
