@@ -47,6 +47,13 @@ and the owner's model:
   if its send asked for approval, else ``pending``;
 * the subject and body a reader sees are those of the greatest-ranked
   release that carried new content (a save), else the send's.
+
+Completion (``msg.complete``) is not a move of this table: a claimed
+message stays ``claimed`` and gains an outcome (done, blocked or rejected)
+and a note from its holder. Any node writes it by quorum, not the owner;
+the lowest-ranked ``(hlc, origin, seq)`` completion of a message is the one
+every replica shows, and it shows only while the message is claimed
+(docs/federation.md, "Completion").
 """
 
 from __future__ import annotations
@@ -71,6 +78,8 @@ MSG_CLAIM: Final = "msg.claim"
 MSG_CANCEL: Final = "msg.cancel"
 MSG_HOLD: Final = "msg.hold"
 MSG_RELEASE: Final = "msg.release"
+MSG_COMPLETE: Final = "msg.complete"  # outcome of a claimed message (not a transition)
+COMPLETABLE: Final = CLAIMED  # the state a completion needs
 MSG_APPROVE: Final = "msg.approve"
 MSG_REJECT: Final = "msg.reject"
 

@@ -122,6 +122,7 @@ mailbox_request_ttl_secs = 1200.0  # a forwarded mailbox request older than this
 message_subject_max_chars = 200
 message_body_max_chars = 8_000
 message_evidence_max_chars = 2_000
+completion_note_max_chars = message_body_max_chars  # a completion's note is capped like a body
 message_list_limit_default = 50
 message_list_limit_max = 200
 admission_timeout_ms = 2000  # one deciding admission hook call (setting per hook)

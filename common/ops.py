@@ -15,7 +15,8 @@ mem.put         id, title, content, tier, namespace, tags, priority,
                 (hlc, origin); ignored once the memory is tombstoned.
 mem.del         id. Tombstone; deleted never flips back.
 note.new        id, from, to, namespace, title, payload, priority, tier,
-                created_at_ms, expires_at_ms. Inserted once, immutable.
+                created_at_ms, expires_at_ms, in_reply_to, thread_id.
+                Inserted once, immutable.
 note.read       to, ids. Read marks; read never flips back. A mark may
                 arrive before its notification and must still take effect.
 agent.reg       agent_id, agent_type, capabilities, registered_at_ms.
@@ -26,12 +27,14 @@ session.start   workspace, project, harness, session_id, owner_user, at_ms.
                 keeps the max at_ms.
 msg.send        id, to_workspace, to_project, to_agent, from_workspace,
                 from_project, from_agent, from_owner_user, subject, body,
-                nature, evidence, created_at_ms, approval_required,
-                approval_note. Inserted once. Mailbox order (FIFO) is
-                (hlc, origin) of this op. ``approval_required``: an
-                admission decider answered pending (the message awaits an
-                approver; ``approval_note`` is the decider's reason).
-msg.claim       id, claimer_session, claimer_agent, request_id, at_ms.
+                nature, evidence, created_at_ms, in_reply_to, thread_id,
+                approval_required, approval_note. Inserted once. Mailbox
+                order (FIFO) is (hlc, origin) of this op.
+                ``approval_required``: an admission decider answered
+                pending (the message awaits an approver; ``approval_note``
+                is the decider's reason).
+msg.claim       id, claimer_session, claimer_agent, claimer_key,
+                claimer_agent_id, request_id, at_ms.
 msg.cancel      id, by_workspace, by_project, at_ms.
 msg.hold        id, holder_session, holder_agent, holder_user, at_ms. Takes a
                 pending message out of the queue for an edit (``editing``).
@@ -46,6 +49,12 @@ msg.reject      id, by_user, by_agent, reason, at_ms. An approver refuses
                 Holds and releases: the greatest (epoch, hlc, origin, seq)
                 decides, and any terminal op outranks them all
                 (:mod:`common.lifecycle` is the table of states).
+msg.complete    id, result, note, by_session, by_agent, by_key, by_agent_id,
+                from_workspace, from_project, at_ms. The outcome of a
+                claimed message, written by quorum (not by the owner):
+                per message the lowest (hlc, origin, seq) is kept, so the
+                first completion wins everywhere; shown only while the
+                message is claimed.
 op.gap          (no fields). Stands in for an op id that was lost with a
                 member's disk before any other member held it, so every
                 version vector can move past it. Changes no state.
@@ -138,6 +147,7 @@ MSG_CLAIM: Final = lifecycle.MSG_CLAIM
 MSG_CANCEL: Final = lifecycle.MSG_CANCEL
 MSG_HOLD: Final = lifecycle.MSG_HOLD
 MSG_RELEASE: Final = lifecycle.MSG_RELEASE
+MSG_COMPLETE: Final = lifecycle.MSG_COMPLETE
 MSG_APPROVE: Final = lifecycle.MSG_APPROVE
 MSG_REJECT: Final = lifecycle.MSG_REJECT
 MSG_EMPTY: Final = "msg.empty"
@@ -153,7 +163,7 @@ PGRANT_PUT: Final = "pgrant.put"
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
      MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_APPROVE, MSG_REJECT,
-     MSG_EMPTY, MSG_PURGE, LINK_PUT, GRANT_PUT,
+     MSG_EMPTY, MSG_COMPLETE, MSG_PURGE, LINK_PUT, GRANT_PUT,
      NSUB_PUT, USER_PUT, APIKEY_PUT, PGRANT_PUT, OP_GAP}
 )
 _KIND_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")

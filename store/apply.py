@@ -23,10 +23,12 @@ from common.lifecycle import AWAITING, DECISION_KINDS, EDITING, PENDING
 from common.ops import Op
 from store import deferred
 from store.records import (
+    COMPLETION_COLS,
     DECISION_COLS,
     MEMORY_FIELDS,
     MESSAGE_FIELDS,
     apikey_row,
+    completion_row,
     decision_row,
     empty_row,
     grant_row,
@@ -62,7 +64,7 @@ _MEM_UPSERT = (
 )
 
 _NOTE_COLS = ("id", "from_agent", "to_agent", "namespace", "title", "payload", "priority", "tier",
-              "created_at_ms", "expires_at_ms", "hlc", "origin", "seq")
+              "created_at_ms", "expires_at_ms", "in_reply_to", "thread_id", "hlc", "origin", "seq")
 # Positional (``?1`` is the id, ``?3`` the recipient) so that a job's notes
 # go in one executemany; see :func:`apply_ops`.
 _NOTE_UPSERT = (
@@ -136,7 +138,8 @@ _MSG_UPSERT = (
 )
 
 _TERM_COLS = ("id", "state", "epoch", "hlc", "origin", "seq", "claimed_by_session",
-              "claimed_by_agent", "request_id", "claimed_at_ms", "cancelled_at_ms")
+              "claimed_by_agent", "claimed_by_key", "claimed_by_agent_id", "request_id",
+              "claimed_at_ms", "cancelled_at_ms")
 _TERM_UPSERT = (
     f"INSERT INTO msg_terminal ({', '.join(_TERM_COLS)}) "
     f"VALUES ({', '.join(':' + c for c in _TERM_COLS)}) "
@@ -146,6 +149,15 @@ _TERM_UPSERT = (
     " > (msg_terminal.epoch, msg_terminal.hlc, msg_terminal.origin, msg_terminal.seq)"
 )
 
+# The first completion of a message wins: a lower (hlc, origin, seq) replaces.
+_COMPLETION_UPSERT = (
+    f"INSERT INTO msg_completion ({', '.join(COMPLETION_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in COMPLETION_COLS)}) "
+    "ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in COMPLETION_COLS[1:])
+    + " WHERE (excluded.hlc, excluded.origin, excluded.seq)"
+    " < (msg_completion.hlc, msg_completion.origin, msg_completion.seq)"
+)
 
 _EMPTY_COLS = ("mailbox", "request_id", "epoch", "hlc", "origin", "seq", "claimer_session",
                "claimer_agent", "at_ms")
@@ -253,7 +265,7 @@ def _note_values(op: Op, now_ms: int) -> tuple[Any, ...] | None:
         return None
     return (row["id"], row["from"], row["to"], row["namespace"], row["title"], row["payload"],
             row["priority"], row["tier"], row["created_at_ms"], row["expires_at_ms"],
-            op.hlc, op.origin, op.seq)
+            row["in_reply_to"], row["thread_id"], op.hlc, op.origin, op.seq)
 
 
 def _note_new(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
@@ -316,12 +328,13 @@ _MARKED = ("FROM messages m JOIN msg_purge p ON p.workspace = m.to_workspace"
 def _purge_marked(c: sqlite3.Connection, where: str, params: tuple[Any, ...]) -> None:
     """Drop the messages ``where`` selects that their mailbox's mark covers,
     in any state (awaiting approval and rejected too), with their holds,
-    saved edits and approval decisions; remember their ids and ranks."""
+    saved edits, approval decisions and completions; remember their ids and
+    ranks."""
     marked = _MARKED.format(where=where)
     c.execute("INSERT OR REPLACE INTO msg_purged (id, hlc, origin, seq, to_workspace, to_project)"
               f" SELECT m.id, m.hlc, m.origin, m.seq, m.to_workspace, m.to_project {marked}",
               params)
-    for table in ("msg_hold", "msg_revision", "msg_decision", "messages"):
+    for table in ("msg_hold", "msg_revision", "msg_decision", "msg_completion", "messages"):
         c.execute(f"DELETE FROM {table} WHERE id IN (SELECT m.id {marked})", params)
 
 
@@ -402,6 +415,12 @@ def _msg_hold(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     c.execute(_SET_STATE, (msg_id,))
 
 
+def _msg_complete(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    if _purged(c, str(op.body["id"])):  # a purged message keeps no outcome
+        return
+    c.execute(_COMPLETION_UPSERT, {**completion_row(op), **_stamp(op)})
+
+
 def _msg_empty(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     c.execute(_EMPTY_UPSERT, {**empty_row(op), **_stamp(op)})
 
@@ -455,6 +474,7 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MSG_APPROVE: _msg_hold,
     K.MSG_REJECT: _msg_terminal,
     K.MSG_EMPTY: _msg_empty,
+    K.MSG_COMPLETE: _msg_complete,
     K.MSG_PURGE: _msg_purge,
     K.LINK_PUT: _link_put,
     K.GRANT_PUT: _grant_put,

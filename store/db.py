@@ -51,6 +51,7 @@ from store.backup import new_incarnation_id
 from store.reader import ReadPool
 from store.reads import DomainReads
 from store.records import (
+    COMPLETION_COLS,
     EMPTY_FIELDS,
     MESSAGE_FIELDS,
     SESSION_FIELDS,
@@ -426,7 +427,8 @@ class Store(DomainReads):
         holds it."""
         cols = (f"m.origin, m.seq, m.hlc, m.send_epoch, {', '.join('m.' + c for c in MESSAGE_FIELDS)},"
                 " t.state AS t_state, t.epoch AS t_epoch, t.hlc AS t_hlc, t.origin AS t_origin,"
-                " t.seq AS t_seq, t.claimed_by_session, t.claimed_by_agent, t.request_id,"
+                " t.seq AS t_seq, t.claimed_by_session, t.claimed_by_agent, t.claimed_by_key,"
+                " t.claimed_by_agent_id, t.request_id,"
                 " t.claimed_at_ms, t.cancelled_at_ms")
         base = (f"SELECT {cols} FROM messages m LEFT JOIN msg_terminal t ON t.id = m.id"
                 " WHERE m.to_workspace = :ws AND m.to_project = :proj")
@@ -457,7 +459,8 @@ class Store(DomainReads):
             if r["t_state"] == CLAIMED:
                 out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CLAIM, key, {
                     "id": body["id"], "claimer_session": r["claimed_by_session"],
-                    "claimer_agent": r["claimed_by_agent"], "request_id": r["request_id"],
+                    "claimer_agent": r["claimed_by_agent"], "claimer_key": r["claimed_by_key"],
+                    "claimer_agent_id": r["claimed_by_agent_id"], "request_id": r["request_id"],
                     "at_ms": r["claimed_at_ms"]}, r["t_epoch"]))
             elif r["t_state"] == REJECTED:
                 out.append(reject_op(key, body["id"], (r["t_epoch"], r["t_hlc"], r["t_origin"],
@@ -531,6 +534,21 @@ class Store(DomainReads):
 
     # -- comparison ----------------------------------------------------------------
 
+    async def _message_side_rows(self) -> dict[str, Any]:
+        """A snapshot's ``holds``, ``revisions``, ``completions`` (every
+        ``msg_completion`` row by message id) and ``decisions``."""
+        fetch = self._reads.fetchall
+        return {
+            "holds": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
+                      for r in await fetch("SELECT * FROM msg_hold")},
+            "revisions": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
+                          for r in await fetch("SELECT * FROM msg_revision")},
+            "completions": {r["id"]: {k: r[k] for k in COMPLETION_COLS}
+                            for r in await fetch("SELECT * FROM msg_completion")},
+            "decisions": {(r["id"], r["kind"]): {k: r[k] for k in r.keys() if k != "id"}
+                          for r in await fetch("SELECT * FROM msg_decision")},
+        }
+
     async def snapshot(self, now_ms: int | None = None) -> dict[str, Any]:
         """All replicated state in the canonical form of
         :meth:`store.in_memory.Replica.snapshot` (same meaning of ``now_ms``)."""
@@ -550,7 +568,8 @@ class Store(DomainReads):
             row = {name: r[name] for name in MESSAGE_FIELDS}
             messages[r["id"]] = {**row, "order": (r["hlc"], r["origin"]), "epoch": r["send_epoch"]}
         terminals = {r["id"]: {k: r[k] for k in ("state", "epoch", "claimed_by_session",
-                                                   "claimed_by_agent", "request_id",
+                                                   "claimed_by_agent", "claimed_by_key",
+                                                   "claimed_by_agent_id", "request_id",
                                                    "claimed_at_ms", "cancelled_at_ms")}
                      for r in await fetch("SELECT * FROM msg_terminal")}
         return {
@@ -568,12 +587,7 @@ class Store(DomainReads):
                 " FROM project_harnesses ORDER BY workspace, project, harness")],
             "messages": messages,
             "terminals": terminals,
-            "holds": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
-                      for r in await fetch("SELECT * FROM msg_hold")},
-            "revisions": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
-                          for r in await fetch("SELECT * FROM msg_revision")},
-            "decisions": {(r["id"], r["kind"]): {k: r[k] for k in r.keys() if k != "id"}
-                          for r in await fetch("SELECT * FROM msg_decision")},
+            **await self._message_side_rows(),
             "empties": {(r["mailbox"], r["request_id"]): {
                 **{k: r[k] for k in EMPTY_FIELDS}, "epoch": r["epoch"],
                 "rank": (r["hlc"], r["origin"], r["seq"])}

@@ -70,6 +70,7 @@ from store.records import (
     Rank,
     TerminalRank,
     apikey_row,
+    completion_row,
     decision_op,
     decision_row,
     edit_ops,
@@ -148,6 +149,8 @@ class Replica:
         # message id -> winning msg.hold/msg.release row; -> winning saved content
         self._holds: dict[str, dict[str, Any]] = {}
         self._revisions: dict[str, dict[str, Any]] = {}
+        # message id -> the first msg.complete row (with its hlc, origin, seq)
+        self._completions: dict[str, dict[str, Any]] = {}
         # message id -> {kind: winning msg.approve / msg.reject row} (who decided)
         self._decisions: dict[str, dict[str, dict[str, Any]]] = {}
         # (mailbox key, request id) -> the winning msg.empty op
@@ -222,15 +225,9 @@ class Replica:
             if msg_id not in self._purged:  # a purged message keeps its terminal, not its decision
                 self._decide(op)
         elif kind in K.HOLD_KINDS:
-            msg_id = str(op.body["id"])
-            if msg_id in self._purged:
-                return
-            stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
-            self._decide(op)
-            _keep_highest(self._holds, msg_id, {**hold_row(op), **stamp})
-            revision = revision_row(op)
-            if revision is not None:
-                _keep_highest(self._revisions, msg_id, {**revision, **stamp})
+            self._msg_hold(op)
+        elif kind == K.MSG_COMPLETE:
+            self._msg_complete(op)
         elif kind == K.OP_GAP:
             pass  # a lost op id, filled: nothing to merge
         elif kind == K.MSG_EMPTY:
@@ -268,6 +265,25 @@ class Replica:
         else:
             raise ValueError(f"unknown op kind {kind!r}")
 
+    def _msg_hold(self, op: Op) -> None:
+        msg_id = str(op.body["id"])
+        if msg_id in self._purged:
+            return
+        stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+        self._decide(op)
+        _keep_highest(self._holds, msg_id, {**hold_row(op), **stamp})
+        revision = revision_row(op)
+        if revision is not None:
+            _keep_highest(self._revisions, msg_id, {**revision, **stamp})
+
+    def _msg_complete(self, op: Op) -> None:
+        """The first completion of a message (lowest (hlc, origin, seq)) wins."""
+        done = {**completion_row(op), "hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+        if done["id"] in self._purged:  # a purged message keeps no outcome
+            return
+        cur = self._completions.get(done["id"])
+        if cur is None or lww_rank(op) < (cur["hlc"], cur["origin"], cur["seq"]):
+            self._completions[done["id"]] = done
     def _mark_of(self, row: dict[str, Any]) -> Rank | None:
         mark = self._marks.get((row["to_workspace"], row["to_project"]))
         return None if mark is None else lww_rank(mark)
@@ -294,6 +310,7 @@ class Replica:
         self._holds.pop(mid, None)
         self._revisions.pop(mid, None)
         self._decisions.pop(mid, None)  # awaiting or rejected, it goes like any other
+        self._completions.pop(mid, None)
         self._purged[mid] = (msg.rank, msg.row["to_workspace"], msg.row["to_project"])
         return True
 
@@ -645,7 +662,8 @@ class Replica:
         term = self._live_terminal(mid)
         return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row,
                             self._holds.get(mid), self._revisions.get(mid),
-                            self._decisions.get(mid))
+                            completion=self._completions.get(mid),
+                            decisions=self._decisions.get(mid))
 
     def sent_body(self, msg_id: str) -> dict[str, Any] | None:
         """The message's fields as its send wrote them (``Store.sent_body``)."""
@@ -766,7 +784,9 @@ class Replica:
             t = term.row
             if t["state"] == CLAIMED:
                 body = {"id": row["id"], "claimer_session": t["claimed_by_session"],
-                        "claimer_agent": t["claimed_by_agent"], "request_id": t["request_id"],
+                        "claimer_agent": t["claimed_by_agent"], "claimer_key": t["claimed_by_key"],
+                        "claimer_agent_id": t["claimed_by_agent_id"],
+                        "request_id": t["request_id"],
                         "at_ms": t["claimed_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CLAIM, key, body, epoch))
             elif t["state"] == lifecycle.REJECTED:
@@ -866,6 +886,7 @@ class Replica:
             "terminals": {k: v.row for k, v in self._terminals.items()},
             "holds": {k: dict(v) for k, v in self._holds.items()},
             "revisions": {k: dict(v) for k, v in self._revisions.items()},
+            "completions": {k: dict(v) for k, v in self._completions.items()},
             "decisions": {(k, kind): dict(row) for k, v in self._decisions.items()
                           for kind, row in v.items()},
             "empties": {k: _empty_snapshot(op) for k, op in self._empties.items()},

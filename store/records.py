@@ -35,6 +35,7 @@ from common.ops import (
     MSG_RELEASE,
     Op,
 )
+from common.vocab import COMPLETE_FIELDS as COMPLETE_FIELDS
 from common.vocab import EMPTY_FIELDS as EMPTY_FIELDS
 from common.vocab import MESSAGE_FIELDS as MESSAGE_FIELDS
 from common.vocab import NOTE_FIELDS as NOTE_FIELDS
@@ -116,7 +117,13 @@ def note_row(op: Op) -> dict[str, Any]:
         "tier": b.get("tier", "short"),
         "created_at_ms": int(b.get("created_at_ms", physical_ms(op.hlc))),
         "expires_at_ms": _opt_int(b.get("expires_at_ms")),
+        "in_reply_to": _opt_str(b.get("in_reply_to")),
+        "thread_id": str(b.get("thread_id") or b["id"]),
     }
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def link_row(op: Op) -> dict[str, Any]:
@@ -203,6 +210,7 @@ def message_row(op: Op) -> dict[str, Any]:
     row = {name: b.get(name) for name in MESSAGE_FIELDS}
     row["id"] = str(b["id"])
     row["created_at_ms"] = int(b.get("created_at_ms", physical_ms(op.hlc)))
+    row["thread_id"] = str(b.get("thread_id") or row["id"])  # a send older than threads
     row["approval_required"] = bool(b.get("approval_required"))
     return row
 
@@ -239,10 +247,21 @@ def terminal_row(op: Op) -> dict[str, Any]:
         "epoch": op.epoch,
         "claimed_by_session": b.get("claimer_session") if claim else None,
         "claimed_by_agent": b.get("claimer_agent") if claim else None,
+        "claimed_by_key": b.get("claimer_key") if claim else None,
+        "claimed_by_agent_id": b.get("claimer_agent_id") if claim else None,
         "request_id": b.get("request_id") if claim else None,
         "claimed_at_ms": at_ms if claim else None,
         "cancelled_at_ms": at_ms if op.kind == MSG_CANCEL else None,
     }
+
+
+def completion_row(op: Op) -> dict[str, Any]:
+    """What a ``msg.complete`` op records (the first by (hlc, origin, seq) wins)."""
+    b = op.body
+    row = {name: b.get(name) for name in COMPLETE_FIELDS}
+    row["id"] = str(b["id"])
+    row["at_ms"] = int(b.get("at_ms", physical_ms(op.hlc)))
+    return row
 
 
 def empty_row(op: Op) -> dict[str, Any]:
@@ -298,16 +317,19 @@ def reject_op(key: str, msg_id: str, rank: tuple[int, int, str, int],
 def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
                  terminal: dict[str, Any] | None, hold: dict[str, Any] | None = None,
                  revision: dict[str, Any] | None = None,
+                 completion: dict[str, Any] | None = None,
                  decisions: dict[str, Any] | None = None) -> dict[str, Any]:
     """A message as readers see it: body fields (a saved edit's subject and
     body over the send's), state (:func:`common.lifecycle.merged_state`),
     the claim record of the winning terminal op (a :func:`terminal_row`),
-    who holds it for an edit, the approver's decision that stands (of
+    who holds it for an edit, its outcome (a :func:`completion_row`, shown
+    only while claimed), the approver's decision that stands (of
     ``decisions``, kind -> :func:`decision_row`: :func:`standing_decision`),
     and its mailbox order."""
     out = dict(row)
     if terminal is None:
         out.update(state=PENDING, claimed_by_session=None, claimed_by_agent=None,
+                   claimed_by_key=None, claimed_by_agent_id=None,
                    request_id=None, claimed_at_ms=None, cancelled_at_ms=None,
                    epoch=send_epoch)
     else:
@@ -324,6 +346,8 @@ def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
     out["edited_at_ms"] = None if revision is None else revision["edited_at_ms"]
     if revision is not None:
         out["subject"], out["body"] = revision["subject"], revision["body"]
+    out["completion"] = (None if completion is None or state != CLAIMED
+                         else {name: completion[name] for name in COMPLETE_FIELDS})
     decision = standing_decision(state, decisions)
     out["approval_decision"] = None if decision is None else (
         "approved" if decision["kind"] == MSG_APPROVE else "rejected")
@@ -339,6 +363,7 @@ _TERMINAL_KIND: Final = {CLAIMED: MSG_CLAIM, CANCELLED: MSG_CANCEL, REJECTED: MS
 # Columns of the msg_hold / msg_revision rows (and of the replica's copies).
 HOLD_COLS: Final = ("kind", "epoch", "hlc", "origin", "seq", "holder_session", "holder_agent",
                     "holder_user", "at_ms")
+COMPLETION_COLS: Final = (*COMPLETE_FIELDS, "hlc", "origin", "seq")
 REVISION_COLS: Final = ("subject", "body", "epoch", "hlc", "origin", "seq", "edited_at_ms")
 
 

@@ -91,6 +91,8 @@ class ProjectQuery(Lenient):
 class HistoryQuery(ProjectQuery):
     box: str = "received"
     page: Annotated[int, Field(ge=0, lt=limits.web_history_pages_max)] = 0
+    thread_id: Annotated[str, StringConstraints(min_length=1, max_length=64,
+                                                pattern=r"^[A-Za-z0-9\-]+$")] | None = None
 
 
 # -- who is looking -----------------------------------------------------------------
@@ -280,7 +282,7 @@ async def history(request: web.Request) -> web.Response:
     q = query_model(request, HistoryQuery)
     return web.json_response(await mail.history(
         request.app[NODE], principal, box=q.box, workspace=q.workspace, project=q.project,
-        page=q.page))
+        page=q.page, thread_id=q.thread_id))
 
 
 async def held(request: web.Request) -> web.Response:

@@ -8,7 +8,15 @@
                         editing: "Editing", awaiting_approval: "awaiting approval",
                         rejected: "rejected" };
   const ui = { me: null, projects: [], current: null, box: "received", page: 0,
-               expanded: new Set(), editing: new Set(), rows: [] };
+               expanded: new Set(), editing: new Set(), rows: [], thread: null };
+  // How a claimed message ended, once its holder completed it.
+  const RESULT_WORDS = { done: "done", blocked: "blocked", rejected: "rejected" };
+
+  function stateWord(m) {
+    const word = STATE_WORDS[m.state] || m.state;
+    const result = m.completion && RESULT_WORDS[m.completion.result];
+    return result ? word + " → " + result : word;
+  }
 
   function el(tag, attrs, text) {
     const e = document.createElement(tag);
@@ -98,6 +106,7 @@
 
   async function select(p) {
     ui.current = p;
+    ui.thread = null;
     ui.page = 0;
     ui.expanded.clear();
     window.location.hash = key(p);
@@ -148,8 +157,10 @@
     try {
       const q = "workspace=" + encodeURIComponent(p.workspace) + "&project=" +
                 encodeURIComponent(p.project);
+      const thread = ui.thread ? "&thread_id=" + encodeURIComponent(ui.thread) : "";
+      renderThread();
       const [hist, held, waiting] = await Promise.all([
-        api("/web/api/history?box=" + ui.box + "&page=" + ui.page + "&" + q),
+        api("/web/api/history?box=" + ui.box + "&page=" + ui.page + "&" + q + thread),
         api("/web/api/held?" + q), api("/web/api/approvals?" + q)]);
       ui.rows = hist.messages;
       renderRows(hist.messages);
@@ -161,6 +172,16 @@
     } catch (e) {
       $("list-error").textContent = e.message;
     }
+  }
+
+  function renderThread() {
+    const b = $("thread-banner");
+    b.replaceChildren();
+    if (!ui.thread) { b.hidden = true; return; }
+    b.hidden = false;
+    const all = el("button", { type: "button" }, "Show all messages");
+    all.addEventListener("click", () => { ui.thread = null; ui.page = 0; refresh(); });
+    b.append(el("span", {}, "Showing thread " + ui.thread + " "), all);
   }
 
   function renderHeld(held) {
@@ -231,10 +252,15 @@
         renderRows(ui.rows);
       });
       subj.append(toggle);
-      const word = STATE_WORDS[m.state] || m.state;
+      const word = stateWord(m);
+      const result = m.completion && RESULT_WORDS[m.completion.result];
       const state = el("td");
-      state.append(el("span", { class: "state state-" + word.toLowerCase().replace(/ /g, "-") },
-                      word));
+      // A completed message's class names its outcome (outcome-done,
+      // outcome-blocked, outcome-rejected); otherwise its state
+      // (state-rejected is the approval queue's rejected message).
+      const cls = result ? "outcome-" + result
+                         : "state-" + word.toLowerCase().replace(/ /g, "-");
+      state.append(el("span", { class: "state " + cls }, word));
       tr.append(subj,
         el("td", { class: "snippet" }, snippet(m.body)),
         nameCell(projectName(m.from_workspace, m.from_project, m.from_hidden)),
@@ -271,6 +297,12 @@
     add("Evidence", m.evidence);
     add("Message id", m.id);
     if (m.state === "claimed") { add("Collected", (m.claimed_by_agent || "") + " " + (m.claimed_at || "")); }
+    if (m.completion) {
+      add("Outcome", m.completion.result + " " + (m.completion.completed_at || ""));
+      add("Outcome note", m.completion.note);
+    }
+    if (m.in_reply_to) { add("In reply to", m.in_reply_to); }
+    if (m.thread_id) { add("Thread", m.thread_id); }
     if (m.state === "editing") { add("Edited by", m.editing_by_user); }
     if (m.state === "awaiting_approval") { add("Held because", m.approval_note); }
     if (m.approval_decision) {
@@ -278,8 +310,13 @@
           (m.approval_reason ? ": " + m.approval_reason : ""));
     }
     td.append(dl);
-    if (m.state === "claimed") {
+    if (m.state === "claimed" && !m.completion) {
       td.append(el("p", {}, "Collected records the agent's claim; completion of the request is not confirmed."));
+    }
+    if (m.thread_id && ui.thread !== m.thread_id) {
+      const t = el("button", { type: "button" }, "Show thread");
+      t.addEventListener("click", () => { ui.thread = m.thread_id; ui.page = 0; refresh(); });
+      td.append(t, " ");
     }
     const canEdit = ui.box === "received" && ui.me && ui.me.can_edit;
     if (canEdit && m.state === "pending") {
@@ -487,8 +524,8 @@
     if (first) { await select(first); }
   }
 
-  $("tab-received").addEventListener("click", () => { ui.box = "received"; ui.page = 0; refresh(); });
-  $("tab-sent").addEventListener("click", () => { ui.box = "sent"; ui.page = 0; refresh(); });
+  $("tab-received").addEventListener("click", () => { ui.box = "received"; ui.page = 0; ui.thread = null; refresh(); });
+  $("tab-sent").addEventListener("click", () => { ui.box = "sent"; ui.page = 0; ui.thread = null; refresh(); });
   $("prev").addEventListener("click", () => { if (ui.page > 0) { ui.page -= 1; refresh(); } });
   $("next").addEventListener("click", () => { ui.page += 1; refresh(); });
   $("from-project").addEventListener("change", () => {

@@ -27,6 +27,9 @@ msg.reject         decision (``approved`` / ``rejected``), the approver and
                    the reason
 msg.claim          ``message_claim``
 msg.cancel         ``message_cancel``
+msg.complete       ``message_complete``: the message id, its mailbox and
+                   sender project, the result and who completed it -- not
+                   the note (read it in the outbox, as a body)
 =================  =========================================================
 
 Mailbox ops of a project's reserved handoff mailbox (:mod:`common.handoffs`)
@@ -72,15 +75,17 @@ NOTIFY: Final = "notify"
 MESSAGE_SEND: Final = "message_send"
 MESSAGE_CLAIM: Final = "message_claim"
 MESSAGE_CANCEL: Final = "message_cancel"
+MESSAGE_COMPLETE: Final = "message_complete"
 APPROVAL_REQUESTED: Final = "approval_requested"
 APPROVAL_DECIDED: Final = "approval_decided"
 
 EVENTS: Final = (MEMORY_STORE, MEMORY_UPDATE, MEMORY_PROMOTE, MEMORY_DELETE, MEMORY_CONSOLIDATE,
                  MEMORY_LINK_CREATED, NOTIFY, MESSAGE_SEND, MESSAGE_CLAIM, MESSAGE_CANCEL,
-                 APPROVAL_REQUESTED, APPROVAL_DECIDED)
+                 MESSAGE_COMPLETE, APPROVAL_REQUESTED, APPROVAL_DECIDED)
 # Op kinds that can produce an event; the others are ignored at intake.
 EVENT_KINDS: Final = frozenset({K.MEM_PUT, K.MEM_DEL, K.LINK_PUT, K.NOTE_NEW, K.MSG_SEND,
-                                K.MSG_CLAIM, K.MSG_CANCEL, K.MSG_APPROVE, K.MSG_REJECT})
+                                K.MSG_CLAIM, K.MSG_CANCEL, K.MSG_COMPLETE, K.MSG_APPROVE,
+                                K.MSG_REJECT})
 MEMORY_KINDS: Final = frozenset({K.MEM_PUT, K.MEM_DEL})
 
 Rank = tuple[int, str, int]
@@ -260,6 +265,16 @@ def _other_event(op: Op, node_id: str) -> Event | None:
         else:
             payload.update(by_workspace=b.get("by_workspace"), by_project=b.get("by_project"))
         return Event(name, ns, payload, _agents(payload.get("agent_id")))
+    if op.kind == K.MSG_COMPLETE:
+        workspace, project = _mailbox_scope(op)
+        ns = _scope_ns(workspace, project)
+        return Event(MESSAGE_COMPLETE, ns, {
+            "event": MESSAGE_COMPLETE, "id": str(b["id"]), "namespace": ns,
+            "workspace": workspace, "project": project,
+            "from_workspace": b.get("from_workspace"), "from_project": b.get("from_project"),
+            "result": b.get("result"), "agent_id": b.get("by_agent_id") or b.get("by_agent"),
+            "timestamp": stamp, "node_id": node_id, "change_id": f"{op.origin}#{op.seq}",
+        }, _agents(b.get("by_agent_id"), b.get("by_agent")))
     return None
 
 

@@ -19,7 +19,8 @@ def body(mid: str, sender: str = "p0", to_agent: str | None = None,
     return message_body(id=mid, to_workspace="w", to_project="inbox", to_agent=to_agent,
                         from_workspace="w", from_project=sender, from_agent=None,
                         from_owner_user=None, subject=mid, body=f"b-{mid}", nature=None,
-                        evidence=None, created_at_ms=1_000_000, approval_required=approval,
+                        evidence=None, created_at_ms=1_000_000, in_reply_to=None,
+                        thread_id=mid, approval_required=approval,
                         approval_note="held" if approval else None)
 
 
@@ -207,7 +208,9 @@ def test_an_owner_after_restart_reloads_and_keeps_decisions() -> None:
     cl, o = owner_cluster()
     ask(cl, o, 1, MailSend(MB, body("m1")))
     ask(cl, o, 2, MailSend(MB, body("m2")))
-    who = {"claimer_session": "s1", "claimer_agent": "a1"}
+    # as daemon/services/mail.py pop builds it (the rebuilt claim carries every field)
+    who = {"claimer_session": "s1", "claimer_agent": "a1", "claimer_key": None,
+           "claimer_agent_id": "agent-1"}
     first = ask(cl, o, 3, MailPop(MB, request_id="r1", claimer=who))
     old_epoch = cl.cores[o].claims.owned()[MB]
     cl.restart(o)  # the model is rebuilt from the merged state, not the op log

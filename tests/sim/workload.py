@@ -193,7 +193,8 @@ class Workload:
             body = {"id": nid, "from": self.rng.choice(AGENTS), "to": to, "namespace": "ns",
                     "title": f"title-{nid}", "payload": f"payload-{nid}",
                     "priority": self.rng.randint(1, 10), "tier": "long",
-                    "created_at_ms": now_ms, "expires_at_ms": None}
+                    "created_at_ms": now_ms, "expires_at_ms": None,
+                    "in_reply_to": None, "thread_id": nid}
             self.history.note_bodies[nid] = body
             items.append((NOTE_NEW, inbox_key(to), body))
         return items
@@ -211,7 +212,7 @@ class Workload:
         if is_retryable_id(req.body["id"]):
             return req
         mid = uuid7(now_ms, self.minted.randbytes(10))
-        body = dict(req.body, id=mid, created_at_ms=now_ms)
+        body = dict(req.body, id=mid, created_at_ms=now_ms, thread_id=mid)
         self.history.send_bodies[mid] = body
         return replace(req, body=body, sent_at_ms=None)
 
@@ -223,6 +224,7 @@ class Workload:
                 "from_workspace": fws, "from_project": fproj, "from_agent": "claude-code",
                 "from_owner_user": None, "subject": f"subject {mid}", "body": f"body of {mid}",
                 "nature": "reported", "evidence": None, "created_at_ms": now_ms,
+                "in_reply_to": None, "thread_id": mid,
                 "approval_required": False, "approval_note": None}
         if self.approvals.random() < self.held_p:
             body.update(approval_required=True, approval_note="held by the sim's hook")

@@ -229,11 +229,15 @@ def _session(sid: str, origin: str, seq: int, hlc: int, at_ms: int) -> Op:
 def test_purge_is_idempotent_and_commutes_with_sends_claims_and_sessions(
         data: st.DataObject) -> None:
     # Sends before and after the purge (by HLC), a claim of an old one, a
-    # session on either side: every order, duplicated, gives one state, in
-    # which exactly the sends ranked below the purge are gone.
+    # session on either side, the claimed one's completion: every order,
+    # duplicated, gives one state, in which exactly the sends ranked below
+    # the purge are gone (the completion with them).
     ops = [_send("old1", "n1", 1, 10), _send("old2", "n2", 1, 11), _send("new", "n2", 2, 40),
            Op("n1", 2, 12, K.MSG_CLAIM, MB_WP,
               {"id": "old1", "claimer_session": "s", "request_id": "r1", "at_ms": 12}, epoch=1),
+           Op("n2", 4, 14, K.MSG_COMPLETE, MB_WP,
+              {"id": "old1", "result": "done", "note": "secret note", "by_session": "s",
+               "at_ms": 14}),
            _purge("n3", 1, 30, at_ms=30), _purge("n3", 2, 31, at_ms=31, pid="pg2"),
            _session("s-old", "n1", 3, 13, at_ms=13), _session("s-new", "n2", 3, 45, at_ms=45)]
     reference = replica_of(ops).snapshot()
@@ -244,6 +248,7 @@ def test_purge_is_idempotent_and_commutes_with_sends_claims_and_sessions(
     assert r.message("new") is not None and r.message("new")["state"] == "pending"
     assert r.get_session("s-old") is None and r.get_session("s-new") is not None
     assert "secret old1" not in repr(r.snapshot()) and "secret old2" not in repr(r.snapshot())
+    assert r.snapshot()["completions"] == {}  # a purged message keeps no outcome
     r.apply([_purge("n3", 2, 31, at_ms=31, pid="pg2")], APPLY_NOW)  # again: nothing changes
     assert r.snapshot() == reference
 

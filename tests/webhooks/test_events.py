@@ -145,6 +145,18 @@ def test_claim_and_cancel() -> None:
     assert c2 is not None and c2.name == E.MESSAGE_CANCEL and c2.payload["by_project"] == "q"
 
 
+def test_complete_carries_the_result_not_the_note() -> None:
+    op = Op("n2", 4, hlc(T0), K.MSG_COMPLETE, "mbox:w/p",
+            {"id": "msg-1", "result": "blocked", "note": "NOTE-TEXT", "by_session": None,
+             "by_agent": "codex", "by_key": "k", "by_agent_id": "worker",
+             "from_workspace": "w", "from_project": "q", "at_ms": T0})
+    ev = classify(op, None, "n")
+    assert ev is not None and ev.name == E.MESSAGE_COMPLETE and ev.namespace == "w/p"
+    assert ev.payload["id"] == "msg-1" and ev.payload["result"] == "blocked"
+    assert ev.payload["from_project"] == "q" and ev.payload["agent_id"] == "worker"
+    assert b"NOTE-TEXT" not in ev.body()
+
+
 def test_ops_without_events() -> None:
     cases: list[tuple[str, str, dict[str, Any]]] = [
         (K.NOTE_READ, "inbox:bob", {"to": "bob", "ids": ["x"]}),

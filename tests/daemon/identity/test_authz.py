@@ -123,6 +123,8 @@ ELSEWHERE = {
     "message.approve": "needs a message awaiting approval: tests/daemon/test_approvals.py "
                        "(test_an_approver_needs_write_on_the_recipient_project)",
     "project.read": "GET /projects filters by it: test_projects_lists_only_readable_ones",
+    "message.complete": "needs a claim held by the caller first: "
+                        "tests/daemon/services/test_completion.py (allowed and refused)",
 }
 
 
