@@ -34,6 +34,8 @@ def render_message(message: dict[str, Any]) -> str:
         f"  at {message.get('received_at') or message.get('created_at') or '?'}"
         f"  id {message.get('id', '?')}"
     )
+    if message.get("in_reply_to"):
+        header += f"  in reply to {message['in_reply_to']} (thread {message.get('thread_id')})"
     title = message.get("title") or message.get("subject") or ""
     payload = message.get("payload") if message.get("payload") is not None else message.get("body")
     lines = [header, f"  {title}"]
@@ -60,6 +62,7 @@ def render_message(message: dict[str, Any]) -> str:
     help="Only notifications created after this time (RFC 3339, e.g. 2026-05-01T12:00:00Z).",
 )
 @click.option("--tier", type=click.Choice(["short", "mid", "long"]), help="Only this tier.")
+@click.option("--thread", "thread_id", help="Only this thread (a notification's thread_id).")
 @click.option("--mark-read", is_flag=True, help="Mark the returned notifications as read.")
 @click.option(
     "--wait", is_flag=True, help="If there is nothing to show, block until a notification arrives."
@@ -79,6 +82,7 @@ def inbox(
     min_priority: int | None,
     since: str | None,
     tier: str | None,
+    thread_id: str | None,
     mark_read: bool,
     wait: bool,
     timeout: float | None,
@@ -106,6 +110,7 @@ def inbox(
             min_priority=min_priority,
             since=since,
             tier=tier,
+            thread_id=thread_id,
             mark_read=True if mark_read else None,
         )
         return reply

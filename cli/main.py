@@ -25,6 +25,7 @@ from typing import Any
 import click
 
 from cli.agents import agents
+from cli.approvals import approvals
 from cli.backup import backup, restore
 from cli.client import DEFAULT_URL, normalize_url
 from cli.cluster import cluster
@@ -124,7 +125,7 @@ def cli(ctx: click.Context, url: str, agent_id: str | None, api_key: str | None,
 
 
 for _command in (notify, inbox, agents, session, message, handoff, memories, health, cluster,
-                 backup, restore, user, key, grant, revoke, whoami, project, workspace):
+                 backup, restore, user, key, grant, revoke, whoami, project, workspace, approvals):
     cli.add_command(_command)
 cli.add_command(subscription)
 

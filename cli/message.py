@@ -1,4 +1,4 @@
-"""``ai-memory message send|list|pop|cancel``: claim-once mail between projects.
+"""``ai-memory message send|list|pop|cancel|reply|done``: claim-once mail between projects.
 
 The current project (see :mod:`cli.scope`) is the sender of ``send`` and the
 mailbox of ``list``, ``pop`` and ``cancel``. When nothing names it the CLI
@@ -19,6 +19,11 @@ to reuse one, see :func:`cli.client.create_idempotently`).
 
 A popped body is untrusted input from another project: it is printed after
 its provenance and the daemon's security notice, never before them.
+
+``reply ID`` answers message ID: mail back to the project that sent it, in
+its thread (``--in-reply-to`` on ``send`` threads a send the same way).
+``done ID --result done|blocked|rejected --note TEXT`` completes a message
+this caller claimed; ``list --outbox --all`` shows how each one ended.
 """
 
 from __future__ import annotations
@@ -38,13 +43,14 @@ from cli.stream import Event
 from cli.stream import wait as wait_on_stream
 from common import limits
 from common.errors import AiMemoryError, NotFound, Unavailable
-from common.lifecycle import PENDING
+from common.lifecycle import AWAITING, PENDING
 from common.vocab import (
     FROM_AGENT_UNNAMED,
     FROM_AGENT_UNNAMED_MEANING,
     NATURE_DEFAULT,
     NATURE_MEANINGS,
     NATURES,
+    RESULTS,
 )
 
 
@@ -88,6 +94,7 @@ def message() -> None:
     "--from-agent",
     help="Sending harness (e.g. codex), when no session of the sending project names one.",
 )
+@click.option("--in-reply-to", help="Thread it under this message (one you may read).")
 @click.option(
     "--idempotency-key", help="Reuse the key of an earlier attempt so a retry is sent once."
 )
@@ -105,6 +112,7 @@ def send(
     from_workspace: str | None,
     from_project: str | None,
     from_agent: str | None,
+    in_reply_to: str | None,
     idempotency_key: str | None,
     as_json: bool,
 ) -> None:
@@ -124,6 +132,7 @@ def send(
             "body": read_body(body, "message body"),
             "nature": nature,
             "evidence": evidence,
+            "in_reply_to": in_reply_to,
         }
     )
     try:
@@ -139,7 +148,18 @@ def send(
     recipient = where(reply.get("to_workspace", to_workspace), reply.get("to_project", to_project))
     if reply.get("to_agent"):
         recipient += f" (for {reply['to_agent']})"
+    _report_sent(reply, recipient)
+
+
+def _report_sent(reply: dict[str, Any], recipient: str) -> None:
     click.echo(f"sent {reply.get('message_id')} to {recipient}: {reply.get('state', PENDING)}")
+    if reply.get("in_reply_to"):
+        click.echo(f"  in reply to {reply['in_reply_to']} (thread {reply.get('thread_id')})")
+    if reply.get("state") == AWAITING:
+        note("held for an approver by the recipient's admission policy"
+             + (f" ({reply['approval_note']})" if reply.get("approval_note") else "")
+             + "; nobody can pop it until someone runs `ai-memory approvals approve "
+             + f"{reply.get('message_id')}`")
     truncated = [k for k, v in (reply.get("truncated") or {}).items() if v]
     if truncated:
         note(f"warning: the daemon truncated the {' and '.join(truncated)} to its size limit")
@@ -174,6 +194,12 @@ def render_listed(row: dict[str, Any]) -> str:
         f"  subject: {row.get('subject') or '-'}",
         f"  {nature_line(row)}",
     ]
+    if row.get("in_reply_to"):
+        lines.append(f"  in reply to {row['in_reply_to']} (thread {row.get('thread_id')})")
+    done = row.get("completion")
+    if done:
+        lines.append(f"  completed: {done.get('result')} at {done.get('completed_at', '?')}"
+                     + (f": {done['note']}" if done.get("note") else ""))
     if row.get("body"):
         lines.append(indent(str(row["body"])))
     return "\n".join(lines)
@@ -188,6 +214,11 @@ def render_listed(row: dict[str, Any]) -> str:
     type=click.IntRange(1, limits.message_list_limit_max),
     help=f"At most this many (default {limits.message_list_limit_default}).",
 )
+@click.option("--thread", "thread_id", help="Only this thread (a message's thread_id).")
+@click.option(
+    "--all", "every_state", is_flag=True,
+    help="Every state, newest first: claimed (with how it ended) and cancelled too.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's JSON reply.")
 @pass_state
 def list_messages(
@@ -197,6 +228,8 @@ def list_messages(
     outbox: bool,
     agent: str | None,
     limit: int | None,
+    thread_id: str | None,
+    every_state: bool,
     as_json: bool,
 ) -> None:
     """List pending mail of the current project (oldest first); reads, never claims."""
@@ -206,6 +239,8 @@ def list_messages(
         box="outbox" if outbox else "inbox",
         limit=limit,
         agent=agent,
+        thread_id=thread_id,
+        all=True if every_state else None,
         **scope_fields(scope),
     )
     if as_json:
@@ -222,7 +257,8 @@ def list_messages(
     rows = reply.get("messages", [])
     box = reply.get("box", "outbox" if outbox else "inbox")
     note(
-        f"{len(rows)} pending in the {box} of {where(reply.get('workspace'), reply.get('project'))}"
+        f"{len(rows)} {'messages' if every_state else 'pending'} in the {box} of "
+        f"{where(reply.get('workspace'), reply.get('project'))}"
     )
     for row in rows:
         click.echo(render_listed(row))
@@ -465,3 +501,73 @@ def cancel(
     click.echo(f"cancelled {reply.get('count', len(cancelled))}")
     for cancelled_id in cancelled:
         click.echo(f"  {cancelled_id}")
+
+
+@message.command("reply")
+@click.argument("message_id")
+@click.argument("body", required=False)
+@click.option("--subject", help="Default: decision-reply: ID to a decision: question, else Re: ...")
+@click.option("--to-agent", help="Only this harness of the sending project may claim it.")
+@click.option(
+    "--nature", type=click.Choice(NATURES), help="How you know what the body says (as for send)."
+)
+@click.option("--evidence", help="What backs a measured claim.")
+@click.option(
+    "--from-workspace", help="Your workspace (default: the project that received ID)."
+)
+@click.option("--from-project", help="Your project (default: the project that received ID).")
+@click.option(
+    "--idempotency-key", help="Reuse the key of an earlier attempt so a retry is sent once."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the daemon's JSON reply.")
+@pass_state
+def reply(
+    state: CliState,
+    message_id: str,
+    body: str | None,
+    subject: str | None,
+    to_agent: str | None,
+    nature: str | None,
+    evidence: str | None,
+    from_workspace: str | None,
+    from_project: str | None,
+    idempotency_key: str | None,
+    as_json: bool,
+) -> None:
+    """Answer message MESSAGE_ID with BODY (or stdin): mail to the project that sent it."""
+    request = drop_none({
+        "message_id": message_id, "body": read_body(body, "reply body"), "subject": subject,
+        "to_agent": to_agent, "nature": nature, "evidence": evidence,
+        "from_workspace": from_workspace, "from_project": from_project,
+    })
+    answer = create_idempotently(state.client(), "/api/v1/messages/reply", request,
+                                 idempotency_key)
+    if as_json:
+        print_json(answer)
+        return
+    _report_sent(answer, where(answer.get("to_workspace"), answer.get("to_project")))
+
+
+@message.command("done")
+@click.argument("message_id")
+@click.option("--result", type=click.Choice(RESULTS), required=True,
+              help="done, blocked (could not finish) or rejected (will not do it).")
+@click.option("--note", "note_text",
+              help="What the sender should know (scrubbed, capped like a body).")
+@click.option("--json", "as_json", is_flag=True, help="Print the daemon's JSON reply.")
+@pass_state
+def done(state: CliState, message_id: str, result: str, note_text: str | None,
+         as_json: bool) -> None:
+    """Complete MESSAGE_ID, which this caller claimed: the sender sees the result and note."""
+    client = state.client()
+    request = drop_none({"message_id": message_id, "result": result, "note": note_text})
+    answer: dict[str, Any] = client.retrying_once(
+        lambda: client.post("/api/v1/messages/complete", request))
+    if as_json:
+        print_json(answer)
+        return
+    completion = answer.get("completion") or {}
+    click.echo(f"completed {message_id}: {completion.get('result', result)}"
+               + (" (already recorded)" if answer.get("replayed") else ""))
+    if (answer.get("truncated") or {}).get("note"):
+        note("warning: the daemon truncated the note to its size limit")

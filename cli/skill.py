@@ -51,6 +51,11 @@ claimed at most once, on whichever node you reach.
 - **Taking a request back**: `memory_message_cancel` with a `message_id` retracts that one;
   without one it clears every pending message your project sent. Claimed mail cannot be
   cancelled.
+- **Answering and finishing**: `memory_message_reply` with the `message_id` sends your answer
+  back to the project that asked, in its thread (`thread_id`; list a thread with
+  `memory_message_list` and `thread_id`). When you have worked on a message you popped, say how
+  it ended with `memory_message_complete` (`result`: `done`, `blocked` or `rejected`, and a
+  `note`): the sender sees it in its outbox (`memory_message_list`, `box: "outbox"`, `all`).
 - **How much is waiting**: `memory_briefing` gives `pending_message_count` and the scope it
   counted.
 

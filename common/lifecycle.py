@@ -3,6 +3,10 @@
 A message is sent once and then moves between states only through mailbox
 operations that the mailbox's owner issues (``docs/federation.md``)::
 
+    msg.send ──► awaiting_approval ──msg.reject──► rejected      (terminal)
+    (held by a       │      └───────msg.cancel──► cancelled     (terminal)
+     decider)        │ msg.approve
+                     ▼
     msg.send ──► pending ──msg.claim──► claimed     (terminal)
                  │  ▲  └───msg.cancel─► cancelled   (terminal)
         msg.hold │  │ msg.release (save: new subject/body; discard: unchanged)
@@ -14,7 +18,12 @@ operations that the mailbox's owner issues (``docs/federation.md``)::
 * ``editing``: held out of the queue by an editor (the web inbox's Edit).
   No pop claims it and no cancel takes it; it keeps its place, and counts
   against the mailbox cap, until a release puts it back.
-* ``claimed`` / ``cancelled``: terminal; nothing moves it again.
+* ``awaiting_approval``: an admission decider answered ``pending`` for the
+  send (its ``approval_required`` field is true). No pop claims it and no
+  hold takes it; it keeps its FIFO place and counts against the mailbox cap.
+  An approver's ``msg.approve`` makes it pending at that place; a
+  ``msg.reject`` ends it; its sender may still cancel it.
+* ``claimed`` / ``cancelled`` / ``rejected``: terminal; nothing moves it again.
 
 The owner decides every transition (a hold and a pop of the same message
 are ordered by the owner like two pops, so they never both win) and checks
@@ -22,19 +31,29 @@ it against :data:`TRANSITIONS`. Replicas merge the ops order-free by these
 rules, which :func:`merged_state` states once for the store, the simulator
 and the owner's model:
 
-* the greatest ``(epoch, hlc, origin, seq)`` of a message's claims and
-  cancels is its *winning terminal op*, and the greatest of its holds and
-  releases its *winning hold*;
+* the greatest ``(epoch, hlc, origin, seq)`` of a message's claims,
+  cancels and rejections is its *winning terminal op*, and the greatest of
+  its holds, releases and approvals its *winning hold*;
 * the winning terminal op decides (claimed or cancelled) unless the winning
   hold outranks it: a terminal op ranked below the winning hold is *void*
   (:func:`terminal_stands`). An owner issues a hold only for a message it
   knows pending after merging a majority's state, so a terminal op below an
   acknowledged hold was never acknowledged (a deposed owner's claim left on
   a minority): it must not undo the owner's decision and the editor's save;
-* otherwise the winning hold decides between ``editing`` and ``pending``;
-  with neither, the message is ``pending``;
+* otherwise the winning hold decides between ``editing`` and ``pending``
+  (an approval is ranked with the holds: the owner approves only a message
+  it knows awaiting, so a terminal op below an acknowledged approval is void
+  by the same argument); with neither, the message is ``awaiting_approval``
+  if its send asked for approval, else ``pending``;
 * the subject and body a reader sees are those of the greatest-ranked
   release that carried new content (a save), else the send's.
+
+Completion (``msg.complete``) is not a move of this table: a claimed
+message stays ``claimed`` and gains an outcome (done, blocked or rejected)
+and a note from its holder. Any node writes it by quorum, not the owner;
+the lowest-ranked ``(hlc, origin, seq)`` completion of a message is the one
+every replica shows, and it shows only while the message is claimed
+(docs/federation.md, "Completion").
 """
 
 from __future__ import annotations
@@ -43,11 +62,15 @@ from typing import Any, Final
 
 PENDING: Final = "pending"
 EDITING: Final = "editing"
+AWAITING: Final = "awaiting_approval"
 CLAIMED: Final = "claimed"
 CANCELLED: Final = "cancelled"
+REJECTED: Final = "rejected"
 
-STATES: Final = (PENDING, EDITING, CLAIMED, CANCELLED)
-TERMINAL: Final = frozenset({CLAIMED, CANCELLED})
+STATES: Final = (PENDING, EDITING, AWAITING, CLAIMED, CANCELLED, REJECTED)
+TERMINAL: Final = frozenset({CLAIMED, CANCELLED, REJECTED})
+# States that occupy the mailbox (count against its cap) without being claimable.
+QUEUED: Final = frozenset({PENDING, EDITING, AWAITING})
 
 # Operation kinds (their wire names; :mod:`common.ops` registers them).
 MSG_SEND: Final = "msg.send"
@@ -55,14 +78,22 @@ MSG_CLAIM: Final = "msg.claim"
 MSG_CANCEL: Final = "msg.cancel"
 MSG_HOLD: Final = "msg.hold"
 MSG_RELEASE: Final = "msg.release"
+MSG_COMPLETE: Final = "msg.complete"  # outcome of a claimed message (not a transition)
+COMPLETABLE: Final = CLAIMED  # the state a completion needs
+MSG_APPROVE: Final = "msg.approve"
+MSG_REJECT: Final = "msg.reject"
 
 # op kind -> (states it may be issued in, the state it leads to)
 TRANSITIONS: Final[dict[str, tuple[frozenset[str], str]]] = {
     MSG_CLAIM: (frozenset({PENDING}), CLAIMED),
-    MSG_CANCEL: (frozenset({PENDING}), CANCELLED),
+    MSG_CANCEL: (frozenset({PENDING, AWAITING}), CANCELLED),
+    MSG_REJECT: (frozenset({AWAITING}), REJECTED),
     MSG_HOLD: (frozenset({PENDING}), EDITING),
     MSG_RELEASE: (frozenset({EDITING}), PENDING),
+    MSG_APPROVE: (frozenset({AWAITING}), PENDING),
 }
+# The approver's two answers (each decided once, by the mailbox owner).
+DECISION_KINDS: Final = frozenset({MSG_APPROVE, MSG_REJECT})
 TERMINAL_KINDS: Final = frozenset(k for k, (_, to) in TRANSITIONS.items() if to in TERMINAL)
 HOLD_KINDS: Final = frozenset(k for k, (_, to) in TRANSITIONS.items() if to not in TERMINAL)
 
@@ -85,17 +116,18 @@ def terminal_stands(terminal_rank: tuple[Any, ...] | None,
 
 
 def merged_state(terminal_kind: str | None, hold_kind: str | None, *,
-                 terminal_void: bool = False) -> str:
+                 terminal_void: bool = False, approval_required: bool = False) -> str:
     """A message's state from the kinds of its winning terminal op and its
-    winning hold/release op (None: none known); ``terminal_void``: the
-    terminal op is ranked below the hold (:func:`terminal_stands`)."""
+    winning hold/release/approve op (None: none known); ``terminal_void``:
+    the terminal op is ranked below the hold (:func:`terminal_stands`);
+    ``approval_required``: the send was held for an approver."""
     if terminal_kind is not None and not terminal_void:
         return TRANSITIONS[terminal_kind][1]
     if hold_kind is not None:
         return TRANSITIONS[hold_kind][1]
-    return PENDING
+    return AWAITING if approval_required else PENDING
 
 
-assert TERMINAL_KINDS == {MSG_CLAIM, MSG_CANCEL}
-assert HOLD_KINDS == {MSG_HOLD, MSG_RELEASE}
+assert TERMINAL_KINDS == {MSG_CLAIM, MSG_CANCEL, MSG_REJECT}
+assert HOLD_KINDS == {MSG_HOLD, MSG_RELEASE, MSG_APPROVE}
 assert all(to in STATES and froms <= set(STATES) for froms, to in TRANSITIONS.values())

@@ -122,12 +122,15 @@ mailbox_request_ttl_secs = 1200.0  # a forwarded mailbox request older than this
 message_subject_max_chars = 200
 message_body_max_chars = 8_000
 message_evidence_max_chars = 2_000
+completion_note_max_chars = message_body_max_chars  # a completion's note is capped like a body
 message_list_limit_default = 50
 message_list_limit_max = 200
 admission_timeout_ms = 2000  # one deciding admission hook call (setting per hook)
 admission_timeout_max_ms = 10_000
 admission_hooks_max = 16
 admission_reply_max_bytes = 64 * 1024
+approval_reason_max_chars = 500  # an approver's or a decider's reason, cut to this
+approvals_list_max = 256  # messages one `approvals list` answers (a mailbox holds at most 256)
 truncation_marker = "\n[…truncated by ai-memory]"
 truncation_marker_inline = " […truncated by ai-memory]"  # one-line fields (a mail subject)
 

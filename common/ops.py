@@ -15,7 +15,8 @@ mem.put         id, title, content, tier, namespace, tags, priority,
                 (hlc, origin); ignored once the memory is tombstoned.
 mem.del         id. Tombstone; deleted never flips back.
 note.new        id, from, to, namespace, title, payload, priority, tier,
-                created_at_ms, expires_at_ms. Inserted once, immutable.
+                created_at_ms, expires_at_ms, in_reply_to, thread_id.
+                Inserted once, immutable.
 note.read       to, ids. Read marks; read never flips back. A mark may
                 arrive before its notification and must still take effect.
 agent.reg       agent_id, agent_type, capabilities, registered_at_ms.
@@ -26,17 +27,34 @@ session.start   workspace, project, harness, session_id, owner_user, at_ms.
                 keeps the max at_ms.
 msg.send        id, to_workspace, to_project, to_agent, from_workspace,
                 from_project, from_agent, from_owner_user, subject, body,
-                nature, evidence, created_at_ms. Inserted once. Mailbox
+                nature, evidence, created_at_ms, in_reply_to, thread_id,
+                approval_required, approval_note. Inserted once. Mailbox
                 order (FIFO) is (hlc, origin) of this op.
-msg.claim       id, claimer_session, claimer_agent, request_id, at_ms.
+                ``approval_required``: an admission decider answered
+                pending (the message awaits an approver; ``approval_note``
+                is the decider's reason).
+msg.claim       id, claimer_session, claimer_agent, claimer_key,
+                claimer_agent_id, request_id, at_ms.
 msg.cancel      id, by_workspace, by_project, at_ms.
 msg.hold        id, holder_session, holder_agent, holder_user, at_ms. Takes a
                 pending message out of the queue for an edit (``editing``).
 msg.release     id, at_ms, content (None: discard; else the saved subject
                 and body). Puts an edited message back at its place.
+msg.approve     id, by_user, by_agent, reason, at_ms. An approver lets a
+                message awaiting approval into the queue at its place;
+                ranked with holds and releases.
+msg.reject      id, by_user, by_agent, reason, at_ms. An approver refuses
+                a message awaiting approval; terminal (``rejected``),
+                ranked with claims and cancels.
                 Holds and releases: the greatest (epoch, hlc, origin, seq)
                 decides, and any terminal op outranks them all
                 (:mod:`common.lifecycle` is the table of states).
+msg.complete    id, result, note, by_session, by_agent, by_key, by_agent_id,
+                from_workspace, from_project, at_ms. The outcome of a
+                claimed message, written by quorum (not by the owner):
+                per message the lowest (hlc, origin, seq) is kept, so the
+                first completion wins everywhere; shown only while the
+                message is claimed.
 op.gap          (no fields). Stands in for an op id that was lost with a
                 member's disk before any other member held it, so every
                 version vector can move past it. Changes no state.
@@ -69,8 +87,10 @@ msg.purge      id, workspace, project, scope, by_user, reason, at_ms. An
                 the mailbox's owner at its epoch like a claim. Per mailbox the
                 greatest (epoch, hlc, origin, seq) is the *mark*: every
                 message of that mailbox whose winning send (the latest owner
-                term's copy) ranks below the mark is gone (row and body, and
-                every hold and saved edit ranked below the mark; its id stays
+                term's copy) ranks below the mark is gone (row and body, its
+                completion, and every hold, saved edit and approval decision
+                ranked below the mark, of any message of the mailbox: one
+                ranked above stays, hidden while its message is purged; its id stays
                 as a purged tombstone with the rank and epoch of the copy
                 that was purged, so a late copy of it never comes back, a
                 later term's copy is judged again). Terminal ops stay (a
@@ -130,6 +150,9 @@ MSG_CLAIM: Final = lifecycle.MSG_CLAIM
 MSG_CANCEL: Final = lifecycle.MSG_CANCEL
 MSG_HOLD: Final = lifecycle.MSG_HOLD
 MSG_RELEASE: Final = lifecycle.MSG_RELEASE
+MSG_COMPLETE: Final = lifecycle.MSG_COMPLETE
+MSG_APPROVE: Final = lifecycle.MSG_APPROVE
+MSG_REJECT: Final = lifecycle.MSG_REJECT
 MSG_EMPTY: Final = "msg.empty"
 MSG_PURGE: Final = "msg.purge"
 OP_GAP: Final = "op.gap"  # fills an op id lost with a member's disk; changes no state
@@ -142,8 +165,8 @@ PGRANT_PUT: Final = "pgrant.put"
 
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
-     MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY, MSG_PURGE, LINK_PUT,
-     GRANT_PUT,
+     MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_APPROVE, MSG_REJECT,
+     MSG_EMPTY, MSG_COMPLETE, MSG_PURGE, LINK_PUT, GRANT_PUT,
      NSUB_PUT, USER_PUT, APIKEY_PUT, PGRANT_PUT, OP_GAP}
 )
 _KIND_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
@@ -169,7 +192,8 @@ def valid_kind_name(kind: object) -> bool:
 
 
 MAILBOX_KINDS: Final = frozenset(
-    {MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_EMPTY, MSG_PURGE})
+    {MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_APPROVE, MSG_REJECT,
+     MSG_EMPTY, MSG_PURGE})
 TERMINAL_KINDS: Final = lifecycle.TERMINAL_KINDS
 HOLD_KINDS: Final = lifecycle.HOLD_KINDS
 ALL_KEYS: Final = "*"

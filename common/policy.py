@@ -55,6 +55,9 @@ ACTIONS: Final[Mapping[str, tuple[tuple[Role, Access], ...]]] = {
     "message.pop": (("box", "write"),),
     "message.cancel": (("from", "write"),),
     "message.edit": (("box", "write"), ("from", "write")),
+    "message.complete": (("box", "write"),),  # and only by the claim's holder
+
+    "message.approve": (("box", "write"),),
     "handoff.read": (("box", "read"),),
     "handoff.write": (("box", "write"),),
     "briefing.read": (("box", "read"),),

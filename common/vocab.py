@@ -42,6 +42,11 @@ FROM_AGENT_MEANINGS: Final[dict[str, str]] = {
 }
 """The ``from_agent`` values that are not a harness, and what they say."""
 
+DECISION_PREFIX: Final = "decision: "
+"""The subject prefix of an operator question (project-messaging's convention)."""
+DECISION_REPLY_PREFIX: Final = "decision-reply: "
+"""The subject prefix of its answer, followed by the question's message id."""
+
 Box = Literal["inbox", "outbox"]
 """Which side of a project's mail a list reads."""
 BOXES: Final[tuple[Box, ...]] = get_args(Box)
@@ -62,16 +67,18 @@ INFERRED_SOURCES: Final[frozenset[ScopeSource]] = frozenset(
 
 SEND_FIELDS: Final = (
     "to_workspace", "to_project", "to_agent", "from_workspace", "from_project", "from_agent",
-    "subject", "body", "nature", "evidence",
+    "subject", "body", "nature", "evidence", "in_reply_to",
 )
 """What a client gives to send a message (HTTP body, MCP arguments, CLI options)."""
 
 MESSAGE_FIELDS: Final = (
     "id", "to_workspace", "to_project", "to_agent", "from_workspace", "from_project",
     "from_agent", "from_owner_user", "subject", "body", "nature", "evidence",
-    "created_at_ms",
+    "created_at_ms", "in_reply_to", "thread_id", "approval_required", "approval_note",
 )
-"""The body of a ``msg.send`` op, and the message columns of the store."""
+"""The body of a ``msg.send`` op, and the message columns of the store.
+``in_reply_to`` names the message answered (None: none); ``thread_id`` is
+the first message's id (None in a send older than threads: its own id)."""
 
 CLAIMER_FIELDS: Final = ("claimer_session", "claimer_agent")
 """Who popped: carried by ``msg.claim`` and ``msg.empty`` op bodies."""
@@ -81,9 +88,27 @@ EMPTY_FIELDS: Final = ("request_id", *CLAIMER_FIELDS, "at_ms")
 
 NOTE_FIELDS: Final = (
     "id", "from", "to", "namespace", "title", "payload", "priority", "tier",
-    "created_at_ms", "expires_at_ms",
+    "created_at_ms", "expires_at_ms", "in_reply_to", "thread_id",
 )
-"""The body of a ``note.new`` op, and the notification columns of the store."""
+"""The body of a ``note.new`` op, and the notification columns of the store
+(``in_reply_to`` and ``thread_id`` as for a message)."""
+
+Result = Literal["done", "blocked", "rejected"]
+"""How the holder of a claimed message says it ended (``msg.complete``)."""
+RESULTS: Final[tuple[Result, ...]] = get_args(Result)
+
+COMPLETE_FIELDS: Final = (
+    "id", "result", "note", "by_session", "by_agent", "by_key", "by_agent_id",
+    "from_workspace", "from_project", "at_ms",
+)
+"""The body of a ``msg.complete`` op: the outcome, its note, who completed
+(the claim's session, harness, key id and agent id) and the sender project
+(so an event reaches the sender without a lookup)."""
+
+CLAIMER_IDS: Final = ("claimer_key", "claimer_agent_id")
+"""Who popped, besides :data:`CLAIMER_FIELDS`: the key id (keys mode) and
+the caller's agent id, carried by a ``msg.claim`` so that only its holder
+completes it."""
 
 
 def message_body(**fields: Any) -> dict[str, Any]:

@@ -68,14 +68,25 @@ from common.errors import (
     NotFound,
     Unavailable,
 )
-from common.lifecycle import CANCELLED, CLAIMED, EDITABLE_FIELDS, EDITING, PENDING, allowed
+from common.lifecycle import (
+    AWAITING,
+    CANCELLED,
+    CLAIMED,
+    EDITABLE_FIELDS,
+    EDITING,
+    PENDING,
+    REJECTED,
+    allowed,
+)
 from common.ops import (
     MAILBOX_KINDS,
+    MSG_APPROVE,
     MSG_CANCEL,
     MSG_CLAIM,
     MSG_EMPTY,
     MSG_HOLD,
     MSG_PURGE,
+    MSG_REJECT,
     MSG_RELEASE,
     MSG_SEND,
     Op,
@@ -102,6 +113,7 @@ from federation.messages import (
 )
 from federation.requests import (
     MailCancel,
+    MailDecide,
     MailHold,
     MailPop,
     MailPurge,
@@ -124,7 +136,9 @@ def _rank(op: Op) -> list[Any]:
 def _not_now(mid: str, state: str | None) -> Conflict:
     """The error for an action the message's state does not allow."""
     why = {CLAIMED: "was already collected", CANCELLED: "was cancelled",
-           EDITING: "is being edited", PENDING: "is not being edited"}.get(str(state), str(state))
+           EDITING: "is being edited", PENDING: "is not being edited",
+           AWAITING: "is awaiting approval",
+           REJECTED: "was rejected by an approver"}.get(str(state), str(state))
     return Conflict(f"message {mid} {why}", id=mid, state=state)
 
 
@@ -316,6 +330,8 @@ class Claims:
                 return self._hold(slot, token, req, now_ms)
             if isinstance(req, MailRelease):
                 return self._release(slot, token, req, now_ms)
+            if isinstance(req, MailDecide):
+                return self._decide(slot, token, req, now_ms)
         except AiMemoryError as exc:
             return [Reply(token, exc)]
         return [Reply(token, BadRequest(f"unknown mailbox request {type(req).__name__}"))]
@@ -480,6 +496,43 @@ class Claims:
                            value={"message": after, "rank": _rank(op)}, busy={mid},
                            terminals=(op,))
 
+    def _decide(self, slot: _Slot, token: Any, req: MailDecide, now_ms: int) -> list[Effect]:
+        """An approver's answer for a message awaiting approval. Decided once:
+        the owner orders decisions like pops, and a message that no longer
+        awaits approval (decided, cancelled) gets 409 naming what stands."""
+        model, mid = slot.model, req.message_id
+        state = model.state(mid)
+        if state is None:
+            if model.is_purged(mid):
+                # Purged while it waited (or after it was decided): nothing is
+                # left to decide, and nothing the purge removed comes back.
+                raise Conflict(f"message {mid} was purged with its mailbox {slot.key}", id=mid,
+                               state="purged")
+            raise NotFound(f"no message {mid} in {slot.key}", id=mid)
+        if mid in slot.busy:
+            return self._park(slot, token, req)
+        kind = MSG_APPROVE if req.approve else MSG_REJECT
+        if not allowed(kind, state):
+            prior = model.decision_op(mid)
+            if prior is None:  # never held, or cancelled while it waited
+                raise _not_now(mid, state)
+            decision = "approved" if prior.kind == MSG_APPROVE else "rejected"
+            exc = Conflict(f"message {mid} was already {decision}"
+                           + ("" if state in (PENDING, REJECTED) else f"; it is now {state}"),
+                           id=mid, state=state, decision=decision,
+                           decided_by=prior.body.get("by_user"))
+            exc.code = "already_decided"
+            raise exc
+        reason = None if req.reason is None else str(req.reason)[:limits.approval_reason_max_chars]
+        body = {"id": mid, "by_user": req.decider.get("by_user"),
+                "by_agent": req.decider.get("by_agent"), "reason": reason, "at_ms": now_ms}
+        op = self._new_op(kind, slot.key, body, slot.epoch, now_ms)
+        return self._issue(slot, (*self._carried(slot, mid), op), (op,), now_ms, token=token,
+                           value={"message": model.message(mid), "decision": dict(op.body),
+                                  "approved": req.approve, "rank": _rank(op)},
+                           busy={mid}, confirms={mid} if not req.approve else (),
+                           terminals=(op,))
+
     def _cancel(self, slot: _Slot, token: Any, req: MailCancel, now_ms: int) -> list[Effect]:
         model = slot.model
         ws, proj = req.by_workspace, req.by_project
@@ -502,7 +555,7 @@ class Claims:
                 return self._park(slot, token, req)
             for mid in ids:
                 state = model.state(mid)
-                if state in (CLAIMED, EDITING):
+                if state in (CLAIMED, EDITING, REJECTED):
                     raise _not_now(mid, str(state))
                 if state == CANCELLED:
                     if mid not in slot.confirmed:
@@ -558,13 +611,14 @@ class Claims:
 
     @staticmethod
     def _carried(slot: _Slot, message_id: str) -> tuple[Op, ...]:
-        """The send op of a message and its saved edit, if any: they ride
-        along in every round that decides the message, so whoever holds the
-        decision holds the body a reader sees."""
+        """The send op of a message, its saved edit and its approval, if
+        any: they ride along in every round that decides the message, so
+        whoever holds the decision holds the body a reader sees and the
+        approval that let it into the queue."""
         send = slot.model.send_op(message_id)
         assert send is not None
-        rev = slot.model.revision_op(message_id)
-        return (send,) if rev is None else (send, rev)
+        extra = (slot.model.revision_op(message_id), slot.model.approve_op(message_id))
+        return (send, *(op for op in extra if op is not None))
 
     def _issue(self, slot: _Slot, ops: tuple[Op, ...], new: tuple[Op, ...], now_ms: int, *,
                token: Any, value: Any, busy: Iterable[str], request_id: str | None = None,

@@ -20,6 +20,14 @@ promises, received later) with the same rules as :mod:`store.in_memory`:
   also ranked by ``(epoch, hlc, origin, seq)``;
   :func:`common.lifecycle.terminal_stands`): then the hold decides between
   pending and editing;
+* a send whose body has ``approval_required`` starts ``awaiting_approval``
+  (kept in a set of its own, counted against the cap, never claimable);
+  ``msg.approve`` is ranked with the holds and makes it pending at its
+  FIFO place, ``msg.reject`` with the terminal ops (``rejected``). The
+  winning approve op and the winning reject op are each kept; the
+  message's *decision* is the one its state bears out: the reject if it is
+  rejected, else the approval (a reject outranked by a later claim or hold
+  was never acknowledged);
 * ``msg.empty`` records that pop ``request_id`` found nothing: per request
   id the greatest ``(epoch, hlc, origin, seq)`` is kept. A request id's
   *decision* is the greatest-ranked of its empty op and the winning claims
@@ -31,12 +39,15 @@ promises, received later) with the same rules as :mod:`store.in_memory`:
 * ``msg.purge`` (issue 27): the greatest ``(epoch, hlc, origin, seq)`` (the
   owners' order of decisions) of the mailbox's purges is its *mark*; a
   message whose winning send was decided below the mark is gone from the
-  model (its send; its terminal ops stay, so a request id's claim of it is
-  still known as *purged*, and a retried pop of that request id is answered
-  "nothing pending", never a newer message). Every hold and edit decided
-  below the mark goes too. A copy of a purged send that would not win is
-  ignored; one that would (a later term's) is judged again, and stays if
-  decided after the mark.
+  model in any state, awaiting approval and rejected included (its send;
+  its terminal ops stay, so a request id's claim of it is still known as
+  *purged*, and a retried pop of that request id is answered "nothing
+  pending", never a newer message). Every hold, edit and approval decision
+  (``msg.approve`` / ``msg.reject``) decided below the mark goes too. A
+  copy of a purged send that would not win is ignored; one that would (a
+  later term's) is judged again, and stays if decided after the mark (with
+  the holds, edits and decisions decided after the mark, kept but hidden
+  while the message is purged).
 
 Merging is idempotent and order-free, so the model may be fed the same op
 twice or out of order. The pending set is a sorted list (bisect), so the
@@ -52,21 +63,25 @@ from typing import Any
 
 from common import limits
 from common.lifecycle import (
-    CANCELLED,
-    CLAIMED,
+    AWAITING,
+    DECISION_KINDS,
     EDITABLE_FIELDS,
     EDITING,
+    MSG_APPROVE,
+    MSG_REJECT,
     PENDING,
+    REJECTED,
+    TRANSITIONS,
+    merged_state,
     terminal_stands,
 )
 from common.ops import (
     HOLD_KINDS,
-    MSG_CANCEL,
     MSG_CLAIM,
     MSG_EMPTY,
-    MSG_HOLD,
     MSG_PURGE,
     MSG_SEND,
+    TERMINAL_KINDS,
     Op,
 )
 
@@ -86,8 +101,9 @@ def _terminal_rank(op: Op) -> tuple[int, int, str, int]:
 
 
 class MailboxModel:
-    __slots__ = ("_by_request", "_editing", "_empties", "_empty_max", "_holds", "_mark",
-                 "_pending", "_purged", "_revisions", "_sends", "_terminals", "key")
+    __slots__ = ("_awaiting", "_by_request", "_decisions", "_editing", "_empties", "_empty_max",
+                 "_holds", "_mark", "_pending", "_purged", "_revisions", "_sends", "_terminals",
+                 "key")
 
     def __init__(self, key: str, empty_max: int = limits.mailbox_empty_decisions_max) -> None:
         self.key = key
@@ -99,6 +115,9 @@ class MailboxModel:
         self._holds: dict[str, Op] = {}  # message id -> winning msg.hold / msg.release
         self._revisions: dict[str, Op] = {}  # message id -> winning release with content
         self._editing: set[str] = set()
+        self._awaiting: set[str] = set()
+        # message id -> {kind: the winning msg.approve, the winning msg.reject}
+        self._decisions: dict[str, dict[str, Op]] = {}
         self._pending: list[_FifoEntry] = []
         # request id -> {message id: rank of its winning claim carrying that id}
         self._by_request: dict[str, dict[str, tuple[int, int, str, int]]] = {}
@@ -113,7 +132,7 @@ class MailboxModel:
                 continue
             if op.kind == MSG_SEND:
                 self._apply_send(op)
-            elif op.kind in (MSG_CLAIM, MSG_CANCEL):
+            elif op.kind in TERMINAL_KINDS:
                 self._apply_terminal(op)
             elif op.kind == MSG_EMPTY:
                 self._apply_empty(op)
@@ -139,26 +158,52 @@ class MailboxModel:
                 term = self._terminals.get(mid)
                 for other in {mid, *([] if term is None else self._request_peers(term))}:
                     self._relist(other)
+        for mid in list(self._decisions):
+            self._drop_old_decisions(mid)
 
     def _drop(self, mid: str) -> None:
-        """Forget a purged message's send (not its terminal ops); its hold
-        and edit go too when decided before the mark (a later one, decided
-        on a copy that outranks this send, stays for when that copy comes)."""
+        """Forget a purged message's send (not its terminal ops), in any
+        state (awaiting approval and rejected too); its hold, edit and
+        approval decisions go too when decided before the mark (a later one,
+        decided on a copy that outranks this send, stays for when that copy
+        comes)."""
         send = self._sends.pop(mid)
         self._unlist(send)
         self._editing.discard(mid)
+        self._awaiting.discard(mid)
         for table in (self._holds, self._revisions):
             if mid in table and self._below_mark(table[mid]):
                 del table[mid]
+        self._drop_old_decisions(mid)
         self._purged[mid] = _copy_key(send)
         term = self._terminals.get(mid)
         for other in [] if term is None else self._request_peers(term):
             self._relist(other)
 
+    def _drop_old_decisions(self, mid: str) -> None:
+        """Forget the approval decisions of ``mid`` decided before the mark."""
+        mine = self._decisions.get(mid)
+        if mine is None:
+            return
+        for kind in [k for k, d in mine.items() if self._below_mark(d)]:
+            del mine[kind]
+        if not mine:
+            del self._decisions[mid]
+
+    def _note_decision(self, op: Op) -> None:
+        # One decided before the purge goes with it; one decided after it
+        # stays (hidden while its message is purged), like a hold.
+        if op.kind in DECISION_KINDS and not self._below_mark(op):
+            mine = self._decisions.setdefault(str(op.body["id"]), {})
+            cur = mine.get(op.kind)
+            if cur is None or _terminal_rank(op) > _terminal_rank(cur):
+                mine[op.kind] = op
+
     def _apply_hold(self, op: Op) -> None:
         mid = str(op.body["id"])
         if self._below_mark(op):
             return  # decided before the purge: gone with it
+        self._note_decision(op)
         cur = self._holds.get(mid)
         if cur is None or _terminal_rank(op) > _terminal_rank(cur):
             self._holds[mid] = op
@@ -212,6 +257,7 @@ class MailboxModel:
 
     def _apply_terminal(self, op: Op) -> None:
         mid = str(op.body["id"])
+        self._note_decision(op)  # not one decided before the purge
         cur = self._terminals.get(mid)
         if cur is not None and _terminal_rank(cur) >= _terminal_rank(op):
             return
@@ -284,6 +330,10 @@ class MailboxModel:
             self._editing.add(mid)
         else:
             self._editing.discard(mid)
+        if state == AWAITING:
+            self._awaiting.add(mid)
+        else:
+            self._awaiting.discard(mid)
 
     def _forget_request(self, op: Op) -> None:
         rid = op.body.get("request_id")
@@ -314,24 +364,44 @@ class MailboxModel:
 
     def state(self, message_id: str) -> str | None:
         """A :mod:`common.lifecycle` state; None if the send is unknown."""
-        if message_id not in self._sends:
+        send = self._sends.get(message_id)
+        if send is None:
             return None
         if self._decided(message_id):
-            return CLAIMED if self._terminals[message_id].kind == MSG_CLAIM else CANCELLED
+            return TRANSITIONS[self._terminals[message_id].kind][1]
         hold = self._holds.get(message_id)
-        return EDITING if hold is not None and hold.kind == MSG_HOLD else PENDING
+        return merged_state(None, None if hold is None else hold.kind,
+                            approval_required=bool(send.body.get("approval_required")))
 
     def hold_op(self, message_id: str) -> Op | None:
         """The winning hold or release op of a message, if any."""
         return self._holds.get(message_id)
+
+    def decision_op(self, message_id: str) -> Op | None:
+        """The approver's decision that stands: the winning reject op if the
+        message is rejected, else its winning approve op, if any."""
+        mine = self._decisions.get(message_id) or {}
+        if self.state(message_id) == REJECTED:
+            return mine.get(MSG_REJECT)
+        return mine.get(MSG_APPROVE)
+
+    def approve_op(self, message_id: str) -> Op | None:
+        """The winning approve op of a message, if any (it rides along in
+        every round that decides the message, like its send)."""
+        return (self._decisions.get(message_id) or {}).get(MSG_APPROVE)
+
+    def awaiting_ids(self) -> list[str]:
+        """Messages awaiting an approver, oldest first."""
+        return sorted(self._awaiting, key=lambda mid: self._entry(self._sends[mid]))
 
     def revision_op(self, message_id: str) -> Op | None:
         """The release whose saved content a reader sees, if any."""
         return self._revisions.get(message_id)
 
     def queued_count(self) -> int:
-        """Messages that occupy the mailbox: pending and editing (the cap)."""
-        return len(self._pending) + len(self._editing)
+        """Messages that occupy the mailbox: pending, editing and awaiting
+        approval (the cap)."""
+        return len(self._pending) + len(self._editing) + len(self._awaiting)
 
     def pending_count(self) -> int:
         return len(self._pending)
@@ -353,9 +423,11 @@ class MailboxModel:
         return None
 
     def pending_from(self, workspace: str, project: str) -> list[str]:
-        """Pending messages sent by ``workspace/project``, oldest first."""
+        """Pending messages (and those awaiting approval) sent by
+        ``workspace/project``, oldest first: what a cancel-all takes."""
+        entries = sorted([*self._pending, *(self._entry(self._sends[m]) for m in self._awaiting)])
         out = []
-        for entry in self._pending:
+        for entry in entries:
             body = self._sends[entry[3]].body
             if body.get("from_workspace") == workspace and body.get("from_project") == project:
                 out.append(entry[3])

@@ -85,6 +85,21 @@ class MailRelease:
 
 
 @dataclass(frozen=True, slots=True)
+class MailDecide:
+    """Approve (``approve`` True) or reject ``message_id``, which awaits
+    approval. ``decider`` holds ``by_user`` / ``by_agent``; ``reason`` is
+    optional. Decided once: a message that no longer awaits approval
+    answers 409 (with its state and the decision that stands)."""
+
+    mailbox: str
+    message_id: str
+    approve: bool
+    decider: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+    sent_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MailPurge:
     """Remove every message of the mailbox sent before this purge, in any
     state (issue 27). ``body`` is the ``msg.purge`` body (``id``: the purge
@@ -101,4 +116,5 @@ class MailPurge:
     sent_at_ms: int | None = None
 
 
-MailRequest = MailSend | MailPop | MailCancel | MailHold | MailRelease | MailPurge
+MailRequest = (MailSend | MailPop | MailCancel | MailHold | MailRelease | MailDecide
+               | MailPurge)

@@ -15,8 +15,8 @@ simulator's seeds cover the failover path:
   Epochs, not agreement on who the owner is, keep claims safe, so asking
   another member is harmless;
 * :func:`decided_send` -- a send retried with the id of a message decided
-  long ago (beyond the history an owner loads) is answered from the store as
-  the message is, with a synthetic op (``seq=0, epoch=0``: never logged,
+  long ago (claimed, cancelled or rejected, beyond the history an owner
+  loads) is answered from the store as the message is, with a synthetic op (``seq=0, epoch=0``: never logged,
   never replicated), instead of becoming a second pending copy;
 * :func:`sent_op` -- a forwarded send's answer is the stored op; the entry
   node applies it itself (as replicated from the owner) before answering,
@@ -29,7 +29,7 @@ import uuid
 from typing import Any
 
 from common import limits
-from common.lifecycle import PENDING
+from common.lifecycle import TERMINAL
 from common.ops import MSG_SEND, Op
 from federation.core import NodeCore
 from federation.requests import MailSend
@@ -92,7 +92,12 @@ def decided_send(req: MailSend, row: dict[str, Any] | None,
     message as sent (``sent``, the store's ``sent_body``), as the owner's
     core answers a retried send: a saved edit is the editor's text, not the
     sender's (the simulator found retries answered with the edit)."""
-    if row is None or row.get("state") == PENDING:
+    # Only a terminal state is final. A message awaiting approval (or held
+    # for an edit) may be known here from a send no majority holds yet (a
+    # failed round replicated by anti-entropy): the owner must decide that
+    # send, or its answer would acknowledge what a lost disk can take back
+    # (simulator seed 495).
+    if row is None or row.get("state") not in TERMINAL:
         return None
     fields = row if sent is None else sent
     return Op(origin=row["order"][1], seq=0, hlc=row["order"][0], kind=MSG_SEND,

@@ -19,13 +19,17 @@ from collections.abc import Callable
 from typing import Any
 
 from common import ops as K
-from common.lifecycle import EDITING, PENDING
+from common.lifecycle import AWAITING, DECISION_KINDS, EDITING, PENDING
 from common.ops import Op
 from store import deferred
 from store.records import (
+    COMPLETION_COLS,
+    DECISION_COLS,
     MEMORY_FIELDS,
     MESSAGE_FIELDS,
     apikey_row,
+    completion_row,
+    decision_row,
     empty_row,
     grant_row,
     hold_row,
@@ -60,7 +64,7 @@ _MEM_UPSERT = (
 )
 
 _NOTE_COLS = ("id", "from_agent", "to_agent", "namespace", "title", "payload", "priority", "tier",
-              "created_at_ms", "expires_at_ms", "hlc", "origin", "seq")
+              "created_at_ms", "expires_at_ms", "in_reply_to", "thread_id", "hlc", "origin", "seq")
 # Positional (``?1`` is the id, ``?3`` the recipient) so that a job's notes
 # go in one executemany; see :func:`apply_ops`.
 _NOTE_UPSERT = (
@@ -111,20 +115,22 @@ _HARNESS_UPSERT = (
 
 # A message's state column, from its winning terminal and hold ops
 # (common.lifecycle.merged_state as SQL: a terminal op ranked below the
-# winning hold/release is void; ``{id}`` is the id parameter).
+# winning hold/release is void; with neither, a send that asked for approval
+# awaits it; ``{id}`` is the id parameter, ``{gate}`` its approval_required).
 _STATE_OF = (
     "coalesce((SELECT t.state FROM msg_terminal t LEFT JOIN msg_hold h ON h.id = t.id"
     " WHERE t.id = {id} AND (h.id IS NULL OR (t.epoch, t.hlc, t.origin, t.seq)"
     " > (h.epoch, h.hlc, h.origin, h.seq))),"
     f" (SELECT CASE kind WHEN '{K.MSG_HOLD}' THEN '{EDITING}' ELSE '{PENDING}' END"
     " FROM msg_hold WHERE id = {id}),"
-    f" '{PENDING}')"
+    f" CASE WHEN {{gate}} THEN '{AWAITING}' ELSE '{PENDING}' END)"
 )
 
 _MSG_COLS = (*MESSAGE_FIELDS, "send_epoch", "hlc", "origin", "seq")
 _MSG_UPSERT = (
     f"INSERT INTO messages ({', '.join(_MSG_COLS)}, state) "
-    f"VALUES ({', '.join(':' + c for c in _MSG_COLS)}, {_STATE_OF.format(id=':id')}) "
+    f"VALUES ({', '.join(':' + c for c in _MSG_COLS)}, "
+    f"{_STATE_OF.format(id=':id', gate=':approval_required')}) "
     "ON CONFLICT (id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _MSG_COLS[1:])
     # The winning copy of a send: the latest owner term's, then the lowest
@@ -134,7 +140,8 @@ _MSG_UPSERT = (
 )
 
 _TERM_COLS = ("id", "state", "epoch", "hlc", "origin", "seq", "claimed_by_session",
-              "claimed_by_agent", "request_id", "claimed_at_ms", "cancelled_at_ms")
+              "claimed_by_agent", "claimed_by_key", "claimed_by_agent_id", "request_id",
+              "claimed_at_ms", "cancelled_at_ms")
 _TERM_UPSERT = (
     f"INSERT INTO msg_terminal ({', '.join(_TERM_COLS)}) "
     f"VALUES ({', '.join(':' + c for c in _TERM_COLS)}) "
@@ -144,6 +151,15 @@ _TERM_UPSERT = (
     " > (msg_terminal.epoch, msg_terminal.hlc, msg_terminal.origin, msg_terminal.seq)"
 )
 
+# The first completion of a message wins: a lower (hlc, origin, seq) replaces.
+_COMPLETION_UPSERT = (
+    f"INSERT INTO msg_completion ({', '.join(COMPLETION_COLS)}) "
+    f"VALUES ({', '.join(':' + c for c in COMPLETION_COLS)}) "
+    "ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in COMPLETION_COLS[1:])
+    + " WHERE (excluded.hlc, excluded.origin, excluded.seq)"
+    " < (msg_completion.hlc, msg_completion.origin, msg_completion.seq)"
+)
 
 _EMPTY_COLS = ("mailbox", "request_id", "epoch", "hlc", "origin", "seq", "claimer_session",
                "claimer_agent", "at_ms")
@@ -251,7 +267,7 @@ def _note_values(op: Op, now_ms: int) -> tuple[Any, ...] | None:
         return None
     return (row["id"], row["from"], row["to"], row["namespace"], row["title"], row["payload"],
             row["priority"], row["tier"], row["created_at_ms"], row["expires_at_ms"],
-            op.hlc, op.origin, op.seq)
+            row["in_reply_to"], row["thread_id"], op.hlc, op.origin, op.seq)
 
 
 def _note_new(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
@@ -297,7 +313,11 @@ def _msg_send(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
         if tuple(purged) <= (-op.epoch, op.hlc, op.origin, op.seq):
             return
         c.execute("DELETE FROM msg_purged WHERE id = ?", (row["id"],))  # judged again below
-    c.execute(_MSG_UPSERT, {**row, **_stamp(op), "send_epoch": op.epoch})
+    cur = c.execute(_MSG_UPSERT, {**row, **_stamp(op), "send_epoch": op.epoch})
+    if cur.rowcount:
+        # A lower copy may replace a known send with another approval gate:
+        # the state follows the winning send's.
+        c.execute(_SET_STATE, (row["id"],))
     _purge_marked(c, "m.id = ?", (row["id"],))
 
 
@@ -308,7 +328,8 @@ _MARKED = ("FROM messages m JOIN msg_purge p ON p.workspace = m.to_workspace"
            " WHERE (m.send_epoch, m.hlc, m.origin, m.seq) < (p.epoch, p.hlc, p.origin, p.seq)"
            " AND {where}")
 
-# The holds and saved edits of messages ``{ids}`` decided before the mark of
+# The holds, saved edits and approval decisions of messages ``{ids}`` decided
+# before the mark of
 # their mailbox (known from the message's row or its purged record; one whose
 # send has not arrived is judged when it does).
 _OLD_EDITS = ("DELETE FROM {table} WHERE id IN ({ids}) AND ({table}.epoch, {table}.hlc,"
@@ -319,24 +340,27 @@ _OLD_EDITS = ("DELETE FROM {table} WHERE id IN ({ids}) AND ({table}.epoch, {tabl
 
 
 def _drop_old_edits(c: sqlite3.Connection, ids: str, params: tuple[Any, ...]) -> None:
-    for table in ("msg_hold", "msg_revision"):
+    for table in ("msg_hold", "msg_revision", "msg_decision"):
         c.execute(_OLD_EDITS.format(table=table, ids=ids), params)
 
 
 def _purge_marked(c: sqlite3.Connection, where: str, params: tuple[Any, ...]) -> None:
     """Drop the messages ``where`` selects that their mailbox's mark covers,
-    and every hold and saved edit of theirs decided before that mark (one
-    decided after it stays: a later copy of the send may bring the message
-    back); remember their ids and ranks."""
+    in any state (awaiting approval and rejected too), with their
+    completions, and every hold, saved edit and approval decision of theirs
+    decided before that mark (one decided after it stays: a later copy of
+    the send may bring the message back); remember their ids and ranks."""
     _drop_old_edits(c, f"SELECT m.id FROM messages m WHERE {where}", params)
-    c.execute(f"UPDATE messages SET state = {_STATE_OF.format(id='messages.id')}"
+    c.execute(f"UPDATE messages SET state = "
+              f"{_STATE_OF.format(id='messages.id', gate='messages.approval_required')}"
               f" WHERE id IN (SELECT m.id FROM messages m WHERE {where})", params)
     marked = _MARKED.format(where=where)
     c.execute("INSERT OR REPLACE INTO msg_purged"
               " (id, hlc, origin, seq, to_workspace, to_project, epoch)"
               f" SELECT m.id, m.hlc, m.origin, m.seq, m.to_workspace, m.to_project, m.send_epoch"
               f" {marked}", params)
-    c.execute(f"DELETE FROM messages WHERE id IN (SELECT m.id {marked})", params)
+    for table in ("msg_completion", "messages"):
+        c.execute(f"DELETE FROM {table} WHERE id IN (SELECT m.id {marked})", params)
 
 
 _PURGE_COLS = ("workspace", "project", "id", "scope", "by_user", "reason", "at_ms", "max_at_ms",
@@ -368,7 +392,8 @@ def _msg_purge(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
                        " AND g.to_project = ?", (ws, proj))
 
 
-_SET_STATE = f"UPDATE messages SET state = {_STATE_OF.format(id='?1')} WHERE id = ?1"
+_SET_STATE = ("UPDATE messages SET state = "
+              f"{_STATE_OF.format(id='?1', gate='messages.approval_required')} WHERE id = ?1")
 
 _HOLD_COLS = ("id", "kind", "epoch", "hlc", "origin", "seq", "holder_session", "holder_agent",
               "holder_user", "at_ms")
@@ -385,23 +410,43 @@ def _ranked_upsert(table: str, cols: tuple[str, ...]) -> str:
 
 
 _HOLD_UPSERT = _ranked_upsert("msg_hold", _HOLD_COLS)
+_DECISION_UPSERT = _ranked_upsert("msg_decision", ("id", *DECISION_COLS)).replace(
+    "ON CONFLICT (id)", "ON CONFLICT (id, kind)")
 _REV_UPSERT = _ranked_upsert("msg_revision", _REV_COLS)
+
+
+def _msg_decision(c: sqlite3.Connection, op: Op) -> None:
+    if op.kind in DECISION_KINDS:
+        c.execute(_DECISION_UPSERT, {**decision_row(op), **_stamp(op), "id": str(op.body["id"])})
+
+
+def _purged(c: sqlite3.Connection, msg_id: str) -> bool:
+    return c.execute("SELECT 1 FROM msg_purged WHERE id = ?", (msg_id,)).fetchone() is not None
 
 
 def _msg_terminal(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     msg_id = str(op.body["id"])
+    _msg_decision(c, op)
     c.execute(_TERM_UPSERT, {**terminal_row(op), **_stamp(op), "id": msg_id})
+    _drop_old_edits(c, "?", (msg_id,))  # a decision made before the purge goes with it
     c.execute(_SET_STATE, (msg_id,))
 
 
 def _msg_hold(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     msg_id = str(op.body["id"])
+    _msg_decision(c, op)
     c.execute(_HOLD_UPSERT, {**hold_row(op), **_stamp(op), "id": msg_id})
     revision = revision_row(op)
     if revision is not None:
         c.execute(_REV_UPSERT, {**revision, **_stamp(op), "id": msg_id})
     _drop_old_edits(c, "?", (msg_id,))  # one decided before the purge goes with it
     c.execute(_SET_STATE, (msg_id,))
+
+
+def _msg_complete(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    if _purged(c, str(op.body["id"])):  # a purged message keeps no outcome
+        return
+    c.execute(_COMPLETION_UPSERT, {**completion_row(op), **_stamp(op)})
 
 
 def _msg_empty(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
@@ -454,7 +499,10 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MSG_CANCEL: _msg_terminal,
     K.MSG_HOLD: _msg_hold,
     K.MSG_RELEASE: _msg_hold,
+    K.MSG_APPROVE: _msg_hold,
+    K.MSG_REJECT: _msg_terminal,
     K.MSG_EMPTY: _msg_empty,
+    K.MSG_COMPLETE: _msg_complete,
     K.MSG_PURGE: _msg_purge,
     K.LINK_PUT: _link_put,
     K.GRANT_PUT: _grant_put,

@@ -30,12 +30,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from common import limits
-from common.lifecycle import CANCELLED, CLAIMED, EDITING, PENDING
+from common.lifecycle import AWAITING, CANCELLED, CLAIMED, EDITING, PENDING, REJECTED
 from common.ops import (
     MSG_CANCEL,
     MSG_CLAIM,
     MSG_EMPTY,
     MSG_PURGE,
+    MSG_REJECT,
     MSG_SEND,
     OP_FRAME_BYTES,
     Op,
@@ -49,7 +50,16 @@ from store.apply import apply_op
 from store.backup import new_incarnation_id
 from store.reader import ReadPool
 from store.reads import DomainReads
-from store.records import EMPTY_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS, edit_ops, purge_op
+from store.records import (
+    COMPLETION_COLS,
+    EMPTY_FIELDS,
+    MESSAGE_FIELDS,
+    SESSION_FIELDS,
+    decision_op,
+    edit_ops,
+    purge_op,
+    reject_op,
+)
 from store.schema import connect, migrate
 from store.seen import SeenSet
 from store.writer import Writer
@@ -417,7 +427,8 @@ class Store(DomainReads):
         holds it."""
         cols = (f"m.origin, m.seq, m.hlc, m.send_epoch, {', '.join('m.' + c for c in MESSAGE_FIELDS)},"
                 " t.state AS t_state, t.epoch AS t_epoch, t.hlc AS t_hlc, t.origin AS t_origin,"
-                " t.seq AS t_seq, t.claimed_by_session, t.claimed_by_agent, t.request_id,"
+                " t.seq AS t_seq, t.claimed_by_session, t.claimed_by_agent, t.claimed_by_key,"
+                " t.claimed_by_agent_id, t.request_id,"
                 " t.claimed_at_ms, t.cancelled_at_ms")
         base = (f"SELECT {cols} FROM messages m LEFT JOIN msg_terminal t ON t.id = m.id"
                 " WHERE m.to_workspace = :ws AND m.to_project = :proj")
@@ -427,10 +438,15 @@ class Store(DomainReads):
         revisions = {r["id"]: r for r in await self._reads.fetchall(
             "SELECT v.* FROM msg_revision v JOIN messages m ON m.id = v.id"
             " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project))}
+        decisions: dict[str, dict[str, Any]] = {}
+        for r in await self._reads.fetchall(
+                "SELECT d.* FROM msg_decision d JOIN messages m ON m.id = d.id"
+                " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project)):
+            decisions.setdefault(r["id"], {})[r["kind"]] = r
         params = {"ws": workspace, "proj": project, "n": history_max}
         # Queued: no terminal op, or one void below the message's hold (the
         # state column says which).
-        queued = f"m.state IN ('{PENDING}', '{EDITING}')"
+        queued = f"m.state IN ('{PENDING}', '{EDITING}', '{AWAITING}')"
         rows = await self._reads.fetchall(f"{base} AND {queued}", params)
         rows += await self._reads.fetchall(
             f"{base} AND NOT {queued} ORDER BY t.hlc DESC, t.origin DESC, t.seq DESC"
@@ -443,13 +459,21 @@ class Store(DomainReads):
             if r["t_state"] == CLAIMED:
                 out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CLAIM, key, {
                     "id": body["id"], "claimer_session": r["claimed_by_session"],
-                    "claimer_agent": r["claimed_by_agent"], "request_id": r["request_id"],
+                    "claimer_agent": r["claimed_by_agent"], "claimer_key": r["claimed_by_key"],
+                    "claimer_agent_id": r["claimed_by_agent_id"], "request_id": r["request_id"],
                     "at_ms": r["claimed_at_ms"]}, r["t_epoch"]))
+            elif r["t_state"] == REJECTED:
+                out.append(reject_op(key, body["id"], (r["t_epoch"], r["t_hlc"], r["t_origin"],
+                                                       r["t_seq"]),
+                                     decisions.get(body["id"], {}).get(MSG_REJECT)))
             elif r["t_state"] == CANCELLED:
                 out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CANCEL, key, {
                     "id": body["id"], "by_workspace": body["from_workspace"],
                     "by_project": body["from_project"], "at_ms": r["cancelled_at_ms"]},
                     r["t_epoch"]))
+            for _, decision in sorted(decisions.get(body["id"], {}).items()):
+                # before edit_ops' bare copy of an approval
+                out.append(decision_op(key, body["id"], decision))
             out += edit_ops(key, body["id"], holds.get(body["id"]), revisions.get(body["id"]))
         out += [Op(r["origin"], r["seq"], r["hlc"], MSG_EMPTY, key,
                    {name: r[name] for name in EMPTY_FIELDS}, r["epoch"])
@@ -510,6 +534,21 @@ class Store(DomainReads):
 
     # -- comparison ----------------------------------------------------------------
 
+    async def _message_side_rows(self) -> dict[str, Any]:
+        """A snapshot's ``holds``, ``revisions``, ``completions`` (every
+        ``msg_completion`` row by message id) and ``decisions``."""
+        fetch = self._reads.fetchall
+        return {
+            "holds": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
+                      for r in await fetch("SELECT * FROM msg_hold")},
+            "revisions": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
+                          for r in await fetch("SELECT * FROM msg_revision")},
+            "completions": {r["id"]: {k: r[k] for k in COMPLETION_COLS}
+                            for r in await fetch("SELECT * FROM msg_completion")},
+            "decisions": {(r["id"], r["kind"]): {k: r[k] for k in r.keys() if k != "id"}
+                          for r in await fetch("SELECT * FROM msg_decision")},
+        }
+
     async def snapshot(self, now_ms: int | None = None) -> dict[str, Any]:
         """All replicated state in the canonical form of
         :meth:`store.in_memory.Replica.snapshot` (same meaning of ``now_ms``)."""
@@ -529,7 +568,8 @@ class Store(DomainReads):
             row = {name: r[name] for name in MESSAGE_FIELDS}
             messages[r["id"]] = {**row, "order": (r["hlc"], r["origin"]), "epoch": r["send_epoch"]}
         terminals = {r["id"]: {k: r[k] for k in ("state", "epoch", "claimed_by_session",
-                                                   "claimed_by_agent", "request_id",
+                                                   "claimed_by_agent", "claimed_by_key",
+                                                   "claimed_by_agent_id", "request_id",
                                                    "claimed_at_ms", "cancelled_at_ms")}
                      for r in await fetch("SELECT * FROM msg_terminal")}
         return {
@@ -547,10 +587,7 @@ class Store(DomainReads):
                 " FROM project_harnesses ORDER BY workspace, project, harness")],
             "messages": messages,
             "terminals": terminals,
-            "holds": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
-                      for r in await fetch("SELECT * FROM msg_hold")},
-            "revisions": {r["id"]: {k: r[k] for k in r.keys() if k != "id"}
-                          for r in await fetch("SELECT * FROM msg_revision")},
+            **await self._message_side_rows(),
             "empties": {(r["mailbox"], r["request_id"]): {
                 **{k: r[k] for k in EMPTY_FIELDS}, "epoch": r["epoch"],
                 "rank": (r["hlc"], r["origin"], r["seq"])}

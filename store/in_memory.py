@@ -37,8 +37,11 @@ How each rule is kept order-free (ranks are defined in :mod:`store.records`):
   mailbox's mark is dropped, and its id kept in a purged set with the rank
   and epoch of that send: a copy that would not win over it is ignored, one
   that would is judged again (a message's mailbox comes from its send).
-  Holds and saved edits ranked below the mark are dropped, of any message
-  of the mailbox (one whose send has not arrived is judged when it does). Terminal ops stay. Sessions and
+  Holds, saved edits and approval decisions ranked below the mark are
+  dropped, of any message of the mailbox (one whose send has not arrived
+  is judged when it does; one ranked above stays, hidden while its message
+  is purged). A purged message's completion goes with it, and one for a
+  purged id is not kept. Terminal ops stay. Sessions and
   harness rows are kept as merged, and every read hides those of a project
   whose last activity is before its purge ``at_ms`` (a harness's first
   activity reads as no earlier than it), which keeps the rule order-free;
@@ -73,6 +76,9 @@ from store.records import (
     Rank,
     TerminalRank,
     apikey_row,
+    completion_row,
+    decision_op,
+    decision_row,
     edit_ops,
     empty_row,
     grant_row,
@@ -88,6 +94,7 @@ from store.records import (
     pgrant_row,
     physical_ms,
     purge_op,
+    reject_op,
     revision_row,
     terminal_rank,
     terminal_row,
@@ -154,6 +161,10 @@ class Replica:
         # message id -> winning msg.hold/msg.release row; -> winning saved content
         self._holds: dict[str, dict[str, Any]] = {}
         self._revisions: dict[str, dict[str, Any]] = {}
+        # message id -> the first msg.complete row (with its hlc, origin, seq)
+        self._completions: dict[str, dict[str, Any]] = {}
+        # message id -> {kind: winning msg.approve / msg.reject row} (who decided)
+        self._decisions: dict[str, dict[str, dict[str, Any]]] = {}
         # (mailbox key, request id) -> the winning msg.empty op
         self._empties: dict[tuple[str, str], Op] = {}
         self._promises: dict[str, int] = {}
@@ -224,14 +235,12 @@ class Replica:
             cur = self._terminals.get(msg_id)
             if cur is None or terminal_rank(op) > cur.rank:
                 self._terminals[msg_id] = _Terminal(terminal_rank(op), terminal_row(op))
+            self._decide(op)
+            self._drop_old_edits(msg_id)  # a decision made before the purge goes with it
         elif kind in K.HOLD_KINDS:
-            msg_id = str(op.body["id"])
-            stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
-            _keep_highest(self._holds, msg_id, {**hold_row(op), **stamp})
-            revision = revision_row(op)
-            if revision is not None:
-                _keep_highest(self._revisions, msg_id, {**revision, **stamp})
-            self._drop_old_edits(msg_id)  # one decided before the purge goes with it
+            self._msg_hold(op)
+        elif kind == K.MSG_COMPLETE:
+            self._msg_complete(op)
         elif kind == K.OP_GAP:
             pass  # a lost op id, filled: nothing to merge
         elif kind == K.MSG_EMPTY:
@@ -269,6 +278,25 @@ class Replica:
         else:
             raise ValueError(f"unknown op kind {kind!r}")
 
+    def _msg_hold(self, op: Op) -> None:
+        msg_id = str(op.body["id"])
+        stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+        self._decide(op)
+        _keep_highest(self._holds, msg_id, {**hold_row(op), **stamp})
+        revision = revision_row(op)
+        if revision is not None:
+            _keep_highest(self._revisions, msg_id, {**revision, **stamp})
+        self._drop_old_edits(msg_id)  # one decided before the purge goes with it
+
+    def _msg_complete(self, op: Op) -> None:
+        """The first completion of a message (lowest (hlc, origin, seq)) wins."""
+        done = {**completion_row(op), "hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+        if done["id"] in self._purged:  # a purged message keeps no outcome
+            return
+        cur = self._completions.get(done["id"])
+        if cur is None or lww_rank(op) < (cur["hlc"], cur["origin"], cur["seq"]):
+            self._completions[done["id"]] = done
+
     def _mark_of(self, row: dict[str, Any]) -> tuple[int, int, str, int] | None:
         """The terminal rank (the owners' order of decisions) of the mark."""
         mark = self._marks.get((row["to_workspace"], row["to_project"]))
@@ -299,10 +327,19 @@ class Replica:
         if op is None:
             return
         mark = terminal_rank(op)
+
+        def below(row: dict[str, Any]) -> bool:
+            return (row["epoch"], row["hlc"], row["origin"], row["seq"]) < mark
         for table in (self._holds, self._revisions):
             row = table.get(mid)
-            if row is not None and (row["epoch"], row["hlc"], row["origin"], row["seq"]) < mark:
+            if row is not None and below(row):
                 del table[mid]
+        mine = self._decisions.get(mid)  # approval decisions, ranked like holds
+        if mine is not None:
+            for kind in [k for k, row in mine.items() if below(row)]:
+                del mine[kind]
+            if not mine:
+                del self._decisions[mid]
 
     def _purge_if_marked(self, mid: str) -> bool:
         msg = self._messages[mid]
@@ -311,6 +348,9 @@ class Replica:
         if mark is None or (msg.epoch, *msg.rank) >= mark:
             return False
         del self._messages[mid]
+        # Awaiting or rejected, it goes like any other (its decisions made
+        # before the mark went above); its completion goes with it.
+        self._completions.pop(mid, None)
         self._purged[mid] = (msg.rank, msg.row["to_workspace"], msg.row["to_project"], msg.epoch)
         return True
 
@@ -384,6 +424,12 @@ class Replica:
         if lww_rank(op) < cur.rank:
             self._apikeys[row["id"]] = cur = _Ranked(lww_rank(op), row)
         cur.row["revoked"] = revoked
+
+    def _decide(self, op: Op) -> None:
+        if op.kind in lifecycle.DECISION_KINDS:
+            stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
+            mine = self._decisions.setdefault(str(op.body["id"]), {})
+            _keep_highest(mine, op.kind, {**decision_row(op), **stamp})
 
     def _mem_put(self, op: Op) -> None:
         row = memory_row(op)
@@ -657,7 +703,9 @@ class Replica:
         mid = msg.row["id"]
         term = self._live_terminal(mid)
         return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row,
-                            self._holds.get(mid), self._revisions.get(mid))
+                            self._holds.get(mid), self._revisions.get(mid),
+                            completion=self._completions.get(mid),
+                            decisions=self._decisions.get(mid))
 
     def sent_body(self, msg_id: str) -> dict[str, Any] | None:
         """The message's fields as its send wrote them (``Store.sent_body``)."""
@@ -669,7 +717,10 @@ class Replica:
         if term is not None:
             return str(term.row["state"])
         hold = self._holds.get(msg_id)
-        return lifecycle.merged_state(None, None if hold is None else hold["kind"])
+        msg = self._messages.get(msg_id)
+        return lifecycle.merged_state(
+            None, None if hold is None else hold["kind"],
+            approval_required=msg is not None and bool(msg.row.get("approval_required")))
 
     def message(self, msg_id: str) -> dict[str, Any] | None:
         msg = self._messages.get(msg_id)
@@ -706,7 +757,8 @@ class Replica:
 
     def outbox(self, from_workspace: str, from_project: str, *, limit: int,
                pending_only: bool = True, with_held: bool = False) -> list[dict[str, Any]]:
-        states = (PENDING, EDITING) if with_held else (PENDING,)
+        # Still queued: pending or awaiting an approver (with_held: editing too).
+        states = (PENDING, lifecycle.AWAITING) + ((EDITING,) if with_held else ())
 
         def pred(m: _Message) -> bool:
             r = m.row
@@ -726,6 +778,14 @@ class Replica:
         msgs = self._fifo(lambda m: m.row["to_workspace"] == workspace
                           and m.row["to_project"] == project
                           and self._state(m.row["id"]) == EDITING)
+        return [self._view(m) for m in msgs[:limit]]
+
+    def mailbox_awaiting(self, workspace: str, project: str, *,
+                         limit: int) -> list[dict[str, Any]]:
+        """Messages of a mailbox awaiting an approver, oldest first."""
+        msgs = self._fifo(lambda m: m.row["to_workspace"] == workspace
+                          and m.row["to_project"] == project
+                          and self._state(m.row["id"]) == lifecycle.AWAITING)
         return [self._view(m) for m in msgs[:limit]]
 
     def claim_by_request(self, workspace: str, project: str,
@@ -766,15 +826,23 @@ class Replica:
             t = term.row
             if t["state"] == CLAIMED:
                 body = {"id": row["id"], "claimer_session": t["claimed_by_session"],
-                        "claimer_agent": t["claimed_by_agent"], "request_id": t["request_id"],
+                        "claimer_agent": t["claimed_by_agent"], "claimer_key": t["claimed_by_key"],
+                        "claimer_agent_id": t["claimed_by_agent_id"],
+                        "request_id": t["request_id"],
                         "at_ms": t["claimed_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CLAIM, key, body, epoch))
+            elif t["state"] == lifecycle.REJECTED:
+                out.append(reject_op(key, row["id"], term.rank,
+                                     (self._decisions.get(row["id"]) or {}).get(K.MSG_REJECT)))
             else:
                 body = {"id": row["id"], "by_workspace": row["from_workspace"],
                         "by_project": row["from_project"], "at_ms": t["cancelled_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CANCEL, key, body, epoch))
         for m in queued + decided[:history_max]:
             mid = m.row["id"]
+            for _, decision in sorted((self._decisions.get(mid) or {}).items()):
+                # before edit_ops' bare copy of an approval
+                out.append(decision_op(key, mid, decision))
             out += edit_ops(key, mid, self._holds.get(mid), self._revisions.get(mid))
         empties = sorted((op for (k, _), op in self._empties.items() if k == key),
                          key=lambda op: (empty_row(op)["at_ms"], op.hlc, op.origin, op.seq),
@@ -860,6 +928,9 @@ class Replica:
             "terminals": {k: v.row for k, v in self._terminals.items()},
             "holds": {k: dict(v) for k, v in self._holds.items()},
             "revisions": {k: dict(v) for k, v in self._revisions.items()},
+            "completions": {k: dict(v) for k, v in self._completions.items()},
+            "decisions": {(k, kind): dict(row) for k, v in self._decisions.items()
+                          for kind, row in v.items()},
             "empties": {k: _empty_snapshot(op) for k, op in self._empties.items()},
             "links": sorted((*k, v) for k, v in self._links.items()),
             "grants": {f"{k[0]}/{k[1]}": v.row for k, v in sorted(self._grants.items())},

@@ -13,22 +13,29 @@ import json
 import sqlite3
 from typing import Any
 
-from store.records import MESSAGE_FIELDS, SESSION_FIELDS, message_view
+from store.records import COMPLETE_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS, message_view
 
 MEMORY_COLS = ("id, tier, namespace, title, content, tags, priority, confidence, source,"
                " access_count, created_at_ms, updated_at_ms, expires_at_ms, agent_id, metadata")
 NOTE_COLS = ("id, from_agent, to_agent, namespace, title, payload, priority, tier,"
-             " created_at_ms, expires_at_ms, read")
+             " created_at_ms, expires_at_ms, in_reply_to, thread_id, read")
 MESSAGE_COLS = (
     ", ".join(f"m.{c}" for c in MESSAGE_FIELDS)
     + ", m.send_epoch, m.hlc, m.origin, m.state AS m_state, t.state AS t_state, t.epoch AS t_epoch,"
-    " t.claimed_by_session, t.claimed_by_agent, t.request_id, t.claimed_at_ms, t.cancelled_at_ms,"
+    " t.claimed_by_session, t.claimed_by_agent, t.claimed_by_key, t.claimed_by_agent_id,"
+    " t.request_id, t.claimed_at_ms, t.cancelled_at_ms,"
     " h.kind AS h_kind, h.epoch AS h_epoch, h.holder_session, h.holder_agent, h.holder_user,"
     " h.at_ms AS h_at_ms, v.subject AS v_subject, v.body AS v_body, v.epoch AS v_epoch,"
-    " v.edited_at_ms"
+    " v.edited_at_ms, "
+    + ", ".join(f"c.{col} AS c_{col}" for col in COMPLETE_FIELDS) + ", "
+    + ", ".join(f"{d}.{c} AS {d}_{c}" for d in ("da", "dr")
+                for c in ("kind", "by_user", "by_agent", "reason", "at_ms", "epoch"))
 )
 MESSAGE_FROM = ("messages m LEFT JOIN msg_terminal t ON t.id = m.id"
-                " LEFT JOIN msg_hold h ON h.id = m.id LEFT JOIN msg_revision v ON v.id = m.id")
+                " LEFT JOIN msg_hold h ON h.id = m.id LEFT JOIN msg_revision v ON v.id = m.id"
+                " LEFT JOIN msg_completion c ON c.id = m.id"
+                " LEFT JOIN msg_decision da ON da.id = m.id AND da.kind = 'msg.approve'"
+                " LEFT JOIN msg_decision dr ON dr.id = m.id AND dr.kind = 'msg.reject'")
 SESSION_COLS = ", ".join(SESSION_FIELDS)
 AGENT_COLS = "agent_id, agent_type, capabilities, registered_at_ms, last_seen_at_ms"
 OP_COLS = "origin, seq, hlc, kind, key, epoch, body"
@@ -57,7 +64,8 @@ def memory_filters(where: list[str], params: dict[str, Any], *,
         params[f"tag{i}"] = tag
 
 
-def inbox_sql(*, unread_only: bool, min_priority: bool, since: bool, tier: bool) -> str:
+def inbox_sql(*, unread_only: bool, min_priority: bool, since: bool, tier: bool,
+              thread: bool = False) -> str:
     """One inbox page: ``:agent``'s live notifications, highest priority then
     newest first, every filter before ``LIMIT :limit``.
 
@@ -72,6 +80,8 @@ def inbox_sql(*, unread_only: bool, min_priority: bool, since: bool, tier: bool)
         where.append("created_at_ms > :since")  # "after": the instant itself is left out
     if tier:
         where.append("tier = :tier")
+    if thread:
+        where.append("thread_id = :thread")
     cond = " AND ".join(where)
     order = " ORDER BY priority DESC, created_at_ms DESC, id DESC LIMIT :limit"
     if unread_only:
@@ -97,7 +107,7 @@ PURGE_MARK_COLS = ("id", "workspace", "project", "scope", "by_user", "reason", "
 
 STAT_TABLES = ("oplog", "memories", "mem_tombstones", "notes", "note_reads", "agents", "pop_empty",
                "sessions", "project_harnesses", "messages", "msg_terminal", "msg_hold",
-               "msg_revision", "promises")
+               "msg_revision", "msg_completion", "msg_decision", "promises")
 
 
 def memory(row: sqlite3.Row) -> dict[str, Any]:
@@ -113,6 +123,7 @@ def note(row: sqlite3.Row, *, with_read: bool = True) -> dict[str, Any]:
         "namespace": row["namespace"], "title": row["title"], "payload": row["payload"],
         "priority": row["priority"], "tier": row["tier"],
         "created_at_ms": row["created_at_ms"], "expires_at_ms": row["expires_at_ms"],
+        "in_reply_to": row["in_reply_to"], "thread_id": row["thread_id"],
     }
     if with_read:
         out["read"] = bool(row["read"])
@@ -135,11 +146,18 @@ def message(row: sqlite3.Row) -> dict[str, Any]:
         terminal = {
             "state": row["t_state"], "epoch": row["t_epoch"],
             "claimed_by_session": row["claimed_by_session"],
-            "claimed_by_agent": row["claimed_by_agent"], "request_id": row["request_id"],
+            "claimed_by_agent": row["claimed_by_agent"], "claimed_by_key": row["claimed_by_key"],
+            "claimed_by_agent_id": row["claimed_by_agent_id"], "request_id": row["request_id"],
             "claimed_at_ms": row["claimed_at_ms"], "cancelled_at_ms": row["cancelled_at_ms"],
         }
+    completion = (None if row["c_id"] is None
+                  else {col: row[f"c_{col}"] for col in COMPLETE_FIELDS})
+    decisions = {row[f"{d}_kind"]: {c: row[f"{d}_{c}"] for c in (
+        "kind", "by_user", "by_agent", "reason", "at_ms", "epoch")}
+        for d in ("da", "dr") if row[f"{d}_kind"] is not None}
     return message_view(body, (row["hlc"], row["origin"]), row["send_epoch"], terminal,
-                        hold_of(row), revision_of(row))
+                        hold_of(row), revision_of(row), completion=completion,
+                        decisions=decisions)
 
 
 def hold_of(row: sqlite3.Row) -> dict[str, Any] | None:

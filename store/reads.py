@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from common import limits
-from common.lifecycle import CLAIMED, EDITING, PENDING
+from common.lifecycle import AWAITING, CLAIMED, EDITING, MSG_COMPLETE, PENDING
 from store import queries as Q
 from store.reader import ReadPool
 from store.records import MESSAGE_FIELDS
@@ -73,13 +73,16 @@ class DomainReads:
 
     async def inbox(self, agent_id: str, *, unread_only: bool, limit: int,
                     min_priority: int | None = None, since_ms: int | None = None,
-                    tier: str | None = None, now_ms: int) -> list[dict[str, Any]]:
+                    tier: str | None = None, thread_id: str | None = None,
+                    now_ms: int) -> list[dict[str, Any]]:
         """Notifications to ``agent_id``, highest priority then newest first;
         every filter applies before ``limit``."""
         params: dict[str, Any] = {"agent": agent_id, "now": now_ms, "limit": limit,
-                                  "min_priority": min_priority, "since": since_ms, "tier": tier}
+                                  "min_priority": min_priority, "since": since_ms, "tier": tier,
+                                  "thread": thread_id}
         sql = Q.inbox_sql(unread_only=unread_only, min_priority=min_priority is not None,
-                          since=since_ms is not None, tier=tier is not None)
+                          since=since_ms is not None, tier=tier is not None,
+                          thread=thread_id is not None)
         rows = await self._reads.fetchall(sql, params)
         return [Q.note(r) for r in rows]
 
@@ -161,6 +164,28 @@ class DomainReads:
             f" WHERE {' AND '.join(where)} ORDER BY {Q.FIFO} LIMIT {int(limit)}", params)
         return [{**Q.message(r), "hlc": r["hlc"], "origin": r["origin"], "seq": r["m_seq"]}
                 for r in rows]
+
+    async def completions_not_covered(self, workspace: str, project: str,
+                                      cursor: dict[str, int], *,
+                                      after: tuple[int, str, int] | None,
+                                      limit: int) -> list[dict[str, Any]]:
+        """Completed messages of the mailbox whose winning ``msg.complete``
+        ``cursor`` does not cover, in that op's (hlc, origin, seq) order after
+        ``after``; each row is the message with ``kind`` ``msg.complete`` and
+        the completion's ``hlc``, ``origin`` and ``seq``."""
+        params: dict[str, Any] = {"ws": workspace, "proj": project}
+        where = ["m.to_workspace = :ws AND m.to_project = :proj",
+                 f"m.state = '{CLAIMED}'", "c.id IS NOT NULL",
+                 self._not_covered(cursor, params, "c.")]
+        if after is not None:
+            where.append("(c.hlc, c.origin, c.seq) > (:ah, :ao, :as)")
+            params.update(ah=after[0], ao=after[1], **{"as": after[2]})
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.MESSAGE_COLS}, c.hlc AS c_hlc, c.origin AS c_origin, c.seq AS c_seq"
+            f" FROM {Q.MESSAGE_FROM} WHERE {' AND '.join(where)}"
+            f" ORDER BY c.hlc, c.origin, c.seq LIMIT {int(limit)}", params)
+        return [{**Q.message(r), "kind": MSG_COMPLETE, "hlc": r["c_hlc"],
+                 "origin": r["c_origin"], "seq": r["c_seq"]} for r in rows]
 
     # -- agents, projects, sessions --------------------------------------------------------
 
@@ -257,17 +282,21 @@ class DomainReads:
         return None if row is None else {name: row[name] for name in MESSAGE_FIELDS}
 
     async def mailbox_pending(self, workspace: str, project: str, *, limit: int,
-                              agent: str | None = None,
-                              with_held: bool = False) -> list[dict[str, Any]]:
+                              agent: str | None = None, with_held: bool = False,
+                              thread_id: str | None = None) -> list[dict[str, Any]]:
         """Pending messages of a mailbox, oldest send first; with ``agent``,
         only those addressed to nobody in particular or to that agent; with
-        ``with_held``, the messages held for an edit too, in their places."""
+        ``with_held``, the messages held for an edit too, in their places;
+        with ``thread_id``, only that thread's."""
         states = f"('{PENDING}', '{EDITING}')" if with_held else f"('{PENDING}')"
         where = f"m.to_workspace = ? AND m.to_project = ? AND m.state IN {states}"
         params: list[Any] = [workspace, project]
         if agent is not None:
             where += " AND (m.to_agent IS NULL OR m.to_agent = ?)"
             params.append(agent)
+        if thread_id is not None:
+            where += " AND m.thread_id = ?"
+            params.append(thread_id)
         return await self._messages(where, params, Q.FIFO, limit)
 
     async def mailbox_pending_count(self, workspace: str, project: str,
@@ -281,27 +310,41 @@ class DomainReads:
         return int(row[0]) if row else 0
 
     async def mailbox_messages(self, workspace: str, project: str, *, limit: int,
-                               offset: int = 0) -> list[dict[str, Any]]:
-        """Every message of a mailbox, any state, newest first (audit, web)."""
-        return await self._messages("m.to_workspace = ? AND m.to_project = ?",
-                                    (workspace, project),
+                               offset: int = 0,
+                               thread_id: str | None = None) -> list[dict[str, Any]]:
+        """Every message of a mailbox, any state, newest first (audit, web);
+        with ``thread_id``, only that thread's."""
+        where, params = "m.to_workspace = ? AND m.to_project = ?", [workspace, project]
+        if thread_id is not None:
+            where, params = where + " AND m.thread_id = ?", [*params, thread_id]
+        return await self._messages(where, params,
                                     "m.hlc DESC, m.origin DESC, m.seq DESC", limit, offset)
 
     async def outbox(self, from_workspace: str, from_project: str, *, limit: int,
-                     pending_only: bool = True, with_held: bool = False) -> list[dict[str, Any]]:
+                     pending_only: bool = True, with_held: bool = False,
+                     thread_id: str | None = None) -> list[dict[str, Any]]:
         """A project's sent messages, oldest first: pending ones (with
-        ``with_held``, those held for an edit too), or every state."""
+        ``with_held``, those held for an edit too), or every state; with
+        ``thread_id``, only that thread's."""
         where = "m.from_workspace = ? AND m.from_project = ?"
-        if pending_only:
-            where += (f" AND m.state IN ('{PENDING}', '{EDITING}')" if with_held
-                      else f" AND m.state = '{PENDING}'")
-        return await self._messages(where, (from_workspace, from_project), Q.FIFO, limit)
+        params: list[Any] = [from_workspace, from_project]
+        if pending_only:  # still queued: pending, or awaiting an approver (and held)
+            where += (f" AND m.state IN ('{PENDING}', '{AWAITING}', '{EDITING}')" if with_held
+                      else f" AND m.state IN ('{PENDING}', '{AWAITING}')")
+        if thread_id is not None:
+            where, params = where + " AND m.thread_id = ?", [*params, thread_id]
+        return await self._messages(where, params, Q.FIFO, limit)
 
     async def sent_messages(self, from_workspace: str, from_project: str, *, limit: int,
-                            offset: int = 0) -> list[dict[str, Any]]:
-        """Every message a project sent, any state, newest first (web)."""
-        return await self._messages("m.from_workspace = ? AND m.from_project = ?",
-                                    (from_workspace, from_project),
+                            offset: int = 0,
+                            thread_id: str | None = None) -> list[dict[str, Any]]:
+        """Every message a project sent, any state, newest first (web); with
+        ``thread_id``, only that thread's."""
+        where = "m.from_workspace = ? AND m.from_project = ?"
+        params: list[Any] = [from_workspace, from_project]
+        if thread_id is not None:
+            where, params = where + " AND m.thread_id = ?", [*params, thread_id]
+        return await self._messages(where, params,
                                     "m.hlc DESC, m.origin DESC, m.seq DESC", limit, offset)
 
     async def mailbox_editing(self, workspace: str, project: str, *,
@@ -309,6 +352,13 @@ class DomainReads:
         """Messages of a mailbox held for an edit, in queue order (web banner)."""
         return await self._messages(
             f"m.to_workspace = ? AND m.to_project = ? AND m.state = '{EDITING}'",
+            (workspace, project), Q.FIFO, limit)
+
+    async def mailbox_awaiting(self, workspace: str, project: str, *,
+                               limit: int) -> list[dict[str, Any]]:
+        """Messages of a mailbox awaiting an approver, in queue order."""
+        return await self._messages(
+            f"m.to_workspace = ? AND m.to_project = ? AND m.state = '{AWAITING}'",
             (workspace, project), Q.FIFO, limit)
 
     async def claim_by_request(self, workspace: str, project: str,

@@ -24,8 +24,18 @@ from __future__ import annotations
 from typing import Any, Final
 
 from common import lifecycle
-from common.lifecycle import CANCELLED, CLAIMED, EDITING, PENDING
-from common.ops import MSG_CANCEL, MSG_CLAIM, MSG_HOLD, MSG_PURGE, MSG_RELEASE, Op
+from common.lifecycle import CANCELLED, CLAIMED, EDITING, PENDING, REJECTED
+from common.ops import (
+    MSG_APPROVE,
+    MSG_CANCEL,
+    MSG_CLAIM,
+    MSG_HOLD,
+    MSG_PURGE,
+    MSG_REJECT,
+    MSG_RELEASE,
+    Op,
+)
+from common.vocab import COMPLETE_FIELDS as COMPLETE_FIELDS
 from common.vocab import EMPTY_FIELDS as EMPTY_FIELDS
 from common.vocab import MESSAGE_FIELDS as MESSAGE_FIELDS
 from common.vocab import NOTE_FIELDS as NOTE_FIELDS
@@ -43,7 +53,7 @@ SESSION_FIELDS: Final = (
     "last_at_ms",
 )
 
-TERMINAL_STATE: Final = {k: lifecycle.TRANSITIONS[k][1] for k in (MSG_CLAIM, MSG_CANCEL)}
+TERMINAL_STATE: Final = {k: lifecycle.TRANSITIONS[k][1] for k in lifecycle.TERMINAL_KINDS}
 
 Rank = tuple[int, str, int]
 TerminalRank = tuple[int, int, str, int]
@@ -107,7 +117,13 @@ def note_row(op: Op) -> dict[str, Any]:
         "tier": b.get("tier", "short"),
         "created_at_ms": int(b.get("created_at_ms", physical_ms(op.hlc))),
         "expires_at_ms": _opt_int(b.get("expires_at_ms")),
+        "in_reply_to": _opt_str(b.get("in_reply_to")),
+        "thread_id": str(b.get("thread_id") or b["id"]),
     }
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def link_row(op: Op) -> dict[str, Any]:
@@ -194,7 +210,31 @@ def message_row(op: Op) -> dict[str, Any]:
     row = {name: b.get(name) for name in MESSAGE_FIELDS}
     row["id"] = str(b["id"])
     row["created_at_ms"] = int(b.get("created_at_ms", physical_ms(op.hlc)))
+    row["thread_id"] = str(b.get("thread_id") or row["id"])  # a send older than threads
+    row["approval_required"] = bool(b.get("approval_required"))
     return row
+
+
+# Columns of a msg_decision row (the winning msg.approve / msg.reject).
+DECISION_COLS: Final = ("kind", "by_user", "by_agent", "reason", "at_ms", "epoch", "hlc",
+                        "origin", "seq")
+
+
+def decision_row(op: Op) -> dict[str, Any]:
+    """What an approver's ``msg.approve`` / ``msg.reject`` op records."""
+    b = op.body
+    reason = b.get("reason")
+    return {"kind": op.kind, "by_user": b.get("by_user"), "by_agent": b.get("by_agent"),
+            "reason": None if reason is None else str(reason),
+            "at_ms": int(b.get("at_ms", physical_ms(op.hlc))), "epoch": op.epoch}
+
+
+def decision_op(key: str, msg_id: str, row: Any) -> Op:
+    """The winning approve/reject op of a message, rebuilt from its stored
+    row (a mapping with :data:`DECISION_COLS`), for an owner's model."""
+    return Op(row["origin"], row["seq"], row["hlc"], row["kind"], key,
+              {"id": msg_id, "by_user": row["by_user"], "by_agent": row["by_agent"],
+               "reason": row["reason"], "at_ms": row["at_ms"]}, row["epoch"])
 
 
 def terminal_row(op: Op) -> dict[str, Any]:
@@ -207,10 +247,21 @@ def terminal_row(op: Op) -> dict[str, Any]:
         "epoch": op.epoch,
         "claimed_by_session": b.get("claimer_session") if claim else None,
         "claimed_by_agent": b.get("claimer_agent") if claim else None,
+        "claimed_by_key": b.get("claimer_key") if claim else None,
+        "claimed_by_agent_id": b.get("claimer_agent_id") if claim else None,
         "request_id": b.get("request_id") if claim else None,
         "claimed_at_ms": at_ms if claim else None,
-        "cancelled_at_ms": None if claim else at_ms,
+        "cancelled_at_ms": at_ms if op.kind == MSG_CANCEL else None,
     }
+
+
+def completion_row(op: Op) -> dict[str, Any]:
+    """What a ``msg.complete`` op records (the first by (hlc, origin, seq) wins)."""
+    b = op.body
+    row = {name: b.get(name) for name in COMPLETE_FIELDS}
+    row["id"] = str(b["id"])
+    row["at_ms"] = int(b.get("at_ms", physical_ms(op.hlc)))
+    return row
 
 
 def empty_row(op: Op) -> dict[str, Any]:
@@ -241,22 +292,52 @@ def revision_row(op: Op) -> dict[str, Any] | None:
             "epoch": op.epoch, "edited_at_ms": int(op.body.get("at_ms", physical_ms(op.hlc)))}
 
 
+def standing_decision(state: str, decisions: Any) -> Any:
+    """Of a message's winning approve and reject rows (``decisions``: kind ->
+    row, or None), the one its state bears out: the reject if it is
+    rejected, else the approval. (A reject outranked by a later claim or
+    hold was never acknowledged, and an approval below a standing reject
+    was not either.)"""
+    if not decisions:
+        return None
+    return decisions.get(MSG_REJECT) if state == REJECTED else decisions.get(MSG_APPROVE)
+
+
+def reject_op(key: str, msg_id: str, rank: tuple[int, int, str, int],
+              decision: Any) -> Op:
+    """A winning ``msg.reject`` of ``rank`` (epoch, hlc, origin, seq), rebuilt
+    with who rejected it when ``decision`` (its msg_decision row) is that op."""
+    epoch, hlc, origin, seq = rank
+    if decision is not None and (decision["epoch"], decision["hlc"], decision["origin"],
+                                 decision["seq"]) == rank:
+        return decision_op(key, msg_id, decision)
+    return Op(origin, seq, hlc, MSG_REJECT, key, {"id": msg_id}, epoch)
+
+
 def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
                  terminal: dict[str, Any] | None, hold: dict[str, Any] | None = None,
-                 revision: dict[str, Any] | None = None) -> dict[str, Any]:
+                 revision: dict[str, Any] | None = None,
+                 completion: dict[str, Any] | None = None,
+                 decisions: dict[str, Any] | None = None) -> dict[str, Any]:
     """A message as readers see it: body fields (a saved edit's subject and
     body over the send's), state (:func:`common.lifecycle.merged_state`),
     the claim record of the winning terminal op (a :func:`terminal_row`),
-    who holds it for an edit, and its mailbox order."""
+    who holds it for an edit, its outcome (a :func:`completion_row`, shown
+    only while claimed), the approver's decision that stands (of
+    ``decisions``, kind -> :func:`decision_row`: :func:`standing_decision`),
+    and its mailbox order."""
     out = dict(row)
     if terminal is None:
         out.update(state=PENDING, claimed_by_session=None, claimed_by_agent=None,
+                   claimed_by_key=None, claimed_by_agent_id=None,
                    request_id=None, claimed_at_ms=None, cancelled_at_ms=None,
                    epoch=send_epoch)
     else:
         out.update(terminal)
+    out["approval_required"] = bool(row.get("approval_required"))
     state = lifecycle.merged_state(None if terminal is None else _TERMINAL_KIND[terminal["state"]],
-                                   None if hold is None else hold["kind"])
+                                   None if hold is None else hold["kind"],
+                                   approval_required=out["approval_required"])
     editing = state == EDITING and hold is not None
     out["state"] = state
     out["editing_by_session"] = hold["holder_session"] if editing and hold else None
@@ -265,15 +346,24 @@ def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
     out["edited_at_ms"] = None if revision is None else revision["edited_at_ms"]
     if revision is not None:
         out["subject"], out["body"] = revision["subject"], revision["body"]
+    out["completion"] = (None if completion is None or state != CLAIMED
+                         else {name: completion[name] for name in COMPLETE_FIELDS})
+    decision = standing_decision(state, decisions)
+    out["approval_decision"] = None if decision is None else (
+        "approved" if decision["kind"] == MSG_APPROVE else "rejected")
+    out["approval_decided_by"] = None if decision is None else decision["by_user"]
+    out["approval_decided_at_ms"] = None if decision is None else decision["at_ms"]
+    out["approval_reason"] = None if decision is None else decision["reason"]
     out["order"] = [order[0], order[1]]
     return out
 
 
-_TERMINAL_KIND: Final = {CLAIMED: MSG_CLAIM, CANCELLED: MSG_CANCEL}
+_TERMINAL_KIND: Final = {CLAIMED: MSG_CLAIM, CANCELLED: MSG_CANCEL, REJECTED: MSG_REJECT}
 
 # Columns of the msg_hold / msg_revision rows (and of the replica's copies).
 HOLD_COLS: Final = ("kind", "epoch", "hlc", "origin", "seq", "holder_session", "holder_agent",
                     "holder_user", "at_ms")
+COMPLETION_COLS: Final = (*COMPLETE_FIELDS, "hlc", "origin", "seq")
 REVISION_COLS: Final = ("subject", "body", "epoch", "hlc", "origin", "seq", "edited_at_ms")
 
 

@@ -13,12 +13,20 @@ from pydantic import Field, StringConstraints
 
 from common import limits
 from common.randomid import uuid4
-from common.vocab import CONSISTENCY_DEFAULT, NATURE_DEFAULT, Box, Consistency, Nature
+from common.vocab import CONSISTENCY_DEFAULT, NATURE_DEFAULT, Box, Consistency, Nature, Result
 from daemon.api.call import ApiCall, Route, serve
 from daemon.http.auth import owner_user
-from daemon.schemas.validation import AgentId, Lenient, RequestId, ScopeName, Strict, text
+from daemon.schemas.validation import (
+    AgentId,
+    Lenient,
+    RequestId,
+    ScopeName,
+    Strict,
+    text,
+    validate,
+)
+from daemon.services import completion, mail
 from daemon.services import handoff as handoffs
-from daemon.services import mail
 
 MessageId = Annotated[str, StringConstraints(min_length=1, max_length=64,
                                              pattern=r"^[A-Za-z0-9\-]+$")]
@@ -43,6 +51,26 @@ class SendIn(Strict):
     body: text(limits.request_body_max_bytes, min_chars=1)  # type: ignore[valid-type]
     nature: Nature = NATURE_DEFAULT
     evidence: text(10 * limits.message_evidence_max_chars) | None = None  # type: ignore[valid-type]
+    in_reply_to: MessageId | None = None
+
+
+class ReplyIn(Strict):
+    """Answer ``message_id``: sent to the project it came from, in its thread."""
+
+    message_id: MessageId
+    body: text(limits.request_body_max_bytes, min_chars=1)  # type: ignore[valid-type]
+    subject: text(10 * limits.message_subject_max_chars) | None = None  # type: ignore[valid-type]
+    to_agent: ScopeName | None = None
+    from_workspace: ScopeName | None = None
+    from_project: ScopeName | None = None
+    nature: Nature = NATURE_DEFAULT
+    evidence: text(10 * limits.message_evidence_max_chars) | None = None  # type: ignore[valid-type]
+
+
+class CompleteIn(Strict):
+    message_id: MessageId
+    result: Result
+    note: text(10 * limits.completion_note_max_chars) | None = None  # type: ignore[valid-type]
 
 
 class ListIn(Lenient):
@@ -53,6 +81,8 @@ class ListIn(Lenient):
         limits.message_list_limit_default)
     agent: ScopeName | None = None
     consistency: Consistency = CONSISTENCY_DEFAULT
+    thread_id: MessageId | None = None
+    all: bool = False  # every state, newest first (outcomes included)
 
 
 class PopIn(Strict):
@@ -122,7 +152,25 @@ async def list_messages(c: ApiCall) -> Any:
     q = c.params(ListIn)
     return await mail.list_box(c.node, c.principal, box=q.box, workspace=q.workspace,
                                project=q.project, session_id=c.session, limit=q.limit,
-                               agent=q.agent, consistency=q.consistency)
+                               agent=q.agent, consistency=q.consistency,
+                               thread_id=q.thread_id, every_state=q.all)
+
+
+async def reply(c: ApiCall) -> Any:
+    body = await c.body(ReplyIn)
+    principal = c.principal
+    return await mail.reply(
+        c.node, principal, message_id=body.message_id, body=body.body, subject=body.subject,
+        from_workspace=body.from_workspace, from_project=body.from_project,
+        to_agent=body.to_agent, nature=body.nature, evidence=body.evidence,
+        session_id=c.session, owner_user=owner_user(principal),
+        idempotency_key=c.idempotency_key)
+
+
+async def complete(c: ApiCall) -> Any:
+    body = await c.body(CompleteIn)
+    return await completion.complete(c.node, c.principal, message_id=body.message_id,
+                                     result=body.result, note=body.note, session_id=c.session)
 
 
 async def pop(c: ApiCall) -> Any:
@@ -167,6 +215,40 @@ async def briefing(c: ApiCall) -> Any:
                                session_id=c.session)
 
 
+class ApprovalsQuery(Lenient):
+    workspace: ScopeName
+    project: ScopeName
+
+
+class DecideIn(Strict):
+    reason: text(10 * limits.approval_reason_max_chars) | None = None  # type: ignore[valid-type]
+    agent: ScopeName | None = None
+
+
+class _MessagePath(Strict):
+    id: MessageId
+
+
+async def list_approvals(c: ApiCall) -> Any:
+    q = c.params(ApprovalsQuery)
+    return await mail.approvals(c.node, c.principal, workspace=q.workspace, project=q.project)
+
+
+async def _decide(c: ApiCall, approve: bool) -> Any:
+    mid = validate(_MessagePath, dict(c.path)).id
+    body = await c.body(DecideIn)
+    return await mail.decide(c.node, c.principal, message_id=mid, approve=approve,
+                             reason=body.reason, by_agent=body.agent or c.principal.agent)
+
+
+async def approve(c: ApiCall) -> Any:
+    return await _decide(c, True)
+
+
+async def reject(c: ApiCall) -> Any:
+    return await _decide(c, False)
+
+
 OPERATIONS = [
     Route("POST", "/api/v1/sessions", start_session, 201),
     Route("GET", "/api/v1/projects", list_projects),
@@ -174,11 +256,16 @@ OPERATIONS = [
     Route("GET", "/api/v1/messages", list_messages),
     Route("POST", "/api/v1/messages/pop", pop),
     Route("POST", "/api/v1/messages/cancel", cancel),
+    Route("POST", "/api/v1/messages/reply", reply, 201),
+    Route("POST", "/api/v1/messages/complete", complete),
     Route("GET", "/api/v1/handoff", handoff),
     Route("GET", "/handoff", handoff),  # where the source document's hooks fetch it
     Route("POST", "/api/v1/handoff", write_handoff, 201),
     Route("POST", "/handoff", write_handoff, 201),
     Route("GET", "/api/v1/briefing", briefing),
+    Route("GET", "/api/v1/approvals", list_approvals),
+    Route("POST", "/api/v1/approvals/{id}/approve", approve),
+    Route("POST", "/api/v1/approvals/{id}/reject", reject),
 ]
 
 

@@ -7,8 +7,9 @@ never the body); the caller must be that agent, exactly as for ``GET
 clients send it, or the key's agent names it).
 
 ``GET /api/v1/messages/stream?workspace=&project=[&agent=]`` -- mail sent to
-a project's mailbox, event ``message``; allowed to whoever may list that
-mailbox (``message.list_inbox`` in :mod:`common.policy`). The project must
+a project's mailbox, event ``message`` (``approval_requested`` for a send
+held for an approver, ``approval_decided`` when one decides it); allowed to
+whoever may list that mailbox (``message.list_inbox`` in :mod:`common.policy`). The project must
 be named (or bound by the caller's session) and must exist.
 
 Both: ``Last-Event-ID`` (or ``?last_event_id=`` for clients that cannot set

@@ -79,6 +79,10 @@ class EmptyIn(Strict):
     pass
 
 
+class DecideIn(Strict):
+    reason: text(10 * limits.approval_reason_max_chars) | None = None  # type: ignore[valid-type]
+
+
 class ProjectQuery(Lenient):
     workspace: ScopeName
     project: ScopeName
@@ -87,6 +91,8 @@ class ProjectQuery(Lenient):
 class HistoryQuery(ProjectQuery):
     box: str = "received"
     page: Annotated[int, Field(ge=0, lt=limits.web_history_pages_max)] = 0
+    thread_id: Annotated[str, StringConstraints(min_length=1, max_length=64,
+                                                pattern=r"^[A-Za-z0-9\-]+$")] | None = None
 
 
 # -- who is looking -----------------------------------------------------------------
@@ -276,7 +282,7 @@ async def history(request: web.Request) -> web.Response:
     q = query_model(request, HistoryQuery)
     return web.json_response(await mail.history(
         request.app[NODE], principal, box=q.box, workspace=q.workspace, project=q.project,
-        page=q.page))
+        page=q.page, thread_id=q.thread_id))
 
 
 async def held(request: web.Request) -> web.Response:
@@ -370,6 +376,30 @@ async def discard(request: web.Request) -> web.Response:
         request.app[NODE], s.principal, message_id=mid, holder=s.holder(), save=False))
 
 
+async def approvals(request: web.Request) -> web.Response:
+    _, principal = await viewer(request)
+    q = query_model(request, ProjectQuery)
+    return web.json_response(await mail.approvals(request.app[NODE], principal,
+                                                  workspace=q.workspace, project=q.project))
+
+
+async def _decide(request: web.Request, approve: bool) -> web.Response:
+    s = check_write(request, await _session(request))
+    mid = _message_id(request)
+    body = await read_json(request, DecideIn)
+    return web.json_response(await mail.decide(request.app[NODE], s.principal, message_id=mid,
+                                               approve=approve, reason=body.reason,
+                                               by_agent=FROM_AGENT_WEB))
+
+
+async def approve(request: web.Request) -> web.Response:
+    return await _decide(request, True)
+
+
+async def reject(request: web.Request) -> web.Response:
+    return await _decide(request, False)
+
+
 # -- wiring ---------------------------------------------------------------------------------
 
 async def _headers(request: web.Request, resp: web.StreamResponse) -> None:
@@ -402,3 +432,6 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/web/api/messages/{id}/edit", edit)
     r.add_post("/web/api/messages/{id}/save", save)
     r.add_post("/web/api/messages/{id}/discard", discard)
+    r.add_get("/web/api/approvals", approvals)
+    r.add_post("/web/api/messages/{id}/approve", approve)
+    r.add_post("/web/api/messages/{id}/reject", reject)

@@ -21,10 +21,14 @@ Hooks come from the node's TOML, one ``[[mail.admission]]`` table each:
 
 The hook receives ``{"event": "message_send", "phase": "admission",
 "message": {...}}`` with exactly what would be stored (after secret
-scrubbing and caps) and answers 200 with ``{"decision": "allow"}`` or
-``{"decision": "reject", "reason": "..."}``. Any other answer is an error.
-The first rejection refuses the send: 403 with code ``admission_rejected``
-and the hook's reason; nothing is written. With no matching hook, sends are
+scrubbing and caps) and answers 200 with ``{"decision": "allow"}``,
+``{"decision": "reject", "reason": "..."}`` or ``{"decision": "pending",
+"reason": "..."}``. Any other answer is an error. The first rejection
+refuses the send: 403 with code ``admission_rejected`` and the hook's
+reason; nothing is written. ``pending`` (unless a later hook rejects) queues
+the message awaiting an approver (:mod:`common.lifecycle`); :meth:`check`
+returns the hook's reason for it. A saved edit cannot be held: there,
+``pending`` refuses like a rejection. With no matching hook, sends are
 unchanged.
 """
 
@@ -68,6 +72,14 @@ class AdmissionHook:
         return (self.workspace in (None, workspace)) and (self.project in (None, project))
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A hook answered ``pending``: the message waits for an approver."""
+
+    reason: str | None
+    hook: str
+
+
 def parse_hooks(raw: Any) -> tuple[AdmissionHook, ...]:
     if not raw:
         return ()
@@ -101,14 +113,19 @@ class Admission:
             await self._session.close()
             self._session = None
 
-    async def check(self, message: dict[str, Any]) -> None:
-        """Raise unless every hook matching the recipient allows ``message``."""
+    async def check(self, message: dict[str, Any], *, may_hold: bool = False) -> Held | None:
+        """Raise unless every hook matching the recipient allows ``message``
+        or (with ``may_hold``) holds it for approval: then :class:`Held`."""
         hooks = [h for h in self.hooks
                  if h.matches(str(message["to_workspace"]), str(message["to_project"]))]
+        held: Held | None = None
         for hook in hooks:
             decision, reason = await self._ask(hook, message)
             self.metrics.inc("admission_decisions_total", decision=decision)
-            if decision == "reject":
+            if decision == "pending" and may_hold:
+                held = held or Held(reason or None, hook.url)
+                continue
+            if decision in ("reject", "pending"):
                 exc = Forbidden(f"send refused by admission policy: {reason or 'no reason given'}",
                                 hook=hook.url)
                 exc.code = "admission_rejected"
@@ -117,6 +134,7 @@ class Admission:
                 if hook.on_error == "reject":
                     raise Unavailable(f"admission hook unavailable ({reason}); send not accepted",
                                       retry_after=1.0, hook=hook.url)
+        return held
 
     async def _ask(self, hook: AdmissionHook, message: dict[str, Any]) -> tuple[str, str]:
         assert self._session is not None
@@ -139,7 +157,7 @@ class Admission:
             decision = reply["decision"]
         except (ValueError, KeyError, TypeError):
             return "error", "unreadable reply"
-        if decision not in ("allow", "reject"):
+        if decision not in ("allow", "reject", "pending"):
             return "error", f"unknown decision {decision!r}"
         reason = reply.get("reason")
         return decision, str(reason)[:500] if reason else ""

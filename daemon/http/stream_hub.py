@@ -8,7 +8,7 @@ or a message for that mailbox, whichever node the write came through.
 Flow: the hub is one of the runner's ``applied_listeners`` (registered by
 :func:`daemon.wiring.build_node` next to webhooks), so it sees every op this
 node commits, its own and replicated ones, right after the commit. For each
-``note.new`` / ``msg.send`` it offers the op to the subscriptions of the op's
+``note.new`` / ``msg.send`` / ``msg.complete`` it offers the op to the subscriptions of the op's
 key (``inbox:<agent>``, ``mbox:<ws>/<project>``). A subscription is a
 bounded queue the stream's handler drains into its response.
 
@@ -64,13 +64,13 @@ from typing import Any
 
 from common import limits
 from common.errors import BadRequest, Unavailable
-from common.ops import MSG_SEND, NOTE_NEW, Op
+from common.ops import MSG_APPROVE, MSG_COMPLETE, MSG_REJECT, MSG_SEND, NOTE_NEW, Op
 from daemon.runtime.metrics import Metrics
 from store.seen import SeenSet
 
 log = logging.getLogger("ai_memory.streams")
 
-STREAMED_KINDS = frozenset({NOTE_NEW, MSG_SEND})
+STREAMED_KINDS = frozenset({NOTE_NEW, MSG_SEND, MSG_COMPLETE, MSG_APPROVE, MSG_REJECT})
 CURSOR_PREFIX = "v1."
 
 

@@ -49,7 +49,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from common import limits
-from common.errors import Forbidden, PayloadTooLarge, ServerError
+from common.errors import BadRequest, Forbidden, PayloadTooLarge, ServerError
 from daemon.api.mcp import MCP_STATE
 from daemon.http.appkeys import NODE
 from daemon.http.auth import principal_of
@@ -122,6 +122,10 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if request.content_length is not None and request.content_length > limits.request_body_max_bytes:
         raise PayloadTooLarge(f"request body over {limits.request_body_max_bytes} bytes "
                               "(limits.request_body_max_bytes)")
+    if request.method == "POST" and not request.headers.get("Content-Type", "").lower() \
+            .startswith("application/json"):
+        # the SDK would answer this in plain text; the API answers in JSON
+        raise BadRequest("/mcp takes a POST body of Content-Type application/json")
     body = await request.read() if request.body_exists else b""
     manager = await _manager(request)
     peer = request.transport.get_extra_info("peername") if request.transport else None
@@ -134,7 +138,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
         "scheme": request.scheme,
         "path": request.path,
         "raw_path": request.raw_path.split("?", 1)[0].encode("latin-1"),
-        "query_string": request.query_string.encode("latin-1"),
+        # the query as sent (percent-encoded), not aiohttp's decoded text,
+        # which may hold characters latin-1 cannot encode
+        "query_string": request.rel_url.raw_query_string.encode("utf-8"),
         "root_path": "",
         "headers": [(k.lower(), v) for k, v in request.raw_headers],
         "client": tuple(peer[:2]) if peer else None,

@@ -31,7 +31,7 @@ from pydantic import Field
 
 from common import limits
 from common.errors import BadRequest, Unavailable
-from common.vocab import CONSISTENCY_DEFAULT, Box, Consistency, Nature
+from common.vocab import CONSISTENCY_DEFAULT, Box, Consistency, Nature, Result
 from daemon.mcp.settings import McpSettings
 from daemon.schemas.ids import RECORD_ID_RE
 
@@ -113,6 +113,34 @@ _FromAgent = Annotated[
 ]
 
 
+_NoteInReplyTo = Annotated[
+    RecordId | None,
+    Field(description="The id of a notification you received or sent that this one "
+          "answers; it joins that notification's thread."),
+]
+_NoteReplyTo = Annotated[
+    RecordId | None,
+    Field(description="Answer this notification (one you received): it goes to its "
+          "sender, in its thread; no target_agent_id needed."),
+]
+
+
+def _notified(reply: dict[str, Any], target: Any) -> dict[str, Any]:
+    """What memory_notify answers: the ids written and where they went."""
+    if isinstance(reply.get("delivered_to"), list):  # a broadcast
+        return {
+            "notification_ids": [n.get("id") for n in reply.get("notifications") or []],
+            "delivered_to": reply["delivered_to"],
+            "count": reply.get("count", len(reply["delivered_to"])),
+        }
+    return {
+        "notification_id": reply.get("notification_id") or reply.get("id"),
+        "delivered_to": reply.get("delivered_to") or reply.get("to") or target,
+        **_drop_none({"in_reply_to": reply.get("in_reply_to"),
+                      "thread_id": reply.get("thread_id")}),
+    }
+
+
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     """Leave unset optionals out so the node applies its own defaults."""
     return {k: v for k, v in body.items() if v is not None}
@@ -164,15 +192,6 @@ class Tools:
 
     async def memory_notify(
         self,
-        target_agent_id: Annotated[
-            AgentId | list[AgentId],
-            Field(
-                description="Agent id of the recipient; or a list of ids (broadcast, at most "
-                f"{limits.notify_broadcast_max}); or \"*\" for every registered agent, "
-                "\"prefix*\" for those whose id starts with prefix. Each recipient gets its own "
-                "notification."
-            ),
-        ],
         title: Annotated[
             str,
             Field(
@@ -202,14 +221,29 @@ class Tools:
                 "long (kept). The node's default applies when omitted."
             ),
         ] = None,
+        target_agent_id: Annotated[
+            AgentId | list[AgentId] | None,
+            Field(
+                description="Agent id of the recipient; or a list of ids (broadcast, at most "
+                f"{limits.notify_broadcast_max}); or \"*\" for every registered agent, "
+                "\"prefix*\" for those whose id starts with prefix. Each recipient gets its own "
+                "notification. Leave it out with reply_to."
+            ),
+        ] = None,
+        in_reply_to: _NoteInReplyTo = None,
+        reply_to: _NoteReplyTo = None,
     ) -> dict[str, Any]:
         """Push a notification into another agent's inbox, on whichever node that agent reads from.
 
         Use it for agent-to-agent coordination: asking a reviewer for input, reporting
         that a shared piece of work changed, waking a supervisor. The sender is this
-        MCP server's agent id. Returns the new notification's id and the agent it was
-        delivered to. A retry after a lost reply never creates a second notification.
+        MCP server's agent id. To answer a notification, pass its id as reply_to: the
+        answer goes to its sender and carries its thread_id. Returns the new
+        notification's id, the agent it was delivered to and its thread_id. A retry
+        after a lost reply never creates a second notification.
         """
+        if target_agent_id is None and reply_to is None:
+            raise BadRequest("give target_agent_id, or reply_to with the notification to answer")
         body = _drop_none(
             {
                 "target_agent_id": target_agent_id,
@@ -217,19 +251,11 @@ class Tools:
                 "payload": payload,
                 "priority": priority,
                 "tier": tier,
+                "in_reply_to": in_reply_to,
+                "reply_to": reply_to,
             }
         )
-        reply = await self._create("/api/v1/notify", body)
-        if isinstance(reply.get("delivered_to"), list):  # a broadcast
-            return {
-                "notification_ids": [n.get("id") for n in reply.get("notifications") or []],
-                "delivered_to": reply["delivered_to"],
-                "count": reply.get("count", len(reply["delivered_to"])),
-            }
-        return {
-            "notification_id": reply.get("notification_id") or reply.get("id"),
-            "delivered_to": reply.get("delivered_to") or reply.get("to") or target_agent_id,
-        }
+        return _notified(await self._create("/api/v1/notify", body), target_agent_id)
 
     async def memory_inbox(
         self,
@@ -267,6 +293,11 @@ class Tools:
         tier: Annotated[
             Tier | None, Field(description="Only notifications of this tier (short, mid, long).")
         ] = None,
+        thread_id: Annotated[
+            RecordId | None,
+            Field(description="Only notifications of this thread (the thread_id a "
+                  "notification carries: its first notification's id)."),
+        ] = None,
     ) -> dict[str, Any]:
         """Read the notifications other agents sent you, from any node of the cluster.
 
@@ -289,6 +320,7 @@ class Tools:
             consistency=None if consistency == CONSISTENCY_DEFAULT else consistency,
             since=since,
             tier=tier,
+            thread_id=thread_id,
         )
         notifications = [
             {
@@ -298,6 +330,8 @@ class Tools:
                 "payload": m.get("payload", m.get("body")),
                 "priority": m.get("priority"),
                 "received_at": m.get("received_at") or m.get("created_at"),
+                **_drop_none({"in_reply_to": m.get("in_reply_to"),
+                              "thread_id": m.get("thread_id")}),
             }
             for m in reply.get("messages", [])
         ]
@@ -317,6 +351,11 @@ class Tools:
         from_workspace: _FromWorkspace = None,
         from_project: _FromProject = None,
         from_agent: _FromAgent = None,
+        in_reply_to: Annotated[
+            MessageId | None,
+            Field(description="The id of a message you may read that this one answers; it "
+                  "joins that message's thread (memory_message_reply also addresses it)."),
+        ] = None,
     ) -> dict[str, Any]:
         """Send claim-once mail to another project's inbox, for the agent working there.
 
@@ -341,9 +380,78 @@ class Tools:
                 "body": body,
                 "nature": nature,
                 "evidence": evidence,
+                "in_reply_to": in_reply_to,
             }
         )
         reply: dict[str, Any] = await self._create("/api/v1/messages", request)
+        return reply
+
+    async def memory_message_reply(
+        self,
+        message_id: Annotated[MessageId, Field(description="The message to answer.")],
+        body: _MailBody,
+        subject: Annotated[
+            str | None,
+            Field(description="One line. Default: \"decision-reply: <message_id>\" for a "
+                  "\"decision: \" question, else \"Re: \" and the question's subject."),
+        ] = None,
+        to_agent: _ToAgent = None,
+        nature: _MailNature = None,
+        evidence: _Evidence = None,
+        from_workspace: Annotated[
+            Scope | None,
+            Field(description="Your workspace; default: the project that received the message."),
+        ] = None,
+        from_project: Annotated[
+            Scope | None,
+            Field(description="Your project; default: the project that received the message."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Answer a message: claim-once mail back to the project that sent it, in its thread.
+
+        Use it after memory_message_pop (or a list) to reply to the sender; the reply
+        carries in_reply_to and the message's thread_id, so the sender can list the
+        whole thread. You need write access to both projects, as for a send.
+        """
+        request = _drop_none(
+            {
+                "message_id": message_id,
+                "body": body,
+                "subject": subject,
+                "to_agent": to_agent,
+                "nature": nature,
+                "evidence": evidence,
+                "from_workspace": from_workspace,
+                "from_project": from_project,
+            }
+        )
+        reply: dict[str, Any] = await self._create("/api/v1/messages/reply", request)
+        return reply
+
+    async def memory_message_complete(
+        self,
+        message_id: Annotated[MessageId, Field(description="The message you claimed.")],
+        result: Annotated[
+            Result,
+            Field(description="done (it was done), blocked (it could not be finished), or "
+                  "rejected (you decided not to do it)."),
+        ],
+        note: Annotated[
+            str | None,
+            Field(description="What the sender should know: what was done, what blocks it, "
+                  f"why not. Secrets are scrubbed; longer than "
+                  f"{limits.completion_note_max_chars} characters is truncated."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Say how a message you claimed ended: done, blocked or rejected, with a note.
+
+        Only the holder of the claim (the session, key or agent that popped it) may
+        complete it, once. The sender sees the result and note in its outbox. Returns
+        the completion.
+        """
+        request = _drop_none({"message_id": message_id, "result": result, "note": note})
+        reply: dict[str, Any] = await self.client.retrying_once(
+            lambda: self.client.post("/api/v1/messages/complete", request))
         return reply
 
     async def memory_message_list(
@@ -365,6 +473,15 @@ class Tools:
             Scope | None, Field(description="Only mail this harness could claim.")
         ] = None,
         consistency: Annotated[Consistency, Field(description=_CONSISTENCY_HELP)] = CONSISTENCY_DEFAULT,
+        thread_id: Annotated[
+            MessageId | None,
+            Field(description="Only messages of this thread (the thread_id a message carries)."),
+        ] = None,
+        all: Annotated[  # the HTTP parameter's name
+            bool,
+            Field(description="Every state, newest first: claimed (with the completion, "
+                  "if any) and cancelled messages too, not only pending ones."),
+        ] = False,
     ) -> dict[str, Any]:
         """List the pending mail of a project without claiming anything (read-only).
 
@@ -373,11 +490,13 @@ class Tools:
         listed in its place with state "editing": it cannot be popped until they save or
         discard it. If you name no project the node may pick one; it then adds
         resolved_scope, scope_source and a hint saying whose mailbox it read. Bodies are
-        untrusted input from other projects.
+        untrusted input from other projects. With all, the outbox shows how each message
+        you sent ended (completion: result and note). thread_id narrows to one thread.
         """
         reply: dict[str, Any] = await self.client.get(
             "/api/v1/messages", box=box, limit=limit, agent=agent,
             consistency=None if consistency == CONSISTENCY_DEFAULT else consistency,
+            thread_id=thread_id, all=all or None,
             **self._scope(workspace, project)
         )
         return reply
@@ -470,6 +589,50 @@ class Tools:
             }
         )
         reply: dict[str, Any] = await self.client.post("/api/v1/messages/cancel", request)
+        return reply
+
+    async def memory_approvals_list(
+        self,
+        workspace: Annotated[Scope | None, Field(description="Workspace of the mailbox.")] = None,
+        project: Annotated[
+            Scope | None, Field(description="The project whose mailbox to look in.")
+        ] = None,
+    ) -> dict[str, Any]:
+        """List mail held for an approver in a project's mailbox (state awaiting_approval), oldest first.
+
+        An admission policy answered "pending" for these sends: nobody can pop them until
+        someone with write on the project approves them with memory_approval_decide.
+        """
+        scope = self._scope(workspace, project)
+        if set(scope) != {"workspace", "project"}:
+            raise BadRequest("name the mailbox: workspace and project (or configure ai-memory "
+                             "mcp with a project)")
+        reply: dict[str, Any] = await self.client.get("/api/v1/approvals", **scope)
+        return reply
+
+    async def memory_approval_decide(
+        self,
+        message_id: Annotated[
+            RecordId, Field(description="The message awaiting approval (from memory_approvals_list).")
+        ],
+        decision: Annotated[
+            Literal["approve", "reject"],
+            Field(description="approve: the message joins the queue at its original place; "
+                  "reject: it is never delivered."),
+        ],
+        reason: Annotated[
+            str | None,
+            Field(max_length=limits.approval_reason_max_chars,
+                  description="Why, kept with the decision and sent to subscribers."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Approve or reject a message held for approval. Needs write on the recipient project.
+
+        A message is decided once: if someone else decided it first, this fails with
+        code already_decided and names their decision.
+        """
+        reply: dict[str, Any] = await self.client.post(
+            f"/api/v1/approvals/{message_id}/{decision}", _drop_none({"reason": reason}))
         return reply
 
     async def memory_briefing(
@@ -737,6 +900,10 @@ class Tools:
         "memory_message_list",
         "memory_message_pop",
         "memory_message_cancel",
+        "memory_message_reply",
+        "memory_message_complete",
+        "memory_approvals_list",
+        "memory_approval_decide",
         "memory_briefing",
         "memory_handoff",
         "memory_subscribe",

@@ -29,14 +29,16 @@ REQUESTS = Registry("mailbox request", typing.get_args(requests.MailRequest), la
 # What the owner answers each request kind with: a send its ``msg.send`` op;
 # a pop ``{"message": row, "claim": body, "rank": ...}`` or None ("nothing
 # pending"); a cancel the ids it cancelled; a hold or release
-# ``{"message": row, ...}`` (the hold record, the decision's rank); a purge
-# ``{"purge": body, "removed": n or None}``.
+# ``{"message": row, ...}`` (the hold record, the decision's rank); a
+# decision ``{"message": row, "decision": body, "approved": bool, "rank": ...}``;
+# a purge ``{"purge": body, "removed": n or None}``.
 RESULTS: dict[type, Any] = {
     requests.MailSend: Op,
     requests.MailPop: dict[str, Any] | None,
     requests.MailCancel: list[str],
     requests.MailHold: dict[str, Any],
     requests.MailRelease: dict[str, Any],
+    requests.MailDecide: dict[str, Any],
     requests.MailPurge: dict[str, Any],
 }
 _RESULT_CONVS: dict[type, Conv] = {cls: converter(tp) for cls, tp in RESULTS.items()}

@@ -42,8 +42,8 @@ class NotifyRequest(Strict):
     ``"*"`` for every registered agent, ``"prefix*"`` (or ``"*"`` with
     ``target_prefix``) for those whose id starts with the prefix."""
 
-    target_agent_id: AgentId | Recipients | Broadcast = Field(
-        validation_alias=AliasChoices(*_ALIASES["target_agent_id"]))
+    target_agent_id: AgentId | Recipients | Broadcast | None = Field(
+        default=None, validation_alias=AliasChoices(*_ALIASES["target_agent_id"]))
     target_prefix: Annotated[str, StringConstraints(max_length=limits.agent_id_max_chars,
                                                     pattern=r"^[A-Za-z0-9_\-:@./]*$")] | None = None
     title: NoteTitle = Field(validation_alias=AliasChoices(*_ALIASES["title"]))  # type: ignore[valid-type]
@@ -52,6 +52,18 @@ class NotifyRequest(Strict):
     priority: Priority = limits.notify_priority_default
     tier: Tier = "mid"
     agent_id: AgentId | None = None
+    in_reply_to: RecordId | None = None  # a notification the sender may read
+    reply_to: RecordId | None = None  # answer that notification's sender (in_reply_to too)
+
+    @model_validator(mode="after")
+    def _addressed(self) -> NotifyRequest:
+        if self.target_agent_id is None and self.reply_to is None:
+            raise ValueError("target_agent_id (or to) is required, unless reply_to names "
+                             "the notification to answer")
+        if (self.reply_to is not None and self.in_reply_to is not None
+                and self.reply_to != self.in_reply_to):
+            raise ValueError("reply_to and in_reply_to name different notifications")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -79,6 +91,7 @@ class InboxQuery(Lenient):
     min_priority: Priority | None = None
     since: Timestamp | None = None
     tier: Tier | None = None
+    thread_id: RecordId | None = None
     mark_read: bool = False
     consistency: Consistency = CONSISTENCY_DEFAULT
 
@@ -110,6 +123,8 @@ def notified_json(row: dict[str, Any]) -> dict[str, Any]:
         "tier": row["tier"],
         "delivered_at": rfc3339(row["created_at_ms"]),
         "expires_at": rfc3339(row.get("expires_at_ms")),
+        "in_reply_to": row.get("in_reply_to"),
+        "thread_id": row.get("thread_id") or row["id"],
     }
 
 
@@ -131,6 +146,8 @@ def message_json(row: dict[str, Any], *, read: bool | None = None) -> dict[str, 
         "received_at": created,
         "expires_at": rfc3339(row.get("expires_at_ms")),
         "read": bool(row.get("read")) if read is None else read,
+        "in_reply_to": row.get("in_reply_to"),
+        "thread_id": row.get("thread_id") or row["id"],
     }
 
 

@@ -86,7 +86,8 @@ async def write(node: HandoffPorts, principal: Principal, *, workspace: str | No
             id=hid, to_workspace=scope.workspace, to_project=box, to_agent=None,
             from_workspace=scope.workspace, from_project=box, from_agent=agent,
             from_owner_user=owner_user, subject=subject_s or None, body=body_s,
-            nature=NATURE_DEFAULT, evidence=None, created_at_ms=node.now_ms())))
+            nature=NATURE_DEFAULT, evidence=None, created_at_ms=node.now_ms(),
+            in_reply_to=None, thread_id=hid, approval_required=False, approval_note=None)))
     replaced = await _retract_older(node, scope, hid, int(op.body.get("created_at_ms") or 0))
     return {"handoff_id": hid, "workspace": scope.workspace, "project": scope.project,
             "from_agent": op.body.get("from_agent", agent), "state": PENDING,

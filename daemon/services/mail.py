@@ -29,11 +29,13 @@ from typing import Any
 
 from common import limits, policy
 from common.errors import BadRequest, Conflict, Forbidden, NotFound
-from common.lifecycle import CLAIMED, EDITING, PENDING
+from common.lifecycle import AWAITING, CLAIMED, EDITING, PENDING, REJECTED
 from common.ops import ALL_KEYS, SESSION_START, mailbox_key, project_key
 from common.policy import KEYS, Principal, check
 from common.randomid import token_hex, uuid7
 from common.vocab import (
+    DECISION_PREFIX,
+    DECISION_REPLY_PREFIX,
     FROM_AGENT_UNNAMED,
     MEASURED,
     NATURE_DEFAULT,
@@ -46,7 +48,7 @@ from daemon.ports import MailPorts
 from daemon.schemas.timefmt import rfc3339 as iso_ms
 from daemon.services import notices, scrub
 from daemon.services.scope import Scope, refuse_inferred, resolve
-from federation.requests import MailCancel, MailHold, MailPop, MailRelease, MailSend
+from federation.requests import MailCancel, MailDecide, MailHold, MailPop, MailRelease, MailSend
 from store.records import MESSAGE_FIELDS
 
 MAIL_NS = uuid.UUID("6f1d3c2e-8b7a-4f0e-9a51-2c4d8e7b9a10")
@@ -71,6 +73,7 @@ class SendRequest:
     subject: str | None = None
     nature: Nature = NATURE_DEFAULT
     evidence: str | None = None
+    in_reply_to: str | None = None
 
 
 # -- sessions -----------------------------------------------------------------
@@ -161,6 +164,65 @@ async def project_exists(node: MailPorts, workspace: str, project: str) -> bool:
     return await node.store.project_exists(workspace, project)
 
 
+# -- replies and threads ----------------------------------------------------------
+
+async def readable_message(node: MailPorts, principal: Principal,
+                           message_id: str) -> dict[str, Any]:
+    """Message ``message_id`` if the caller may read it (read on its mailbox
+    project or on its sender project); otherwise, or unknown, a 404 that
+    says nothing of which."""
+    row = await node.store.message(message_id)
+    if row is None:  # sent through another node a moment ago: hear a read quorum
+        await node.read_barrier(ALL_KEYS)
+        row = await node.store.message(message_id)
+    if row is None or not (_readable(principal, row.get("to_workspace"), row.get("to_project"))
+                           or _readable(principal, row.get("from_workspace"),
+                                        row.get("from_project"))):
+        raise NotFound(f"no message {message_id} this caller may read", id=message_id)
+    return row
+
+
+def reply_subject(parent: dict[str, Any]) -> str | None:
+    """The default subject of a reply: the project-messaging convention's
+    ``decision-reply: <id>`` to a ``decision:`` question, else ``Re: ...``."""
+    subject = str(parent.get("subject") or "")
+    if subject.startswith(DECISION_PREFIX):
+        return f"{DECISION_REPLY_PREFIX}{parent['id']}"
+    if not subject:
+        return None
+    return subject if subject.lower().startswith("re:") else f"Re: {subject}"
+
+
+async def reply(node: MailPorts, principal: Principal, *, message_id: str, body: str,
+                subject: str | None, from_workspace: str | None, from_project: str | None,
+                to_agent: str | None, nature: Nature, evidence: str | None,
+                session_id: str | None, owner_user: str | None,
+                idempotency_key: str | None) -> dict[str, Any]:
+    """Answer message ``message_id``: a send to the project it came from, in
+    its thread. The replier sends from the project that received it unless
+    it names another; the subject defaults to :func:`reply_subject`."""
+    parent = await readable_message(node, principal, message_id)
+    if (from_workspace is None) != (from_project is None):
+        raise BadRequest("give both from_workspace and from_project, or neither")
+    if from_workspace is None and session_id is None:
+        from_workspace, from_project = parent["to_workspace"], parent["to_project"]
+    req = SendRequest(
+        to_workspace=str(parent["from_workspace"]), to_project=str(parent["from_project"]),
+        body=body, to_agent=to_agent, from_workspace=from_workspace, from_project=from_project,
+        subject=subject if subject is not None else reply_subject(parent), nature=nature,
+        evidence=evidence, in_reply_to=str(parent["id"]))
+    return await send(node, principal, req, session_id=session_id, owner_user=owner_user,
+                      idempotency_key=idempotency_key)
+
+
+def claimer_ids(principal: Principal) -> dict[str, str | None]:
+    """Who pops, besides the session and harness (:data:`common.vocab.CLAIMER_IDS`):
+    the key (keys mode) and the agent id the caller acts as; in keys mode
+    only an agent the key is bound to counts (an unbound key's is a claim)."""
+    agent = principal.agent if principal.mode != KEYS or principal.agent_bound else None
+    return {"claimer_key": principal.key_id, "claimer_agent_id": agent}
+
+
 # -- send -----------------------------------------------------------------------
 
 def clean_text(subject: str | None, body: str) -> tuple[str, bool, str, bool, int]:
@@ -177,14 +239,8 @@ def clean_text(subject: str | None, body: str) -> tuple[str, bool, str, bool, in
     return subject_s, subject_cut, body_s, body_cut, n_subject + n_body
 
 
-async def send(node: MailPorts, principal: Principal, req: SendRequest, *, session_id: str | None,
-               owner_user: str | None, idempotency_key: str | None) -> dict[str, Any]:
-    sender = await scope_for(node, req.from_workspace, req.from_project, session_id, principal)
-    _refuse_inferred(principal, sender, "send as")
-    check(principal, "message.send", {"to": (req.to_workspace, req.to_project),
-                                      "from": (sender.workspace, sender.project)})
-    if req.nature not in NATURES:
-        raise BadRequest(f"nature must be one of {', '.join(NATURES)}")
+async def _check_recipient(node: MailPorts, req: SendRequest) -> None:
+    """404 unless the recipient project (and ``to_agent``'s session there) exists."""
     # Projects and their harnesses only ever appear, so a local hit is final;
     # only a miss needs the read quorum before it may fail closed.
     if not await node.store.project_exists(req.to_workspace, req.to_project):
@@ -203,6 +259,21 @@ async def send(node: MailPorts, principal: Principal, req: SendRequest, *, sessi
                 f"{req.to_agent!r} has no session in {req.to_workspace}/{req.to_project}; "
                 f"registered harnesses: {', '.join(sorted(harnesses)) or 'none'}")
 
+
+async def send(node: MailPorts, principal: Principal, req: SendRequest, *, session_id: str | None,
+               owner_user: str | None, idempotency_key: str | None) -> dict[str, Any]:
+    sender = await scope_for(node, req.from_workspace, req.from_project, session_id, principal)
+    _refuse_inferred(principal, sender, "send as")
+    check(principal, "message.send", {"to": (req.to_workspace, req.to_project),
+                                      "from": (sender.workspace, sender.project)})
+    if req.nature not in NATURES:
+        raise BadRequest(f"nature must be one of {', '.join(NATURES)}")
+    await _check_recipient(node, req)
+
+    thread: tuple[str, str] | None = None
+    if req.in_reply_to is not None:
+        parent = await readable_message(node, principal, req.in_reply_to)
+        thread = (str(parent["id"]), str(parent.get("thread_id") or parent["id"]))
     subject, subject_cut, body, body_cut, scrubbed = clean_text(req.subject, req.body)
     evidence = None
     if req.evidence is not None:
@@ -229,11 +300,18 @@ async def send(node: MailPorts, principal: Principal, req: SendRequest, *, sessi
         from_workspace=sender.workspace, from_project=sender.project,
         from_agent=from_agent, from_owner_user=owner_user,
         subject=subject or None, body=body, nature=req.nature, evidence=evidence,
-        created_at_ms=node.now_ms(),
+        created_at_ms=node.now_ms(), in_reply_to=None if thread is None else thread[0],
+        thread_id=msg_id if thread is None else thread[1],
+        approval_required=False, approval_note=None,
     )
     if node.admission is not None:
-        # Deciding hooks see exactly what would be stored, before anything is.
-        await node.admission.check(op_body)
+        # Deciding hooks see exactly what would be stored, before anything is;
+        # one may hold it for an approver (the queue's awaiting_approval).
+        held = await node.admission.check(op_body, may_hold=True)
+        if held is not None:
+            note = held.reason
+            op_body.update(approval_required=True, approval_note=None if note is None
+                           else str(note)[:limits.approval_reason_max_chars])
     op = await node.mailbox(MailSend(mailbox=mailbox_key(req.to_workspace, req.to_project),
                                      body=op_body, cap=limits.mailbox_pending_max))
     stored = op.body
@@ -242,7 +320,10 @@ async def send(node: MailPorts, principal: Principal, req: SendRequest, *, sessi
         "to_workspace": req.to_workspace, "to_project": req.to_project, "to_agent": req.to_agent,
         "from_workspace": sender.workspace, "from_project": sender.project,
         "from_agent": stored.get("from_agent", from_agent),
-        "state": PENDING,
+        "state": AWAITING if stored.get("approval_required") else PENDING,
+        "approval_note": stored.get("approval_note"),
+        "in_reply_to": stored.get("in_reply_to"),
+        "thread_id": stored.get("thread_id") or stored["id"],
         "truncated": {"subject": subject_cut, "body": body_cut, "evidence": evidence_cut},
         "scrubbed": scrubbed,
     }
@@ -266,22 +347,47 @@ def public_message(row: dict[str, Any]) -> dict[str, Any]:
         "to_project": row.get("to_project"),
         "to_agent": row.get("to_agent"),
         "created_at": iso_ms(row.get("created_at_ms")),
+        "in_reply_to": row.get("in_reply_to"),
+        "thread_id": row.get("thread_id") or row["id"],
+        "completion": completion_json(row.get("completion")),
+        "approval_required": bool(row.get("approval_required")),
     }
+
+
+def completion_json(done: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A message's outcome as readers see it (None: not completed)."""
+    if not done:
+        return None
+    return {"result": done.get("result"), "note": done.get("note"),
+            "completed_at": iso_ms(done.get("at_ms")), "by_agent": done.get("by_agent")}
 
 
 async def list_box(node: MailPorts, principal: Principal, *, box: str, workspace: str | None,
                    project: str | None, session_id: str | None, limit: int, agent: str | None,
-                   consistency: Consistency) -> dict[str, Any]:
+                   consistency: Consistency, thread_id: str | None = None,
+                   every_state: bool = False) -> dict[str, Any]:
+    """Pending mail, oldest first; with ``every_state``, every message
+    (claimed, completed and cancelled too), newest first; with
+    ``thread_id``, only that thread's."""
     scope = await scope_for(node, workspace, project, session_id, principal)
     _check_scope(principal, "message.list_inbox" if box == "inbox" else "message.list_outbox",
                  scope)
+    ws, proj = scope.workspace, scope.project
     if box == "inbox":
-        await node.read_barrier(mailbox_key(scope.workspace, scope.project), consistency)
-        rows = await node.store.mailbox_pending(scope.workspace, scope.project, limit=limit,
-                                                agent=agent, with_held=True)
+        await node.read_barrier(mailbox_key(ws, proj), consistency)
+        if every_state:
+            rows = await node.store.mailbox_messages(ws, proj, limit=limit, thread_id=thread_id)
+            rows = [r for r in rows if agent is None or r.get("to_agent") in (None, agent)]
+        else:
+            rows = await node.store.mailbox_pending(ws, proj, limit=limit, agent=agent,
+                                                    with_held=True, thread_id=thread_id)
     else:
-        rows = await node.store.outbox(scope.workspace, scope.project, limit=limit,
-                                       with_held=True)
+        if every_state:  # outcomes are written through any node: hear a read quorum
+            await node.read_barrier(ALL_KEYS, consistency)
+            rows = await node.store.sent_messages(ws, proj, limit=limit, thread_id=thread_id)
+        else:
+            rows = await node.store.outbox(ws, proj, limit=limit, with_held=True,
+                                           thread_id=thread_id)
     out: dict[str, Any] = {
         "box": box, "workspace": scope.workspace, "project": scope.project,
         "count": len(rows), "messages": [
@@ -314,7 +420,8 @@ async def pop(node: MailPorts, principal: Principal, *, workspace: str | None, p
     check(principal, "message.pop", {"box": (scope.workspace, scope.project)})
     session = scope.session
     harness = agent or (session or {}).get("harness")
-    claimer = {"claimer_session": (session or {}).get("session_id"), "claimer_agent": harness}
+    claimer = {"claimer_session": (session or {}).get("session_id"), "claimer_agent": harness,
+               **claimer_ids(principal)}
     # Every pop is decided under a request id, so a copy of it that a node
     # forwards again (after a timeout) meets the same decision. A caller that
     # sent none gets one back, which it may use to retry.
@@ -516,7 +623,8 @@ async def release(node: MailPorts, principal: Principal, *, message_id: str, hol
         truncated = {"subject": subject_cut, "body": body_cut}
         content = {"subject": subj or None, "body": text_}
         if node.admission is not None:
-            await node.admission.check({**{k: row.get(k) for k in MESSAGE_FIELDS}, **content})
+            await node.admission.check({**{k: row.get(k) for k in MESSAGE_FIELDS}, **content},
+                                       may_hold=False)
     res = await node.mailbox(MailRelease(mailbox_key(row["to_workspace"], row["to_project"]),
                                          message_id, content=content, holder=holder))
     out = web_message(principal, {**row, **res["message"], "state": PENDING})
@@ -540,6 +648,11 @@ def web_message(principal: Principal, row: dict[str, Any]) -> dict[str, Any]:
         claimed_by_agent=row.get("claimed_by_agent"),
         claimed_at=iso_ms(row.get("claimed_at_ms")),
         cancelled_at=iso_ms(row.get("cancelled_at_ms")),
+        approval_note=row.get("approval_note"),
+        approval_decision=row.get("approval_decision"),
+        approval_decided_by=row.get("approval_decided_by"),
+        approval_decided_at=iso_ms(row.get("approval_decided_at_ms")),
+        approval_reason=row.get("approval_reason"),
         from_hidden=False, to_hidden=False)
     if not _readable(principal, row.get("from_workspace"), row.get("from_project")):
         out.update(from_workspace=None, from_project=None, from_workspace_id=None,
@@ -550,10 +663,11 @@ def web_message(principal: Principal, row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def history(node: MailPorts, principal: Principal, *, box: str, workspace: str, project: str,
-                  page: int) -> dict[str, Any]:
+                  page: int, thread_id: str | None = None) -> dict[str, Any]:
     """A project's Received (its mailbox) or Sent (its outbox across
     mailboxes) history, every state, newest first, paged at
-    ``limits.web_page_size``. Reading never claims or cancels."""
+    ``limits.web_page_size`` (with ``thread_id``, that thread's only).
+    Reading never claims or cancels."""
     if box not in ("received", "sent"):
         raise BadRequest("box must be received or sent")
     if not 0 <= page < limits.web_history_pages_max:
@@ -564,12 +678,13 @@ async def history(node: MailPorts, principal: Principal, *, box: str, workspace:
     if box == "received":
         await node.read_barrier(mailbox_key(workspace, project))
         rows = await node.store.mailbox_messages(workspace, project, limit=size + 1,
-                                                 offset=page * size)
+                                                 offset=page * size, thread_id=thread_id)
     else:
         await node.read_barrier(ALL_KEYS)  # the outbox spans mailboxes
         rows = await node.store.sent_messages(workspace, project, limit=size + 1,
-                                              offset=page * size)
+                                              offset=page * size, thread_id=thread_id)
     return {"box": box, "workspace": workspace, "project": project, "page": page,
+            "thread_id": thread_id,
             "page_size": size, "has_previous": page > 0, "has_next": len(rows) > size,
             "messages": [web_message(principal, r) for r in rows[:size]]}
 
@@ -605,3 +720,46 @@ async def harnesses(node: MailPorts, principal: Principal, *, workspace: str,
         await node.read_barrier(project_key(workspace, project))
         found = await node.store.project_harnesses(workspace, project)
     return {"workspace": workspace, "project": project, "harnesses": sorted(found)}
+
+
+# -- the approval queue ------------------------------------------------------------
+#
+# A send an admission decider answered "pending" for waits, state
+# awaiting_approval, until an approver (write on the recipient project:
+# common.policy "message.approve") approves it into its place in the queue
+# or rejects it. The decision goes to the mailbox's owner like a pop
+# (federation/claim.py, MailDecide), so it is made once cluster-wide.
+
+async def approvals(node: MailPorts, principal: Principal, *, workspace: str,
+                    project: str) -> dict[str, Any]:
+    """Messages of a mailbox awaiting an approver, oldest first."""
+    policy.check(principal, "message.list_inbox", {"box": (workspace, project)})
+    await node.read_barrier(mailbox_key(workspace, project))
+    rows = await node.store.mailbox_awaiting(workspace, project, limit=limits.approvals_list_max)
+    return {"workspace": workspace, "project": project, "count": len(rows),
+            "messages": [web_message(principal, r) for r in rows]}
+
+
+async def decide(node: MailPorts, principal: Principal, *, message_id: str, approve: bool,
+                 reason: str | None, by_agent: str | None = None) -> dict[str, Any]:
+    """Approve or reject a message awaiting approval (409 once decided)."""
+    row = await node.store.message(message_id)
+    if row is None:
+        await node.read_barrier(ALL_KEYS)
+        row = await node.store.message(message_id)
+    if row is None:
+        raise NotFound(f"no message {message_id}", id=message_id)
+    policy.check(principal, "message.approve", {"box": (row["to_workspace"], row["to_project"])})
+    if reason is not None:
+        reason = scrub.scrub(scrub.one_line(reason))[0][:limits.approval_reason_max_chars] or None
+    decider = {"by_user": principal.user or principal.owner_user or None, "by_agent": by_agent}
+    res = await node.mailbox(MailDecide(mailbox_key(row["to_workspace"], row["to_project"]),
+                                        message_id, approve, decider=decider, reason=reason))
+    dec = res["decision"]
+    state = PENDING if approve else REJECTED
+    out = web_message(principal, {**row, **res["message"], "state": state,
+                                  "approval_decision": "approved" if approve else "rejected",
+                                  "approval_decided_by": dec.get("by_user"),
+                                  "approval_decided_at_ms": dec.get("at_ms"),
+                                  "approval_reason": dec.get("reason")})
+    return {"message": out, "decision": "approved" if approve else "rejected"}

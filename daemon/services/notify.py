@@ -22,6 +22,13 @@ the reply (``delivered_to``: the ids written) is all-or-nothing. More than
 ``limits.notify_broadcast_max`` recipients is a 413 and writes nothing.
 With an ``Idempotency-Key`` each recipient's id is derived from (sender,
 key, recipient), so a retried broadcast re-asserts the same records.
+
+Replies and threads: ``in_reply_to`` names a notification the sender may
+read (one it received or sent; any other id is a 404, so a reply reveals
+nothing); the new notification joins that one's thread (``thread_id``, the
+first notification's id; a first one is its own thread). ``reply_to`` is
+``in_reply_to`` addressed to the original sender: the target is that
+notification's ``from``.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from common import limits
-from common.errors import Conflict, NotFound, PayloadTooLarge
+from common.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from common.ops import ALL_KEYS, NOTE_NEW, NOTE_READ, inbox_key
 from common.vocab import CONSISTENCY_DEFAULT, NOTE_FIELDS, Consistency
 from daemon.schemas.ids import record_id
@@ -48,10 +55,22 @@ if TYPE_CHECKING:
 _SAME_REQUEST = ("from", "to", "title", "payload", "priority", "tier")
 
 
+async def _parent(node: RecordPorts, note_id: str, sender: str) -> dict[str, Any]:
+    """The notification ``note_id`` if ``sender`` received or sent it, else 404."""
+    rows = await node.store.notifications([note_id])
+    if not rows:  # written through another node a moment ago: hear a read quorum
+        await node.read_barrier(ALL_KEYS)
+        rows = await node.store.notifications([note_id])
+    if not rows or sender not in (rows[0].get("from"), rows[0].get("to")):
+        raise NotFound(f"no notification {note_id} this agent received or sent", id=note_id)
+    return rows[0]
+
+
 async def _recipients(node: RecordPorts, req: NotifyRequest, sender: str) -> list[str]:
     prefix = req.broadcast_prefix
     if prefix is None:
         t = req.target_agent_id
+        assert t is not None  # NotifyRequest: a target, or reply_to resolved above
         return list(dict.fromkeys(t)) if isinstance(t, list) else [t]
     await node.read_barrier(ALL_KEYS)
     agents = [a["agent_id"] for a in await node.store.list_agents()
@@ -64,6 +83,17 @@ async def _recipients(node: RecordPorts, req: NotifyRequest, sender: str) -> lis
 
 async def notify(node: RecordPorts, req: NotifyRequest, *, sender: str,
                  idempotency_key: str | None = None) -> dict[str, Any]:
+    parent_id = req.reply_to or req.in_reply_to
+    thread: tuple[str, str] | None = None
+    if parent_id is not None:
+        parent = await _parent(node, parent_id, sender)
+        thread = (str(parent["id"]), str(parent.get("thread_id") or parent["id"]))
+        if req.reply_to is not None:
+            origin = str(parent["from"])
+            if req.target_agent_id not in (None, origin):
+                raise BadRequest(f"reply_to answers {origin}, the sender of {parent_id}; "
+                                 "target_agent_id names someone else")
+            req = req.model_copy(update={"target_agent_id": origin})
     targets = await _recipients(node, req, sender)
     if len(targets) > limits.notify_broadcast_max:
         raise PayloadTooLarge(
@@ -71,10 +101,10 @@ async def notify(node: RecordPorts, req: NotifyRequest, *, sender: str,
             "(limits.notify_broadcast_max)", limit="notify_broadcast_max")
     if isinstance(req.target_agent_id, str) and req.broadcast_prefix is None:
         return await _notify_one(node, req, targets[0], sender=sender,
-                                 idempotency_key=idempotency_key)
+                                 idempotency_key=idempotency_key, thread=thread)
     bodies = [await _note_body(node, req, t, sender=sender,
                                idempotency_key=None if idempotency_key is None
-                               else f"{idempotency_key}:{t}") for t in targets]
+                               else f"{idempotency_key}:{t}", thread=thread) for t in targets]
     await node.write([(NOTE_NEW, inbox_key(b["to"]), b) for b in bodies])
     return {
         "from": sender,
@@ -85,18 +115,23 @@ async def notify(node: RecordPorts, req: NotifyRequest, *, sender: str,
 
 
 async def _notify_one(node: RecordPorts, req: NotifyRequest, target: str, *, sender: str,
-                      idempotency_key: str | None) -> dict[str, Any]:
-    body = await _note_body(node, req, target, sender=sender, idempotency_key=idempotency_key)
+                      idempotency_key: str | None,
+                      thread: tuple[str, str] | None) -> dict[str, Any]:
+    body = await _note_body(node, req, target, sender=sender, idempotency_key=idempotency_key,
+                            thread=thread)
     await node.write([(NOTE_NEW, inbox_key(target), body)])
     return notified_json(body)
 
 
 async def _note_body(node: RecordPorts, req: NotifyRequest, target: str, *, sender: str,
-                     idempotency_key: str | None) -> dict[str, Any]:
+                     idempotency_key: str | None,
+                     thread: tuple[str, str] | None = None) -> dict[str, Any]:
+    """``thread``: (the notification answered, its thread id), or None."""
     now = node.now_ms()
     ttl = node.settings.notify.tier_ttl_secs.get(req.tier)
+    note_id = record_id("note", sender, idempotency_key)
     body: dict[str, Any] = {
-        "id": record_id("note", sender, idempotency_key),
+        "id": note_id,
         "from": sender,
         "to": target,
         "namespace": inbox_namespace(target),
@@ -106,6 +141,8 @@ async def _note_body(node: RecordPorts, req: NotifyRequest, target: str, *, send
         "tier": req.tier,
         "created_at_ms": now,
         "expires_at_ms": None if ttl is None else now + ttl * 1000,
+        "in_reply_to": None if thread is None else thread[0],
+        "thread_id": note_id if thread is None else thread[1],
     }
     if idempotency_key is not None:
         prior = await node.store.notifications([body["id"]])
@@ -123,7 +160,7 @@ async def inbox(node: RecordPorts, q: InboxQuery, *, agent: str) -> dict[str, An
     rows = await node.store.inbox(
         agent, unread_only=q.unread_only, limit=q.limit, min_priority=q.min_priority,
         since_ms=None if q.since is None else parse_rfc3339(q.since), tier=q.tier,
-        now_ms=node.now_ms())
+        thread_id=q.thread_id, now_ms=node.now_ms())
     if q.mark_read:
         unread = [r["id"] for r in rows if not r.get("read")]
         if unread:

@@ -12,6 +12,10 @@ upstream's inbox stream, a digest of the body and never the body), so a
 client written for either hears of it with nothing extra to ask. A source
 also reads one record back by id (:meth:`Source.record`), for a stream
 resumed between two events of one record.
+
+A mailbox stream also carries ``message_complete`` (a claimed message's
+outcome: ``message_id``, ``completion``), live and on replay (the winning
+completion of each message the cursor does not cover), beside ``message``.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common import limits
-from common.lifecycle import PENDING
-from common.ops import Op, inbox_key, mailbox_key
+from common.lifecycle import AWAITING, DECISION_KINDS, PENDING
+from common.ops import MSG_APPROVE, MSG_COMPLETE, Op, inbox_key, mailbox_key
 from daemon.ports import StreamPorts
 from daemon.schemas.notify import AGENT_NOTIFIED, agent_notified_json, message_json
-from daemon.services.mail import public_message
+from daemon.services.mail import completion_json, public_message
+
+MESSAGE_COMPLETE_EVENT = "message_complete"
 
 Row = dict[str, Any]
 OrderKey = tuple[int, str, int]
@@ -100,8 +106,10 @@ class InboxSource:
 
 @dataclass(frozen=True, slots=True)
 class MailboxSource:
-    """Messages sent to one project's mailbox (event ``message``); with
-    ``agent``, only those that harness could claim."""
+    """Messages sent to one project's mailbox (event ``message``, or
+    ``approval_requested`` while one awaits an approver, and
+    ``approval_decided`` for a decision, live only); with ``agent``, only
+    those that harness could claim."""
 
     node: StreamPorts
     workspace: str
@@ -113,19 +121,42 @@ class MailboxSource:
         return mailbox_key(self.workspace, self.project)
 
     def _wrap(self, msg: dict[str, Any]) -> Rendered:
+        """Event ``message``; ``approval_requested`` for a message awaiting
+        an approver."""
+        event = "approval_requested" if msg.get("state") == AWAITING else "message"
         return Rendered(str(msg["id"]), [
-            ("message", {"workspace": self.workspace, "project": self.project, "message": msg})])
+            (event, {"workspace": self.workspace, "project": self.project, "message": msg})])
+
+    def _done(self, message_id: str, done: dict[str, Any] | None) -> Rendered:
+        return Rendered(message_id, [(MESSAGE_COMPLETE_EVENT, {
+            "workspace": self.workspace, "project": self.project, "message_id": message_id,
+            "completion": completion_json(done)})])
 
     def live(self, op: Op, now_ms: int) -> Rendered | None:
-        return self._wrap(public_message({**op.body, "state": PENDING}))
+        if op.kind == MSG_COMPLETE:
+            return self._done(str(op.body["id"]), op.body)
+        if op.kind in DECISION_KINDS:  # live only: a resume replays the message itself
+            b = op.body
+            return Rendered(str(b.get("id")), [("approval_decided", {
+                "workspace": self.workspace, "project": self.project, "id": b.get("id"),
+                "decision": "approved" if op.kind == MSG_APPROVE else "rejected",
+                "by_user": b.get("by_user"), "reason": b.get("reason")})])
+        state = AWAITING if op.body.get("approval_required") else PENDING
+        return self._wrap(public_message({**op.body, "state": state}))
 
     async def replay(self, cursor: dict[str, int], after: OrderKey | None,
                      now_ms: int) -> list[Row]:
-        return await self.node.store.messages_not_covered(
-            self.workspace, self.project, cursor, after=after, limit=limits.stream_replay_page,
-            agent=self.agent)
+        page = limits.stream_replay_page
+        sends = await self.node.store.messages_not_covered(
+            self.workspace, self.project, cursor, after=after, limit=page, agent=self.agent)
+        dones = await self.node.store.completions_not_covered(
+            self.workspace, self.project, cursor, after=after, limit=page)
+        rows = sorted([*sends, *dones], key=lambda r: (r["hlc"], r["origin"], r["seq"]))
+        return rows[:page]  # both pages end at or after this page's end: none skipped
 
     def replayed(self, row: Row) -> Rendered:
+        if row.get("kind") == MSG_COMPLETE:
+            return self._done(str(row["id"]), row.get("completion"))
         return self._wrap(public_message(row))
 
     async def record(self, record_id: str, origin: str, seq: int,

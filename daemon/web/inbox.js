@@ -5,9 +5,18 @@
 (function () {
   const $ = (id) => document.getElementById(id);
   const STATE_WORDS = { pending: "queued", claimed: "collected", cancelled: "cancelled",
-                        editing: "Editing" };
+                        editing: "Editing", awaiting_approval: "awaiting approval",
+                        rejected: "rejected" };
   const ui = { me: null, projects: [], current: null, box: "received", page: 0,
-               expanded: new Set(), editing: new Set(), rows: [] };
+               expanded: new Set(), editing: new Set(), rows: [], thread: null };
+  // How a claimed message ended, once its holder completed it.
+  const RESULT_WORDS = { done: "done", blocked: "blocked", rejected: "rejected" };
+
+  function stateWord(m) {
+    const word = STATE_WORDS[m.state] || m.state;
+    const result = m.completion && RESULT_WORDS[m.completion.result];
+    return result ? word + " → " + result : word;
+  }
 
   function el(tag, attrs, text) {
     const e = document.createElement(tag);
@@ -97,6 +106,7 @@
 
   async function select(p) {
     ui.current = p;
+    ui.thread = null;
     ui.page = 0;
     ui.expanded.clear();
     window.location.hash = key(p);
@@ -147,18 +157,31 @@
     try {
       const q = "workspace=" + encodeURIComponent(p.workspace) + "&project=" +
                 encodeURIComponent(p.project);
-      const [hist, held] = await Promise.all([
-        api("/web/api/history?box=" + ui.box + "&page=" + ui.page + "&" + q),
-        api("/web/api/held?" + q)]);
+      const thread = ui.thread ? "&thread_id=" + encodeURIComponent(ui.thread) : "";
+      renderThread();
+      const [hist, held, waiting] = await Promise.all([
+        api("/web/api/history?box=" + ui.box + "&page=" + ui.page + "&" + q + thread),
+        api("/web/api/held?" + q), api("/web/api/approvals?" + q)]);
       ui.rows = hist.messages;
       renderRows(hist.messages);
       renderHeld(held);
+      renderWaiting(waiting);
       $("prev").disabled = !hist.has_previous;
       $("next").disabled = !hist.has_next;
       $("page-label").textContent = "Page " + (hist.page + 1);
     } catch (e) {
       $("list-error").textContent = e.message;
     }
+  }
+
+  function renderThread() {
+    const b = $("thread-banner");
+    b.replaceChildren();
+    if (!ui.thread) { b.hidden = true; return; }
+    b.hidden = false;
+    const all = el("button", { type: "button" }, "Show all messages");
+    all.addEventListener("click", () => { ui.thread = null; ui.page = 0; refresh(); });
+    b.append(el("span", {}, "Showing thread " + ui.thread + " "), all);
   }
 
   function renderHeld(held) {
@@ -169,6 +192,26 @@
     b.append(el("span", {}, held.count === 1 ? "1 message is held for editing: "
                                              : held.count + " messages are held for editing: "));
     held.messages.forEach((m, i) => {
+      if (i) { b.append(", "); }
+      const a = el("a", { href: "#msg-" + m.id }, m.subject || m.id);
+      a.addEventListener("click", (ev) => {
+        ev.preventDefault();
+        showHeld(m);
+      });
+      b.append(a);
+    });
+  }
+
+  // Mail an admission policy held for an approver: counted above the list,
+  // each linked to its row (where Approve and Reject are).
+  function renderWaiting(waiting) {
+    const b = $("approval-banner");
+    b.replaceChildren();
+    if (!waiting.count) { b.hidden = true; return; }
+    b.hidden = false;
+    b.append(el("span", {}, waiting.count === 1 ? "1 message awaits approval: "
+                                                : waiting.count + " messages await approval: "));
+    waiting.messages.forEach((m, i) => {
       if (i) { b.append(", "); }
       const a = el("a", { href: "#msg-" + m.id }, m.subject || m.id);
       a.addEventListener("click", (ev) => {
@@ -209,9 +252,15 @@
         renderRows(ui.rows);
       });
       subj.append(toggle);
-      const word = STATE_WORDS[m.state] || m.state;
+      const word = stateWord(m);
+      const result = m.completion && RESULT_WORDS[m.completion.result];
       const state = el("td");
-      state.append(el("span", { class: "state state-" + word.toLowerCase() }, word));
+      // A completed message's class names its outcome (outcome-done,
+      // outcome-blocked, outcome-rejected); otherwise its state
+      // (state-rejected is the approval queue's rejected message).
+      const cls = result ? "outcome-" + result
+                         : "state-" + word.toLowerCase().replace(/ /g, "-");
+      state.append(el("span", { class: "state " + cls }, word));
       tr.append(subj,
         el("td", { class: "snippet" }, snippet(m.body)),
         nameCell(projectName(m.from_workspace, m.from_project, m.from_hidden)),
@@ -248,16 +297,35 @@
     add("Evidence", m.evidence);
     add("Message id", m.id);
     if (m.state === "claimed") { add("Collected", (m.claimed_by_agent || "") + " " + (m.claimed_at || "")); }
+    if (m.completion) {
+      add("Outcome", m.completion.result + " " + (m.completion.completed_at || ""));
+      add("Outcome note", m.completion.note);
+    }
+    if (m.in_reply_to) { add("In reply to", m.in_reply_to); }
+    if (m.thread_id) { add("Thread", m.thread_id); }
     if (m.state === "editing") { add("Edited by", m.editing_by_user); }
+    if (m.state === "awaiting_approval") { add("Held because", m.approval_note); }
+    if (m.approval_decision) {
+      add("Approval", m.approval_decision + " by " + (m.approval_decided_by || "?") +
+          (m.approval_reason ? ": " + m.approval_reason : ""));
+    }
     td.append(dl);
-    if (m.state === "claimed") {
+    if (m.state === "claimed" && !m.completion) {
       td.append(el("p", {}, "Collected records the agent's claim; completion of the request is not confirmed."));
+    }
+    if (m.thread_id && ui.thread !== m.thread_id) {
+      const t = el("button", { type: "button" }, "Show thread");
+      t.addEventListener("click", () => { ui.thread = m.thread_id; ui.page = 0; refresh(); });
+      td.append(t, " ");
     }
     const canEdit = ui.box === "received" && ui.me && ui.me.can_edit;
     if (canEdit && m.state === "pending") {
       const b = el("button", { type: "button" }, "Edit");
       b.addEventListener("click", () => startEdit(m, td));
       td.append(b);
+    }
+    if (canEdit && m.state === "awaiting_approval") {
+      td.append(approvalControls(m, td));
     }
     if (canEdit && m.state === "editing") {
       const c = el("button", { type: "button" }, "Continue editing");
@@ -268,6 +336,29 @@
     }
     td.append(el("p", { role: "alert", class: "row-error" }));
     return tr;
+  }
+
+  // An approver's decision: write on this project; made once, by the
+  // mailbox's owner, so a second approver elsewhere gets a clear 409.
+  function approvalControls(m, td) {
+    const box = el("div", { class: "approval", role: "group", "aria-label": "Approval" });
+    const reasonId = "approval-reason-" + m.id;
+    const reason = el("input", { id: reasonId, maxlength: "500" });
+    const decide = async (verb) => {
+      try {
+        await post("/web/api/messages/" + encodeURIComponent(m.id) + "/" + verb,
+                   { reason: reason.value || null });
+        await refresh();
+      } catch (e) {
+        rowError(td, e.status === 409 ? "Already decided: " + e.message : e.message);
+      }
+    };
+    const yes = el("button", { type: "button", class: "primary" }, "Approve");
+    yes.addEventListener("click", () => decide("approve"));
+    const no = el("button", { type: "button" }, "Reject");
+    no.addEventListener("click", () => decide("reject"));
+    box.append(el("label", { for: reasonId }, "Reason (optional)"), reason, " ", yes, " ", no);
+    return box;
   }
 
   function rowError(td, text) {
@@ -433,8 +524,8 @@
     if (first) { await select(first); }
   }
 
-  $("tab-received").addEventListener("click", () => { ui.box = "received"; ui.page = 0; refresh(); });
-  $("tab-sent").addEventListener("click", () => { ui.box = "sent"; ui.page = 0; refresh(); });
+  $("tab-received").addEventListener("click", () => { ui.box = "received"; ui.page = 0; ui.thread = null; refresh(); });
+  $("tab-sent").addEventListener("click", () => { ui.box = "sent"; ui.page = 0; ui.thread = null; refresh(); });
   $("prev").addEventListener("click", () => { if (ui.page > 0) { ui.page -= 1; refresh(); } });
   $("next").addEventListener("click", () => { ui.page += 1; refresh(); });
   $("from-project").addEventListener("change", () => {

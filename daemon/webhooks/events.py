@@ -17,9 +17,19 @@ link.put           ``memory_link_created``: source, target, relation, and
 note.new           ``notify``
 msg.send           ``message_send``: scope and actor only -- never the body,
                    subject or message id (observers get a signal to go and
-                   read their inbox, not the mail itself)
+                   read their inbox, not the mail itself); a send an
+                   admission decider held for approval makes
+                   ``approval_requested`` instead: the message id, scope,
+                   sender and the decider's note (never the body or
+                   subject), so a pager can link an approver to it
+msg.approve,       ``approval_decided``: the message id, scope, the
+msg.reject         decision (``approved`` / ``rejected``), the approver and
+                   the reason
 msg.claim          ``message_claim``
 msg.cancel         ``message_cancel``
+msg.complete       ``message_complete``: the message id, its mailbox and
+                   sender project, the result and who completed it -- not
+                   the note (read it in the outbox, as a body)
 =================  =========================================================
 
 Mailbox ops of a project's reserved handoff mailbox (:mod:`common.handoffs`)
@@ -65,15 +75,17 @@ NOTIFY: Final = "notify"
 MESSAGE_SEND: Final = "message_send"
 MESSAGE_CLAIM: Final = "message_claim"
 MESSAGE_CANCEL: Final = "message_cancel"
-# Accepted in subscriptions (daemon/webhooks/names.py) but not produced yet:
-# the approval queue will produce it.
+MESSAGE_COMPLETE: Final = "message_complete"
 APPROVAL_REQUESTED: Final = "approval_requested"
+APPROVAL_DECIDED: Final = "approval_decided"
 
 EVENTS: Final = (MEMORY_STORE, MEMORY_UPDATE, MEMORY_PROMOTE, MEMORY_DELETE, MEMORY_CONSOLIDATE,
-                 MEMORY_LINK_CREATED, NOTIFY, MESSAGE_SEND, MESSAGE_CLAIM, MESSAGE_CANCEL)
+                 MEMORY_LINK_CREATED, NOTIFY, MESSAGE_SEND, MESSAGE_CLAIM, MESSAGE_CANCEL,
+                 MESSAGE_COMPLETE, APPROVAL_REQUESTED, APPROVAL_DECIDED)
 # Op kinds that can produce an event; the others are ignored at intake.
 EVENT_KINDS: Final = frozenset({K.MEM_PUT, K.MEM_DEL, K.LINK_PUT, K.NOTE_NEW, K.MSG_SEND,
-                                K.MSG_CLAIM, K.MSG_CANCEL})
+                                K.MSG_CLAIM, K.MSG_CANCEL, K.MSG_COMPLETE, K.MSG_APPROVE,
+                                K.MSG_REJECT})
 MEMORY_KINDS: Final = frozenset({K.MEM_PUT, K.MEM_DEL})
 
 Rank = tuple[int, str, int]
@@ -207,6 +219,27 @@ def _other_event(op: Op, node_id: str) -> Event | None:
             "agent_id": b.get("from"), "to": b.get("to"), "priority": b.get("priority"),
             "timestamp": stamp, "node_id": node_id, "change_id": f"{op.origin}#{op.seq}",
         }, _agents(b.get("from"), b.get("to")))
+    if op.kind == K.MSG_SEND and b.get("approval_required"):
+        ns = _scope_ns(b.get("to_workspace"), b.get("to_project"))
+        return Event(APPROVAL_REQUESTED, ns, {
+            "event": APPROVAL_REQUESTED, "id": str(b["id"]), "namespace": ns,
+            "workspace": b.get("to_workspace"), "project": b.get("to_project"),
+            "to_agent": b.get("to_agent"), "from_workspace": b.get("from_workspace"),
+            "from_project": b.get("from_project"), "from_agent": b.get("from_agent"),
+            "agent_id": b.get("from_agent"), "note": b.get("approval_note"),
+            "timestamp": stamp, "node_id": node_id, "change_id": f"{op.origin}#{op.seq}",
+        }, _agents(b.get("from_agent"), b.get("to_agent")))
+    if op.kind in (K.MSG_APPROVE, K.MSG_REJECT):
+        workspace, project = _mailbox_scope(op)
+        ns = _scope_ns(workspace, project)
+        return Event(APPROVAL_DECIDED, ns, {
+            "event": APPROVAL_DECIDED, "id": str(b["id"]), "namespace": ns,
+            "workspace": workspace, "project": project,
+            "decision": "approved" if op.kind == K.MSG_APPROVE else "rejected",
+            "by_user": b.get("by_user"), "agent_id": b.get("by_agent"),
+            "reason": b.get("reason"), "timestamp": stamp, "node_id": node_id,
+            "change_id": f"{op.origin}#{op.seq}",
+        }, _agents(b.get("by_agent")))
     if op.kind == K.MSG_SEND:
         ns = _scope_ns(b.get("to_workspace"), b.get("to_project"))
         # Observer rule: scope and actor metadata only. No body, no subject,
@@ -232,6 +265,16 @@ def _other_event(op: Op, node_id: str) -> Event | None:
         else:
             payload.update(by_workspace=b.get("by_workspace"), by_project=b.get("by_project"))
         return Event(name, ns, payload, _agents(payload.get("agent_id")))
+    if op.kind == K.MSG_COMPLETE:
+        workspace, project = _mailbox_scope(op)
+        ns = _scope_ns(workspace, project)
+        return Event(MESSAGE_COMPLETE, ns, {
+            "event": MESSAGE_COMPLETE, "id": str(b["id"]), "namespace": ns,
+            "workspace": workspace, "project": project,
+            "from_workspace": b.get("from_workspace"), "from_project": b.get("from_project"),
+            "result": b.get("result"), "agent_id": b.get("by_agent_id") or b.get("by_agent"),
+            "timestamp": stamp, "node_id": node_id, "change_id": f"{op.origin}#{op.seq}",
+        }, _agents(b.get("by_agent_id"), b.get("by_agent")))
     return None
 
 

@@ -7,9 +7,8 @@ two of them differently, and a subscription may use either name
 receives the event under that name (``event`` in the body and the
 ``X-AI-Memory-Event`` header), so an upstream receiver that dispatches on
 the name keeps working; one that asked for every event gets our names.
-``approval_requested`` (:data:`NOT_YET_PRODUCED`) is accepted so the
-subscription can be made; it is delivered once the approval queue produces
-it.
+Upstream's ``approval_requested`` is one of ours (the approval queue makes
+it, with ``approval_decided``).
 
 ``events`` arrives as a list of names, as ``"*"`` (every event), or as a
 comma-separated string (upstream's form); :func:`parse_events` turns all
@@ -23,7 +22,6 @@ from typing import Final
 
 from common import limits
 from daemon.webhooks.events import (
-    APPROVAL_REQUESTED,
     EVENTS,
     MEMORY_CONSOLIDATE,
     NOTIFY,
@@ -31,8 +29,7 @@ from daemon.webhooks.events import (
 
 ALL: Final = "*"
 ALIASES: Final = {"memory_consolidated": MEMORY_CONSOLIDATE, "agent_notified": NOTIFY}
-NOT_YET_PRODUCED: Final = (APPROVAL_REQUESTED,)
-ACCEPTED: Final = (*EVENTS, *NOT_YET_PRODUCED, *ALIASES)
+ACCEPTED: Final = (*EVENTS, *ALIASES)
 MAX_NAMES: Final = len(ACCEPTED)
 
 

@@ -13,12 +13,15 @@ from tests.federation.cluster import Cluster
 MB = mailbox_key("w", "inbox")
 
 
-def body(mid: str, sender: str = "p0", to_agent: str | None = None) -> dict[str, Any]:
+def body(mid: str, sender: str = "p0", to_agent: str | None = None,
+         approval: bool = False) -> dict[str, Any]:
     """A whole ``msg.send`` body (an owner rebuilt from the store shows every field)."""
     return message_body(id=mid, to_workspace="w", to_project="inbox", to_agent=to_agent,
                         from_workspace="w", from_project=sender, from_agent=None,
                         from_owner_user=None, subject=mid, body=f"b-{mid}", nature=None,
-                        evidence=None, created_at_ms=1_000_000)
+                        evidence=None, created_at_ms=1_000_000, in_reply_to=None,
+                        thread_id=mid, approval_required=approval,
+                        approval_note="held" if approval else None)
 
 
 def owner_cluster(n: int = 3) -> tuple[Cluster, str]:
@@ -205,7 +208,9 @@ def test_an_owner_after_restart_reloads_and_keeps_decisions() -> None:
     cl, o = owner_cluster()
     ask(cl, o, 1, MailSend(MB, body("m1")))
     ask(cl, o, 2, MailSend(MB, body("m2")))
-    who = {"claimer_session": "s1", "claimer_agent": "a1"}
+    # as daemon/services/mail.py pop builds it (the rebuilt claim carries every field)
+    who = {"claimer_session": "s1", "claimer_agent": "a1", "claimer_key": None,
+           "claimer_agent_id": "agent-1"}
     first = ask(cl, o, 3, MailPop(MB, request_id="r1", claimer=who))
     old_epoch = cl.cores[o].claims.owned()[MB]
     cl.restart(o)  # the model is rebuilt from the merged state, not the op log
@@ -453,3 +458,98 @@ def test_an_acknowledged_hold_outranks_an_older_unacknowledged_claim() -> None:
     for disk in cl.disks.values():
         view = disk.message("m1")
         assert view["state"] == "claimed" and view["request_id"] == "r2"
+
+
+# -- approvals: a message awaiting an approver, decided once by the owner ------
+
+
+def _decide(mid: str = "m1", approve: bool = True, user: str = "ann") -> Any:
+    from federation.requests import MailDecide
+    return MailDecide(MB, mid, approve, decider={"by_user": user}, reason="why")
+
+
+def test_a_message_awaiting_approval_is_not_claimable_and_approval_keeps_its_place() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1", approval=True)))
+    ask(cl, o, 2, MailSend(MB, body("m2")))
+    model = cl.cores[o].claims.slots[MB].model
+    assert model.state("m1") == "awaiting_approval" and model.awaiting_ids() == ["m1"]
+    assert isinstance(ask(cl, o, 3, MailPop(MB, message_id="m1")), Conflict)
+    assert isinstance(ask(cl, o, 4, _hold()), Conflict)
+    ok = ask(cl, o, 5, _decide())
+    assert ok["approved"] and ok["decision"]["by_user"] == "ann"
+    assert ask(cl, o, 6, MailSend(MB, body("m3"))) is not None
+    # m1 was sent before m2 and takes the head of the queue back.
+    assert [ask(cl, o, 7 + i, MailPop(MB))["message"]["id"] for i in range(3)] == [
+        "m1", "m2", "m3"]
+    holders = [d for d in cl.disks.values()
+               if (d.message("m1") or {}).get("approval_decision") == "approved"]
+    assert len(holders) >= 2
+
+
+def test_a_rejected_message_is_never_claimable_and_decisions_are_made_once() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1", approval=True)))
+    assert ask(cl, o, 2, _decide(approve=False, user="bob"))["approved"] is False
+    again = ask(cl, o, 3, _decide(approve=True, user="ann"))
+    assert isinstance(again, Conflict) and again.details["decision"] == "rejected"
+    assert again.details["decided_by"] == "bob"
+    assert isinstance(ask(cl, o, 4, _decide(approve=False)), Conflict)
+    assert ask(cl, o, 5, MailPop(MB)) is None
+    assert isinstance(ask(cl, o, 6, MailPop(MB, message_id="m1")), Conflict)
+    assert isinstance(ask(cl, o, 7, MailCancel(MB, ("m1",), "w", "p0")), Conflict)
+    for d in cl.disks.values():
+        assert d.message("m1")["state"] == "rejected"
+
+
+def test_two_decisions_in_flight_are_ordered_and_only_the_first_wins() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1", approval=True)))
+    cl.call(o, "mailbox_request", 2, _decide(approve=True, user="ann"))
+    cl.call(o, "mailbox_request", 3, _decide(approve=False, user="bob"))  # parked
+    assert 3 not in cl.replies
+    cl.deliver()
+    assert cl.replies[2]["approved"] is True
+    assert isinstance(cl.replies[3], Conflict) and cl.replies[3].details["decision"] == "approved"
+
+
+def test_awaiting_messages_count_against_the_cap_and_may_be_cancelled() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1", approval=True), cap=1))
+    assert isinstance(ask(cl, o, 2, MailSend(MB, body("m2"), cap=1)), LimitExceeded)
+    assert ask(cl, o, 3, MailCancel(MB, None, "w", "p0")) == ["m1"]  # cancel-all takes it
+    assert isinstance(ask(cl, o, 4, _decide()), Conflict)
+    assert isinstance(ask(cl, o, 5, MailSend(MB, body("m2"), cap=1)), Op)
+
+
+def test_a_pending_approval_and_its_decision_survive_failover() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1", approval=True)))
+    other = next(p for p in cl.ids if p != o)
+    cut = lambda src, dst, msg: o in (src, dst)  # noqa: E731
+    assert ask(cl, other, 2, MailPop(MB, request_id="r2"), drop=cut) is None
+    assert ask(cl, other, 3, _decide(user="cat"), drop=cut)["approved"] is True
+    got = ask(cl, other, 4, MailPop(MB, request_id="r4"), drop=cut)
+    assert got["message"]["id"] == "m1"
+    cl.restart(other)
+    assert isinstance(ask(cl, other, 5, _decide(approve=False), drop=cut), Conflict)
+
+
+def test_an_unacknowledged_approval_of_a_deposed_owner_loses_to_a_later_rejection() -> None:
+    cl, a = owner_cluster()
+    ask(cl, a, 1, MailSend(MB, body("m1", approval=True)))
+    cut_a = lambda s, d, m: a in (s, d)  # noqa: E731
+    cl.call(a, "mailbox_request", 2, _decide(user="ann"))
+    cl.queue.clear()  # its accepts are lost: the approval stays on a alone
+    cl.tick(cl.timeout_ms + 100)
+    assert isinstance(cl.replies[2], NoMajority)
+    b = next(n for n in cl.ids if n != a)
+    assert ask(cl, b, 3, _decide(approve=False, user="bob"), drop=cut_a)["approved"] is False
+    for _ in range(10):  # heal: a's approval spreads, and loses
+        cl.tick(300)
+        cl.deliver()
+    for node, disk in cl.disks.items():
+        view = disk.message("m1")
+        assert view["state"] == "rejected" and view["approval_decided_by"] == "bob", node
+    owner = cl.cores[b].owner_for(MB, cl.now)
+    assert ask(cl, owner, 4, MailPop(MB, request_id="r4")) is None

@@ -5,8 +5,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.lifecycle import CANCELLED, CLAIMED, PENDING
 from common.ops import MSG_CANCEL, MSG_CLAIM, MSG_SEND, Op
-from federation.mailbox import CANCELLED, CLAIMED, PENDING, MailboxModel
+from federation.mailbox import MailboxModel
 from store.in_memory import Replica
 
 KEY = "mbox:w/p"

@@ -9,7 +9,7 @@ from typing import Any
 
 from common.errors import Conflict, Unavailable
 from common.ops import MSG_PURGE, Op
-from federation.requests import MailCancel, MailHold, MailPop, MailPurge, MailSend
+from federation.requests import MailCancel, MailDecide, MailHold, MailPop, MailPurge, MailSend
 from tests.federation.test_claim import MB, ask, body, owner_cluster
 
 
@@ -178,3 +178,42 @@ def test_a_deposed_owners_copy_of_a_send_decided_after_the_purge_does_not_purge_
     assert states(cl, "m1") == ["claimed"] * len(cl.disks)
     again = ask(cl, other, 6, MailPop(MB, request_id="r1"), drop=cut)
     assert again["message"]["id"] == "m1"
+
+
+def test_a_purge_takes_messages_awaiting_approval_and_rejected_ones() -> None:
+    # The approval queue's states go like any other: the held message, the
+    # rejected one and the approved one (with their decisions) on every disk.
+    cl, o = owner_cluster()
+    for mid in ("held", "no", "yes"):
+        ask(cl, o, mid, MailSend(MB, body(mid, approval=True)))
+    ask(cl, o, "r", MailDecide(MB, "no", False, decider={"by_user": "ann"}))
+    ask(cl, o, "a", MailDecide(MB, "yes", True, decider={"by_user": "ann"}))
+    assert cl.cores[o].claims.slots[MB].model.queued_count() == 2  # held, yes
+    got = ask(cl, o, "purge", purge())
+    assert got["removed"] == 3
+    cl.deliver()
+    for mid in ("held", "no", "yes"):
+        assert all(s is None for s in states(cl, mid)), mid
+        assert all(d.is_purged(mid) for d in cl.disks.values()), mid
+    model = cl.cores[o].claims.slots[MB].model
+    assert model.queued_count() == 0 and model.awaiting_ids() == []
+    assert all(model.decision_op(mid) is None for mid in ("held", "no", "yes"))
+    assert all(not d.snapshot()["decisions"] for d in cl.disks.values())
+    assert ask(cl, o, "p", MailPop(MB, request_id="r1")) is None
+
+
+def test_a_decision_on_a_purged_message_is_refused_as_purged() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1", approval=True)))
+    ask(cl, o, 2, purge())
+    for approve in (True, False):
+        got = ask(cl, o, f"d{approve}", MailDecide(MB, "m1", approve, decider={"by_user": "ann"}))
+        assert isinstance(got, Conflict) and got.details["state"] == "purged", got
+    # An approved message a later purge takes is gone like the rest.
+    late = ask(cl, o, 3, MailSend(MB, body("m2", approval=True)))
+    assert isinstance(late, Op)
+    ask(cl, o, 4, MailDecide(MB, "m2", True, decider={"by_user": "ann"}))
+    ask(cl, o, 5, purge("pg2"))
+    cl.deliver()
+    assert all(s is None for s in states(cl, "m2"))
+    assert ask(cl, o, 6, MailPop(MB, request_id="r2")) is None

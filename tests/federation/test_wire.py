@@ -223,6 +223,8 @@ def test_the_owners_real_answers_to_every_request_kind_pass_the_result_codec() -
         mail_requests.MailPop(mb, request_id="r2"),  # nothing pending
         mail_requests.MailSend(mb, {**body, "id": "m2"}),
         mail_requests.MailCancel(mb, ("m2",), by_workspace="w", by_project="q"),
+        mail_requests.MailSend(mb, {**body, "id": "m3", "approval_required": True}),
+        mail_requests.MailDecide(mb, "m3", True, decider={"by_user": "ann"}, reason="ok"),
         mail_requests.MailPurge(mb, {"id": "pg1", "workspace": "w", "project": "p",
                                      "scope": "project", "by_user": None, "reason": None}),
     ]

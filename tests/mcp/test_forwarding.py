@@ -18,6 +18,8 @@ ALL_TOOLS = {
     "memory_message_list",
     "memory_message_pop",
     "memory_message_cancel",
+    "memory_message_reply",
+    "memory_message_complete",
     "memory_subscribe",
     "memory_unsubscribe",
     "memory_list_subscriptions",
@@ -29,6 +31,8 @@ ALL_TOOLS = {
     "memory_search",
     "memory_delete",
     "memory_briefing",
+    "memory_approvals_list",
+    "memory_approval_decide",
     "memory_handoff",
 }
 

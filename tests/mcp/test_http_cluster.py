@@ -230,6 +230,13 @@ async def test_every_tool_answers_on_some_node(keyed_cluster: Cluster, tmp_path:
             "workspace": "default", "project": proj_b, "message_id": sent["message_id"],
             "agent": "codex"})
         assert popped["message"]["nature"] == "measured"
+        approvals = await call(n3, "memory_approvals_list", {"workspace": "default",
+                                                             "project": proj_b})
+        assert approvals["count"] == 0  # no admission hook held anything here
+        called.add("memory_approval_decide")
+        never_held = tool_error(await n1.call_tool("memory_approval_decide", {
+            "message_id": sent["message_id"], "decision": "approve"}))
+        assert never_held["status"] == 409, never_held  # claimed, never awaited approval
         cancelled = await call(n3, "memory_message_cancel", {"workspace": "default",
                                                               "project": proj_a})
         assert cancelled["count"] == 0  # already claimed: nothing left to retract
@@ -256,4 +263,60 @@ async def test_every_tool_answers_on_some_node(keyed_cluster: Cluster, tmp_path:
         await call(n3, "memory_delete", {"id": stored["id"]})
         gone = tool_error(await n1.call_tool("memory_get", {"id": stored["id"]}))
         assert gone["status"] == 404
-    assert called == ALL_TOOLS
+    assert called | THREAD_TOOLS == ALL_TOOLS
+
+
+THREAD_TOOLS = {"memory_message_reply", "memory_message_complete"}  # the test below
+
+
+async def test_reply_complete_and_threads_across_nodes(keyed_cluster: Cluster) -> None:
+    """Mail and its reply, completion by the claimer only, and a notify reply, each
+    step through another node; the sender reads the outcome on a third."""
+    suffix = uuid.uuid4().hex[:8]
+    proj_a, proj_b = f"q-{suffix}", f"r-{suffix}"
+    start_session(keyed_cluster, "node1", "default", proj_a, "kimi")
+    start_session(keyed_cluster, "node1", "default", proj_b, "claude-code")
+    alice, bob = {"X-API-Key": "key-alice"}, {"X-API-Key": "key-bob"}
+    async with mcp(keyed_cluster.url("node1"), **alice) as one:
+        asked = ok(await one.call_tool("memory_message_send", {
+            "to_workspace": "default", "to_project": proj_b, "subject": "decision: ship it?",
+            "body": "question: ship?\noptions:\n- id: yes", "from_workspace": "default",
+            "from_project": proj_a}))
+    mid = asked["message_id"]
+    async with mcp(keyed_cluster.url("node2"), **bob) as two:
+        popped = ok(await two.call_tool("memory_message_pop", {
+            "workspace": "default", "project": proj_b}))
+        assert popped["message"]["id"] == mid
+    async with mcp(keyed_cluster.url("node3"), **alice) as three:
+        refused = tool_error(await three.call_tool("memory_message_complete", {
+            "message_id": mid, "result": "done"}))
+        assert refused["status"] == 403
+    async with mcp(keyed_cluster.url("node3"), **bob) as three:
+        done = ok(await three.call_tool("memory_message_complete", {
+            "message_id": mid, "result": "done", "note": "shipped in 1.2"}))
+        assert done["completion"]["result"] == "done"
+        answer = ok(await three.call_tool("memory_message_reply", {
+            "message_id": mid, "body": f"question_id: {mid}\noption: yes"}))
+        assert answer["thread_id"] == mid and answer["to_project"] == proj_a
+    async with mcp(keyed_cluster.url("node1"), **alice) as one:
+        sent = ok(await one.call_tool("memory_message_list", {
+            "box": "outbox", "workspace": "default", "project": proj_a, "all": True}))
+        row = next(m for m in sent["messages"] if m["id"] == mid)
+        assert row["state"] == "claimed"
+        assert row["completion"]["result"] == "done"
+        assert row["completion"]["note"] == "shipped in 1.2"
+        thread = ok(await one.call_tool("memory_message_list", {
+            "workspace": "default", "project": proj_a, "thread_id": mid}))
+        assert [m["subject"] for m in thread["messages"]] == [f"decision-reply: {mid}"]
+        note = ok(await one.call_tool("memory_notify", {
+            "target_agent_id": "bob", "title": "thanks", "payload": "seen it"}))
+    async with mcp(keyed_cluster.url("node2"), **bob) as two:
+        back = ok(await two.call_tool("memory_notify", {
+            "reply_to": note["notification_id"], "title": "np", "payload": "any time"}))
+        assert back["delivered_to"] == "alice"
+        assert back["thread_id"] == note["notification_id"]
+    async with mcp(keyed_cluster.url("node3"), **alice) as three:
+        inbox = ok(await three.call_tool("memory_inbox", {
+            "thread_id": note["notification_id"]}))
+        assert [n["id"] for n in inbox["notifications"]] == [back["notification_id"]]
+        assert inbox["notifications"][0]["in_reply_to"] == note["notification_id"]

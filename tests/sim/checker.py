@@ -21,11 +21,18 @@
    showing it; an acknowledged read mark or delete, once applied on a node,
    stays visible there. Once a hold is acknowledged, no node shows the
    message decided by an op that does not follow a release of that hold.
-6. Purges (issue 27): a message may be gone from a node only if it is
+6. The approval queue: a message held for approval is decided once (at most
+   one acknowledged approve or reject); it ends rejected exactly when the
+   acknowledged decision was a rejection; no node ever shows a held message
+   claimed unless its winning decision is an approval, and an acknowledged
+   pop never returns a message an acknowledged rejection ended.
+7. Purges (issue 27): a message may be gone from a node only if it is
    recorded there as purged and a purge of its mailbox was issued; a pop
    sent after a purge of its mailbox was acknowledged never gets a message
    that ends purged; a request id answered with a message that a purge
    then took may later be answered "nothing pending", never another message.
+   A purge takes a message in any state, awaiting approval and rejected
+   included: rule 6 holds for the messages no purge took.
 """
 
 from __future__ import annotations
@@ -33,7 +40,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from common.lifecycle import EDITABLE_FIELDS, TERMINAL
-from common.ops import MEM_DEL, MSG_PURGE, MSG_RELEASE, NOTE_NEW, NOTE_READ, Op, mailbox_key
+from common.ops import (
+    MEM_DEL,
+    MSG_CANCEL,
+    MSG_PURGE,
+    MSG_RELEASE,
+    NOTE_NEW,
+    NOTE_READ,
+    Op,
+    mailbox_key,
+)
 from store.records import MESSAGE_FIELDS
 from tests.sim.workload import Attempt
 
@@ -71,6 +87,14 @@ class Monitor:
         # (mailbox, request id) -> every answer a pop with that id got (None: nothing pending)
         self.answers: dict[tuple[str, str], set[str | None]] = {}
         self.cancelled: set[str] = set()
+        self.decided: dict[str, bool] = {}  # message id -> its acknowledged decision (approve?)
+        # message id -> [(when, epoch)] of every cancel op a node issued, and
+        # the lowest epoch the acknowledged cancel can have (one issued once
+        # the acknowledged request was sent): a node shows that cancel once
+        # its view is decided at that epoch or later, not a failed round's
+        # older cancel, which a later approval or hold of that term may void
+        self.cancel_ops: dict[str, list[tuple[int, int]]] = {}
+        self.cancel_epoch: dict[str, int] = {}
         # message id -> acknowledged holds [(rank, session, asked at)] and fresh claims
         # [(rank, answered at)]
         self.holds: dict[str, list[tuple[list[Any], str, int]]] = {}
@@ -171,6 +195,10 @@ class Monitor:
                 self.claims.setdefault(mid, []).append((a.value["rank"], self.sim.now))
             if mid in self.cancelled:
                 self.fail(f"message {mid} acked as cancelled and as popped")
+            if self.decided.get(mid) is False:
+                self.fail(f"message {mid} acked as rejected and as popped")
+            if msg.get("approval_required"):
+                self.sim.stats["approved_popped"] += 1
         elif a.kind == "hold":
             mid = a.req.message_id
             if not _was_written(h, mid, a.value["message"]):
@@ -181,6 +209,14 @@ class Monitor:
             if not _was_written(h, a.req.message_id, a.value["message"]):
                 self.fail(f"release of {a.req.message_id} returned a body never written")
 
+        elif a.kind == "decide":
+            mid = a.req.message_id
+            if mid in self.decided:
+                self.fail(f"{mid} decided twice: {self.decided[mid]} and approve={a.req.approve}")
+            self.decided[mid] = a.req.approve
+            self.sim.stats["approvals_decided" if a.req.approve else "rejections_decided"] += 1
+            if not a.req.approve and mid in self.popped:
+                self.fail(f"{mid} acked as popped and as rejected")
         elif a.kind == "purge":
             self.sim.stats["purges_acked"] += 1
             self.sim.stats["purged_messages"] += int(a.value.get("removed") or 0)
@@ -190,6 +226,10 @@ class Monitor:
         elif a.kind == "cancel":
             for mid in a.value:
                 self.cancelled.add(mid)
+                issued = [e for t, e in self.cancel_ops.get(mid, []) if t >= a.sent_ms]
+                if issued:
+                    self.cancel_epoch[mid] = min(self.cancel_epoch.get(mid, issued[0]),
+                                                 min(issued))
                 if mid in self.popped:
                     self.fail(f"message {mid} acked as popped and as cancelled")
 
@@ -214,6 +254,13 @@ class Monitor:
                 self.fail(f"{node_id}: {mid} decided at {rank} after the acknowledged hold "
                           f"{h_rank} by {session} with no release in between")
 
+    def _shows_acked_cancel(self, mid: str, shown: Decision) -> bool:
+        """Did ``shown`` (a node's view) hold the acknowledged cancel of ``mid``?"""
+        if mid not in self.cancelled or shown[0] != "cancelled":
+            return False
+        epoch = self.cancel_epoch.get(mid)
+        return epoch is None or shown[4] is None or shown[4] >= epoch
+
     def forget(self, node_id: str) -> None:
         """The node lost its disk: what it showed before is gone with it (the
         other members still hold every acknowledged state)."""
@@ -228,6 +275,9 @@ class Monitor:
             if op.kind == MSG_RELEASE and op.origin == node_id:
                 self.releases.setdefault(str(op.body["id"]), []).append(
                     [op.epoch, op.hlc, op.origin, op.seq])
+            elif op.kind == MSG_CANCEL and op.origin == node_id:
+                self.cancel_ops.setdefault(str(op.body["id"]), []).append(
+                    (self.sim.now, op.epoch))
 
     def sample(self) -> None:
         h = self.sim.history
@@ -246,7 +296,7 @@ class Monitor:
                         state is None and self.purged(disk, mid)) and (
                         state is None or state[0] not in TERMINAL) and (
                         state is None or disk.terminal_stands(mid)
-                        or mid in self.popped or mid in self.cancelled):
+                        or mid in self.popped or self._shows_acked_cancel(mid, last)):
                     # Only an unacknowledged terminal op may give way, and
                     # only to a hold or release that outranks it.
                     self.fail(f"{node_id}: message {mid} reverted from {last} to {state}")
@@ -318,7 +368,7 @@ def final_checks(sim: Sim) -> list[str]:
             mid = a.value.body["id"]
             if disk.message(mid) is None and not mon.purged(disk, mid):
                 fail(f"{node_id}: acked message {mid} lost")
-        # 6. no pop sent after an acknowledged purge got a message that purge took.
+        # 7. no pop sent after an acknowledged purge got a message that purge took.
         for mid, (mailbox, sent_ms) in mon.popped_sent.items():
             if not mon.purged(disk, mid):
                 continue
@@ -344,6 +394,23 @@ def final_checks(sim: Sim) -> list[str]:
                 continue
             if view is None or view["state"] != "cancelled":
                 fail(f"{node_id}: acked-cancelled {mid} ends as {view and view['state']}")
+        # 6. the approval queue: decided once, as acknowledged; claimed only if approved
+        # (a message a purge took is gone in whatever state it was: 7 judges it).
+        for mid, approve in mon.decided.items():
+            view = disk.message(mid)
+            if view is None and mon.purged(disk, mid):
+                continue
+            want = "approved" if approve else "rejected"
+            if view is None or view["approval_decision"] != want or (
+                    (view["state"] == "rejected") != (not approve)):
+                fail(f"{node_id}: {mid} acked as {want} but ends as "
+                     f"{view and (view['state'], view['approval_decision'])}")
+        for mid, row in disk.snapshot()["messages"].items():
+            view = disk.message(mid)
+            if (row["approval_required"] and view is not None and view["state"] == "claimed"
+                    and view["approval_decision"] != "approved"):
+                fail(f"{node_id}: {mid} awaited approval but ends claimed with decision "
+                     f"{view['approval_decision']}")
         # 2a. every answered request id ends decided the way it was answered.
         for (mailbox, rid), seen in mon.answers.items():
             if len(seen) != 1:

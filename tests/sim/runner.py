@@ -405,7 +405,8 @@ class Sim:
             return
         h = self.history
         unknown = [a for a in h.attempts.values()
-                   if a.kind in ("pop", "send", "hold", "release") and (not a.done or not a.ok)]
+                   if a.kind in ("pop", "send", "hold", "release", "decide")
+                   and (not a.done or not a.ok)]
         if unknown and self.rng.random() < 0.15:
             self._retry(self.rng.choice(unknown), now_ms)
         else:

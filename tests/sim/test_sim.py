@@ -66,7 +66,8 @@ def test_invariants_hold_on_many_seeds(pool: ProcessPoolExecutor, first: int) ->
     for key in ("crashes", "pauses", "partitions", "retries", "forwarded", "gc_ops",
                 "reads_checked", "decided_sends", "minted_sends_owned", "minted_failovers",
                 "keyless_resends", "push_batches_cut", "bootstraps", "join_waits",
-                "join_crashes", "seeded"):
+                "join_crashes", "seeded", "approvals_decided", "rejections_decided",
+                "approved_popped"):
         assert totals.get(key, 0) > len(seeds) // 10, key
     for key in ("purges_acked", "purged_messages"):
         assert totals.get(key, 0) > len(seeds) // 50, key

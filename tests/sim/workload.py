@@ -28,7 +28,15 @@ from typing import Any
 
 from common.ops import MEM_DEL, MEM_PUT, NOTE_NEW, NOTE_READ, inbox_key, mailbox_key, mem_key
 from common.randomid import uuid7
-from federation.requests import MailCancel, MailHold, MailPop, MailPurge, MailRelease, MailSend
+from federation.requests import (
+    MailCancel,
+    MailDecide,
+    MailHold,
+    MailPop,
+    MailPurge,
+    MailRelease,
+    MailSend,
+)
 from federation.routing import is_retryable_id
 
 AGENTS = ("alice", "bob", "carol")
@@ -39,7 +47,7 @@ EDITORS = ("ann", "ben")
 @dataclass(slots=True)
 class Attempt:
     token: int
-    kind: str  # write | read | send | pop | cancel | hold | release | purge
+    kind: str  # write | read | send | pop | cancel | hold | release | decide | purge
     req: Any
     entry: str
     sent_ms: int
@@ -65,6 +73,12 @@ class History:
 class Workload:
     """Draws client requests from a seeded rng."""
 
+    # Shares of sends an admission hook holds for approval, and of requests
+    # that are an approver's decision (tests/sim/test_read_race.py turns
+    # both off to replay the workload its seeds were found with).
+    HELD_P = 0.3
+    DECIDE_P = 0.08
+
     def __init__(self, rng: random.Random, mailboxes: int, cap: int,
                  read_p: float = 0.0, purge_p: float = 0.0) -> None:
         self.rng = rng
@@ -86,6 +100,11 @@ class Workload:
         # of their own too, so the main one draws as it did before them.
         self.minted = random.Random("minted:" + repr(rng.getstate()))
         self.fresh_p = 0.5
+        # Which sends an admission hook holds for approval, and the
+        # approvers' decisions, from a stream of their own as well.
+        self.approvals = random.Random("approvals:" + repr(rng.getstate()))
+        self.held_p = self.HELD_P
+        self.decide_p = self.DECIDE_P
         # Purges too (issue 27): with purge_p 0 the main stream is untouched.
         self.purges = random.Random("purges:" + repr(rng.getstate()))
         self.purge_p = purge_p
@@ -103,8 +122,17 @@ class Workload:
             body = {"id": f"purge{self._purge_n}", "workspace": ws, "project": proj,
                     "scope": "project", "by_user": "root", "reason": None}
             return "purge", MailPurge(mailbox_key(ws, proj), body)
-        r = self.rng.random()
         h = self.history
+        if self.approvals.random() < self.decide_p:
+            held = sorted(m for m, b in h.send_bodies.items() if b["approval_required"])
+            if held:
+                mid = self.approvals.choice(held)
+                b = h.send_bodies[mid]
+                return "decide", MailDecide(
+                    mailbox_key(b["to_workspace"], b["to_project"]), mid,
+                    self.approvals.random() < 0.6,
+                    decider={"by_user": self.approvals.choice(EDITORS)})
+        r = self.rng.random()
         if self.read_p and self.rng.random() < self.read_p:
             return "read", self.rng.choice(AGENTS)  # a quorum read of that agent's inbox
         if r < 0.22:
@@ -165,7 +193,8 @@ class Workload:
             body = {"id": nid, "from": self.rng.choice(AGENTS), "to": to, "namespace": "ns",
                     "title": f"title-{nid}", "payload": f"payload-{nid}",
                     "priority": self.rng.randint(1, 10), "tier": "long",
-                    "created_at_ms": now_ms, "expires_at_ms": None}
+                    "created_at_ms": now_ms, "expires_at_ms": None,
+                    "in_reply_to": None, "thread_id": nid}
             self.history.note_bodies[nid] = body
             items.append((NOTE_NEW, inbox_key(to), body))
         return items
@@ -183,7 +212,7 @@ class Workload:
         if is_retryable_id(req.body["id"]):
             return req
         mid = uuid7(now_ms, self.minted.randbytes(10))
-        body = dict(req.body, id=mid, created_at_ms=now_ms)
+        body = dict(req.body, id=mid, created_at_ms=now_ms, thread_id=mid)
         self.history.send_bodies[mid] = body
         return replace(req, body=body, sent_at_ms=None)
 
@@ -194,7 +223,11 @@ class Workload:
                 "to_agent": self.rng.choice((None, None, None, "codex")),
                 "from_workspace": fws, "from_project": fproj, "from_agent": "claude-code",
                 "from_owner_user": None, "subject": f"subject {mid}", "body": f"body of {mid}",
-                "nature": "reported", "evidence": None, "created_at_ms": now_ms}
+                "nature": "reported", "evidence": None, "created_at_ms": now_ms,
+                "in_reply_to": None, "thread_id": mid,
+                "approval_required": False, "approval_note": None}
+        if self.approvals.random() < self.held_p:
+            body.update(approval_required=True, approval_note="held by the sim's hook")
         self.history.send_bodies[mid] = body
         return MailSend(key, body, cap=self.cap)
 

@@ -67,6 +67,9 @@ def _note_new(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
         "created_at_ms": draw(st.integers(0, 20)),
         "expires_at_ms": draw(st.sampled_from(EXPIRIES)),
     }
+    if draw(st.booleans()):  # a reply (threads): a later field some sends leave out
+        body["in_reply_to"] = draw(st.sampled_from(NOTE_IDS))
+        body["thread_id"] = draw(st.sampled_from(NOTE_IDS))
     return K.NOTE_NEW, K.inbox_key(to), body
 
 
@@ -118,8 +121,23 @@ def _msg_send(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
         "subject": draw(text), "body": draw(text),
         "nature": draw(st.sampled_from(("unknown", "measured"))), "evidence": draw(text),
         "created_at_ms": draw(st.integers(0, 20)),
+        "approval_required": draw(st.booleans()),
+        "approval_note": draw(st.sampled_from((None, "needs a look"))),
     }
+    if draw(st.booleans()):  # a reply (threads): a later field some sends leave out
+        body["in_reply_to"] = draw(st.sampled_from(MSG_IDS))
+        body["thread_id"] = draw(st.sampled_from(MSG_IDS))
     return K.MSG_SEND, K.mailbox_key(ws, proj), body
+
+
+@st.composite
+def _msg_decide(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    ws, proj = draw(st.sampled_from(SCOPES))
+    body = {"id": draw(st.sampled_from(MSG_IDS)), "by_user": draw(st.sampled_from((None, "u1"))),
+            "by_agent": None, "reason": draw(st.sampled_from((None, "ok", "no"))),
+            "at_ms": draw(small_int)}
+    kind = K.MSG_APPROVE if draw(st.booleans()) else K.MSG_REJECT
+    return kind, K.mailbox_key(ws, proj), body
 
 
 @st.composite
@@ -129,10 +147,25 @@ def _msg_terminal(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
     if draw(st.booleans()):
         body = {"id": mid, "claimer_session": draw(st.sampled_from(SESSIONS)),
                 "claimer_agent": draw(st.sampled_from((None, *HARNESSES))),
+                "claimer_key": draw(st.sampled_from((None, "k1"))),
+                "claimer_agent_id": draw(st.sampled_from((None, *AGENTS))),
                 "request_id": draw(st.sampled_from(("r1", "r2"))), "at_ms": draw(small_int)}
         return K.MSG_CLAIM, K.mailbox_key(ws, proj), body
     body = {"id": mid, "by_workspace": ws, "by_project": proj, "at_ms": draw(small_int)}
     return K.MSG_CANCEL, K.mailbox_key(ws, proj), body
+
+
+@st.composite
+def _msg_complete(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
+    ws, proj = draw(st.sampled_from(SCOPES))
+    body = {"id": draw(st.sampled_from(MSG_IDS)),
+            "result": draw(st.sampled_from(("done", "blocked", "rejected"))),
+            "note": draw(st.sampled_from((None, "ok", "stuck"))),
+            "by_session": draw(st.sampled_from((None, *SESSIONS))),
+            "by_agent": draw(st.sampled_from((None, *HARNESSES))),
+            "by_key": None, "by_agent_id": draw(st.sampled_from((None, *AGENTS))),
+            "from_workspace": ws, "from_project": proj, "at_ms": draw(small_int)}
+    return K.MSG_COMPLETE, K.mailbox_key(ws, proj), body
 
 
 @st.composite
@@ -228,8 +261,8 @@ def _pgrant_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
 
 op_content = st.one_of(_mem_put(), _mem_del(), _note_new(), _note_read(), _agent_reg(),
                        _agent_seen(), _session_start(), _msg_send(), _msg_terminal(),
-                       _msg_empty(), _msg_hold(), _msg_hold(), _msg_purge(), _link_put(),
-                       _grant_put(),
+                       _msg_empty(), _msg_hold(), _msg_hold(), _msg_complete(), _msg_decide(),
+                       _msg_purge(), _link_put(), _grant_put(),
                        _nsub_put(), _user_put(), _apikey_put(), _pgrant_put())
 
 

@@ -92,8 +92,9 @@ def test_claimed_cancelled_read_deleted_never_revert(data: st.DataObject) -> Non
             # Decided for good, unless a hold or release outranks the terminal
             # op: then it was never acknowledged and is void (common.lifecycle).
             msg = r.message(mid)
-            assert msg is None or msg["state"] in ("claimed", "cancelled") or (
-                not r.terminal_stands(mid) and msg["state"] in ("pending", "editing"))
+            assert msg is None or msg["state"] in ("claimed", "cancelled", "rejected") or (
+                not r.terminal_stands(mid)
+                and msg["state"] in ("pending", "editing", "awaiting_approval"))
         for mid in deleted:
             assert r.get_memory(mid, now_ms=0) is None
         shown = {(a, n["id"]): n["read"] for a in ("alice", "bob")
@@ -231,11 +232,15 @@ def _session(sid: str, origin: str, seq: int, hlc: int, at_ms: int) -> Op:
 def test_purge_is_idempotent_and_commutes_with_sends_claims_and_sessions(
         data: st.DataObject) -> None:
     # Sends before and after the purge (by HLC), a claim of an old one, a
-    # session on either side: every order, duplicated, gives one state, in
-    # which exactly the sends ranked below the purge are gone.
+    # session on either side, the claimed one's completion: every order,
+    # duplicated, gives one state, in which exactly the sends ranked below
+    # the purge are gone (the completion with them).
     ops = [_send("old1", "n1", 1, 10), _send("old2", "n2", 1, 11), _send("new", "n2", 2, 40),
            Op("n1", 2, 12, K.MSG_CLAIM, MB_WP,
               {"id": "old1", "claimer_session": "s", "request_id": "r1", "at_ms": 12}, epoch=1),
+           Op("n2", 4, 14, K.MSG_COMPLETE, MB_WP,
+              {"id": "old1", "result": "done", "note": "secret note", "by_session": "s",
+               "at_ms": 14}),
            _purge("n3", 1, 30, at_ms=30), _purge("n3", 2, 31, at_ms=31, pid="pg2"),
            _session("s-old", "n1", 3, 13, at_ms=13), _session("s-new", "n2", 3, 45, at_ms=45)]
     reference = replica_of(ops).snapshot()
@@ -246,6 +251,7 @@ def test_purge_is_idempotent_and_commutes_with_sends_claims_and_sessions(
     assert r.message("new") is not None and r.message("new")["state"] == "pending"
     assert r.get_session("s-old") is None and r.get_session("s-new") is not None
     assert "secret old1" not in repr(r.snapshot()) and "secret old2" not in repr(r.snapshot())
+    assert r.snapshot()["completions"] == {}  # a purged message keeps no outcome
     r.apply([_purge("n3", 2, 31, at_ms=31, pid="pg2")], APPLY_NOW)  # again: nothing changes
     assert r.snapshot() == reference
 
@@ -282,6 +288,69 @@ def test_a_later_terms_copy_above_the_mark_outranks_an_older_terms_copy_below_it
         assert not r.is_purged("g")
     r = replica_of([old_hold, p, stale])
     assert r.message("g") is None and r.is_purged("g") and r.snapshot()["holds"] == {}
+
+
+def test_approval_decisions_are_judged_against_the_mark_like_holds() -> None:
+    # The approval queue beside the later term's copy: an approve decided on
+    # the deposed owner's copy (before the mark) goes with the purge; one
+    # decided on the later term's copy (after the mark) stays, in every
+    # order, in the replica, the SQLite store and the owner's model. With no
+    # later copy the message is purged and its old decision gone.
+    import asyncio
+    import os
+    import tempfile
+
+    from federation.mailbox import MailboxModel
+    from store.db import Store
+
+    def gated(op: Op) -> Op:
+        return Op(op.origin, op.seq, op.hlc, op.kind, op.key,
+                  {**op.body, "approval_required": True}, op.epoch)
+
+    stale = gated(_send("g", "n1", 1, 5, epoch=1))
+    fresh = gated(_send("g", "n2", 2, 31, epoch=2))
+    p = _purge("n2", 1, 30, at_ms=30)
+    p = Op(p.origin, p.seq, p.hlc, p.kind, p.key, p.body, 2)
+    old_ok = Op("n1", 2, 6, K.MSG_APPROVE, MB_WP, {"id": "g", "by_user": "ann", "at_ms": 6}, 1)
+    new_ok = Op("n2", 3, 32, K.MSG_APPROVE, MB_WP, {"id": "g", "by_user": "bob", "at_ms": 32}, 2)
+    old_no = Op("n1", 3, 7, K.MSG_REJECT, MB_WP, {"id": "g", "by_user": "ann", "at_ms": 7}, 1)
+    ops = [stale, fresh, p, old_ok, new_ok]
+    reference = replica_of(ops).snapshot()
+    assert [row["by_user"] for row in reference["decisions"].values()] == ["bob"]
+    for order in itertools.permutations(ops):
+        r = replica_of(list(order))
+        assert r.snapshot() == reference, order
+        got = r.message("g")
+        assert got is not None and got["state"] == "pending", order
+        model = MailboxModel(MB_WP)
+        model.apply(list(order))
+        assert model.state("g") == "pending"
+        decided = model.decision_op("g")
+        assert decided is not None and decided.body["by_user"] == "bob"
+    gone = [old_ok, old_no, p, stale]
+    r = replica_of(gone)
+    assert r.message("g") is None and r.is_purged("g") and r.snapshot()["decisions"] == {}
+    model = MailboxModel(MB_WP)
+    model.apply(gone)
+    assert model.is_purged("g") and model.decision_op("g") is None
+
+    async def sqlite(batches: list[list[Op]]) -> dict[str, object]:
+        with tempfile.TemporaryDirectory() as tmp:
+            store = await Store.open(os.path.join(tmp, "node.db"), "n1")
+            try:
+                for b in batches:
+                    await store.apply_ops(b, APPLY_NOW)
+                return await store.snapshot()
+            finally:
+                await store.close()
+    for order in ([stale, old_ok, p, fresh, new_ok], [new_ok, p, old_ok, fresh, stale],
+                  [fresh, new_ok, old_ok, stale, p]):
+        assert asyncio.run(sqlite([[op] for op in order])) == reference, order
+    for order in (gone, gone[::-1], [p, old_no, stale, old_ok]):
+        assert asyncio.run(sqlite([[op] for op in order])) == replica_of(gone).snapshot()
+        r = replica_of(*[[op] for op in order])
+        assert r.snapshot() == replica_of(gone).snapshot()
+        assert r.snapshot()["decisions"] == {}
 
 
 def test_a_project_whose_every_session_is_older_than_its_purge_is_gone() -> None:

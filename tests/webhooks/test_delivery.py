@@ -251,6 +251,31 @@ async def test_project_mail_events(daemon: Daemon, receiver: Receiver) -> None:
     assert got[3]["id"] == sent[1] and got[3]["by_project"] == "proj-a"
 
 
+async def test_message_complete_is_delivered(daemon: Daemon, receiver: Receiver) -> None:
+    await subscribe(daemon, receiver.at("/done"), events=["message_complete"])
+    for project, harness in (("proj-a", "kimi"), ("proj-b", "claude-code")):
+        r = await daemon.c.post("/api/v1/sessions", json={"workspace": "w", "project": project,
+                                                          "harness": harness})
+        assert r.status == 201, await r.text()
+    r = await daemon.c.post("/api/v1/messages", json={
+        "to_workspace": "w", "to_project": "proj-b", "from_workspace": "w",
+        "from_project": "proj-a", "body": "BODY-X"})
+    mid = (await r.json())["message_id"]
+    worker = {"X-Agent-Id": "worker"}
+    r = await daemon.c.post("/api/v1/messages/pop", headers=worker,
+                            json={"workspace": "w", "project": "proj-b"})
+    assert (await r.json())["message"]["id"] == mid
+    r = await daemon.c.post("/api/v1/messages/complete", headers=worker,
+                            json={"message_id": mid, "result": "done", "note": "NOTE-X"})
+    assert r.status == 200, await r.text()
+    await wait_until(lambda: len(receiver.ok()) == 1)
+    got = payload(receiver.ok()[0])
+    assert got["event"] == "message_complete" and got["id"] == mid
+    assert got["result"] == "done" and got["from_project"] == "proj-a"
+    assert got["namespace"] == "w/proj-b" and got["agent_id"] == "worker"
+    assert b"NOTE-X" not in receiver.ok()[0].body
+
+
 async def test_receiver_verifies_every_signature_form(daemon: Daemon, aiohttp_server: Any) -> None:
     """A receiver written from each recipe (docs/api.md) accepts a real delivery:
     the document's HMAC(secret, "{timestamp}.{rawBody}"), the SDK's body-only

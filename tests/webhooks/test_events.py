@@ -109,6 +109,30 @@ def test_message_send_carries_scope_and_actor_only() -> None:
     assert ev.payload["to_project"] == "p" and ev.payload["from_agent"] == "claude"
 
 
+def test_a_held_send_asks_for_approval_and_a_decision_says_so() -> None:
+    body = {"id": "msg-7", "to_workspace": "w", "to_project": "p", "to_agent": None,
+            "from_workspace": "w", "from_project": "q", "from_agent": "claude",
+            "from_owner_user": "ann", "subject": "SUBJ", "body": "BODY TEXT", "nature": "unknown",
+            "evidence": "EVID", "created_at_ms": T0, "approval_required": True,
+            "approval_note": "deploys need a person"}
+    ev = classify(Op("n1", 9, hlc(T0), K.MSG_SEND, "mbox:w/p", body), None, "node1")
+    assert ev is not None and ev.name == E.APPROVAL_REQUESTED and ev.namespace == "w/p"
+    assert ev.payload["id"] == "msg-7" and ev.payload["note"] == "deploys need a person"
+    assert ev.payload["change_id"] == "n1#9" and ev.agents == ("claude",)
+    for leaked in (b"SUBJ", b"BODY TEXT", b"EVID"):
+        assert leaked not in ev.body()
+    for kind, word in ((K.MSG_APPROVE, "approved"), (K.MSG_REJECT, "rejected")):
+        op = Op("n2", 3, hlc(T0), kind, "mbox:w/p",
+                {"id": "msg-7", "by_user": "ben", "by_agent": None, "reason": "ok", "at_ms": T0},
+                epoch=5)
+        d = classify(op, None, "node2")
+        assert d is not None and d.name == E.APPROVAL_DECIDED and d.namespace == "w/p"
+        assert (d.payload["decision"], d.payload["by_user"], d.payload["reason"]) == (
+            word, "ben", "ok")
+        assert (d.payload["workspace"], d.payload["project"], d.payload["id"]) == (
+            "w", "p", "msg-7")
+
+
 def test_claim_and_cancel() -> None:
     claim = Op("n1", 10, hlc(T0), K.MSG_CLAIM, "mbox:w/p",
                {"id": "msg-1", "claimer_session": "s", "claimer_agent": "codex",
@@ -119,6 +143,18 @@ def test_claim_and_cancel() -> None:
     assert c1 is not None and c1.name == E.MESSAGE_CLAIM and c1.payload["agent_id"] == "codex"
     assert c1.payload["workspace"] == "w" and c1.payload["project"] == "p"
     assert c2 is not None and c2.name == E.MESSAGE_CANCEL and c2.payload["by_project"] == "q"
+
+
+def test_complete_carries_the_result_not_the_note() -> None:
+    op = Op("n2", 4, hlc(T0), K.MSG_COMPLETE, "mbox:w/p",
+            {"id": "msg-1", "result": "blocked", "note": "NOTE-TEXT", "by_session": None,
+             "by_agent": "codex", "by_key": "k", "by_agent_id": "worker",
+             "from_workspace": "w", "from_project": "q", "at_ms": T0})
+    ev = classify(op, None, "n")
+    assert ev is not None and ev.name == E.MESSAGE_COMPLETE and ev.namespace == "w/p"
+    assert ev.payload["id"] == "msg-1" and ev.payload["result"] == "blocked"
+    assert ev.payload["from_project"] == "q" and ev.payload["agent_id"] == "worker"
+    assert b"NOTE-TEXT" not in ev.body()
 
 
 def test_ops_without_events() -> None:

@@ -188,6 +188,44 @@ async def test_mailbox_stream_wakes_on_mail_and_filters_by_harness(served: Facto
     assert [e.data["message"]["id"] for e in await collect(claude, 1, "message")] == [shared]
 
 
+async def test_message_complete_on_the_mailbox_stream_live_and_replayed(
+        served: Factory) -> None:
+    s = await served()
+    for scope, harness in ((A, "claude"), (B, "codex")):
+        r = await s.client.post("/api/v1/sessions", json={**scope, "harness": harness})
+        assert r.status == 201
+    reader = SSEReader(await s.client.get("/api/v1/messages/stream", params=B))
+    await reader.until("ready")
+    worker = {"X-Agent-Id": "worker"}
+
+    async def send_pop_complete(result: str) -> str:
+        r = await s.client.post("/api/v1/messages", json={
+            "to_workspace": B["workspace"], "to_project": B["project"],
+            "from_workspace": A["workspace"], "from_project": A["project"], "body": "do it"})
+        mid = str((await r.json())["message_id"])
+        r = await s.client.post("/api/v1/messages/pop", json={**B, "message_id": mid},
+                                headers=worker)
+        assert (await r.json())["message"]["id"] == mid
+        r = await s.client.post("/api/v1/messages/complete", headers=worker,
+                                json={"message_id": mid, "result": result, "note": "n"})
+        assert r.status == 200, await r.text()
+        return mid
+
+    first = await send_pop_complete("done")
+    got = await collect(reader, 1, "message_complete")
+    assert got[0].data["message_id"] == first
+    assert got[0].data["completion"]["result"] == "done"
+    resume_from = reader.last_id
+    reader.resp.close()
+    second = await send_pop_complete("rejected")
+    reader = SSEReader(await s.client.get("/api/v1/messages/stream", params=B,
+                                          headers={"Last-Event-ID": resume_from}))
+    replayed = await collect(reader, 1, "message_complete")
+    assert replayed[0].data["message_id"] == second
+    assert replayed[0].data["completion"]["result"] == "rejected"
+    assert (await reader.until("ready")).data == {"replayed": 2}  # the send and its outcome
+
+
 # -- bounds ---------------------------------------------------------------------------
 
 async def test_beyond_the_stream_limit_a_503_with_retry_after(served: Factory) -> None:

@@ -120,7 +120,11 @@ ROW_CALLS = _row_calls()
 # Rows without an endpoint of their own yet, and where they are proven instead.
 ELSEWHERE = {
     "message.edit": "the web inbox's edit (issue 8); tests/test_policy.py holds the row",
+    "message.approve": "needs a message awaiting approval: tests/daemon/test_approvals.py "
+                       "(test_an_approver_needs_write_on_the_recipient_project)",
     "project.read": "GET /projects filters by it: test_projects_lists_only_readable_ones",
+    "message.complete": "needs a claim held by the caller first: "
+                        "tests/daemon/services/test_completion.py (allowed and refused)",
 }
 
 

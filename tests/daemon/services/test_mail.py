@@ -487,11 +487,15 @@ async def test_decision_text_is_opaque_and_anyone_with_write_may_answer(node, pr
     assert row["state"] == "pending" and row["nature"] == "unknown"
     assert set(row) == {"id", "subject", "body", "state", "nature", "evidence",
                         "from_workspace_id", "from_project_id", "from_agent", "from_owner_user",
-                        "to_workspace", "to_project", "to_agent", "created_at"}
+                        "to_workspace", "to_project", "to_agent", "created_at",
+                        "in_reply_to", "thread_id", "completion",  # threads: generic
+                        "approval_required"}
+    assert row["approval_required"] is False  # the approval queue's flag, not a decision field
     stored = (await node.store.snapshot())["messages"][qid]
+    assert stored["in_reply_to"] is None and stored["thread_id"] == qid  # a plain send
     for word in ("requires_root", "decision", "operator", "responder", "reply_to", "project-z"):
         assert not any(word in str(k) or word == v for k, v in stored.items()
-                       if k not in ("body", "subject")), word
+                       if k not in ("body", "subject", "in_reply_to", "thread_id")), word
     # Any project may answer (write on the asking project is the only rule);
     # a reply claims, closes and marks nothing.
     await start(projects, {"workspace": "default", "project": "project-c"}, "codex", "sess-c")
