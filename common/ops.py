@@ -85,13 +85,16 @@ apikey.put      id, user, agent, label, hash, created_at_ms, revoked. An API
 msg.purge      id, workspace, project, scope, by_user, reason, at_ms. An
                 explicit purge of one project's mailbox (issue 27), issued by
                 the mailbox's owner at its epoch like a claim. Per mailbox the
-                greatest (hlc, origin, seq) is the *mark*: every message of
-                that mailbox whose winning send ranks below the mark is gone
-                (row, body, hold and saved edit; its id stays as a purged
-                tombstone with the rank of the copy that was purged, so a
-                late copy of it never comes back, a lower-ranked copy is
-                judged again). Terminal ops stay (a pop's request id stays
-                decided). Sessions and harness rows of the project whose
+                greatest (epoch, hlc, origin, seq) is the *mark*: every
+                message of that mailbox whose winning send (the latest owner
+                term's copy) ranks below the mark is gone (row and body, its
+                completion, and every hold, saved edit and approval decision
+                ranked below the mark, of any message of the mailbox: one
+                ranked above stays, hidden while its message is purged; its id stays
+                as a purged tombstone with the rank and epoch of the copy
+                that was purged, so a late copy of it never comes back, a
+                later term's copy is judged again). Terminal ops stay (a
+                pop's request id stays decided). Sessions and harness rows of the project whose
                 latest activity (``last_at_ms``) is before the greatest
                 ``at_ms`` of its purges are hidden from every read; the
                 project exists again once a session starts after that.

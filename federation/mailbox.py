@@ -6,8 +6,10 @@ every op it holds for the mailbox key (loaded from its store, merged from
 promises, received later) with the same rules as :mod:`store.in_memory`:
 
 * ``msg.send`` is insert-once: of two sends with one message id, the one of
-  lower ``(hlc, origin, seq)`` wins, and that rank is the message's FIFO
-  position;
+  the later owner term (greater epoch) wins, then the one of lower
+  ``(hlc, origin, seq)``, and that rank is the message's FIFO position (a
+  later term stamps a copy of its own only when it never saw the older one,
+  which was then never acknowledged);
 * ``msg.claim`` / ``msg.cancel`` are terminal: the op of greatest
   ``(epoch, hlc, origin, seq)`` decides the message, and a terminal op may
   arrive before its send;
@@ -34,14 +36,18 @@ promises, received later) with the same rules as :mod:`store.in_memory`:
   ``limits.mailbox_empty_decisions_max`` are kept per model (the oldest go
   first, by ``at_ms``).
 
-* ``msg.purge`` (issue 27): the greatest ``(hlc, origin, seq)`` of the
-  mailbox's purges is its *mark*; a message whose winning send ranks below
-  the mark is gone from the model in any state, awaiting approval and
-  rejected included (its send, hold, edit and approval decisions; its terminal
-  ops stay, so a request id's claim of it is still known as *purged*, and a
-  retried pop of that request id is answered "nothing pending", never a
-  newer message). A later copy of a purged send is ignored; only a copy
-  ranked lower than the purged one is judged again.
+* ``msg.purge`` (issue 27): the greatest ``(epoch, hlc, origin, seq)`` (the
+  owners' order of decisions) of the mailbox's purges is its *mark*; a
+  message whose winning send was decided below the mark is gone from the
+  model in any state, awaiting approval and rejected included (its send;
+  its terminal ops stay, so a request id's claim of it is still known as
+  *purged*, and a retried pop of that request id is answered "nothing
+  pending", never a newer message). Every hold, edit and approval decision
+  (``msg.approve`` / ``msg.reject``) decided below the mark goes too. A
+  copy of a purged send that would not win is ignored; one that would (a
+  later term's) is judged again, and stays if decided after the mark (with
+  the holds, edits and decisions decided after the mark, kept but hidden
+  while the message is purged).
 
 Merging is idempotent and order-free, so the model may be fed the same op
 twice or out of order. The pending set is a sorted list (bisect), so the
@@ -82,8 +88,12 @@ from common.ops import (
 _FifoEntry = tuple[int, str, int, str]  # (hlc, origin, seq, message id)
 
 
-def _send_rank(op: Op) -> tuple[int, str, int]:
-    return (op.hlc, op.origin, op.seq)
+def _copy_key(op: Op) -> tuple[int, int, str, int]:
+    """Which copy of a send wins: the one of the latest owner term, then the
+    lowest ``(hlc, origin, seq)``. A later term stamps a copy of its own only
+    when it never saw the older one, which no majority then held: never
+    acknowledged, it must not undercut the copy the later term decided."""
+    return (-op.epoch, op.hlc, op.origin, op.seq)
 
 
 def _terminal_rank(op: Op) -> tuple[int, int, str, int]:
@@ -112,7 +122,8 @@ class MailboxModel:
         # request id -> {message id: rank of its winning claim carrying that id}
         self._by_request: dict[str, dict[str, tuple[int, int, str, int]]] = {}
         self._mark: Op | None = None  # the greatest msg.purge
-        self._purged: dict[str, tuple[int, str, int]] = {}  # message id -> purged send's rank
+        # message id -> the copy key (_copy_key) of its purged winning send
+        self._purged: dict[str, tuple[int, int, str, int]] = {}
 
     # -- merging ---------------------------------------------------------
     def apply(self, ops: Iterable[Op]) -> None:
@@ -130,34 +141,59 @@ class MailboxModel:
             elif op.kind == MSG_PURGE:
                 self._apply_purge(op)
 
-    def _below_mark(self, send: Op) -> bool:
-        return self._mark is not None and _send_rank(send) < _send_rank(self._mark)
+    def _below_mark(self, op: Op) -> bool:
+        """Was ``op`` decided before the mark, in the owners' order of
+        decisions ``(epoch, hlc, origin, seq)``?"""
+        return self._mark is not None and _terminal_rank(op) < _terminal_rank(self._mark)
 
     def _apply_purge(self, op: Op) -> None:
-        if self._mark is not None and _send_rank(self._mark) >= _send_rank(op):
+        if self._mark is not None and _terminal_rank(self._mark) >= _terminal_rank(op):
             return
         self._mark = op
         for mid in [m for m, send in self._sends.items() if self._below_mark(send)]:
             self._drop(mid)
+        for table in (self._holds, self._revisions):
+            for mid in [m for m, h in table.items() if self._below_mark(h)]:
+                del table[mid]
+                term = self._terminals.get(mid)
+                for other in {mid, *([] if term is None else self._request_peers(term))}:
+                    self._relist(other)
+        for mid in list(self._decisions):
+            self._drop_old_decisions(mid)
 
     def _drop(self, mid: str) -> None:
-        """Forget a purged message's send, hold, edit and approval decisions
-        (not its terminal ops): a message awaiting approval or rejected goes
-        like any other."""
+        """Forget a purged message's send (not its terminal ops), in any
+        state (awaiting approval and rejected too); its hold, edit and
+        approval decisions go too when decided before the mark (a later one,
+        decided on a copy that outranks this send, stays for when that copy
+        comes)."""
         send = self._sends.pop(mid)
         self._unlist(send)
         self._editing.discard(mid)
         self._awaiting.discard(mid)
-        self._decisions.pop(mid, None)
-        self._holds.pop(mid, None)
-        self._revisions.pop(mid, None)
-        self._purged[mid] = _send_rank(send)
+        for table in (self._holds, self._revisions):
+            if mid in table and self._below_mark(table[mid]):
+                del table[mid]
+        self._drop_old_decisions(mid)
+        self._purged[mid] = _copy_key(send)
         term = self._terminals.get(mid)
         for other in [] if term is None else self._request_peers(term):
             self._relist(other)
 
+    def _drop_old_decisions(self, mid: str) -> None:
+        """Forget the approval decisions of ``mid`` decided before the mark."""
+        mine = self._decisions.get(mid)
+        if mine is None:
+            return
+        for kind in [k for k, d in mine.items() if self._below_mark(d)]:
+            del mine[kind]
+        if not mine:
+            del self._decisions[mid]
+
     def _note_decision(self, op: Op) -> None:
-        if op.kind in DECISION_KINDS:
+        # One decided before the purge goes with it; one decided after it
+        # stays (hidden while its message is purged), like a hold.
+        if op.kind in DECISION_KINDS and not self._below_mark(op):
             mine = self._decisions.setdefault(str(op.body["id"]), {})
             cur = mine.get(op.kind)
             if cur is None or _terminal_rank(op) > _terminal_rank(cur):
@@ -165,8 +201,8 @@ class MailboxModel:
 
     def _apply_hold(self, op: Op) -> None:
         mid = str(op.body["id"])
-        if mid in self._purged:
-            return
+        if self._below_mark(op):
+            return  # decided before the purge: gone with it
         self._note_decision(op)
         cur = self._holds.get(mid)
         if cur is None or _terminal_rank(op) > _terminal_rank(cur):
@@ -197,16 +233,17 @@ class MailboxModel:
 
     def _apply_send(self, op: Op) -> None:
         mid = str(op.body["id"])
+        key = _copy_key(op)
         purged = self._purged.get(mid)
         if purged is not None:
-            if purged <= _send_rank(op):
+            if purged <= key:
                 return
             if self._below_mark(op):
-                self._purged[mid] = _send_rank(op)
+                self._purged[mid] = key
                 return
-            del self._purged[mid]  # a lower copy the mark does not cover: judged again
+            del self._purged[mid]  # a winning copy the mark does not cover: judged again
         cur = self._sends.get(mid)
-        if cur is not None and _send_rank(cur) <= _send_rank(op):
+        if cur is not None and _copy_key(cur) <= key:
             return
         if cur is not None:
             self._unlist(cur)
@@ -220,8 +257,7 @@ class MailboxModel:
 
     def _apply_terminal(self, op: Op) -> None:
         mid = str(op.body["id"])
-        if mid not in self._purged:
-            self._note_decision(op)
+        self._note_decision(op)  # not one decided before the purge
         cur = self._terminals.get(mid)
         if cur is not None and _terminal_rank(cur) >= _terminal_rank(op):
             return

@@ -133,8 +133,10 @@ _MSG_UPSERT = (
     f"{_STATE_OF.format(id=':id', gate=':approval_required')}) "
     "ON CONFLICT (id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _MSG_COLS[1:])
-    + " WHERE (excluded.hlc, excluded.origin, excluded.seq)"
-    " < (messages.hlc, messages.origin, messages.seq)"
+    # The winning copy of a send: the latest owner term's, then the lowest
+    # (hlc, origin, seq) (federation.mailbox._copy_key).
+    + " WHERE (-excluded.send_epoch, excluded.hlc, excluded.origin, excluded.seq)"
+    " < (-messages.send_epoch, messages.hlc, messages.origin, messages.seq)"
 )
 
 _TERM_COLS = ("id", "state", "epoch", "hlc", "origin", "seq", "claimed_by_session",
@@ -305,10 +307,10 @@ def _session_start(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
 
 def _msg_send(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     row = message_row(op)
-    purged = c.execute("SELECT hlc, origin, seq FROM msg_purged WHERE id = ?",
+    purged = c.execute("SELECT -epoch, hlc, origin, seq FROM msg_purged WHERE id = ?",
                        (row["id"],)).fetchone()
     if purged is not None:
-        if tuple(purged) <= (op.hlc, op.origin, op.seq):
+        if tuple(purged) <= (-op.epoch, op.hlc, op.origin, op.seq):
             return
         c.execute("DELETE FROM msg_purged WHERE id = ?", (row["id"],))  # judged again below
     cur = c.execute(_MSG_UPSERT, {**row, **_stamp(op), "send_epoch": op.epoch})
@@ -319,33 +321,58 @@ def _msg_send(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     _purge_marked(c, "m.id = ?", (row["id"],))
 
 
-# Messages (``m``) ranked below their mailbox's mark.
+# Messages (``m``) decided below their mailbox's mark, in the owners' order
+# of decisions (epoch, hlc, origin, seq).
 _MARKED = ("FROM messages m JOIN msg_purge p ON p.workspace = m.to_workspace"
            " AND p.project = m.to_project"
-           " WHERE (m.hlc, m.origin, m.seq) < (p.hlc, p.origin, p.seq) AND {where}")
+           " WHERE (m.send_epoch, m.hlc, m.origin, m.seq) < (p.epoch, p.hlc, p.origin, p.seq)"
+           " AND {where}")
+
+# The holds, saved edits and approval decisions of messages ``{ids}`` decided
+# before the mark of
+# their mailbox (known from the message's row or its purged record; one whose
+# send has not arrived is judged when it does).
+_OLD_EDITS = ("DELETE FROM {table} WHERE id IN ({ids}) AND ({table}.epoch, {table}.hlc,"
+              " {table}.origin, {table}.seq) < (SELECT p.epoch, p.hlc, p.origin, p.seq"
+              " FROM msg_purge p WHERE (p.workspace, p.project) IN"
+              " (SELECT to_workspace, to_project FROM messages WHERE id = {table}.id"
+              " UNION ALL SELECT to_workspace, to_project FROM msg_purged WHERE id = {table}.id))")
+
+
+def _drop_old_edits(c: sqlite3.Connection, ids: str, params: tuple[Any, ...]) -> None:
+    for table in ("msg_hold", "msg_revision", "msg_decision"):
+        c.execute(_OLD_EDITS.format(table=table, ids=ids), params)
 
 
 def _purge_marked(c: sqlite3.Connection, where: str, params: tuple[Any, ...]) -> None:
     """Drop the messages ``where`` selects that their mailbox's mark covers,
-    in any state (awaiting approval and rejected too), with their holds,
-    saved edits, approval decisions and completions; remember their ids and
-    ranks."""
+    in any state (awaiting approval and rejected too), with their
+    completions, and every hold, saved edit and approval decision of theirs
+    decided before that mark (one decided after it stays: a later copy of
+    the send may bring the message back); remember their ids and ranks."""
+    _drop_old_edits(c, f"SELECT m.id FROM messages m WHERE {where}", params)
+    c.execute(f"UPDATE messages SET state = "
+              f"{_STATE_OF.format(id='messages.id', gate='messages.approval_required')}"
+              f" WHERE id IN (SELECT m.id FROM messages m WHERE {where})", params)
     marked = _MARKED.format(where=where)
-    c.execute("INSERT OR REPLACE INTO msg_purged (id, hlc, origin, seq, to_workspace, to_project)"
-              f" SELECT m.id, m.hlc, m.origin, m.seq, m.to_workspace, m.to_project {marked}",
-              params)
-    for table in ("msg_hold", "msg_revision", "msg_decision", "msg_completion", "messages"):
+    c.execute("INSERT OR REPLACE INTO msg_purged"
+              " (id, hlc, origin, seq, to_workspace, to_project, epoch)"
+              f" SELECT m.id, m.hlc, m.origin, m.seq, m.to_workspace, m.to_project, m.send_epoch"
+              f" {marked}", params)
+    for table in ("msg_completion", "messages"):
         c.execute(f"DELETE FROM {table} WHERE id IN (SELECT m.id {marked})", params)
 
 
 _PURGE_COLS = ("workspace", "project", "id", "scope", "by_user", "reason", "at_ms", "max_at_ms",
                "epoch", "hlc", "origin", "seq")
+# The mark: the greatest purge in the owners' order of decisions.
+_MARK_GT = ("(excluded.epoch, excluded.hlc, excluded.origin, excluded.seq)"
+            " > (msg_purge.epoch, msg_purge.hlc, msg_purge.origin, msg_purge.seq)")
 _PURGE_UPSERT = (
     f"INSERT INTO msg_purge ({', '.join(_PURGE_COLS)}) "
     f"VALUES ({', '.join(':' + c for c in _PURGE_COLS)}) "
     "ON CONFLICT (workspace, project) DO UPDATE SET "
-    + ", ".join(f"{c} = CASE WHEN {_STAMP_GT.format(t='msg_purge')} THEN excluded.{c}"
-                f" ELSE msg_purge.{c} END"
+    + ", ".join(f"{c} = CASE WHEN {_MARK_GT} THEN excluded.{c} ELSE msg_purge.{c} END"
                 for c in ("id", "scope", "by_user", "reason", "at_ms", "epoch", "hlc", "origin",
                           "seq"))
     + ", max_at_ms = max(msg_purge.max_at_ms, excluded.max_at_ms)"
@@ -361,6 +388,8 @@ def _msg_purge(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
         "by_user": b.get("by_user"), "reason": b.get("reason"), "at_ms": at_ms,
         "max_at_ms": at_ms, "epoch": op.epoch, **_stamp(op)})
     _purge_marked(c, "m.to_workspace = ? AND m.to_project = ?", (ws, proj))
+    _drop_old_edits(c, "SELECT g.id FROM msg_purged g WHERE g.to_workspace = ?"
+                       " AND g.to_project = ?", (ws, proj))
 
 
 _SET_STATE = ("UPDATE messages SET state = "
@@ -397,21 +426,20 @@ def _purged(c: sqlite3.Connection, msg_id: str) -> bool:
 
 def _msg_terminal(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     msg_id = str(op.body["id"])
-    if not _purged(c, msg_id):  # a purged message keeps its terminal op, not its decision
-        _msg_decision(c, op)
+    _msg_decision(c, op)
     c.execute(_TERM_UPSERT, {**terminal_row(op), **_stamp(op), "id": msg_id})
+    _drop_old_edits(c, "?", (msg_id,))  # a decision made before the purge goes with it
     c.execute(_SET_STATE, (msg_id,))
 
 
 def _msg_hold(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     msg_id = str(op.body["id"])
-    if _purged(c, msg_id):
-        return
     _msg_decision(c, op)
     c.execute(_HOLD_UPSERT, {**hold_row(op), **_stamp(op), "id": msg_id})
     revision = revision_row(op)
     if revision is not None:
         c.execute(_REV_UPSERT, {**revision, **_stamp(op), "id": msg_id})
+    _drop_old_edits(c, "?", (msg_id,))  # one decided before the purge goes with it
     c.execute(_SET_STATE, (msg_id,))
 
 

@@ -622,6 +622,6 @@ class Store(DomainReads):
             "purge_at": [tuple(r) for r in await fetch(
                 "SELECT workspace, project, max_at_ms FROM msg_purge ORDER BY workspace, project")],
             "purged": {r["id"]: [[r["hlc"], r["origin"], r["seq"]], r["to_workspace"],
-                                 r["to_project"]]
+                                 r["to_project"], r["epoch"]]
                        for r in await fetch("SELECT * FROM msg_purged ORDER BY id")},
         }

@@ -18,7 +18,8 @@ How each rule is kept order-free (ranks are defined in :mod:`store.records`):
   be in flight from a member that had not yet seen the delete, and without
   the id it would resurrect the memory;
 * ``note.new`` and ``msg.send`` are insert-once (the lowest-ranked copy of
-  an id wins, so retries on two nodes converge); read marks are a grow-only
+  an id wins, so retries on two nodes converge; of a send's copies, those of
+  the latest owner term first: ``_copy_key``); read marks are a grow-only
   set of ``(agent, id)`` consulted whenever a notification is shown, so a
   mark that arrives first still applies;
 * a message is pending until a terminal op is known; the terminal op of the
@@ -30,12 +31,17 @@ How each rule is kept order-free (ranks are defined in :mod:`store.records`):
   ``created_at`` is the minimum seen; ``grant.put`` is last-writer-wins per
   (memory, agent), a revoke being a put with ``granted`` false; ``nsub.put``
   likewise per (agent, namespace);
-* ``msg.purge`` (issue 27) keeps, per mailbox, the greatest purge (the
-  *mark*) and the greatest ``at_ms`` of its purges. A message whose winning
-  send ranks below its mailbox's mark is dropped with its hold and saved
-  edit, and its id kept in a purged set with the rank of that send: a copy
-  ranked at or above it is ignored, a lower one is judged again (a
-  message's mailbox comes from its send). Terminal ops stay. Sessions and
+* ``msg.purge`` (issue 27) keeps, per mailbox, the greatest purge by
+  ``(epoch, hlc, origin, seq)`` (the *mark*) and the greatest ``at_ms`` of
+  its purges. A message whose winning send is ranked so below its
+  mailbox's mark is dropped, and its id kept in a purged set with the rank
+  and epoch of that send: a copy that would not win over it is ignored, one
+  that would is judged again (a message's mailbox comes from its send).
+  Holds, saved edits and approval decisions ranked below the mark are
+  dropped, of any message of the mailbox (one whose send has not arrived
+  is judged when it does; one ranked above stays, hidden while its message
+  is purged). A purged message's completion goes with it, and one for a
+  purged id is not kept. Terminal ops stay. Sessions and
   harness rows are kept as merged, and every read hides those of a project
   whose last activity is before its purge ``at_ms`` (a harness's first
   activity reads as no earlier than it), which keeps the rule order-free;
@@ -101,6 +107,12 @@ from store.seen import SeenSet
 class _Ranked:
     rank: Rank
     row: dict[str, Any]
+
+
+def _copy_key(epoch: int, rank: Rank) -> tuple[int, int, str, int]:
+    """Which copy of a send wins (federation.mailbox._copy_key): the latest
+    owner term's, then the lowest ``(hlc, origin, seq)``."""
+    return (-epoch, *rank)
 
 
 @dataclass(slots=True)
@@ -169,7 +181,8 @@ class Replica:
         self._marks: dict[tuple[str, str], Op] = {}
         self._purge_at: dict[tuple[str, str], int] = {}
         # message id -> (rank of the purged send, its workspace, project)
-        self._purged: dict[str, tuple[Rank, str, str]] = {}
+        # (its epoch too: a copy of a later owner term outranks it)
+        self._purged: dict[str, tuple[Rank, str, str, int]] = {}
 
     # -- applying ops --------------------------------------------------------
 
@@ -222,8 +235,8 @@ class Replica:
             cur = self._terminals.get(msg_id)
             if cur is None or terminal_rank(op) > cur.rank:
                 self._terminals[msg_id] = _Terminal(terminal_rank(op), terminal_row(op))
-            if msg_id not in self._purged:  # a purged message keeps its terminal, not its decision
-                self._decide(op)
+            self._decide(op)
+            self._drop_old_edits(msg_id)  # a decision made before the purge goes with it
         elif kind in K.HOLD_KINDS:
             self._msg_hold(op)
         elif kind == K.MSG_COMPLETE:
@@ -267,14 +280,13 @@ class Replica:
 
     def _msg_hold(self, op: Op) -> None:
         msg_id = str(op.body["id"])
-        if msg_id in self._purged:
-            return
         stamp = {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
         self._decide(op)
         _keep_highest(self._holds, msg_id, {**hold_row(op), **stamp})
         revision = revision_row(op)
         if revision is not None:
             _keep_highest(self._revisions, msg_id, {**revision, **stamp})
+        self._drop_old_edits(msg_id)  # one decided before the purge goes with it
 
     def _msg_complete(self, op: Op) -> None:
         """The first completion of a message (lowest (hlc, origin, seq)) wins."""
@@ -284,34 +296,62 @@ class Replica:
         cur = self._completions.get(done["id"])
         if cur is None or lww_rank(op) < (cur["hlc"], cur["origin"], cur["seq"]):
             self._completions[done["id"]] = done
-    def _mark_of(self, row: dict[str, Any]) -> Rank | None:
+
+    def _mark_of(self, row: dict[str, Any]) -> tuple[int, int, str, int] | None:
+        """The terminal rank (the owners' order of decisions) of the mark."""
         mark = self._marks.get((row["to_workspace"], row["to_project"]))
-        return None if mark is None else lww_rank(mark)
+        return None if mark is None else terminal_rank(mark)
 
     def _msg_send(self, op: Op) -> None:
         row = message_row(op)
         mid, rank = row["id"], lww_rank(op)
+        key = _copy_key(op.epoch, rank)
         purged = self._purged.get(mid)
         if purged is not None:
-            if purged[0] <= rank:
+            if _copy_key(purged[3], purged[0]) <= key:
                 return
-            del self._purged[mid]  # a lower copy: judged again below
+            del self._purged[mid]  # a winning copy: judged again below
         old = self._messages.get(mid)
-        if old is None or rank < old.rank:
+        if old is None or key < _copy_key(old.epoch, old.rank):
             self._messages[mid] = _Message(rank, row, op.epoch)
         self._purge_if_marked(mid)
+
+    def _drop_old_edits(self, mid: str) -> None:
+        """Forget the hold and saved edit of ``mid`` decided before the mark
+        of its mailbox (known from its send or its purged record; with
+        neither, they are judged when the send arrives)."""
+        msg, purged = self._messages.get(mid), self._purged.get(mid)
+        scope = ((msg.row["to_workspace"], msg.row["to_project"]) if msg is not None
+                 else None if purged is None else (purged[1], purged[2]))
+        op = None if scope is None else self._marks.get(scope)
+        if op is None:
+            return
+        mark = terminal_rank(op)
+
+        def below(row: dict[str, Any]) -> bool:
+            return (row["epoch"], row["hlc"], row["origin"], row["seq"]) < mark
+        for table in (self._holds, self._revisions):
+            row = table.get(mid)
+            if row is not None and below(row):
+                del table[mid]
+        mine = self._decisions.get(mid)  # approval decisions, ranked like holds
+        if mine is not None:
+            for kind in [k for k, row in mine.items() if below(row)]:
+                del mine[kind]
+            if not mine:
+                del self._decisions[mid]
 
     def _purge_if_marked(self, mid: str) -> bool:
         msg = self._messages[mid]
         mark = self._mark_of(msg.row)
-        if mark is None or msg.rank >= mark:
+        self._drop_old_edits(mid)
+        if mark is None or (msg.epoch, *msg.rank) >= mark:
             return False
         del self._messages[mid]
-        self._holds.pop(mid, None)
-        self._revisions.pop(mid, None)
-        self._decisions.pop(mid, None)  # awaiting or rejected, it goes like any other
+        # Awaiting or rejected, it goes like any other (its decisions made
+        # before the mark went above); its completion goes with it.
         self._completions.pop(mid, None)
-        self._purged[mid] = (msg.rank, msg.row["to_workspace"], msg.row["to_project"])
+        self._purged[mid] = (msg.rank, msg.row["to_workspace"], msg.row["to_project"], msg.epoch)
         return True
 
     def _msg_purge(self, op: Op) -> None:
@@ -320,12 +360,14 @@ class Replica:
         at_ms = int(b.get("at_ms", physical_ms(op.hlc)))
         self._purge_at[scope] = max(self._purge_at.get(scope, at_ms), at_ms)
         cur = self._marks.get(scope)
-        if cur is not None and lww_rank(cur) >= lww_rank(op):
+        if cur is not None and terminal_rank(cur) >= terminal_rank(op):
             return
         self._marks[scope] = op
         for mid in [m for m, msg in self._messages.items()
                     if (msg.row["to_workspace"], msg.row["to_project"]) == scope]:
             self._purge_if_marked(mid)
+        for mid in [m for m, v in self._purged.items() if (v[1], v[2]) == scope]:
+            self._drop_old_edits(mid)
 
     def _project_hidden(self, workspace: str, project: str, last_at_ms: int) -> bool:
         """Is activity last seen at ``last_at_ms`` older than the project's purge?"""
@@ -822,7 +864,7 @@ class Replica:
         ignores any later copy of it), and its claim if it was claimed under
         a request id, so an owner answers a retried pop of that request id
         "nothing", never a newer message."""
-        mine = sorted(((rank, mid) for mid, (rank, ws, proj) in self._purged.items()
+        mine = sorted(((rank, mid) for mid, (rank, ws, proj, _) in self._purged.items()
                        if (ws, proj) == (workspace, project)), reverse=True)
         out: list[Op] = []
         for rank, mid in mine[:history_max]:
@@ -898,7 +940,7 @@ class Replica:
             "pgrants": {"|".join(k): dict(v.row) for k, v in sorted(self._pgrants.items())},
             "purges": self.purge_marks(),
             "purge_at": sorted((*k, v) for k, v in self._purge_at.items()),
-            "purged": {k: [list(v[0]), v[1], v[2]] for k, v in sorted(self._purged.items())},
+            "purged": {k: [list(v[0]), v[1], v[2], v[3]] for k, v in sorted(self._purged.items())},
         }
 
 

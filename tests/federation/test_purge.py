@@ -144,6 +144,42 @@ def test_the_cleanup_hides_only_sessions_idle_since_the_time_it_names() -> None:
     assert got["purge"]["at_ms"] == 5  # not the owner's clock: a session since then stays
 
 
+def test_a_deposed_owners_copy_of_a_send_decided_after_the_purge_does_not_purge_it() -> None:
+    # Found by the simulator (seeds 7789, 5769): a send's first copy was
+    # stamped by an owner cut off from the rest, whose round never reached a
+    # majority. A new owner, which never saw that copy, purged the mailbox,
+    # then served the client's retry of the same send: a fresh copy, ranked
+    # above the mark, acknowledged and claimed by a pop sent after the purge
+    # was acknowledged. When the old copy (lower HLC, so the winning copy
+    # under "lowest copy wins") arrived, every store purged the message.
+    cl, o = owner_cluster()
+    other = next(n for n in cl.cores if n != o)
+    cut = lambda src, dst, msg: o in (src, dst)  # noqa: E731
+    assert ask(cl, o, 0, MailPop(MB, request_id="r-first")) is None  # o owns the mailbox
+    assert ask(cl, o, 1, MailSend(MB, body("m1")), drop=cut) == "pending"
+    stale = next(op for op in cl.disks[o].ops_for_key(MB) if op.body.get("id") == "m1")
+    cl.now += 10
+    got = ask(cl, other, 2, MailPop(MB, request_id="r0"), drop=cut)  # other's candidacy
+    if isinstance(got, Unavailable):
+        got = ask(cl, other, 2.5, MailPop(MB, request_id="r0"), drop=cut)
+    assert got is None, got
+    assert cl.cores[other].claims.owned()[MB] > stale.epoch
+    assert ask(cl, other, 3, purge(), drop=cut)["removed"] == 0
+    fresh = ask(cl, other, 4, MailSend(MB, body("m1")), drop=cut)  # the client's retry
+    assert isinstance(fresh, Op) and fresh.hlc > stale.hlc and fresh.epoch > stale.epoch
+    got = ask(cl, other, 5, MailPop(MB, request_id="r1"), drop=cut)
+    assert got["message"]["id"] == "m1"
+    # The deposed owner's copy spreads (anti-entropy), in either order.
+    everything = [*cl.disks[other].ops_for_key(MB), stale]
+    for d in cl.disks.values():
+        d.apply(everything, 0)
+        d.apply([stale, *everything], 0)
+    cl.run(other, cl.cores[other].claims.observe_ops([stale]))
+    assert states(cl, "m1") == ["claimed"] * len(cl.disks)
+    again = ask(cl, other, 6, MailPop(MB, request_id="r1"), drop=cut)
+    assert again["message"]["id"] == "m1"
+
+
 def test_a_purge_takes_messages_awaiting_approval_and_rejected_ones() -> None:
     # The approval queue's states go like any other: the held message, the
     # rejected one and the approved one (with their decisions) on every disk.

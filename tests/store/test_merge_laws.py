@@ -7,6 +7,8 @@ monotone states (claimed/cancelled, read, deleted) never revert.
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -206,10 +208,11 @@ def test_expired_notification_is_hidden_purged_and_not_revived() -> None:
 MB_WP = K.mailbox_key("w", "p")
 
 
-def _send(mid: str, origin: str, seq: int, hlc: int) -> Op:
+def _send(mid: str, origin: str, seq: int, hlc: int, epoch: int = 1) -> Op:
+    # Epoch 1 by default: the purges' term, where the HLC orders decisions.
     return Op(origin, seq, hlc, K.MSG_SEND, MB_WP,
               {"id": mid, "to_workspace": "w", "to_project": "p", "subject": "s",
-               "body": f"secret {mid}", "created_at_ms": hlc})
+               "body": f"secret {mid}", "created_at_ms": hlc}, epoch)
 
 
 def _purge(origin: str, seq: int, hlc: int, at_ms: int, pid: str = "pg") -> Op:
@@ -261,6 +264,93 @@ def test_a_lower_copy_of_a_purged_send_is_judged_again() -> None:
         assert r.message("g") is None and r.is_purged("g")  # the lowest copy is below
     r = replica_of([p, high])
     assert r.message("g") is not None  # only the copy above the mark is known
+
+
+def test_a_later_terms_copy_above_the_mark_outranks_an_older_terms_copy_below_it() -> None:
+    # Simulator seeds 7789 and 5769: a deposed owner's copy of a send (epoch
+    # 1, never on a majority) and the copy a later owner decided after its
+    # purge (epoch 2): the later term's copy wins, so the message stays, in
+    # every order; with no later copy the old one is purged.
+    stale, fresh = _send("g", "n1", 1, 5, epoch=1), _send("g", "n2", 2, 31, epoch=2)
+    p = _purge("n2", 1, 30, at_ms=30)
+    p = Op(p.origin, p.seq, p.hlc, p.kind, p.key, p.body, 2)
+    hold = Op("n2", 3, 32, K.MSG_HOLD, MB_WP, {"id": "g", "holder_session": "e",
+                                                "at_ms": 32}, 2)
+    old_hold = Op("n1", 2, 6, K.MSG_HOLD, MB_WP, {"id": "g", "holder_session": "d",
+                                                   "at_ms": 6}, 1)
+    ops = [stale, fresh, p, hold, old_hold]
+    reference = replica_of(ops).snapshot()
+    for order in itertools.permutations(ops):
+        r = replica_of(list(order))
+        assert r.snapshot() == reference, order
+        got = r.message("g")
+        assert got is not None and got["order"][0] == 31 and got["state"] == "editing", order
+        assert not r.is_purged("g")
+    r = replica_of([old_hold, p, stale])
+    assert r.message("g") is None and r.is_purged("g") and r.snapshot()["holds"] == {}
+
+
+def test_approval_decisions_are_judged_against_the_mark_like_holds() -> None:
+    # The approval queue beside the later term's copy: an approve decided on
+    # the deposed owner's copy (before the mark) goes with the purge; one
+    # decided on the later term's copy (after the mark) stays, in every
+    # order, in the replica, the SQLite store and the owner's model. With no
+    # later copy the message is purged and its old decision gone.
+    import asyncio
+    import os
+    import tempfile
+
+    from federation.mailbox import MailboxModel
+    from store.db import Store
+
+    def gated(op: Op) -> Op:
+        return Op(op.origin, op.seq, op.hlc, op.kind, op.key,
+                  {**op.body, "approval_required": True}, op.epoch)
+
+    stale = gated(_send("g", "n1", 1, 5, epoch=1))
+    fresh = gated(_send("g", "n2", 2, 31, epoch=2))
+    p = _purge("n2", 1, 30, at_ms=30)
+    p = Op(p.origin, p.seq, p.hlc, p.kind, p.key, p.body, 2)
+    old_ok = Op("n1", 2, 6, K.MSG_APPROVE, MB_WP, {"id": "g", "by_user": "ann", "at_ms": 6}, 1)
+    new_ok = Op("n2", 3, 32, K.MSG_APPROVE, MB_WP, {"id": "g", "by_user": "bob", "at_ms": 32}, 2)
+    old_no = Op("n1", 3, 7, K.MSG_REJECT, MB_WP, {"id": "g", "by_user": "ann", "at_ms": 7}, 1)
+    ops = [stale, fresh, p, old_ok, new_ok]
+    reference = replica_of(ops).snapshot()
+    assert [row["by_user"] for row in reference["decisions"].values()] == ["bob"]
+    for order in itertools.permutations(ops):
+        r = replica_of(list(order))
+        assert r.snapshot() == reference, order
+        got = r.message("g")
+        assert got is not None and got["state"] == "pending", order
+        model = MailboxModel(MB_WP)
+        model.apply(list(order))
+        assert model.state("g") == "pending"
+        decided = model.decision_op("g")
+        assert decided is not None and decided.body["by_user"] == "bob"
+    gone = [old_ok, old_no, p, stale]
+    r = replica_of(gone)
+    assert r.message("g") is None and r.is_purged("g") and r.snapshot()["decisions"] == {}
+    model = MailboxModel(MB_WP)
+    model.apply(gone)
+    assert model.is_purged("g") and model.decision_op("g") is None
+
+    async def sqlite(batches: list[list[Op]]) -> dict[str, object]:
+        with tempfile.TemporaryDirectory() as tmp:
+            store = await Store.open(os.path.join(tmp, "node.db"), "n1")
+            try:
+                for b in batches:
+                    await store.apply_ops(b, APPLY_NOW)
+                return await store.snapshot()
+            finally:
+                await store.close()
+    for order in ([stale, old_ok, p, fresh, new_ok], [new_ok, p, old_ok, fresh, stale],
+                  [fresh, new_ok, old_ok, stale, p]):
+        assert asyncio.run(sqlite([[op] for op in order])) == reference, order
+    for order in (gone, gone[::-1], [p, old_no, stale, old_ok]):
+        assert asyncio.run(sqlite([[op] for op in order])) == replica_of(gone).snapshot()
+        r = replica_of(*[[op] for op in order])
+        assert r.snapshot() == replica_of(gone).snapshot()
+        assert r.snapshot()["decisions"] == {}
 
 
 def test_a_project_whose_every_session_is_older_than_its_purge_is_gone() -> None:
