@@ -15,9 +15,11 @@
    names a session and request id a client used together.
 4. Convergence: checked by the runner (equal snapshots after the heal).
 5. Nothing reverts: sampled during the run on every node's disk -- a
-   claimed or cancelled message never shows pending again (unless that
-   terminal op was never acknowledged and a hold or release outranks it:
-   then it is void), and once a node shows an acknowledged decision it keeps
+   claimed or cancelled message never shows pending again (unless the
+   terminal op it showed was never acknowledged and a hold, release or
+   approval outranks it: then it is void; a node that showed a failed
+   round's cancel has not shown the acknowledged claim that a later owner
+   made after voiding it), and once a node shows an acknowledged decision it keeps
    showing it; an acknowledged read mark or delete, once applied on a node,
    stays visible there. Once a hold is acknowledged, no node shows the
    message decided by an op that does not follow a release of that hold.
@@ -254,6 +256,18 @@ class Monitor:
                 self.fail(f"{node_id}: {mid} decided at {rank} after the acknowledged hold "
                           f"{h_rank} by {session} with no release in between")
 
+    def _shows_acked_claim(self, mid: str, shown: Decision) -> bool:
+        """Did ``shown`` (a node's view) hold the acknowledged claim of
+        ``mid``: its request and session, decided at the lowest epoch that
+        claim was acknowledged at or later (as rule 2b judges it)? Not
+        another terminal op a node showed before it heard of that claim: a
+        failed round's older cancel, voided by a later approval or hold that
+        the acknowledged claim followed (5-node seed 2824)."""
+        acked = self.popped_claim.get(mid)
+        if acked is None or shown[0] != "claimed" or (shown[1], shown[2]) != acked:
+            return False
+        return shown[4] is None or shown[4] >= self.popped_epoch[mid]
+
     def _shows_acked_cancel(self, mid: str, shown: Decision) -> bool:
         """Did ``shown`` (a node's view) hold the acknowledged cancel of ``mid``?"""
         if mid not in self.cancelled or shown[0] != "cancelled":
@@ -296,7 +310,8 @@ class Monitor:
                         state is None and self.purged(disk, mid)) and (
                         state is None or state[0] not in TERMINAL) and (
                         state is None or disk.terminal_stands(mid)
-                        or mid in self.popped or self._shows_acked_cancel(mid, last)):
+                        or self._shows_acked_claim(mid, last)
+                        or self._shows_acked_cancel(mid, last)):
                     # Only an unacknowledged terminal op may give way, and
                     # only to a hold or release that outranks it.
                     self.fail(f"{node_id}: message {mid} reverted from {last} to {state}")
