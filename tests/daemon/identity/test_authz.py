@@ -11,6 +11,7 @@ operator-only endpoints.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -499,7 +500,14 @@ async def test_the_prompt_hooks_notice_is_authorized_like_a_session_start(keyed:
 
 
 async def test_a_guessed_scope_is_not_named_to_who_may_not_read_it(keyed: Any) -> None:
-    # The last active project is gamma (the fixture started it last).
+    # The last active project must be gamma. The fixture starts it last, but
+    # sessions started within one millisecond tie, and a tie goes to the
+    # first name (beta, which the outsider may read): start gamma again once
+    # the clock has moved on.
+    await asyncio.sleep(0.01)
+    r = await keyed.post("/api/v1/sessions", headers=bearer(ROOT_KEY),
+                         json={"workspace": WS, "project": "gamma", "harness": "codex"})
+    assert r.status in (200, 201), await r.text()
     outsider = bearer(key_of("both-write"))
     for method, path, body in (
             ("POST", "/api/v1/messages/pop", {}),
