@@ -29,6 +29,7 @@ from common.vocab import (
     NATURE_MEANINGS,
     Nature,
 )
+from daemon.api.mail import MessageId
 from daemon.api.websession import (
     WRITE_TOKEN_HEADER,
     WebSession,
@@ -68,6 +69,7 @@ class WebSendIn(Strict):
     body: text(limits.request_body_max_bytes, min_chars=1)  # type: ignore[valid-type]
     nature: Nature = NATURE_DEFAULT
     evidence: text(10 * limits.message_evidence_max_chars) | None = None  # type: ignore[valid-type]
+    in_reply_to: MessageId | None = None  # the composer's Reply: a message the viewer may read
 
 
 class SaveIn(Strict):
@@ -91,8 +93,7 @@ class ProjectQuery(Lenient):
 class HistoryQuery(ProjectQuery):
     box: str = "received"
     page: Annotated[int, Field(ge=0, lt=limits.web_history_pages_max)] = 0
-    thread_id: Annotated[str, StringConstraints(min_length=1, max_length=64,
-                                                pattern=r"^[A-Za-z0-9\-]+$")] | None = None
+    thread_id: MessageId | None = None
 
 
 # -- who is looking -----------------------------------------------------------------
@@ -339,7 +340,7 @@ async def send(request: web.Request) -> web.Response:
         to_workspace=body.to_workspace, to_project=body.to_project, body=body.body,
         to_agent=body.to_agent, from_workspace=body.from_workspace,
         from_project=body.from_project, from_agent=FROM_AGENT_WEB, subject=body.subject,
-        nature=body.nature, evidence=body.evidence),
+        nature=body.nature, evidence=body.evidence, in_reply_to=body.in_reply_to),
         session_id=None, owner_user=owner, idempotency_key=None)
     return web.json_response(out, status=201)
 

@@ -638,7 +638,8 @@ def _readable(principal: Principal, workspace: str | None, project: str | None) 
 
 def web_message(principal: Principal, row: dict[str, Any]) -> dict[str, Any]:
     """A message as the web inbox shows it: :func:`public_message` plus who
-    edits it, and the names of projects the viewer may not read left out."""
+    edits it, the subject a reply proposes, and the names of projects the
+    viewer may not read left out."""
     out = public_message(row)
     out.update(
         from_workspace=row.get("from_workspace"), from_project=row.get("from_project"),
@@ -653,6 +654,9 @@ def web_message(principal: Principal, row: dict[str, Any]) -> dict[str, Any]:
         approval_decided_by=row.get("approval_decided_by"),
         approval_decided_at=iso_ms(row.get("approval_decided_at_ms")),
         approval_reason=row.get("approval_reason"),
+        # The subject a reply proposes (the composer's Reply): one rule for
+        # every client, the decision-reply convention included.
+        reply_subject=reply_subject(row),
         from_hidden=False, to_hidden=False)
     if not _readable(principal, row.get("from_workspace"), row.get("from_project")):
         out.update(from_workspace=None, from_project=None, from_workspace_id=None,

@@ -439,3 +439,76 @@ async def test_mcp_memory_message_list_shows_a_held_message_as_editing(web: Any)
     assert result["isError"] is False, result
     rows = result["structuredContent"]["messages"]
     assert [(m["id"], m["state"]) for m in rows] == [(ids[0], "editing"), (ids[1], "pending")]
+
+
+# -- replies (the composer's Reply) ------------------------------------------------
+
+async def test_a_web_reply_is_threaded_and_proposes_its_subject(web: Any) -> None:
+    me = await login_anonymous(web)
+    sent = {}
+    for name, subject in (("plain", "paging"), ("question", "decision: Accept the flake?"),
+                          ("again", "Re: cursors"), ("bare", None)):
+        r = await web_send(web, me, body=name, subject=subject)
+        assert r.status == 201, await r.text()
+        sent[name] = (await r.json())["message_id"]
+    rows = {m["id"]: m for m in (await received(web))["messages"]}
+    assert rows[sent["plain"]]["reply_subject"] == "Re: paging"
+    assert rows[sent["question"]]["reply_subject"] == f"decision-reply: {sent['question']}"
+    assert rows[sent["again"]]["reply_subject"] == "Re: cursors"
+    assert rows[sent["bare"]]["reply_subject"] is None
+
+    back = {"from_project": "project-b", "to_project": "project-a"}
+    r = await web_send(web, me, body="which cursor?", in_reply_to=sent["plain"], **back)
+    assert r.status == 201, await r.text()
+    first = await r.json()
+    assert first["in_reply_to"] == sent["plain"] and first["thread_id"] == sent["plain"]
+    r = await web_send(web, me, body="opaque", in_reply_to=first["message_id"])
+    again = await r.json()
+    assert again["in_reply_to"] == first["message_id"] and again["thread_id"] == sent["plain"]
+    thread = await web.get("/web/api/history", params={**B, "box": "received",
+                                                       "thread_id": sent["plain"]})
+    assert [m["id"] for m in (await thread.json())["messages"]] == [again["message_id"],
+                                                                   sent["plain"]]
+    r = await web_send(web, me, body="x", in_reply_to="no-such-message", **back)
+    assert r.status == 404
+    r = await web_send(web, me, body="x", in_reply_to="not an id", **back)
+    assert r.status == 400
+
+
+async def test_a_web_reply_needs_write_on_the_senders_project(keyed: Any) -> None:
+    c = keyed
+    ok = await c.post("/web/login", json={"user": "rita", "password": "s3cret-pw"},
+                      headers={**UI, "Origin": origin(c)})
+    assert ok.status == 201, await ok.text()
+    me = await (await c.get("/web/api/me")).json()
+    from daemon.http.appkeys import NODE
+    from daemon.services import mail
+    n = c.server.app[NODE]
+    for scope, harness in ((A, "kimi"), (B, "claude-code")):
+        await mail.start_session(n, ROOT, workspace=scope["workspace"], project=scope["project"],
+                                 harness=harness, session_id=f"s-{harness}", owner_user=None)
+
+    async def root_send(frm: str, to: str) -> str:
+        out = await mail.send(n, ROOT, mail.SendRequest(
+            to_workspace="default", to_project=to, body="ask", from_workspace="default",
+            from_project=frm, subject="ask"), session_id=None, owner_user=None,
+            idempotency_key=None)
+        return str(out["message_id"])
+
+    asked = await root_send("project-a", "project-b")
+    [row] = (await received(c))["messages"]
+    assert row["id"] == asked and row["from_hidden"] and row["reply_subject"] == "Re: ask"
+    # rita may write project-b only: the reply to project-a is refused, nothing sent.
+    r = await c.post("/web/api/messages", headers=hdrs(c, me), json={
+        "from_workspace": "default", "from_project": "project-b", "to_workspace": "default",
+        "to_project": "project-a", "body": "yes", "in_reply_to": asked})
+    assert r.status == 403
+    assert (await r.json())["error"] == "message.send needs write on default/project-a"
+    assert await n.store.mailbox_messages("default", "project-a", limit=10) == []
+    # A message rita may not read cannot be answered even where she may write.
+    private = await root_send("project-a", "project-a")
+    r = await c.post("/web/api/messages", headers=hdrs(c, me), json={
+        "from_workspace": "default", "from_project": "project-b", "to_workspace": "default",
+        "to_project": "project-b", "body": "yes", "in_reply_to": private})
+    assert r.status == 404
+    assert [m["id"] for m in (await received(c))["messages"]] == [asked]
