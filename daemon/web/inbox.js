@@ -8,7 +8,8 @@
                         editing: "Editing", awaiting_approval: "awaiting approval",
                         rejected: "rejected" };
   const ui = { me: null, projects: [], current: null, box: "received", page: 0,
-               expanded: new Set(), editing: new Set(), rows: [], thread: null };
+               expanded: new Set(), editing: new Set(), rows: [], thread: null,
+               replyTo: null };
   // How a claimed message ended, once its holder completed it.
   const RESULT_WORDS = { done: "done", blocked: "blocked", rejected: "rejected" };
 
@@ -313,6 +314,7 @@
     if (m.state === "claimed" && !m.completion) {
       td.append(el("p", {}, "Collected records the agent's claim; completion of the request is not confirmed."));
     }
+    if (ui.box === "received") { td.append(replyControl(m), " "); }
     if (m.thread_id && ui.thread !== m.thread_id) {
       const t = el("button", { type: "button" }, "Show thread");
       t.addEventListener("click", () => { ui.thread = m.thread_id; ui.page = 0; refresh(); });
@@ -336,6 +338,24 @@
     }
     td.append(el("p", { role: "alert", class: "row-error" }));
     return tr;
+  }
+
+  // Reply: the composer addressed to the sender's project (and agent, when
+  // it has a session there), the subject the server proposes ("Re: ...", or
+  // "decision-reply: ID" to a "decision:" question), sent in its thread.
+  // A sender project the viewer may not write (or not even read) disables it.
+  function replyControl(m) {
+    const to = m.from_hidden ? null : byKey(m.from_workspace + "/" + m.from_project);
+    const b = el("button", { type: "button" }, "Reply");
+    if (to && to.writable) {
+      b.addEventListener("click", () => openReply(m, to));
+      return b;
+    }
+    b.disabled = true;
+    const span = el("span");
+    span.append(b, " ", el("span", { class: "explain" },
+                           "You may not send to the sender's project, so you cannot reply here."));
+    return span;
   }
 
   // An approver's decision: write on this project; made once, by the
@@ -471,6 +491,7 @@
   // that agent). From is p when the viewer may send from it, else the first
   // project the viewer may write.
   async function openComposer(p, agent) {
+    setReply(null);
     $("composer").hidden = false;
     const from = p.writable ? p : writable()[0];
     fillProjects($("from-project"), from);
@@ -478,6 +499,29 @@
     $("composer-status").textContent = "";
     $("subject").focus();
     await fillAgents(agent);
+  }
+
+  function setReply(m) {
+    ui.replyTo = m;
+    const line = $("reply-line");
+    line.hidden = !m;
+    line.textContent = m ? "Reply to message " + m.id + (m.subject ? " (" + m.subject + ")" : "") +
+                           ", in thread " + (m.thread_id || m.id) : "";
+  }
+
+  // From is the project that received m when the viewer may write it.
+  async function openReply(m, to) {
+    setReply(m);
+    const here = byKey(m.to_workspace + "/" + m.to_project);
+    $("composer").hidden = false;
+    fillProjects($("from-project"), here && here.writable ? here : writable()[0]);
+    fillProjects($("to-project"), to);
+    $("subject").value = m.reply_subject || "";
+    $("body").value = "";
+    $("composer-status").textContent = "";
+    $("composer").scrollIntoView();
+    $("body").focus();
+    await fillAgents(m.from_agent);
   }
 
   async function send() {
@@ -494,8 +538,11 @@
         to_workspace: to.workspace, to_project: to.project,
         to_agent: $("to-agent").value || null,
         subject: $("subject").value || null, body: $("body").value,
+        in_reply_to: ui.replyTo ? ui.replyTo.id : null,
       }, extra);
-      status.textContent = "Sent (message " + res.message_id + ").";
+      status.textContent = "Sent (message " + res.message_id +
+        (res.in_reply_to ? ", a reply in thread " + res.thread_id : "") + ").";
+      setReply(null);
       $("subject").value = "";
       $("body").value = "";
       await refresh();
@@ -535,7 +582,7 @@
   });
   $("to-project").addEventListener("change", fillAgents);
   $("send").addEventListener("click", send);
-  $("close-composer").addEventListener("click", () => { $("composer").hidden = true; });
+  $("close-composer").addEventListener("click", () => { $("composer").hidden = true; setReply(null); });
   $("logout").addEventListener("click", async () => {
     try { await post("/web/logout", {}); } finally { window.location.assign("/web/login"); }
   });
