@@ -13,6 +13,7 @@ machine's clock).
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -117,7 +118,7 @@ def test_a_killed_claimer_and_owner_redeliver_once_and_never_two_holders(
     assert len(claims[doomed["id"]]) == 2, claims[doomed["id"]]  # redelivered once
     for mid, held in claims.items():
         assert len(held) == (2 if mid == doomed["id"] else 1), (mid, held)
-        for (_, _, until), (answered, _, _) in zip(held, held[1:], strict=False):
+        for (_, _, until), (answered, _, _) in itertools.pairwise(held):
             assert answered >= until, f"{mid}: two live holders {held}"
     if not restarted:
         c.start(owner)
