@@ -277,6 +277,14 @@ def render_popped(reply: dict[str, Any]) -> str:
     lines = [
         f"claimed {msg.get('id')} from {sender}" + (f" ({', '.join(extras)})" if extras else ""),
     ]
+    if msg.get("claim_token"):
+        redelivered = (msg.get("delivery") or 1) > 1
+        lines.append(f"lease: until {msg.get('lease_until')}"
+                     + (f" (delivery {msg.get('delivery')})" if redelivered else "")
+                     + f"; claim token {msg['claim_token']}")
+        lines.append(f"  renew: ai-memory message renew {msg.get('id')} --token "
+                     f"{msg['claim_token']}; finish: ai-memory message done {msg.get('id')} "
+                     f"--token {msg['claim_token']} --result done")
     explained = agent_other_note([prov.get("from_agent")])
     if explained:
         lines.append(f"  {explained}")
@@ -296,6 +304,11 @@ def render_popped(reply: dict[str, Any]) -> str:
     "--wait", is_flag=True, help="If nothing is pending, block until a message arrives, claim it."
 )
 @click.option(
+    "--lease", "lease_secs", type=click.FloatRange(min=limits.claim_lease_secs_min,
+                                                   max=limits.claim_lease_secs_max),
+    help="Claim for this many seconds only: renew or complete it with the printed claim "
+         "token before then, or it goes back to the queue for the next pop.")
+@click.option(
     "--timeout",
     type=click.FloatRange(min=0),
     help="With --wait: give up after this many seconds (exit 8).",
@@ -310,6 +323,7 @@ def pop(
     agent: str | None,
     request_id: str | None,
     wait: bool,
+    lease_secs: float | None,
     timeout: float | None,
     as_json: bool,
 ) -> None:
@@ -324,7 +338,8 @@ def pop(
         raise click.UsageError("--request-id replays one earlier pop; it does not go with --wait")
     scope = resolve_scope(workspace, project)
     client = state.client()
-    base = drop_none({**scope_fields(scope), "message_id": message_id, "agent": agent})
+    base = drop_none({**scope_fields(scope), "message_id": message_id, "agent": agent,
+                      "lease_seconds": lease_secs})
     if not wait:
         reply = _pop_once(client, base, request_id, scope, agent)
     else:
@@ -554,13 +569,16 @@ def reply(
               help="done, blocked (could not finish) or rejected (will not do it).")
 @click.option("--note", "note_text",
               help="What the sender should know (scrubbed, capped like a body).")
+@click.option("--token", "claim_token",
+              help="The claim token of a message popped with --lease (required then).")
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's JSON reply.")
 @pass_state
 def done(state: CliState, message_id: str, result: str, note_text: str | None,
-         as_json: bool) -> None:
+         claim_token: str | None, as_json: bool) -> None:
     """Complete MESSAGE_ID, which this caller claimed: the sender sees the result and note."""
     client = state.client()
-    request = drop_none({"message_id": message_id, "result": result, "note": note_text})
+    request = drop_none({"message_id": message_id, "result": result, "note": note_text,
+                         "claim_token": claim_token})
     answer: dict[str, Any] = client.retrying_once(
         lambda: client.post("/api/v1/messages/complete", request))
     if as_json:
@@ -571,3 +589,30 @@ def done(state: CliState, message_id: str, result: str, note_text: str | None,
                + (" (already recorded)" if answer.get("replayed") else ""))
     if (answer.get("truncated") or {}).get("note"):
         note("warning: the daemon truncated the note to its size limit")
+
+
+@message.command("renew")
+@click.argument("message_id")
+@click.option("--token", "claim_token", required=True,
+              help="The claim token the leased pop printed.")
+@click.option("--lease", "lease_secs", type=click.FloatRange(
+    min=limits.claim_lease_secs_min, max=limits.claim_lease_secs_max),
+    help="The new lease in seconds, from now (default: the pop's length).")
+@click.option("--json", "as_json", is_flag=True, help="Print the daemon's JSON reply.")
+@pass_state
+def renew(state: CliState, message_id: str, claim_token: str, lease_secs: float | None,
+          as_json: bool) -> None:
+    """Extend the lease on MESSAGE_ID, popped with --lease, before it runs out.
+
+    Once the lease ran out the message went back to the queue: the renewal is
+    refused (exit 4, code lease_lost) and someone else may hold it now.
+    """
+    client = state.client()
+    request = drop_none({"message_id": message_id, "claim_token": claim_token,
+                         "lease_seconds": lease_secs})
+    answer: dict[str, Any] = client.retrying_once(
+        lambda: client.post("/api/v1/messages/renew", request))
+    if as_json:
+        print_json(answer)
+        return
+    click.echo(f"renewed {message_id}: lease until {answer.get('lease_until')}")

@@ -7,8 +7,10 @@ operations that the mailbox's owner issues (``docs/federation.md``)::
     (held by a       │      └───────msg.cancel──► cancelled     (terminal)
      decider)        │ msg.approve
                      ▼
-    msg.send ──► pending ──msg.claim──► claimed     (terminal)
-                 │  ▲  └───msg.cancel─► cancelled   (terminal)
+    msg.send ──► pending ──msg.claim──► claimed     (terminal, or leased:)
+                 │  ▲ ▲                  │  ▲ msg.renew (the same holder, a later deadline)
+                 │  │ └────msg.expire────┘──┘
+                 │  │  └───msg.cancel─► cancelled   (terminal)
         msg.hold │  │ msg.release (save: new subject/body; discard: unchanged)
                  ▼  │
                  editing
@@ -23,7 +25,13 @@ operations that the mailbox's owner issues (``docs/federation.md``)::
   hold takes it; it keeps its FIFO place and counts against the mailbox cap.
   An approver's ``msg.approve`` makes it pending at that place; a
   ``msg.reject`` ends it; its sender may still cancel it.
-* ``claimed`` / ``cancelled`` / ``rejected``: terminal; nothing moves it again.
+* ``claimed`` / ``cancelled`` / ``rejected``: terminal; nothing moves it again,
+  except a *leased* claim (issue 26): a pop with a lease makes a claim with
+  a claim token and a deadline. Its holder renews it (``msg.renew``: the
+  same claim, token and holder with a later deadline) or completes it; if
+  the deadline passes first, the owner issues ``msg.expire`` and the message
+  is pending again at its FIFO place, for the next pop (a new claim with a
+  new token). A claim without a lease stays terminal.
 
 The owner decides every transition (a hold and a pop of the same message
 are ordered by the owner like two pops, so they never both win) and checks
@@ -45,15 +53,26 @@ and the owner's model:
   it knows awaiting, so a terminal op below an acknowledged approval is void
   by the same argument); with neither, the message is ``awaiting_approval``
   if its send asked for approval, else ``pending``;
+* leases need no rule of their own: ``msg.renew`` is ranked with the
+  terminal ops (it carries the whole claim, so the greatest-ranked one
+  names the holder and the deadline) and ``msg.expire`` with the holds
+  (it leads to pending). The owner issues each only for a message it knows
+  claimed by that token, so, by the argument above, whatever outranks the
+  other is what the owner decided last: an expiry outranking a renew ends
+  that lease; a renew outranking an expiry (a deposed owner's, never
+  acknowledged) keeps it;
 * the subject and body a reader sees are those of the greatest-ranked
   release that carried new content (a save), else the send's.
 
 Completion (``msg.complete``) is not a move of this table: a claimed
 message stays ``claimed`` and gains an outcome (done, blocked or rejected)
-and a note from its holder. Any node writes it by quorum, not the owner;
-the lowest-ranked ``(hlc, origin, seq)`` completion of a message is the one
-every replica shows, and it shows only while the message is claimed
-(docs/federation.md, "Completion").
+and a note from its holder. A terminal claim's completion is written by
+quorum through any node; a leased claim's is decided by the owner (it ends
+the lease, so it is ordered against the expiry). Of a message's
+completions the one for the latest claim (the greatest ``claim_epoch``,
+the epoch of the claim or renew it completes), then the lowest
+``(hlc, origin, seq)``, is kept, and it shows only while the message is
+claimed by the claim token it names (docs/federation.md, "Completion").
 """
 
 from __future__ import annotations
@@ -82,6 +101,8 @@ MSG_COMPLETE: Final = "msg.complete"  # outcome of a claimed message (not a tran
 COMPLETABLE: Final = CLAIMED  # the state a completion needs
 MSG_APPROVE: Final = "msg.approve"
 MSG_REJECT: Final = "msg.reject"
+MSG_RENEW: Final = "msg.renew"  # a leased claim's holder extends its deadline
+MSG_EXPIRE: Final = "msg.expire"  # the owner ends a lease that ran out
 
 # op kind -> (states it may be issued in, the state it leads to)
 TRANSITIONS: Final[dict[str, tuple[frozenset[str], str]]] = {
@@ -91,7 +112,11 @@ TRANSITIONS: Final[dict[str, tuple[frozenset[str], str]]] = {
     MSG_HOLD: (frozenset({PENDING}), EDITING),
     MSG_RELEASE: (frozenset({EDITING}), PENDING),
     MSG_APPROVE: (frozenset({AWAITING}), PENDING),
+    MSG_RENEW: (frozenset({CLAIMED}), CLAIMED),
+    MSG_EXPIRE: (frozenset({CLAIMED}), PENDING),
 }
+# The ops that decide a claim's holder (a renew carries its whole claim).
+CLAIM_KINDS: Final = frozenset({MSG_CLAIM, MSG_RENEW})
 # The approver's two answers (each decided once, by the mailbox owner).
 DECISION_KINDS: Final = frozenset({MSG_APPROVE, MSG_REJECT})
 TERMINAL_KINDS: Final = frozenset(k for k, (_, to) in TRANSITIONS.items() if to in TERMINAL)
@@ -128,6 +153,6 @@ def merged_state(terminal_kind: str | None, hold_kind: str | None, *,
     return AWAITING if approval_required else PENDING
 
 
-assert TERMINAL_KINDS == {MSG_CLAIM, MSG_CANCEL, MSG_REJECT}
-assert HOLD_KINDS == {MSG_HOLD, MSG_RELEASE, MSG_APPROVE}
+assert TERMINAL_KINDS == {MSG_CLAIM, MSG_CANCEL, MSG_REJECT, MSG_RENEW}
+assert HOLD_KINDS == {MSG_HOLD, MSG_RELEASE, MSG_APPROVE, MSG_EXPIRE}
 assert all(to in STATES and froms <= set(STATES) for froms, to in TRANSITIONS.values())

@@ -34,7 +34,15 @@ msg.send        id, to_workspace, to_project, to_agent, from_workspace,
                 pending (the message awaits an approver; ``approval_note``
                 is the decider's reason).
 msg.claim       id, claimer_session, claimer_agent, claimer_key,
-                claimer_agent_id, request_id, at_ms.
+                claimer_agent_id, request_id, at_ms; a leased claim also
+                token (the claim token), lease_ms, lease_until_ms (the
+                owner's clock) and delivery (1, then one more per expiry).
+msg.renew       the claim's whole body with a later lease_until_ms and
+                renewed_at_ms: a leased claim's holder extends it. Ranked
+                with the terminal ops (it decides the holder as a claim).
+msg.expire      id, token, at_ms. The owner ends a lease that ran out; the
+                message is pending again at its place. Ranked with the
+                holds.
 msg.cancel      id, by_workspace, by_project, at_ms.
 msg.hold        id, holder_session, holder_agent, holder_user, at_ms. Takes a
                 pending message out of the queue for an edit (``editing``).
@@ -50,11 +58,14 @@ msg.reject      id, by_user, by_agent, reason, at_ms. An approver refuses
                 decides, and any terminal op outranks them all
                 (:mod:`common.lifecycle` is the table of states).
 msg.complete    id, result, note, by_session, by_agent, by_key, by_agent_id,
-                from_workspace, from_project, at_ms. The outcome of a
-                claimed message, written by quorum (not by the owner):
-                per message the lowest (hlc, origin, seq) is kept, so the
-                first completion wins everywhere; shown only while the
-                message is claimed.
+                from_workspace, from_project, at_ms, token, claim_epoch.
+                The outcome of a claimed message: a terminal claim's is
+                written by quorum, a leased claim's by the owner. Per
+                message the greatest claim_epoch (the epoch of the claim
+                it completes), then the lowest (hlc, origin, seq) is kept,
+                so the first completion of the latest claim wins
+                everywhere; shown only while the message is claimed by the
+                token it names (None for a terminal claim).
 op.gap          (no fields). Stands in for an op id that was lost with a
                 member's disk before any other member held it, so every
                 version vector can move past it. Changes no state.
@@ -87,8 +98,8 @@ msg.purge      id, workspace, project, scope, by_user, reason, at_ms. An
                 the mailbox's owner at its epoch like a claim. Per mailbox the
                 greatest (epoch, hlc, origin, seq) is the *mark*: every
                 message of that mailbox whose winning send (the latest owner
-                term's copy) ranks below the mark is gone (row and body, its
-                completion, and every hold, saved edit and approval decision
+                term's copy) ranks below the mark is gone (row and body,
+                and every hold, saved edit and approval decision
                 ranked below the mark, of any message of the mailbox: one
                 ranked above stays, hidden while its message is purged; its id stays
                 as a purged tombstone with the rank and epoch of the copy
@@ -153,6 +164,8 @@ MSG_RELEASE: Final = lifecycle.MSG_RELEASE
 MSG_COMPLETE: Final = lifecycle.MSG_COMPLETE
 MSG_APPROVE: Final = lifecycle.MSG_APPROVE
 MSG_REJECT: Final = lifecycle.MSG_REJECT
+MSG_RENEW: Final = lifecycle.MSG_RENEW
+MSG_EXPIRE: Final = lifecycle.MSG_EXPIRE
 MSG_EMPTY: Final = "msg.empty"
 MSG_PURGE: Final = "msg.purge"
 OP_GAP: Final = "op.gap"  # fills an op id lost with a member's disk; changes no state
@@ -166,7 +179,7 @@ PGRANT_PUT: Final = "pgrant.put"
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
      MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_APPROVE, MSG_REJECT,
-     MSG_EMPTY, MSG_COMPLETE, MSG_PURGE, LINK_PUT, GRANT_PUT,
+     MSG_EMPTY, MSG_COMPLETE, MSG_PURGE, MSG_RENEW, MSG_EXPIRE, LINK_PUT, GRANT_PUT,
      NSUB_PUT, USER_PUT, APIKEY_PUT, PGRANT_PUT, OP_GAP}
 )
 _KIND_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
@@ -193,7 +206,7 @@ def valid_kind_name(kind: object) -> bool:
 
 MAILBOX_KINDS: Final = frozenset(
     {MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_APPROVE, MSG_REJECT,
-     MSG_EMPTY, MSG_PURGE})
+     MSG_EMPTY, MSG_PURGE, MSG_RENEW, MSG_EXPIRE})
 TERMINAL_KINDS: Final = lifecycle.TERMINAL_KINDS
 HOLD_KINDS: Final = lifecycle.HOLD_KINDS
 ALL_KEYS: Final = "*"

@@ -99,11 +99,18 @@ RESULTS: Final[tuple[Result, ...]] = get_args(Result)
 
 COMPLETE_FIELDS: Final = (
     "id", "result", "note", "by_session", "by_agent", "by_key", "by_agent_id",
-    "from_workspace", "from_project", "at_ms",
+    "from_workspace", "from_project", "at_ms", "token", "claim_epoch",
 )
 """The body of a ``msg.complete`` op: the outcome, its note, who completed
 (the claim's session, harness, key id and agent id) and the sender project
-(so an event reaches the sender without a lookup)."""
+(so an event reaches the sender without a lookup); for a leased claim the
+claim token, and the epoch of the claim it completes (``claim_epoch``: the
+completion of the latest claim wins)."""
+
+LEASE_FIELDS: Final = ("token", "lease_ms", "lease_until_ms", "delivery")
+"""What a leased ``msg.claim`` (and a ``msg.renew``) carries besides the
+claimer: the claim token, the lease's length, its deadline by the owner's
+clock, and which delivery of the message this is (1 for the first)."""
 
 CLAIMER_IDS: Final = ("claimer_key", "claimer_agent_id")
 """Who popped, besides :data:`CLAIMER_FIELDS`: the key id (keys mode) and

@@ -49,7 +49,7 @@ from daemon.runtime.clock import Clock
 from daemon.runtime.metrics import Metrics
 from daemon.runtime.status import node_status
 from daemon.runtime.tasks import Background
-from daemon.services import purge
+from daemon.services import leases, purge
 from daemon.services.agents import SeenThrottle
 from daemon.settings import Settings
 from daemon.webhooks.service import Webhooks
@@ -108,6 +108,7 @@ class Node:
         self.spawn(self._ticker())
         self.spawn(self._purger())
         self.spawn(purge.cleanup_loop(self))
+        self.spawn(leases.sweep_loop(self))
 
     async def stop(self) -> None:
         self.background.stopping = True

@@ -71,6 +71,7 @@ from common.errors import (
 from common.lifecycle import (
     AWAITING,
     CANCELLED,
+    CLAIM_KINDS,
     CLAIMED,
     EDITABLE_FIELDS,
     EDITING,
@@ -83,11 +84,14 @@ from common.ops import (
     MSG_APPROVE,
     MSG_CANCEL,
     MSG_CLAIM,
+    MSG_COMPLETE,
     MSG_EMPTY,
+    MSG_EXPIRE,
     MSG_HOLD,
     MSG_PURGE,
     MSG_REJECT,
     MSG_RELEASE,
+    MSG_RENEW,
     MSG_SEND,
     Op,
     mailbox_key,
@@ -113,11 +117,14 @@ from federation.messages import (
 )
 from federation.requests import (
     MailCancel,
+    MailComplete,
     MailDecide,
+    MailExpire,
     MailHold,
     MailPop,
     MailPurge,
     MailRelease,
+    MailRenew,
     MailRequest,
     MailSend,
 )
@@ -151,6 +158,20 @@ def _holds_it(hold: Op | None, holder: dict[str, Any]) -> bool:
 
 
 IDLE, CANDIDATE, OWNER = "idle", "candidate", "owner"
+# The token of a round the owner starts on its own (an expiry): nobody waits
+# for its answer.
+_NO_REPLY = object()
+
+
+def _reply(token: Any, value: Any) -> list[Effect]:
+    return [] if token is _NO_REPLY else [Reply(token, value)]
+
+
+def _lease_lost(mid: str, why: str) -> Conflict:
+    exc = Conflict(f"the lease on message {mid} {why}; the claim token no longer holds it",
+                   id=mid)
+    exc.code = "lease_lost"
+    return exc
 
 
 @dataclass(slots=True)
@@ -332,6 +353,12 @@ class Claims:
                 return self._release(slot, token, req, now_ms)
             if isinstance(req, MailDecide):
                 return self._decide(slot, token, req, now_ms)
+            if isinstance(req, MailRenew):
+                return self._renew(slot, token, req, now_ms)
+            if isinstance(req, MailComplete):
+                return self._complete(slot, token, req, now_ms)
+            if isinstance(req, MailExpire):
+                return self._expire_due(slot, token, now_ms)
         except AiMemoryError as exc:
             return [Reply(token, exc)]
         return [Reply(token, BadRequest(f"unknown mailbox request {type(req).__name__}"))]
@@ -371,6 +398,8 @@ class Claims:
 
     def _pop(self, slot: _Slot, token: Any, req: MailPop, now_ms: int) -> list[Effect]:
         model, rid = slot.model, req.request_id
+        if req.lease_ms is not None and not req.token:
+            raise BadRequest("a leased pop needs a claim token")
         if rid is not None:
             if rid in slot.busy_requests:
                 return self._park(slot, token, req)
@@ -397,7 +426,7 @@ class Claims:
                                           "fresh": False})]
                 # Decided before this term and maybe only on a minority:
                 # re-issue the same claim at this epoch so it outranks all.
-                op = self._new_op(MSG_CLAIM, slot.key, dict(claim.body), slot.epoch, now_ms)
+                op = self._new_op(claim.kind, slot.key, dict(claim.body), slot.epoch, now_ms)
                 return self._issue(slot, (*self._carried(slot, prior), op), (op,), now_ms,
                                    token=token,
                                    value={"message": model.message(prior), "claim": dict(op.body),
@@ -424,6 +453,11 @@ class Claims:
                     return [Reply(token, None)]
                 return self._decide_empty(slot, token, req, now_ms)
         body = {**req.claimer, "id": mid, "request_id": rid, "at_ms": now_ms}
+        if req.lease_ms is not None:
+            before = model.terminal_op(mid)  # an expired claim's, if any
+            delivery = 1 if before is None else int(before.body.get("delivery") or 0) + 1
+            body.update(token=req.token, lease_ms=int(req.lease_ms),
+                        lease_until_ms=now_ms + int(req.lease_ms), delivery=delivery)
         op = self._new_op(MSG_CLAIM, slot.key, body, slot.epoch, now_ms)
         return self._issue(slot, (*self._carried(slot, mid), op), (op,), now_ms, token=token,
                            value={"message": model.message(mid), "claim": dict(op.body),
@@ -532,6 +566,97 @@ class Claims:
                                   "approved": req.approve, "rank": _rank(op)},
                            busy={mid}, confirms={mid} if not req.approve else (),
                            terminals=(op,))
+
+    def _held_lease(self, slot: _Slot, mid: str, claim_token: str, now_ms: int) -> Op:
+        """The claim (or renew) op by which ``claim_token`` holds ``mid`` with
+        a lease that has not run out by this owner's clock; else 409."""
+        model = slot.model
+        state = model.state(mid)
+        if state is None:
+            if model.is_purged(mid):
+                raise Conflict(f"message {mid} was purged with its mailbox {slot.key}", id=mid,
+                               state="purged")
+            raise NotFound(f"no message {mid} in {slot.key}", id=mid)
+        term = model.terminal_op(mid)
+        if state != CLAIMED or term is None or term.kind not in CLAIM_KINDS \
+                or term.body.get("token") != claim_token:
+            raise _lease_lost(mid, "ended: the message was handed on or its lease expired"
+                              if term is not None and term.kind in CLAIM_KINDS
+                              else f"is not held ({state})")
+        if model.completion_op(mid) is not None:
+            raise Conflict(f"message {mid} was already completed", id=mid, state=CLAIMED)
+        until = model.lease_until(mid)
+        if until is None:
+            raise BadRequest(f"the claim on message {mid} has no lease")
+        if until <= now_ms:
+            raise _lease_lost(mid, f"ran out {now_ms - until} ms ago")
+        return term
+
+    def _renew(self, slot: _Slot, token: Any, req: MailRenew, now_ms: int) -> list[Effect]:
+        mid = req.message_id
+        if mid in slot.busy:
+            return self._park(slot, token, req)
+        term = self._held_lease(slot, mid, req.token, now_ms)
+        lease_ms = int(req.lease_ms if req.lease_ms is not None else term.body["lease_ms"])
+        body = {**term.body, "lease_ms": lease_ms, "lease_until_ms": now_ms + lease_ms,
+                "renewed_at_ms": now_ms}
+        op = self._new_op(MSG_RENEW, slot.key, body, slot.epoch, now_ms)
+        return self._issue(slot, (*self._carried(slot, mid), op), (op,), now_ms, token=token,
+                           value={"message": slot.model.message(mid), "claim": dict(op.body),
+                                  "rank": _rank(op)},
+                           busy={mid}, confirms={mid}, terminals=(op,))
+
+    def _complete(self, slot: _Slot, token: Any, req: MailComplete,
+                  now_ms: int) -> list[Effect]:
+        """Complete a leased claim: decided here so that it is ordered
+        against the lease's expiry (and ends the lease). A completion that
+        stands already is answered as a replay when it says the same."""
+        mid, model = req.message_id, slot.model
+        if mid in slot.busy:
+            return self._park(slot, token, req)
+        done = model.completion_op(mid)
+        term = model.terminal_op(mid)
+        if done is not None and term is not None and done.body.get("token") == req.token:
+            same = all(done.body.get(k) == req.body.get(k) for k in ("result", "note"))
+            if not same:
+                raise Conflict(f"message {mid} was already completed "
+                               f"({done.body.get('result')})", id=mid, state=CLAIMED,
+                               completion=dict(done.body))
+            if mid in slot.confirmed:
+                return [Reply(token, {"completion": dict(done.body), "rank": _rank(done),
+                                      "replayed": True})]
+            again = self._new_op(MSG_COMPLETE, slot.key, dict(done.body), slot.epoch, now_ms)
+            return self._issue(slot, (*self._carried(slot, mid), term, again), (again,), now_ms,
+                               token=token, value={"completion": dict(again.body),
+                                                   "rank": _rank(again), "replayed": True},
+                               busy={mid}, confirms={mid}, terminals=(again,))
+        term = self._held_lease(slot, mid, req.token, now_ms)
+        body = {**req.body, "id": mid, "token": req.token, "claim_epoch": term.epoch,
+                "at_ms": now_ms}
+        op = self._new_op(MSG_COMPLETE, slot.key, body, slot.epoch, now_ms)
+        return self._issue(slot, (*self._carried(slot, mid), term, op), (op,), now_ms,
+                           token=token, value={"completion": dict(op.body), "rank": _rank(op),
+                                               "replayed": False},
+                           busy={mid}, confirms={mid}, terminals=(op,))
+
+    def _expire_due(self, slot: _Slot, token: Any, now_ms: int) -> list[Effect]:
+        """Expire every lease of the mailbox that ran out by this owner's
+        clock and is not in a round: the message is pending again at its
+        place. One round for them all; answers their ids."""
+        model = slot.model
+        due = [m for m in model.due_leases(now_ms) if m not in slot.busy]
+        if not due:
+            return _reply(token, [])
+        ops, carried = [], []
+        for mid in due:
+            term = model.terminal_op(mid)
+            assert term is not None
+            carried += [*self._carried(slot, mid), term]
+            ops.append(self._new_op(MSG_EXPIRE, slot.key,
+                                    {"id": mid, "token": term.body.get("token"), "at_ms": now_ms},
+                                    slot.epoch, now_ms))
+        return self._issue(slot, (*carried, *ops), tuple(ops), now_ms, token=token, value=due,
+                           busy=set(due), terminals=tuple(ops))
 
     def _cancel(self, slot: _Slot, token: Any, req: MailCancel, now_ms: int) -> list[Effect]:
         model = slot.model
@@ -677,9 +802,9 @@ class Claims:
                 if len(slot.confirmed_empty) >= limits.mailbox_empty_decisions_max:
                     slot.confirmed_empty.clear()  # bounded: a retry re-issues its decision
                 slot.confirmed_empty.add(rnd.confirms_empty)
-            out: list[Effect] = [Reply(rnd.token, rnd.value)]
+            out = _reply(rnd.token, rnd.value)
         else:
-            out = [Reply(rnd.token, error)]
+            out = _reply(rnd.token, error)
         return out + self._unpark(slot, now_ms)
 
     def _unpark(self, slot: _Slot, now_ms: int) -> list[Effect]:
@@ -695,7 +820,7 @@ class Claims:
         """End this node's term (or candidacy) for the mailbox."""
         if self.slots.get(slot.key) is slot:
             del self.slots[slot.key]
-        out: list[Effect] = [Reply(r.token, error) for r in slot.rounds.values()]
+        out: list[Effect] = [e for r in slot.rounds.values() for e in _reply(r.token, error)]
         out += [Reply(t, error) for t, _ in slot.queue]
         out += [Reply(t, error) for t, _ in slot.parked]
         slot.rounds.clear()
@@ -717,7 +842,7 @@ class Claims:
         """Every mailbox op this node receives or creates passes here."""
         out: list[Effect] = []
         for op in ops:
-            if op.kind not in MAILBOX_KINDS:
+            if op.kind not in MAILBOX_KINDS and op.kind != MSG_COMPLETE:
                 continue
             out += self._fence(op.key, op.epoch)
             slot = self.slots.get(op.key)
@@ -815,6 +940,11 @@ class Claims:
                     out += self._end_round(slot, rid, self._no_majority(
                         now_ms, f"mailbox {slot.key}: no majority accepted within "
                                 f"{self.claim_timeout_ms} ms (limits.claim_timeout_ms)"), now_ms)
+            if (slot.role == OWNER and self.slots.get(slot.key) is slot
+                    and not any(isinstance(r, MailPurge) for _, r in slot.parked)
+                    and self._reachable(now_ms) >= self.m.majority
+                    and slot.model.due_leases(now_ms)):
+                out += self._expire_due(slot, _NO_REPLY, now_ms)
         return out
 
     # -- recovery ----------------------------------------------------------------

@@ -49,6 +49,17 @@ promises, received later) with the same rules as :mod:`store.in_memory`:
   the holds, edits and decisions decided after the mark, kept but hidden
   while the message is purged).
 
+* leases (issue 26): ``msg.renew`` is a terminal op (the whole claim with
+  a later deadline) and ``msg.expire`` a hold-ranked op (pending again), so
+  the rules above decide them. A claim voided by its expiry no longer
+  decides its request id: a copy of a leased pop that arrives after its
+  lease ended is served as a new pop (the message it got is back in the
+  queue, so none is lost). The model indexes the deadlines of the leases
+  that stand (claimed, not completed) for the owner's expiry.
+* ``msg.complete``: per message the greatest ``claim_epoch`` (the epoch of
+  the claim it completes), then the lowest ``(hlc, origin, seq)``, is kept;
+  it counts only while the message is claimed by the token it names.
+
 Merging is idempotent and order-free, so the model may be fed the same op
 twice or out of order. The pending set is a sorted list (bisect), so the
 FIFO head, the pending count and a removal cost O(log n) + O(n) memmove on
@@ -64,6 +75,8 @@ from typing import Any
 from common import limits
 from common.lifecycle import (
     AWAITING,
+    CLAIM_KINDS,
+    CLAIMED,
     DECISION_KINDS,
     EDITABLE_FIELDS,
     EDITING,
@@ -77,7 +90,7 @@ from common.lifecycle import (
 )
 from common.ops import (
     HOLD_KINDS,
-    MSG_CLAIM,
+    MSG_COMPLETE,
     MSG_EMPTY,
     MSG_PURGE,
     MSG_SEND,
@@ -100,10 +113,16 @@ def _terminal_rank(op: Op) -> tuple[int, int, str, int]:
     return (op.epoch, op.hlc, op.origin, op.seq)
 
 
+def completion_rank(op: Op) -> tuple[int, int, str, int]:
+    """Which completion of a message is kept: the lowest of these (the
+    latest claim's, then the first)."""
+    return (-int(op.body.get("claim_epoch") or 0), op.hlc, op.origin, op.seq)
+
+
 class MailboxModel:
-    __slots__ = ("_awaiting", "_by_request", "_decisions", "_editing", "_empties", "_empty_max",
-                 "_holds", "_mark", "_pending", "_purged", "_revisions", "_sends", "_terminals",
-                 "key")
+    __slots__ = ("_awaiting", "_by_request", "_completions", "_decisions", "_editing",
+                 "_empties", "_empty_max", "_holds", "_leases", "_mark", "_pending", "_purged",
+                 "_revisions", "_sends", "_terminals", "key")
 
     def __init__(self, key: str, empty_max: int = limits.mailbox_empty_decisions_max) -> None:
         self.key = key
@@ -124,6 +143,8 @@ class MailboxModel:
         self._mark: Op | None = None  # the greatest msg.purge
         # message id -> the copy key (_copy_key) of its purged winning send
         self._purged: dict[str, tuple[int, int, str, int]] = {}
+        self._completions: dict[str, Op] = {}  # message id -> its winning msg.complete
+        self._leases: dict[str, int] = {}  # message id -> deadline of the lease that stands
 
     # -- merging ---------------------------------------------------------
     def apply(self, ops: Iterable[Op]) -> None:
@@ -140,6 +161,15 @@ class MailboxModel:
                 self._apply_hold(op)
             elif op.kind == MSG_PURGE:
                 self._apply_purge(op)
+            elif op.kind == MSG_COMPLETE:
+                self._apply_complete(op)
+
+    def _apply_complete(self, op: Op) -> None:
+        mid = str(op.body["id"])
+        cur = self._completions.get(mid)
+        if cur is None or completion_rank(op) < completion_rank(cur):
+            self._completions[mid] = op
+            self._relist(mid)
 
     def _below_mark(self, op: Op) -> bool:
         """Was ``op`` decided before the mark, in the owners' order of
@@ -169,6 +199,8 @@ class MailboxModel:
         comes)."""
         send = self._sends.pop(mid)
         self._unlist(send)
+        self._leases.pop(mid, None)
+        self._completions.pop(mid, None)
         self._editing.discard(mid)
         self._awaiting.discard(mid)
         for table in (self._holds, self._revisions):
@@ -266,7 +298,7 @@ class MailboxModel:
             affected.update(self._request_peers(cur))
             self._forget_request(cur)
         self._terminals[mid] = op
-        if op.kind == MSG_CLAIM and op.body.get("request_id") is not None:
+        if op.kind in CLAIM_KINDS and op.body.get("request_id") is not None:
             rid = str(op.body["request_id"])
             self._by_request.setdefault(rid, {})[mid] = _terminal_rank(op)
         affected.update(self._request_peers(op))
@@ -275,7 +307,7 @@ class MailboxModel:
 
     def _request_peers(self, term: Op) -> list[str]:
         """Messages whose claims carry the same request id as ``term``."""
-        rid = term.body.get("request_id") if term.kind == MSG_CLAIM else None
+        rid = term.body.get("request_id") if term.kind in CLAIM_KINDS else None
         return [] if rid is None else list(self._by_request.get(str(rid), ()))
 
     def _void(self, term: Op) -> bool:
@@ -291,7 +323,7 @@ class MailboxModel:
         hold = self._holds.get(str(term.body["id"]))
         if not terminal_stands(rank, None if hold is None else _terminal_rank(hold)):
             return True
-        rid = term.body.get("request_id") if term.kind == MSG_CLAIM else None
+        rid = term.body.get("request_id") if term.kind in CLAIM_KINDS else None
         if rid is None:
             return False
         empty = self._empties.get(str(rid))
@@ -334,10 +366,27 @@ class MailboxModel:
             self._awaiting.add(mid)
         else:
             self._awaiting.discard(mid)
+        until = self._lease_until(mid) if state == CLAIMED else None
+        if until is None:
+            self._leases.pop(mid, None)
+        else:
+            self._leases[mid] = until
+
+    def _lease_until(self, mid: str) -> int | None:
+        """The deadline of the lease that decides claimed ``mid``, unless
+        its holder completed it (None: no lease stands)."""
+        term = self._terminals[mid]
+        token, until = term.body.get("token"), term.body.get("lease_until_ms")
+        if token is None or until is None:
+            return None
+        done = self._completions.get(mid)
+        if done is not None and done.body.get("token") == token:
+            return None
+        return int(until)
 
     def _forget_request(self, op: Op) -> None:
         rid = op.body.get("request_id")
-        if op.kind != MSG_CLAIM or rid is None:
+        if op.kind not in CLAIM_KINDS or rid is None:
             return
         claims = self._by_request.get(str(rid))
         if claims is not None:
@@ -372,6 +421,24 @@ class MailboxModel:
         hold = self._holds.get(message_id)
         return merged_state(None, None if hold is None else hold.kind,
                             approval_required=bool(send.body.get("approval_required")))
+
+    def completion_op(self, message_id: str) -> Op | None:
+        """The completion that stands: the winning one, if the message is
+        claimed by the token it names."""
+        done = self._completions.get(message_id)
+        if done is None or self.state(message_id) != CLAIMED:
+            return None
+        term = self._terminals[message_id]
+        return done if done.body.get("token") == term.body.get("token") else None
+
+    def lease_until(self, message_id: str) -> int | None:
+        """The deadline of the lease on ``message_id`` that stands, if any."""
+        return self._leases.get(message_id)
+
+    def due_leases(self, now_ms: int) -> list[str]:
+        """Messages whose standing lease ran out by ``now_ms``, oldest deadline first."""
+        return sorted((m for m, until in self._leases.items() if until <= now_ms),
+                      key=lambda m: (self._leases[m], m))
 
     def hold_op(self, message_id: str) -> Op | None:
         """The winning hold or release op of a message, if any."""

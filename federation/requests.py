@@ -1,4 +1,4 @@
-"""What a service asks a mailbox's owner: the six request types.
+"""What a service asks a mailbox's owner: the request types.
 
 Each is a frozen dataclass carrying the mailbox key and, as
 ``sent_at_ms``, the entry node's clock when the client asked (the owner
@@ -33,13 +33,55 @@ class MailPop:
     """Claim the oldest pending message ``agent`` may take, or ``message_id``.
     ``claimer`` holds ``claimer_session`` / ``claimer_agent`` for the claim
     record. Retrying with the same ``request_id`` returns the same message,
-    or the same "nothing pending"."""
+    or the same "nothing pending". With ``lease_ms`` the claim is leased
+    (issue 26): it carries ``token`` (the claim token, chosen by the entry
+    node) and a deadline ``lease_ms`` after the owner decides it, and the
+    message is pending again unless it is renewed or completed by then."""
 
     mailbox: str
     request_id: str | None = None
     message_id: str | None = None
     agent: str | None = None
     claimer: dict[str, Any] = field(default_factory=dict)
+    sent_at_ms: int | None = None
+    lease_ms: int | None = None
+    token: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MailRenew:
+    """Extend the lease of ``message_id`` held with claim ``token`` to
+    ``lease_ms`` from now (None: the claim's own length). Refused (409) once
+    the lease ran out by the owner's clock, even on a node that has not yet
+    heard of the expiry."""
+
+    mailbox: str
+    message_id: str
+    token: str
+    lease_ms: int | None = None
+    sent_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MailComplete:
+    """Complete leased ``message_id`` held with claim ``token``: ``body`` is
+    the ``msg.complete`` body (result, note, who). Decided by the owner, so
+    it never completes a lease that ran out; a completion ends the lease."""
+
+    mailbox: str
+    message_id: str
+    token: str
+    body: dict[str, Any] = field(default_factory=dict)
+    sent_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MailExpire:
+    """Expire the mailbox's leases that ran out (a node that found one
+    overdue in its store sends this, so that a mailbox nobody owns at the
+    moment still gets an owner to decide it). Answers the ids expired."""
+
+    mailbox: str
     sent_at_ms: int | None = None
 
 
@@ -117,4 +159,4 @@ class MailPurge:
 
 
 MailRequest = (MailSend | MailPop | MailCancel | MailHold | MailRelease | MailDecide
-               | MailPurge)
+               | MailPurge | MailRenew | MailComplete | MailExpire)

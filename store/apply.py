@@ -20,14 +20,16 @@ from typing import Any
 
 from common import ops as K
 from common.lifecycle import AWAITING, DECISION_KINDS, EDITING, PENDING
-from common.ops import Op
+from common.ops import Op, mailbox_key
 from store import deferred
 from store.records import (
     COMPLETION_COLS,
     DECISION_COLS,
     MEMORY_FIELDS,
     MESSAGE_FIELDS,
+    TERMINAL_COLS,
     apikey_row,
+    completion_below,
     completion_row,
     decision_row,
     empty_row,
@@ -41,6 +43,7 @@ from store.records import (
     nsub_row,
     pgrant_row,
     physical_ms,
+    purged_completion,
     revision_row,
     terminal_row,
     user_row,
@@ -139,9 +142,7 @@ _MSG_UPSERT = (
     " < (-messages.send_epoch, messages.hlc, messages.origin, messages.seq)"
 )
 
-_TERM_COLS = ("id", "state", "epoch", "hlc", "origin", "seq", "claimed_by_session",
-              "claimed_by_agent", "claimed_by_key", "claimed_by_agent_id", "request_id",
-              "claimed_at_ms", "cancelled_at_ms")
+_TERM_COLS = ("id", "hlc", "origin", "seq", *TERMINAL_COLS)
 _TERM_UPSERT = (
     f"INSERT INTO msg_terminal ({', '.join(_TERM_COLS)}) "
     f"VALUES ({', '.join(':' + c for c in _TERM_COLS)}) "
@@ -151,14 +152,16 @@ _TERM_UPSERT = (
     " > (msg_terminal.epoch, msg_terminal.hlc, msg_terminal.origin, msg_terminal.seq)"
 )
 
-# The first completion of a message wins: a lower (hlc, origin, seq) replaces.
+# The latest claim's first completion wins: a lower (-claim_epoch, hlc,
+# origin, seq) replaces (store.records.completion_rank).
 _COMPLETION_UPSERT = (
     f"INSERT INTO msg_completion ({', '.join(COMPLETION_COLS)}) "
     f"VALUES ({', '.join(':' + c for c in COMPLETION_COLS)}) "
     "ON CONFLICT (id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in COMPLETION_COLS[1:])
-    + " WHERE (excluded.hlc, excluded.origin, excluded.seq)"
-    " < (msg_completion.hlc, msg_completion.origin, msg_completion.seq)"
+    + " WHERE (-excluded.claim_epoch, excluded.hlc, excluded.origin, excluded.seq)"
+    " < (-msg_completion.claim_epoch, msg_completion.hlc, msg_completion.origin,"
+    " msg_completion.seq)"
 )
 
 _EMPTY_COLS = ("mailbox", "request_id", "epoch", "hlc", "origin", "seq", "claimer_session",
@@ -346,8 +349,7 @@ def _drop_old_edits(c: sqlite3.Connection, ids: str, params: tuple[Any, ...]) ->
 
 def _purge_marked(c: sqlite3.Connection, where: str, params: tuple[Any, ...]) -> None:
     """Drop the messages ``where`` selects that their mailbox's mark covers,
-    in any state (awaiting approval and rejected too), with their
-    completions, and every hold, saved edit and approval decision of theirs
+    in any state (awaiting approval and rejected too), and every hold, saved edit and approval decision of theirs
     decided before that mark (one decided after it stays: a later copy of
     the send may bring the message back); remember their ids and ranks."""
     _drop_old_edits(c, f"SELECT m.id FROM messages m WHERE {where}", params)
@@ -359,8 +361,7 @@ def _purge_marked(c: sqlite3.Connection, where: str, params: tuple[Any, ...]) ->
               " (id, hlc, origin, seq, to_workspace, to_project, epoch)"
               f" SELECT m.id, m.hlc, m.origin, m.seq, m.to_workspace, m.to_project, m.send_epoch"
               f" {marked}", params)
-    for table in ("msg_completion", "messages"):
-        c.execute(f"DELETE FROM {table} WHERE id IN (SELECT m.id {marked})", params)
+    c.execute(f"DELETE FROM messages WHERE id IN (SELECT m.id {marked})", params)
 
 
 _PURGE_COLS = ("workspace", "project", "id", "scope", "by_user", "reason", "at_ms", "max_at_ms",
@@ -388,6 +389,12 @@ def _msg_purge(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
         "by_user": b.get("by_user"), "reason": b.get("reason"), "at_ms": at_ms,
         "max_at_ms": at_ms, "epoch": op.epoch, **_stamp(op)})
     _purge_marked(c, "m.to_workspace = ? AND m.to_project = ?", (ws, proj))
+    mark = c.execute("SELECT epoch, hlc, origin, seq FROM msg_purge WHERE workspace = ?"
+                     " AND project = ?", (ws, proj)).fetchone()
+    c.execute("UPDATE msg_completion SET result = '', note = NULL, by_session = NULL,"
+              " by_agent = NULL, by_key = NULL, by_agent_id = NULL, purged = 1"
+              " WHERE mailbox = ? AND purged = 0 AND (claim_epoch, hlc, origin, seq) < (?, ?, ?, ?)",
+              (mailbox_key(ws, proj), *mark))
     _drop_old_edits(c, "SELECT g.id FROM msg_purged g WHERE g.to_workspace = ?"
                        " AND g.to_project = ?", (ws, proj))
 
@@ -420,10 +427,6 @@ def _msg_decision(c: sqlite3.Connection, op: Op) -> None:
         c.execute(_DECISION_UPSERT, {**decision_row(op), **_stamp(op), "id": str(op.body["id"])})
 
 
-def _purged(c: sqlite3.Connection, msg_id: str) -> bool:
-    return c.execute("SELECT 1 FROM msg_purged WHERE id = ?", (msg_id,)).fetchone() is not None
-
-
 def _msg_terminal(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     msg_id = str(op.body["id"])
     _msg_decision(c, op)
@@ -444,9 +447,15 @@ def _msg_hold(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
 
 
 def _msg_complete(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
-    if _purged(c, str(op.body["id"])):  # a purged message keeps no outcome
-        return
-    c.execute(_COMPLETION_UPSERT, {**completion_row(op), **_stamp(op)})
+    # One decided before its mailbox's mark keeps only its rank (purged): the
+    # kept completion is then the same whatever order they came in.
+    row = {**completion_row(op), **_stamp(op)}
+    ws, _, proj = op.key.removeprefix("mbox:").partition("/")
+    mark = c.execute("SELECT epoch, hlc, origin, seq FROM msg_purge WHERE workspace = ?"
+                     " AND project = ?", (ws, proj)).fetchone()
+    if completion_below(row, None if mark is None else tuple(mark)):
+        row = purged_completion(row)
+    c.execute(_COMPLETION_UPSERT, row)
 
 
 def _msg_empty(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
@@ -496,6 +505,8 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.SESSION_START: _session_start,
     K.MSG_SEND: _msg_send,
     K.MSG_CLAIM: _msg_terminal,
+    K.MSG_RENEW: _msg_terminal,
+    K.MSG_EXPIRE: _msg_hold,
     K.MSG_CANCEL: _msg_terminal,
     K.MSG_HOLD: _msg_hold,
     K.MSG_RELEASE: _msg_hold,

@@ -53,8 +53,12 @@ from store.reads import DomainReads
 from store.records import (
     COMPLETION_COLS,
     EMPTY_FIELDS,
+    LEASE_COLS,
     MESSAGE_FIELDS,
     SESSION_FIELDS,
+    TERMINAL_COLS,
+    claim_op,
+    completion_op,
     decision_op,
     edit_ops,
     purge_op,
@@ -429,7 +433,8 @@ class Store(DomainReads):
                 " t.state AS t_state, t.epoch AS t_epoch, t.hlc AS t_hlc, t.origin AS t_origin,"
                 " t.seq AS t_seq, t.claimed_by_session, t.claimed_by_agent, t.claimed_by_key,"
                 " t.claimed_by_agent_id, t.request_id,"
-                " t.claimed_at_ms, t.cancelled_at_ms")
+                " t.claimed_at_ms, t.cancelled_at_ms, "
+                + ", ".join(f"t.{c}" for c in LEASE_COLS))
         base = (f"SELECT {cols} FROM messages m LEFT JOIN msg_terminal t ON t.id = m.id"
                 " WHERE m.to_workspace = :ws AND m.to_project = :proj")
         holds = {r["id"]: r for r in await self._reads.fetchall(
@@ -448,20 +453,28 @@ class Store(DomainReads):
         # state column says which).
         queued = f"m.state IN ('{PENDING}', '{EDITING}', '{AWAITING}')"
         rows = await self._reads.fetchall(f"{base} AND {queued}", params)
-        rows += await self._reads.fetchall(
+        latest = await self._reads.fetchall(
             f"{base} AND NOT {queued} ORDER BY t.hlc DESC, t.origin DESC, t.seq DESC"
             " LIMIT :n", params)
+        # Every leased claim that stands, however old, too: its owner must
+        # expire it.
+        have = {r["id"] for r in latest}
+        rows += latest + [r for r in await self._reads.fetchall(
+            f"{base} AND NOT {queued} AND t.lease_until_ms IS NOT NULL", params)
+            if r["id"] not in have]
+        completions = {r["id"]: r for r in await self._reads.fetchall(
+            "SELECT c.* FROM msg_completion c JOIN messages m ON m.id = c.id"
+            " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project))}
         key = mailbox_key(workspace, project)
         out: list[Op] = []
         for r in rows:
             body = {name: r[name] for name in MESSAGE_FIELDS}
             out.append(Op(r["origin"], r["seq"], r["hlc"], MSG_SEND, key, body, r["send_epoch"]))
+            if body["id"] in completions:
+                out.append(completion_op(key, completions[body["id"]]))
             if r["t_state"] == CLAIMED:
-                out.append(Op(r["t_origin"], r["t_seq"], r["t_hlc"], MSG_CLAIM, key, {
-                    "id": body["id"], "claimer_session": r["claimed_by_session"],
-                    "claimer_agent": r["claimed_by_agent"], "claimer_key": r["claimed_by_key"],
-                    "claimer_agent_id": r["claimed_by_agent_id"], "request_id": r["request_id"],
-                    "at_ms": r["claimed_at_ms"]}, r["t_epoch"]))
+                out.append(claim_op(key, body["id"], r, (r["t_epoch"], r["t_hlc"],
+                                                          r["t_origin"], r["t_seq"])))
             elif r["t_state"] == REJECTED:
                 out.append(reject_op(key, body["id"], (r["t_epoch"], r["t_hlc"], r["t_origin"],
                                                        r["t_seq"]),
@@ -482,6 +495,18 @@ class Store(DomainReads):
                     " ORDER BY at_ms DESC, hlc DESC, origin DESC, seq DESC LIMIT ?",
                     (key, empty_max))]
         return out + await self._purge_state_ops(key, workspace, project, history_max)
+
+    async def due_lease_mailboxes(self, before_ms: int, limit: int = 100) -> list[tuple[str, str]]:
+        """``(workspace, project)`` of mailboxes holding a leased claim that
+        stands, is not completed, and whose deadline is before ``before_ms``
+        (what this node's sweep asks an owner to expire)."""
+        rows = await self._reads.fetchall(
+            "SELECT DISTINCT m.to_workspace, m.to_project FROM msg_terminal t"
+            " JOIN messages m ON m.id = t.id LEFT JOIN msg_completion c ON c.id = t.id"
+            f" WHERE t.lease_until_ms < ? AND m.state = '{CLAIMED}'"
+            " AND (c.id IS NULL OR c.token IS NOT t.token)"
+            " ORDER BY m.to_workspace, m.to_project LIMIT ?", (before_ms, limit))
+        return [(r[0], r[1]) for r in rows]
 
     async def _purge_state_ops(self, key: str, workspace: str, project: str,
                                history_max: int) -> list[Op]:
@@ -567,10 +592,7 @@ class Store(DomainReads):
         for r in await fetch("SELECT * FROM messages"):
             row = {name: r[name] for name in MESSAGE_FIELDS}
             messages[r["id"]] = {**row, "order": (r["hlc"], r["origin"]), "epoch": r["send_epoch"]}
-        terminals = {r["id"]: {k: r[k] for k in ("state", "epoch", "claimed_by_session",
-                                                   "claimed_by_agent", "claimed_by_key",
-                                                   "claimed_by_agent_id", "request_id",
-                                                   "claimed_at_ms", "cancelled_at_ms")}
+        terminals = {r["id"]: {k: r[k] for k in TERMINAL_COLS}
                      for r in await fetch("SELECT * FROM msg_terminal")}
         return {
             "vv": self.version_vector(),

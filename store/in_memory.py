@@ -40,8 +40,9 @@ How each rule is kept order-free (ranks are defined in :mod:`store.records`):
   Holds, saved edits and approval decisions ranked below the mark are
   dropped, of any message of the mailbox (one whose send has not arrived
   is judged when it does; one ranked above stays, hidden while its message
-  is purged). A purged message's completion goes with it, and one for a
-  purged id is not kept. Terminal ops stay. Sessions and
+  is purged). Completions and terminal ops stay (a reader sees neither
+  while the message is gone; dropping a completion would depend on whether
+  it came before the purge or after a later copy of the send). Sessions and
   harness rows are kept as merged, and every read hides those of a project
   whose last activity is before its purge ``at_ms`` (a harness's first
   activity reads as no earlier than it), which keeps the rule order-free;
@@ -76,6 +77,10 @@ from store.records import (
     Rank,
     TerminalRank,
     apikey_row,
+    claim_op,
+    completion_below,
+    completion_op,
+    completion_rank,
     completion_row,
     decision_op,
     decision_row,
@@ -94,6 +99,7 @@ from store.records import (
     pgrant_row,
     physical_ms,
     purge_op,
+    purged_completion,
     reject_op,
     revision_row,
     terminal_rank,
@@ -139,6 +145,12 @@ class _Agent:
     capabilities: Any = None
     registered_at_ms: int | None = None
     last_seen_at_ms: int | None = None
+
+
+def _scope_of(mailbox: str) -> tuple[str, str]:
+    """``(workspace, project)`` of a ``mbox:`` key."""
+    ws, _, proj = mailbox.removeprefix("mbox:").partition("/")
+    return ws, proj
 
 
 class Replica:
@@ -289,12 +301,14 @@ class Replica:
         self._drop_old_edits(msg_id)  # one decided before the purge goes with it
 
     def _msg_complete(self, op: Op) -> None:
-        """The first completion of a message (lowest (hlc, origin, seq)) wins."""
+        """The latest claim's first completion of a message wins
+        (:func:`store.records.completion_rank`)."""
         done = {**completion_row(op), "hlc": op.hlc, "origin": op.origin, "seq": op.seq}
-        if done["id"] in self._purged:  # a purged message keeps no outcome
-            return
+        mark = self._marks.get(_scope_of(op.key))
+        if completion_below(done, None if mark is None else terminal_rank(mark)):
+            done = purged_completion(done)
         cur = self._completions.get(done["id"])
-        if cur is None or lww_rank(op) < (cur["hlc"], cur["origin"], cur["seq"]):
+        if cur is None or completion_rank(done) < completion_rank(cur):
             self._completions[done["id"]] = done
 
     def _mark_of(self, row: dict[str, Any]) -> tuple[int, int, str, int] | None:
@@ -349,8 +363,7 @@ class Replica:
             return False
         del self._messages[mid]
         # Awaiting or rejected, it goes like any other (its decisions made
-        # before the mark went above); its completion goes with it.
-        self._completions.pop(mid, None)
+        # before the mark went above).
         self._purged[mid] = (msg.rank, msg.row["to_workspace"], msg.row["to_project"], msg.epoch)
         return True
 
@@ -368,6 +381,10 @@ class Replica:
             self._purge_if_marked(mid)
         for mid in [m for m, v in self._purged.items() if (v[1], v[2]) == scope]:
             self._drop_old_edits(mid)
+        key, mark = K.mailbox_key(*scope), terminal_rank(op)
+        for mid, done in list(self._completions.items()):
+            if done["mailbox"] == key and not done["purged"] and completion_below(done, mark):
+                self._completions[mid] = purged_completion(done)
 
     def _project_hidden(self, workspace: str, project: str, last_at_ms: int) -> bool:
         """Is activity last seen at ``last_at_ms`` older than the project's purge?"""
@@ -702,10 +719,12 @@ class Replica:
     def _view(self, msg: _Message) -> dict[str, Any]:
         mid = msg.row["id"]
         term = self._live_terminal(mid)
+        won = self._terminals.get(mid)
         return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row,
                             self._holds.get(mid), self._revisions.get(mid),
                             completion=self._completions.get(mid),
-                            decisions=self._decisions.get(mid))
+                            decisions=self._decisions.get(mid),
+                            deliveries=None if won is None else won.row["delivery"])
 
     def sent_body(self, msg_id: str) -> dict[str, Any] | None:
         """The message's fields as its send wrote them (``Store.sent_body``)."""
@@ -815,22 +834,24 @@ class Replica:
         decided = sorted((m for m in mine if self._live_terminal(m.row["id"]) is not None),
                          key=lambda m: self._terminals[m.row["id"]].rank[1:], reverse=True)
         queued = [m for m in mine if self._live_terminal(m.row["id"]) is None]
+        # Every leased claim that stands, however old: its owner must expire it.
+        leased = [m for m in decided[history_max:]
+                  if self._terminals[m.row["id"]].row["lease_until_ms"] is not None]
+        chosen = queued + decided[:history_max] + leased
         out: list[Op] = []
-        for m in queued + decided[:history_max]:
+        for m in chosen:
             row = m.row
             out.append(Op(m.rank[1], m.rank[2], m.rank[0], K.MSG_SEND, key, dict(row), m.epoch))
+            done = self._completions.get(row["id"])
+            if done is not None:
+                out.append(completion_op(key, done))
             term = self._terminals.get(row["id"])
             if term is None:
                 continue
             epoch, hlc, origin, seq = term.rank
             t = term.row
             if t["state"] == CLAIMED:
-                body = {"id": row["id"], "claimer_session": t["claimed_by_session"],
-                        "claimer_agent": t["claimed_by_agent"], "claimer_key": t["claimed_by_key"],
-                        "claimer_agent_id": t["claimed_by_agent_id"],
-                        "request_id": t["request_id"],
-                        "at_ms": t["claimed_at_ms"]}
-                out.append(Op(origin, seq, hlc, K.MSG_CLAIM, key, body, epoch))
+                out.append(claim_op(key, row["id"], t, term.rank))
             elif t["state"] == lifecycle.REJECTED:
                 out.append(reject_op(key, row["id"], term.rank,
                                      (self._decisions.get(row["id"]) or {}).get(K.MSG_REJECT)))
@@ -838,7 +859,7 @@ class Replica:
                 body = {"id": row["id"], "by_workspace": row["from_workspace"],
                         "by_project": row["from_project"], "at_ms": t["cancelled_at_ms"]}
                 out.append(Op(origin, seq, hlc, K.MSG_CANCEL, key, body, epoch))
-        for m in queued + decided[:history_max]:
+        for m in chosen:
             mid = m.row["id"]
             for _, decision in sorted((self._decisions.get(mid) or {}).items()):
                 # before edit_ops' bare copy of an approval
@@ -880,6 +901,23 @@ class Replica:
                            "claimer_agent": t["claimed_by_agent"],
                            "request_id": t["request_id"], "at_ms": t["claimed_at_ms"]}, epoch))
         return out
+
+    def due_lease_mailboxes(self, before_ms: int, limit: int = 100) -> list[tuple[str, str]]:
+        """``(workspace, project)`` of mailboxes holding a leased claim that
+        stands, is not completed, and whose deadline is before ``before_ms``
+        (what a node's sweep asks an owner to expire)."""
+        out: set[tuple[str, str]] = set()
+        for mid, term in self._terminals.items():
+            until = term.row["lease_until_ms"]
+            msg = self._messages.get(mid)
+            if (until is None or until >= before_ms or msg is None
+                    or self._live_terminal(mid) is not term):
+                continue
+            done = self._completions.get(mid)
+            if done is not None and done.get("token") == term.row["token"]:
+                continue
+            out.add((msg.row["to_workspace"], msg.row["to_project"]))
+        return sorted(out)[:limit]
 
     def pop_decision(self, mailbox: str, request_id: str) -> tuple[str, str | None] | None:
         """How this replica records pop ``request_id`` of ``mailbox``:

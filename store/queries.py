@@ -13,7 +13,13 @@ import json
 import sqlite3
 from typing import Any
 
-from store.records import COMPLETE_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS, message_view
+from store.records import (
+    COMPLETE_FIELDS,
+    LEASE_COLS,
+    MESSAGE_FIELDS,
+    SESSION_FIELDS,
+    message_view,
+)
 
 MEMORY_COLS = ("id, tier, namespace, title, content, tags, priority, confidence, source,"
                " access_count, created_at_ms, updated_at_ms, expires_at_ms, agent_id, metadata")
@@ -23,11 +29,13 @@ MESSAGE_COLS = (
     ", ".join(f"m.{c}" for c in MESSAGE_FIELDS)
     + ", m.send_epoch, m.hlc, m.origin, m.state AS m_state, t.state AS t_state, t.epoch AS t_epoch,"
     " t.claimed_by_session, t.claimed_by_agent, t.claimed_by_key, t.claimed_by_agent_id,"
-    " t.request_id, t.claimed_at_ms, t.cancelled_at_ms,"
+    " t.request_id, t.claimed_at_ms, t.cancelled_at_ms, t.token AS t_token,"
+    " t.lease_ms AS t_lease_ms, t.lease_until_ms AS t_lease_until_ms,"
+    " t.delivery AS t_delivery, t.renewed_at_ms AS t_renewed_at_ms,"
     " h.kind AS h_kind, h.epoch AS h_epoch, h.holder_session, h.holder_agent, h.holder_user,"
     " h.at_ms AS h_at_ms, v.subject AS v_subject, v.body AS v_body, v.epoch AS v_epoch,"
     " v.edited_at_ms, "
-    + ", ".join(f"c.{col} AS c_{col}" for col in COMPLETE_FIELDS) + ", "
+    + ", ".join(f"c.{col} AS c_{col}" for col in (*COMPLETE_FIELDS, "purged")) + ", "
     + ", ".join(f"{d}.{c} AS {d}_{c}" for d in ("da", "dr")
                 for c in ("kind", "by_user", "by_agent", "reason", "at_ms", "epoch"))
 )
@@ -149,15 +157,16 @@ def message(row: sqlite3.Row) -> dict[str, Any]:
             "claimed_by_agent": row["claimed_by_agent"], "claimed_by_key": row["claimed_by_key"],
             "claimed_by_agent_id": row["claimed_by_agent_id"], "request_id": row["request_id"],
             "claimed_at_ms": row["claimed_at_ms"], "cancelled_at_ms": row["cancelled_at_ms"],
+            **{c: row[f"t_{c}"] for c in LEASE_COLS},
         }
     completion = (None if row["c_id"] is None
-                  else {col: row[f"c_{col}"] for col in COMPLETE_FIELDS})
+                  else {col: row[f"c_{col}"] for col in (*COMPLETE_FIELDS, "purged")})
     decisions = {row[f"{d}_kind"]: {c: row[f"{d}_{c}"] for c in (
         "kind", "by_user", "by_agent", "reason", "at_ms", "epoch")}
         for d in ("da", "dr") if row[f"{d}_kind"] is not None}
     return message_view(body, (row["hlc"], row["origin"]), row["send_epoch"], terminal,
                         hold_of(row), revision_of(row), completion=completion,
-                        decisions=decisions)
+                        decisions=decisions, deliveries=row["t_delivery"])
 
 
 def hold_of(row: sqlite3.Row) -> dict[str, Any] | None:

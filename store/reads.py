@@ -175,7 +175,8 @@ class DomainReads:
         the completion's ``hlc``, ``origin`` and ``seq``."""
         params: dict[str, Any] = {"ws": workspace, "proj": project}
         where = ["m.to_workspace = :ws AND m.to_project = :proj",
-                 f"m.state = '{CLAIMED}'", "c.id IS NOT NULL",
+                 f"m.state = '{CLAIMED}'", "c.id IS NOT NULL", "c.purged = 0",
+                 "c.token IS t.token",
                  self._not_covered(cursor, params, "c.")]
         if after is not None:
             where.append("(c.hlc, c.origin, c.seq) > (:ah, :ao, :as)")

@@ -29,6 +29,7 @@ from common.ops import (
     MSG_APPROVE,
     MSG_CANCEL,
     MSG_CLAIM,
+    MSG_COMPLETE,
     MSG_HOLD,
     MSG_PURGE,
     MSG_REJECT,
@@ -237,12 +238,18 @@ def decision_op(key: str, msg_id: str, row: Any) -> Op:
                "reason": row["reason"], "at_ms": row["at_ms"]}, row["epoch"])
 
 
+LEASE_COLS: Final = ("token", "lease_ms", "lease_until_ms", "delivery", "renewed_at_ms")
+
+
 def terminal_row(op: Op) -> dict[str, Any]:
-    """What the winning terminal op says about its message."""
+    """What the winning terminal op says about its message (a ``msg.renew``
+    says what a claim does, with its later deadline)."""
     b = op.body
-    claim = op.kind == MSG_CLAIM
+    claim = op.kind in lifecycle.CLAIM_KINDS
     at_ms = int(b.get("at_ms", physical_ms(op.hlc)))
-    return {
+    lease = {c: (_opt_int(b.get(c)) if c != "token" else b.get(c)) if claim else None
+             for c in LEASE_COLS}
+    return {**lease,
         "state": TERMINAL_STATE[op.kind],
         "epoch": op.epoch,
         "claimed_by_session": b.get("claimer_session") if claim else None,
@@ -256,12 +263,56 @@ def terminal_row(op: Op) -> dict[str, Any]:
 
 
 def completion_row(op: Op) -> dict[str, Any]:
-    """What a ``msg.complete`` op records (the first by (hlc, origin, seq) wins)."""
+    """What a ``msg.complete`` op records (the latest claim's first completion
+    wins: :func:`completion_rank`)."""
     b = op.body
     row = {name: b.get(name) for name in COMPLETE_FIELDS}
     row["id"] = str(b["id"])
     row["at_ms"] = int(b.get("at_ms", physical_ms(op.hlc)))
+    row["claim_epoch"] = int(b.get("claim_epoch") or 0)
+    row["mailbox"] = op.key
+    row["purged"] = 0
     return row
+
+
+def purged_completion(row: dict[str, Any]) -> dict[str, Any]:
+    """A completion a purge took: its rank stays (so the kept completion is
+    the same in any order), its outcome and note go."""
+    return {**row, "result": "", "note": None, "by_session": None, "by_agent": None,
+            "by_key": None, "by_agent_id": None, "purged": 1}
+
+
+def completion_below(row: Any, mark: tuple[int, int, str, int] | None) -> bool:
+    """Was this completion decided before the purge ``mark`` (its mailbox's
+    greatest purge, as (epoch, hlc, origin, seq))?"""
+    return mark is not None and (int(row["claim_epoch"] or 0), row["hlc"], row["origin"],
+                                 row["seq"]) < mark
+
+def completion_rank(row: Any) -> tuple[int, int, str, int]:
+    """The lowest of these is the completion a message keeps: the one of
+    the latest claim (greatest ``claim_epoch``), then the first."""
+    return (-int(row["claim_epoch"] or 0), row["hlc"], row["origin"], row["seq"])
+
+
+def claim_op(key: str, msg_id: str, row: Any, rank: tuple[int, int, str, int]) -> Op:
+    """The winning claim (or renew) of a message, rebuilt from its stored
+    terminal row (a :func:`terminal_row` mapping) for an owner's model."""
+    epoch, hlc, origin, seq = rank
+    body: dict[str, Any] = {
+        "id": msg_id, "claimer_session": row["claimed_by_session"],
+        "claimer_agent": row["claimed_by_agent"], "claimer_key": row["claimed_by_key"],
+        "claimer_agent_id": row["claimed_by_agent_id"], "request_id": row["request_id"],
+        "at_ms": row["claimed_at_ms"]}
+    if row["token"] is not None:
+        body.update({c: row[c] for c in LEASE_COLS if row[c] is not None})
+    return Op(origin, seq, hlc, MSG_CLAIM, key, body, epoch)
+
+
+def completion_op(key: str, row: Any) -> Op:
+    """A message's kept completion, rebuilt from its stored row, for an
+    owner's model (which needs it to know a lease ended)."""
+    return Op(row["origin"], row["seq"], row["hlc"], MSG_COMPLETE, key,
+              {name: row[name] for name in COMPLETE_FIELDS}, 0)
 
 
 def empty_row(op: Op) -> dict[str, Any]:
@@ -318,14 +369,17 @@ def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
                  terminal: dict[str, Any] | None, hold: dict[str, Any] | None = None,
                  revision: dict[str, Any] | None = None,
                  completion: dict[str, Any] | None = None,
-                 decisions: dict[str, Any] | None = None) -> dict[str, Any]:
+                 decisions: dict[str, Any] | None = None,
+                 deliveries: int | None = None) -> dict[str, Any]:
     """A message as readers see it: body fields (a saved edit's subject and
     body over the send's), state (:func:`common.lifecycle.merged_state`),
     the claim record of the winning terminal op (a :func:`terminal_row`),
     who holds it for an edit, its outcome (a :func:`completion_row`, shown
     only while claimed), the approver's decision that stands (of
     ``decisions``, kind -> :func:`decision_row`: :func:`standing_decision`),
-    and its mailbox order."""
+    its lease (deadline while it stands; the claim token is never shown),
+    how many times a leased pop handed it out (``deliveries``: the winning
+    claim's, standing or expired), and its mailbox order."""
     out = dict(row)
     if terminal is None:
         out.update(state=PENDING, claimed_by_session=None, claimed_by_agent=None,
@@ -333,7 +387,8 @@ def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
                    request_id=None, claimed_at_ms=None, cancelled_at_ms=None,
                    epoch=send_epoch)
     else:
-        out.update(terminal)
+        out.update({k: v for k, v in terminal.items() if k not in LEASE_COLS})
+    token = None if terminal is None else terminal.get("token")
     out["approval_required"] = bool(row.get("approval_required"))
     state = lifecycle.merged_state(None if terminal is None else _TERMINAL_KIND[terminal["state"]],
                                    None if hold is None else hold["kind"],
@@ -346,8 +401,17 @@ def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
     out["edited_at_ms"] = None if revision is None else revision["edited_at_ms"]
     if revision is not None:
         out["subject"], out["body"] = revision["subject"], revision["body"]
-    out["completion"] = (None if completion is None or state != CLAIMED
-                         else {name: completion[name] for name in COMPLETE_FIELDS})
+    shown = (completion is not None and state == CLAIMED and not completion.get("purged")
+             and completion.get("token") == token)
+    out["completion"] = (None if not shown or completion is None
+                         else {name: completion[name] for name in COMPLETE_FIELDS
+                               if name not in ("token", "claim_epoch")})
+    leased = state == CLAIMED and token is not None and terminal is not None
+    out["lease_ms"] = terminal.get("lease_ms") if leased and terminal else None
+    out["lease_until_ms"] = (terminal.get("lease_until_ms")
+                             if leased and terminal and not shown else None)
+    out["renewed_at_ms"] = terminal.get("renewed_at_ms") if leased and terminal else None
+    out["deliveries"] = deliveries
     decision = standing_decision(state, decisions)
     out["approval_decision"] = None if decision is None else (
         "approved" if decision["kind"] == MSG_APPROVE else "rejected")
@@ -363,7 +427,10 @@ _TERMINAL_KIND: Final = {CLAIMED: MSG_CLAIM, CANCELLED: MSG_CANCEL, REJECTED: MS
 # Columns of the msg_hold / msg_revision rows (and of the replica's copies).
 HOLD_COLS: Final = ("kind", "epoch", "hlc", "origin", "seq", "holder_session", "holder_agent",
                     "holder_user", "at_ms")
-COMPLETION_COLS: Final = (*COMPLETE_FIELDS, "hlc", "origin", "seq")
+COMPLETION_COLS: Final = (*COMPLETE_FIELDS, "mailbox", "purged", "hlc", "origin", "seq")
+TERMINAL_COLS: Final = ("state", "epoch", "claimed_by_session", "claimed_by_agent",
+                        "claimed_by_key", "claimed_by_agent_id", "request_id", "claimed_at_ms",
+                        "cancelled_at_ms", *LEASE_COLS)
 REVISION_COLS: Final = ("subject", "body", "epoch", "hlc", "origin", "seq", "edited_at_ms")
 
 

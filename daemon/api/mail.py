@@ -18,6 +18,8 @@ from daemon.api.call import ApiCall, Route, serve
 from daemon.http.auth import owner_user
 from daemon.schemas.validation import (
     AgentId,
+    ClaimToken,
+    LeaseSeconds,
     Lenient,
     RequestId,
     ScopeName,
@@ -71,6 +73,13 @@ class CompleteIn(Strict):
     message_id: MessageId
     result: Result
     note: text(10 * limits.completion_note_max_chars) | None = None  # type: ignore[valid-type]
+    claim_token: ClaimToken | None = None
+
+
+class RenewIn(Strict):
+    message_id: MessageId
+    claim_token: ClaimToken
+    lease_seconds: LeaseSeconds | None = None
 
 
 class ListIn(Lenient):
@@ -91,6 +100,7 @@ class PopIn(Strict):
     message_id: MessageId | None = None
     agent: ScopeName | None = None
     request_id: RequestId | None = None
+    lease_seconds: LeaseSeconds | None = None
 
 
 class CancelIn(Strict):
@@ -170,14 +180,21 @@ async def reply(c: ApiCall) -> Any:
 async def complete(c: ApiCall) -> Any:
     body = await c.body(CompleteIn)
     return await completion.complete(c.node, c.principal, message_id=body.message_id,
-                                     result=body.result, note=body.note, session_id=c.session)
+                                     result=body.result, note=body.note, session_id=c.session,
+                                     token=body.claim_token)
+
+
+async def renew(c: ApiCall) -> Any:
+    body = await c.body(RenewIn)
+    return await completion.renew(c.node, c.principal, message_id=body.message_id,
+                                  token=body.claim_token, lease_secs=body.lease_seconds)
 
 
 async def pop(c: ApiCall) -> Any:
     body = await c.body(PopIn)
     return await mail.pop(c.node, c.principal, workspace=body.workspace, project=body.project,
                           session_id=c.session, message_id=body.message_id, agent=body.agent,
-                          request_id=body.request_id)
+                          request_id=body.request_id, lease_secs=body.lease_seconds)
 
 
 async def cancel(c: ApiCall) -> Any:
@@ -258,6 +275,7 @@ OPERATIONS = [
     Route("POST", "/api/v1/messages/cancel", cancel),
     Route("POST", "/api/v1/messages/reply", reply, 201),
     Route("POST", "/api/v1/messages/complete", complete),
+    Route("POST", "/api/v1/messages/renew", renew),
     Route("GET", "/api/v1/handoff", handoff),
     Route("GET", "/handoff", handoff),  # where the source document's hooks fetch it
     Route("POST", "/api/v1/handoff", write_handoff, 201),

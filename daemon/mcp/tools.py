@@ -442,16 +442,45 @@ class Tools:
                   f"why not. Secrets are scrubbed; longer than "
                   f"{limits.completion_note_max_chars} characters is truncated."),
         ] = None,
+        claim_token: Annotated[
+            str | None,
+            Field(description="For a message popped with lease_seconds: the claim_token "
+                  "the pop returned (required then)."),
+        ] = None,
     ) -> dict[str, Any]:
         """Say how a message you claimed ended: done, blocked or rejected, with a note.
 
-        Only the holder of the claim (the session, key or agent that popped it) may
-        complete it, once. The sender sees the result and note in its outbox. Returns
-        the completion.
+        Only the holder of the claim (the session, key or agent that popped it, or for
+        a leased pop whoever has its claim_token) may complete it, once; a leased claim
+        must be completed before its lease runs out. The sender sees the result and
+        note in its outbox. Returns the completion.
         """
-        request = _drop_none({"message_id": message_id, "result": result, "note": note})
+        request = _drop_none({"message_id": message_id, "result": result, "note": note,
+                              "claim_token": claim_token})
         reply: dict[str, Any] = await self.client.retrying_once(
             lambda: self.client.post("/api/v1/messages/complete", request))
+        return reply
+
+    async def memory_message_renew(
+        self,
+        message_id: Annotated[MessageId, Field(description="The message you popped with a lease.")],
+        claim_token: Annotated[str, Field(description="The claim_token the pop returned.")],
+        lease_seconds: Annotated[
+            float | None,
+            Field(ge=limits.claim_lease_secs_min, le=limits.claim_lease_secs_max,
+                  description="The new lease, from now (default: the pop's length)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Extend the lease of a message you popped with lease_seconds, before it runs out.
+
+        Refused (409, code lease_lost) once the lease ran out: the message went back to
+        the queue and someone else may hold it now; stop working on it. Returns the new
+        lease_until.
+        """
+        request = _drop_none({"message_id": message_id, "claim_token": claim_token,
+                              "lease_seconds": lease_seconds})
+        reply: dict[str, Any] = await self.client.retrying_once(
+            lambda: self.client.post("/api/v1/messages/renew", request))
         return reply
 
     async def memory_message_list(
@@ -523,6 +552,14 @@ class Tools:
                 "after a lost reply. A new one is made when omitted."
             ),
         ] = None,
+        lease_seconds: Annotated[
+            float | None,
+            Field(ge=limits.claim_lease_secs_min, le=limits.claim_lease_secs_max,
+                  description="Claim for this long only: the answer has a claim_token; "
+                  "renew (memory_message_renew) or complete (memory_message_complete) "
+                  "before the lease runs out, or the message goes back to the queue for "
+                  "the next pop. Omitted: the claim is final."),
+        ] = None,
     ) -> dict[str, Any]:
         """Claim the next message in your project's inbox (or one message_id); each message is claimed once.
 
@@ -541,6 +578,7 @@ class Tools:
                 "message_id": message_id,
                 "agent": agent,
                 "request_id": rid,
+                "lease_seconds": lease_seconds,
             }
         )
         try:
@@ -902,6 +940,7 @@ class Tools:
         "memory_message_cancel",
         "memory_message_reply",
         "memory_message_complete",
+        "memory_message_renew",
         "memory_approvals_list",
         "memory_approval_decide",
         "memory_briefing",

@@ -31,7 +31,10 @@ REQUESTS = Registry("mailbox request", typing.get_args(requests.MailRequest), la
 # pending"); a cancel the ids it cancelled; a hold or release
 # ``{"message": row, ...}`` (the hold record, the decision's rank); a
 # decision ``{"message": row, "decision": body, "approved": bool, "rank": ...}``;
-# a purge ``{"purge": body, "removed": n or None}``.
+# a purge ``{"purge": body, "removed": n or None}``; a renew
+# ``{"message": row, "claim": body, "rank": ...}``; a leased completion
+# ``{"completion": body, "rank": ..., "replayed": bool}``; an expiry the ids
+# it returned to the queue.
 RESULTS: dict[type, Any] = {
     requests.MailSend: Op,
     requests.MailPop: dict[str, Any] | None,
@@ -40,6 +43,9 @@ RESULTS: dict[type, Any] = {
     requests.MailRelease: dict[str, Any],
     requests.MailDecide: dict[str, Any],
     requests.MailPurge: dict[str, Any],
+    requests.MailRenew: dict[str, Any],
+    requests.MailComplete: dict[str, Any],
+    requests.MailExpire: list[str],
 }
 _RESULT_CONVS: dict[type, Conv] = {cls: converter(tp) for cls, tp in RESULTS.items()}
 

@@ -55,6 +55,13 @@ RequestId = Annotated[
     str,
     StringConstraints(min_length=1, max_length=limits.request_id_max_chars, pattern=AGENT_ID_RE),
 ]
+ClaimToken = Annotated[
+    str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$"),
+]
+# A lease's length (pop, renew); the limits are checked again by the service.
+LeaseSeconds = Annotated[
+    float, Field(ge=limits.claim_lease_secs_min, le=limits.claim_lease_secs_max),
+]
 Namespace = Annotated[
     str,
     StringConstraints(min_length=1, max_length=limits.namespace_max_chars),

@@ -31,13 +31,15 @@ from common.ops import mailbox_key
 from common.policy import Principal
 from common.vocab import RESULTS
 from daemon.ports import MailPorts
-from daemon.services import scrub
+from daemon.schemas.timefmt import rfc3339 as iso_ms
+from daemon.services import leases, scrub
 from daemon.services.mail import (
     claimer_ids,
     completion_json,
     own_session,
     readable_message,
 )
+from federation.requests import MailComplete, MailRenew
 
 _CLAIM_IDS = ("claimed_by_session", "claimed_by_key", "claimed_by_agent_id")
 
@@ -61,12 +63,16 @@ def clean_note(note: str | None) -> tuple[str | None, bool, int]:
 
 
 async def complete(node: MailPorts, principal: Principal, *, message_id: str, result: str,
-                   note: str | None, session_id: str | None) -> dict[str, Any]:
+                   note: str | None, session_id: str | None,
+                   token: str | None = None) -> dict[str, Any]:
     if result not in RESULTS:
         raise BadRequest(f"result must be one of {', '.join(RESULTS)}")
     row = await readable_message(node, principal, message_id)
     ws, proj = str(row["to_workspace"]), str(row["to_project"])
     policy.check(principal, "message.complete", {"box": (ws, proj)})
+    if token is not None:
+        return await _complete_leased(node, principal, row, result=result, note=note,
+                                      session_id=session_id, token=token)
     # The claim and any earlier completion were acknowledged by a majority:
     # hear one before deciding.
     await node.read_barrier(mailbox_key(ws, proj))
@@ -74,6 +80,9 @@ async def complete(node: MailPorts, principal: Principal, *, message_id: str, re
     if row.get("state") != COMPLETABLE:
         raise Conflict(f"message {message_id} is {row.get('state')}, not claimed: only a "
                        "claimed message can be completed", id=message_id, state=row.get("state"))
+    if row.get("lease_until_ms") is not None:
+        raise BadRequest(f"the claim on {message_id} is leased: complete it with its "
+                         "claim_token (the pop returned it)", id=message_id)
     session = await own_session(node, principal, session_id)
     if not holds_claim(row, principal, session):
         if not any(row.get(k) for k in _CLAIM_IDS):
@@ -101,7 +110,38 @@ async def complete(node: MailPorts, principal: Principal, *, message_id: str, re
     return _answer(message_id, body, cut, scrubbed, replayed=False)
 
 
+async def _complete_leased(node: MailPorts, principal: Principal, row: dict[str, Any], *,
+                           result: str, note: str | None, session_id: str | None,
+                           token: str) -> dict[str, Any]:
+    """A leased claim's completion, decided by the mailbox's owner (it ends
+    the lease, so it is ordered against the expiry): the token proves the
+    holder; a token whose lease ran out is refused (409 ``lease_lost``)."""
+    message_id = str(row["id"])
+    text, cut, scrubbed = clean_note(note)
+    ids = claimer_ids(principal)
+    body = {"result": result, "note": text,
+            "by_session": await own_session(node, principal, session_id),
+            "by_agent": row.get("claimed_by_agent"), "by_key": ids["claimer_key"],
+            "by_agent_id": ids["claimer_agent_id"], "from_workspace": row.get("from_workspace"),
+            "from_project": row.get("from_project")}
+    done = await node.mailbox(MailComplete(
+        mailbox_key(str(row["to_workspace"]), str(row["to_project"])), message_id, token, body))
+    return _answer(message_id, done["completion"], cut, scrubbed, replayed=done["replayed"])
+
+
 def _answer(message_id: str, done: dict[str, Any], cut: bool, scrubbed: int, *,
             replayed: bool) -> dict[str, Any]:
     return {"message_id": message_id, "state": COMPLETABLE, "completion": completion_json(done),
             "truncated": {"note": cut}, "scrubbed": scrubbed, "replayed": replayed}
+
+
+async def renew(node: MailPorts, principal: Principal, *, message_id: str, token: str,
+                lease_secs: float | None) -> dict[str, Any]:
+    """Extend the lease on ``message_id`` held with claim ``token``."""
+    row = await readable_message(node, principal, message_id)
+    ws, proj = str(row["to_workspace"]), str(row["to_project"])
+    policy.check(principal, "message.complete", {"box": (ws, proj)})
+    claim = await node.mailbox(MailRenew(mailbox_key(ws, proj), message_id, token,
+                                         leases.lease_ms(lease_secs)))
+    return {"message_id": message_id, "state": "claimed", **leases.lease_json(claim["claim"]),
+            "renewed_at": iso_ms(claim["claim"].get("renewed_at_ms"))}

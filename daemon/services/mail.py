@@ -46,7 +46,7 @@ from common.vocab import (
 )
 from daemon.ports import MailPorts
 from daemon.schemas.timefmt import rfc3339 as iso_ms
-from daemon.services import notices, scrub
+from daemon.services import leases, notices, scrub
 from daemon.services.scope import Scope, refuse_inferred, resolve
 from federation.requests import MailCancel, MailDecide, MailHold, MailPop, MailRelease, MailSend
 from store.records import MESSAGE_FIELDS
@@ -351,6 +351,8 @@ def public_message(row: dict[str, Any]) -> dict[str, Any]:
         "thread_id": row.get("thread_id") or row["id"],
         "completion": completion_json(row.get("completion")),
         "approval_required": bool(row.get("approval_required")),
+        "lease_until": iso_ms(row.get("lease_until_ms")),
+        "deliveries": row.get("deliveries"),
     }
 
 
@@ -414,7 +416,12 @@ def fence(body: str) -> str:
 
 async def pop(node: MailPorts, principal: Principal, *, workspace: str | None, project: str | None,
               session_id: str | None, message_id: str | None, agent: str | None,
-              request_id: str | None) -> dict[str, Any]:
+              request_id: str | None, lease_secs: float | None = None) -> dict[str, Any]:
+    """Claim the oldest message the caller may take (or ``message_id``);
+    with ``lease_secs`` for a lease (:mod:`daemon.services.leases`): the
+    answer carries the claim token, and the message returns to the queue
+    unless renewed or completed in time."""
+    lease = leases.lease_ms(lease_secs)
     scope = await scope_for(node, workspace, project, session_id, principal)
     _refuse_inferred(principal, scope, "pop from")
     check(principal, "message.pop", {"box": (scope.workspace, scope.project)})
@@ -436,7 +443,8 @@ async def pop(node: MailPorts, principal: Principal, *, workspace: str | None, p
                 "project": scope.project, "project_exists": False}
     result = await node.mailbox(MailPop(
         mailbox=mailbox_key(scope.workspace, scope.project), request_id=rid,
-        message_id=message_id, agent=harness, claimer=claimer))
+        message_id=message_id, agent=harness, claimer=claimer, lease_ms=lease,
+        token=None if lease is None else leases.new_token()))
     if result is None:
         return {"message": None, "request_id": rid, "workspace": scope.workspace,
                 "project": scope.project, "project_exists": True}
@@ -446,6 +454,8 @@ async def pop(node: MailPorts, principal: Principal, *, workspace: str | None, p
     row["body"] = fence(msg.get("body") or "")
     row["claimed_at"] = iso_ms(claim.get("at_ms"))
     row["request_id"] = claim.get("request_id")
+    if claim.get("token") is not None:
+        row.update(leases.lease_json(claim))
     return {
         "message": row,
         "provenance": _hide({

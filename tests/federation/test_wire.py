@@ -225,6 +225,11 @@ def test_the_owners_real_answers_to_every_request_kind_pass_the_result_codec() -
         mail_requests.MailCancel(mb, ("m2",), by_workspace="w", by_project="q"),
         mail_requests.MailSend(mb, {**body, "id": "m3", "approval_required": True}),
         mail_requests.MailDecide(mb, "m3", True, decider={"by_user": "ann"}, reason="ok"),
+        mail_requests.MailPop(mb, request_id="r3", claimer={"claimer_session": "s2"},
+                              lease_ms=60_000, token="t1"),
+        mail_requests.MailRenew(mb, "m3", "t1", lease_ms=30_000),
+        mail_requests.MailComplete(mb, "m3", "t1", body={"result": "done", "note": "ok"}),
+        mail_requests.MailExpire(mb),
         mail_requests.MailPurge(mb, {"id": "pg1", "workspace": "w", "project": "p",
                                      "scope": "project", "by_user": None, "reason": None}),
     ]

@@ -20,6 +20,7 @@ ALL_TOOLS = {
     "memory_message_cancel",
     "memory_message_reply",
     "memory_message_complete",
+    "memory_message_renew",
     "memory_subscribe",
     "memory_unsubscribe",
     "memory_list_subscriptions",

@@ -266,7 +266,8 @@ async def test_every_tool_answers_on_some_node(keyed_cluster: Cluster, tmp_path:
     assert called | THREAD_TOOLS == ALL_TOOLS
 
 
-THREAD_TOOLS = {"memory_message_reply", "memory_message_complete"}  # the test below
+# the tests below
+THREAD_TOOLS = {"memory_message_reply", "memory_message_complete", "memory_message_renew"}
 
 
 async def test_reply_complete_and_threads_across_nodes(keyed_cluster: Cluster) -> None:
@@ -320,3 +321,55 @@ async def test_reply_complete_and_threads_across_nodes(keyed_cluster: Cluster) -
             "thread_id": note["notification_id"]}))
         assert [n["id"] for n in inbox["notifications"]] == [back["notification_id"]]
         assert inbox["notifications"][0]["in_reply_to"] == note["notification_id"]
+
+
+async def test_a_lease_renewed_then_let_run_out_goes_to_the_next_pop(
+        keyed_cluster: Cluster) -> None:
+    """A leased pop through node2, renewed through node3, then left to run
+    out: the next pop (through node1) gets the same message as delivery 2,
+    and the first holder's token is refused everywhere after that."""
+    import asyncio
+    suffix = uuid.uuid4().hex[:8]
+    proj_a, proj_b = f"la-{suffix}", f"lb-{suffix}"
+    start_session(keyed_cluster, "node1", "default", proj_a, "kimi")
+    start_session(keyed_cluster, "node1", "default", proj_b, "claude-code")
+    alice, bob = {"X-API-Key": "key-alice"}, {"X-API-Key": "key-bob"}
+    async with mcp(keyed_cluster.url("node1"), **alice) as one:
+        sent = ok(await one.call_tool("memory_message_send", {
+            "to_workspace": "default", "to_project": proj_b, "subject": "lease me",
+            "body": "do it", "from_workspace": "default", "from_project": proj_a}))
+    mid = sent["message_id"]
+    async with mcp(keyed_cluster.url("node2"), **bob) as two:
+        popped = ok(await two.call_tool("memory_message_pop", {
+            "workspace": "default", "project": proj_b, "lease_seconds": 2}))
+        first = popped["message"]
+        assert first["id"] == mid and first["delivery"] == 1 and first["lease_seconds"] == 2
+        token = first["claim_token"]
+    async with mcp(keyed_cluster.url("node3"), **bob) as three:
+        renewed = ok(await three.call_tool("memory_message_renew", {
+            "message_id": mid, "claim_token": token, "lease_seconds": 1}))
+        assert renewed["lease_until"] > first["lease_until"] or renewed["lease_seconds"] == 1
+        await asyncio.sleep(2.5)  # the lease runs out; its owner returns the message
+        lost = tool_error(await three.call_tool("memory_message_renew", {
+            "message_id": mid, "claim_token": token}))
+        assert lost["status"] == 409 and lost["code"] == "lease_lost", lost
+    async with mcp(keyed_cluster.url("node1"), **bob) as one:
+        again = ok(await one.call_tool("memory_message_pop", {
+            "workspace": "default", "project": proj_b, "lease_seconds": 30}))
+        second = again["message"]
+        assert second["id"] == mid and second["delivery"] == 2
+        assert second["claim_token"] != token
+        late = tool_error(await one.call_tool("memory_message_complete", {
+            "message_id": mid, "result": "done", "claim_token": token}))
+        assert late["status"] == 409 and late["code"] == "lease_lost"
+        done = ok(await one.call_tool("memory_message_complete", {
+            "message_id": mid, "result": "done", "note": "second try",
+            "claim_token": second["claim_token"]}))
+        assert done["completion"]["result"] == "done"
+    async with mcp(keyed_cluster.url("node2"), **alice) as two:
+        outbox = ok(await two.call_tool("memory_message_list", {
+            "box": "outbox", "workspace": "default", "project": proj_a, "all": True}))
+        row = next(m for m in outbox["messages"] if m["id"] == mid)
+        assert (row["state"], row["deliveries"], row["completion"]["note"]) == (
+            "claimed", 2, "second try")
+        assert "claim_token" not in json.dumps(outbox)

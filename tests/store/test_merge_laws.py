@@ -234,7 +234,7 @@ def test_purge_is_idempotent_and_commutes_with_sends_claims_and_sessions(
     # Sends before and after the purge (by HLC), a claim of an old one, a
     # session on either side, the claimed one's completion: every order,
     # duplicated, gives one state, in which exactly the sends ranked below
-    # the purge are gone (the completion with them).
+    # the purge are gone (the completion's outcome and note with them).
     ops = [_send("old1", "n1", 1, 10), _send("old2", "n2", 1, 11), _send("new", "n2", 2, 40),
            Op("n1", 2, 12, K.MSG_CLAIM, MB_WP,
               {"id": "old1", "claimer_session": "s", "request_id": "r1", "at_ms": 12}, epoch=1),
@@ -251,7 +251,9 @@ def test_purge_is_idempotent_and_commutes_with_sends_claims_and_sessions(
     assert r.message("new") is not None and r.message("new")["state"] == "pending"
     assert r.get_session("s-old") is None and r.get_session("s-new") is not None
     assert "secret old1" not in repr(r.snapshot()) and "secret old2" not in repr(r.snapshot())
-    assert r.snapshot()["completions"] == {}  # a purged message keeps no outcome
+    # A purged message keeps no outcome: its completion keeps only its rank.
+    assert [(c["purged"], c["result"], c["note"]) for c in r.snapshot()["completions"].values()] \
+        == [(1, "", None)]
     r.apply([_purge("n3", 2, 31, at_ms=31, pid="pg2")], APPLY_NOW)  # again: nothing changes
     assert r.snapshot() == reference
 
