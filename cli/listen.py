@@ -91,6 +91,7 @@ class Listener:
     scope: Scope | None
     concurrency: int
     harness: str | None = None
+    lease_secs: float | None = None  # --claim --lease: claim for a lease, renew, complete
     stop: threading.Event = field(default_factory=threading.Event)
     fatal: list[AiMemoryError] = field(default_factory=list)
     in_flight: set[str] = field(default_factory=set)
@@ -156,6 +157,8 @@ class Listener:
             self.state.finish(feed.key, entry)  # ready, resume: only a cursor
             return
         key = f"{feed.event}:{item_id}"
+        if item and item.get("deliveries"):  # back in the queue after a lease ran out
+            key += f"#{item['deliveries']}"
         with self.lock:
             repeat = key in self.in_flight or self.state.was_handled(key)
             if not repeat:
@@ -180,6 +183,7 @@ class Listener:
     def _handle(self, feed: Feed, event: dict[str, Any], entry: Entry, key: str,
                 slots: threading.Semaphore) -> None:
         claimed_id: str | None = None
+        lease: _Lease | None = None
         try:
             if self.claim and feed.event == "message":
                 claimed_id = event["id"]
@@ -190,6 +194,7 @@ class Listener:
                     self.state.finish(feed.key, entry, key, claimed=claimed_id)
                     return
                 event = {**event, "claimed": popped}
+            lease = self._lease(event) if self.lease_secs is not None else None
             if self.as_json:
                 with self.lock:
                     sys.stdout.write(json.dumps(event, ensure_ascii=False) + "\n")
@@ -203,18 +208,33 @@ class Listener:
                     note(f"listen: command for {feed.event} {event['id']} failed after "
                          f"{outcome.attempts} run(s) ({outcome.status}); written to "
                          f"{self.dead.path}")
+                if lease is not None:
+                    lease.finish("done" if outcome.ok else "blocked",
+                                 None if outcome.ok else f"command failed: {outcome.status}")
+            elif lease is not None:
+                lease.finish("done", None)
             self.state.finish(feed.key, entry, key, claimed=claimed_id)
         except (_Stopped, _StreamStop):
             pass  # unfinished: the cursor stays before it, the next start runs it
+            # (a leased claim left unfinished runs out and is handed out again)
         except Exception as exc:  # a thread must say why it gave up
             note(f"listen: {feed.event} {event.get('id')} left unfinished: {exc}")
             if isinstance(exc, AiMemoryError) and not exc.retryable:
                 self.fatal.append(exc)
             self.stop.set()
         finally:
+            if lease is not None:
+                lease.stop()
             with self.lock:
                 self.in_flight.discard(key)
             slots.release()
+
+    def _lease(self, event: dict[str, Any]) -> _Lease:
+        claimed = (event.get("claimed") or {}).get("message") or {}
+        lease = _Lease(self, str(event["id"]), str(claimed.get("claim_token")),
+                       float(claimed.get("lease_seconds") or self.lease_secs or 0))
+        lease.start()
+        return lease
 
     def _claim(self, message_id: str) -> dict[str, Any] | None:
         """Pop ``message_id`` (see :mod:`cli.listen_state` for the saved request ids)."""
@@ -247,7 +267,8 @@ class Listener:
 
     def _pop(self, message_id: str, rid: str) -> dict[str, Any]:
         body = drop_none({**_scope_fields(self.scope), "message_id": message_id,
-                          "request_id": rid, "agent": self.harness})
+                          "request_id": rid, "agent": self.harness,
+                          "lease_seconds": self.lease_secs})
         reply: dict[str, Any] = self._call(lambda c: c.post("/api/v1/messages/pop", body))
         return reply
 
@@ -275,6 +296,51 @@ class Listener:
 
 class _StreamStop(Exception):
     """Raised in the stream thread when stopping while waiting for a free slot."""
+
+
+class _Lease:
+    """The lease on one claimed message while its command runs: renewed at a
+    third of its length, completed when the command ends (done, or blocked
+    when it failed). A renewal refused because the lease ran out (the
+    listener was paused, the network cut) is reported: the message went back
+    to the queue and another session may run it too."""
+
+    def __init__(self, listener: Listener, message_id: str, token: str, secs: float) -> None:
+        self.listener, self.message_id, self.token, self.secs = listener, message_id, token, secs
+        self.done = threading.Event()
+        self.lost = False
+        self.thread = threading.Thread(target=self._renew, name=f"lease-{message_id[:8]}",
+                                       daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.done.set()
+
+    def _renew(self) -> None:
+        body = {"message_id": self.message_id, "claim_token": self.token}
+        while not self.done.wait(max(0.2, self.secs / 3)):
+            try:
+                self.listener._call(lambda c: c.post("/api/v1/messages/renew", body))
+            except Conflict as exc:
+                self.lost = True
+                note(f"listen: the lease on {self.message_id} was lost ({exc}); the message "
+                     "is back in the queue")
+                return
+            except AiMemoryError as exc:  # no majority now: the next renewal may pass
+                note(f"listen: renewing the lease on {self.message_id} failed: {exc}")
+
+    def finish(self, result: str, why: str | None) -> None:
+        self.stop()
+        if self.lost:
+            return
+        body = drop_none({"message_id": self.message_id, "claim_token": self.token,
+                          "result": result, "note": why})
+        try:
+            self.listener._call(lambda c: c.post("/api/v1/messages/complete", body))
+        except Conflict as exc:  # the command completed it itself, or the lease ran out
+            note(f"listen: completing {self.message_id}: {exc}")
 
 
 def _item(data: Any, kind: str) -> dict[str, Any] | None:
@@ -320,6 +386,11 @@ def _feeds(agent: str | None, inbox: bool, scope: Scope | None,
 @click.option("--project", help="Project of the mailbox (else env or .ai-memory.toml).")
 @click.option("--claim", is_flag=True, help="Pop (claim) each message before its command runs; "
               "a message another session claimed first is skipped.")
+@click.option("--lease", "lease_secs", type=click.FloatRange(min=limits.claim_lease_secs_min,
+                                                             max=limits.claim_lease_secs_max),
+              help="With --claim: claim each message for a lease of this many seconds, renewed "
+                   "while its command runs and completed when it ends (done, or blocked if it "
+                   "failed); a listener that dies leaves it to run out and go to the next one.")
 @click.option("--agent", "harness", help="Mail: only what this harness may claim, claimed as "
               "it (like `message pop --agent`).")
 @click.option("--exec", "command", help="Run this shell command per event (JSON on stdin).")
@@ -340,7 +411,7 @@ def _feeds(agent: str | None, inbox: bool, scope: Scope | None,
 @pass_state
 def listen(state: CliState, agent_id: str | None, urls: tuple[str, ...], inbox: bool | None,
            mail: bool, workspace: str | None, project: str | None, claim: bool,
-           harness: str | None, command: str | None, as_json: bool, concurrency: int, timeout: float, retries: int,
+           lease_secs: float | None, harness: str | None, command: str | None, as_json: bool, concurrency: int, timeout: float, retries: int,
            state_file: Path | None, dead_letter: Path | None) -> None:
     """Follow an inbox and/or a mailbox; run a command (or print JSON) once per event.
 
@@ -356,6 +427,8 @@ def listen(state: CliState, agent_id: str | None, urls: tuple[str, ...], inbox: 
         raise click.UsageError("what to do per event? pass --exec CMD and/or --json")
     if claim and not mail:
         raise click.UsageError("--claim pops mail: it goes with --mail (or --project)")
+    if lease_secs is not None and not claim:
+        raise click.UsageError("--lease goes with --claim")
     scope = resolve_scope(workspace, project) if mail else None
     if mail and scope is None:
         raise click.UsageError("which mailbox? pass --workspace and --project (or set "
@@ -372,7 +445,7 @@ def listen(state: CliState, agent_id: str | None, urls: tuple[str, ...], inbox: 
             run=RunSettings(command, timeout, retries) if command else None,
             dead=DeadLetters(dead_letter or path.with_name(path.name + ".dead.jsonl")),
             as_json=as_json, claim=claim, scope=scope, concurrency=concurrency,
-            harness=harness)
+            harness=harness, lease_secs=lease_secs)
         _serve(listener, feeds)
     finally:
         store.close()

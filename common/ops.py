@@ -40,7 +40,9 @@ msg.claim       id, claimer_session, claimer_agent, claimer_key,
 msg.renew       the claim's whole body with a later lease_until_ms and
                 renewed_at_ms: a leased claim's holder extends it. Ranked
                 with the terminal ops (it decides the holder as a claim).
-msg.expire      id, token, at_ms. The owner ends a lease that ran out; the
+msg.expire      id, token, at_ms, delivery, to_agent (the expired claim's
+                delivery, the message's agent: for the push streams). The
+                owner ends a lease that ran out; the
                 message is pending again at its place. Ranked with the
                 holds.
 msg.cancel      id, by_workspace, by_project, at_ms.

@@ -116,6 +116,10 @@ class StreamReads(Protocol):
                                       cursor: dict[str, int], *,
                                       after: tuple[int, str, int] | None,
                                       limit: int) -> list[Row]: ...
+    async def requeues_not_covered(self, workspace: str, project: str,
+                                   cursor: dict[str, int], *,
+                                   after: tuple[int, str, int] | None, limit: int,
+                                   agent: str | None = None) -> list[Row]: ...
     async def notifications(self, ids: Iterable[str]) -> list[Row]: ...
 
 

@@ -652,9 +652,12 @@ class Claims:
             term = model.terminal_op(mid)
             assert term is not None
             carried += [*self._carried(slot, mid), term]
-            ops.append(self._new_op(MSG_EXPIRE, slot.key,
-                                    {"id": mid, "token": term.body.get("token"), "at_ms": now_ms},
-                                    slot.epoch, now_ms))
+            # delivery and to_agent let a push stream announce the message
+            # as back in the queue without a read.
+            ops.append(self._new_op(MSG_EXPIRE, slot.key, {
+                "id": mid, "token": term.body.get("token"), "at_ms": now_ms,
+                "delivery": term.body.get("delivery"),
+                "to_agent": model.message(mid).get("to_agent")}, slot.epoch, now_ms))
         return self._issue(slot, (*carried, *ops), tuple(ops), now_ms, token=token, value=due,
                            busy=set(due), terminals=tuple(ops))
 

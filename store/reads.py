@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from common import limits
-from common.lifecycle import AWAITING, CLAIMED, EDITING, MSG_COMPLETE, PENDING
+from common.lifecycle import AWAITING, CLAIMED, EDITING, MSG_COMPLETE, MSG_EXPIRE, PENDING
 from store import queries as Q
 from store.reader import ReadPool
 from store.records import MESSAGE_FIELDS
@@ -187,6 +187,32 @@ class DomainReads:
             f" ORDER BY c.hlc, c.origin, c.seq LIMIT {int(limit)}", params)
         return [{**Q.message(r), "kind": MSG_COMPLETE, "hlc": r["c_hlc"],
                  "origin": r["c_origin"], "seq": r["c_seq"]} for r in rows]
+
+    async def requeues_not_covered(self, workspace: str, project: str,
+                                   cursor: dict[str, int], *,
+                                   after: tuple[int, str, int] | None, limit: int,
+                                   agent: str | None = None) -> list[dict[str, Any]]:
+        """Messages of the mailbox back in the queue after a lease ran out
+        (their winning hold is a ``msg.expire``, and they are still pending)
+        whose expiry ``cursor`` does not cover, in that op's order after
+        ``after``; each row is the message with ``kind`` ``msg.expire`` and
+        the expiry's ``hlc``, ``origin`` and ``seq``."""
+        params: dict[str, Any] = {"ws": workspace, "proj": project}
+        where = ["m.to_workspace = :ws AND m.to_project = :proj",
+                 f"m.state = '{PENDING}'", f"h.kind = '{MSG_EXPIRE}'",
+                 self._not_covered(cursor, params, "h.")]
+        if agent is not None:
+            where.append("(m.to_agent IS NULL OR m.to_agent = :agent)")
+            params["agent"] = agent
+        if after is not None:
+            where.append("(h.hlc, h.origin, h.seq) > (:ah, :ao, :as)")
+            params.update(ah=after[0], ao=after[1], **{"as": after[2]})
+        rows = await self._reads.fetchall(
+            f"SELECT {Q.MESSAGE_COLS}, h.hlc AS h_hlc, h.origin AS h_origin, h.seq AS h_seq"
+            f" FROM {Q.MESSAGE_FROM} WHERE {' AND '.join(where)}"
+            f" ORDER BY h.hlc, h.origin, h.seq LIMIT {int(limit)}", params)
+        return [{**Q.message(r), "kind": MSG_EXPIRE, "hlc": r["h_hlc"],
+                 "origin": r["h_origin"], "seq": r["h_seq"]} for r in rows]
 
     # -- agents, projects, sessions --------------------------------------------------------
 

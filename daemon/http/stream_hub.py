@@ -64,13 +64,22 @@ from typing import Any
 
 from common import limits
 from common.errors import BadRequest, Unavailable
-from common.ops import MSG_APPROVE, MSG_COMPLETE, MSG_REJECT, MSG_SEND, NOTE_NEW, Op
+from common.ops import (
+    MSG_APPROVE,
+    MSG_COMPLETE,
+    MSG_EXPIRE,
+    MSG_REJECT,
+    MSG_SEND,
+    NOTE_NEW,
+    Op,
+)
 from daemon.runtime.metrics import Metrics
 from store.seen import SeenSet
 
 log = logging.getLogger("ai_memory.streams")
 
-STREAMED_KINDS = frozenset({NOTE_NEW, MSG_SEND, MSG_COMPLETE, MSG_APPROVE, MSG_REJECT})
+STREAMED_KINDS = frozenset({NOTE_NEW, MSG_SEND, MSG_COMPLETE, MSG_APPROVE, MSG_REJECT,
+                            MSG_EXPIRE})
 CURSOR_PREFIX = "v1."
 
 
@@ -190,7 +199,7 @@ class Subscription:
     heartbeat_due: bool = False
 
     def wants(self, op: Op) -> bool:
-        if self.agent is None or op.kind != MSG_SEND:
+        if self.agent is None or op.kind not in (MSG_SEND, MSG_EXPIRE):
             return True
         to_agent = op.body.get("to_agent")
         return to_agent is None or to_agent == self.agent

@@ -16,6 +16,11 @@ resumed between two events of one record.
 A mailbox stream also carries ``message_complete`` (a claimed message's
 outcome: ``message_id``, ``completion``), live and on replay (the winning
 completion of each message the cursor does not cover), beside ``message``.
+A message whose lease ran out (``msg.expire``: back in the queue) is
+announced again as ``message``, with ``requeued`` true and ``deliveries``
+(how many times it was handed out), live (id, state, agent and deliveries
+only: the op carries no more) and on replay (the whole message, while it
+is still pending), so ``pop --wait`` and ``listen --claim`` take it again.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any, Protocol
 
 from common import limits
 from common.lifecycle import AWAITING, DECISION_KINDS, PENDING
-from common.ops import MSG_APPROVE, MSG_COMPLETE, Op, inbox_key, mailbox_key
+from common.ops import MSG_APPROVE, MSG_COMPLETE, MSG_EXPIRE, Op, inbox_key, mailbox_key
 from daemon.ports import StreamPorts
 from daemon.schemas.notify import AGENT_NOTIFIED, agent_notified_json, message_json
 from daemon.services.mail import completion_json, public_message
@@ -135,6 +140,10 @@ class MailboxSource:
     def live(self, op: Op, now_ms: int) -> Rendered | None:
         if op.kind == MSG_COMPLETE:
             return self._done(str(op.body["id"]), op.body)
+        if op.kind == MSG_EXPIRE:
+            b = op.body
+            return self._wrap({"id": b.get("id"), "state": PENDING, "to_agent": b.get("to_agent"),
+                               "deliveries": b.get("delivery"), "requeued": True})
         if op.kind in DECISION_KINDS:  # live only: a resume replays the message itself
             b = op.body
             return Rendered(str(b.get("id")), [("approval_decided", {
@@ -151,12 +160,17 @@ class MailboxSource:
             self.workspace, self.project, cursor, after=after, limit=page, agent=self.agent)
         dones = await self.node.store.completions_not_covered(
             self.workspace, self.project, cursor, after=after, limit=page)
-        rows = sorted([*sends, *dones], key=lambda r: (r["hlc"], r["origin"], r["seq"]))
+        requeued = await self.node.store.requeues_not_covered(
+            self.workspace, self.project, cursor, after=after, limit=page, agent=self.agent)
+        rows = sorted([*sends, *dones, *requeued],
+                      key=lambda r: (r["hlc"], r["origin"], r["seq"]))
         return rows[:page]  # both pages end at or after this page's end: none skipped
 
     def replayed(self, row: Row) -> Rendered:
         if row.get("kind") == MSG_COMPLETE:
             return self._done(str(row["id"]), row.get("completion"))
+        if row.get("kind") == MSG_EXPIRE:
+            return self._wrap({**public_message(row), "requeued": True})
         return self._wrap(public_message(row))
 
     async def record(self, record_id: str, origin: str, seq: int,

@@ -243,3 +243,41 @@ def test_a_listener_killed_after_its_claim_gets_the_message_back(cluster: Cluste
     time.sleep(1.0)
     second.stop()
     assert lines(out) == [f"{mid} 1"]
+
+
+def test_a_leased_claim_of_a_killed_listener_goes_to_the_other_listener(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """Two listeners with --claim --lease 2. The first to run the command for
+    one message kills its own listener (kill -9 of $PPID) mid-lease, without
+    finishing. The lease runs out, the stream announces the message again
+    (requeued, delivery 2), and the surviving listener claims it, runs the
+    command and completes it; every other message is run once and
+    completed by whoever claimed it."""
+    c, out, marker = cluster, tmp_path / "ran.txt", tmp_path / "killed-once"
+    _start_sessions(c)
+    cmd = ('if [ "$AI_MEMORY_SUBJECT" = "doomed" ] && [ ! -e ' + str(marker) + ' ]; then '
+           f'touch {marker}; kill -9 "$PPID"; sleep 30; fi; '
+           'printf "%s %s\\n" "$AI_MEMORY_EVENT_ID" "$AI_MEMORY_SUBJECT" >> "$LISTEN_OUT"')
+    listeners = [Listener(tmp_path, f"l{i}", [
+        "listen", "--url", urls(c), "--workspace", PROJ["workspace"], "--project",
+        PROJ["project"], "--claim", "--lease", "2", "--exec", cmd, "--state",
+        str(tmp_path / f"l{i}.json")], out) for i in range(2)]
+    for lst in listeners:
+        lst.wait_following()
+    ids = [_send(c, ("node1", "node2", "node3")[i % 3], f"mail-{i}") for i in range(6)]
+    doomed = _send(c, "node1", "doomed")
+    wait_for(lambda: marker.exists(), 30, lambda: "\n".join(x.err() for x in listeners))
+    wait_for(lambda: len(lines(out)) >= 7, 60, lambda: "\n".join(x.err() for x in listeners))
+    time.sleep(1.0)
+    killed = [x for x in listeners if x.proc.poll() is not None]
+    assert [x.proc.returncode for x in killed] == [-signal.SIGKILL]
+    for lst in listeners:
+        lst.stop()
+    assert_once(out, [*ids, doomed])
+    code, box = c.call("node2", "GET", "/api/v1/messages?box=outbox&workspace=default"
+                       "&project=listen-sender&all=true&limit=100")
+    assert code == 200, box
+    rows = {m["id"]: m for m in box["messages"]}
+    assert {rows[m]["completion"]["result"] for m in [*ids, doomed]} == {"done"}
+    assert rows[doomed]["deliveries"] == 2
+    assert {rows[m]["deliveries"] for m in ids} == {1}
