@@ -226,6 +226,43 @@ async def test_message_complete_on_the_mailbox_stream_live_and_replayed(
     assert (await reader.until("ready")).data == {"replayed": 2}  # the send and its outcome
 
 
+async def test_a_message_whose_lease_ran_out_is_announced_again_live_and_replayed(
+        served: Factory) -> None:
+    s = await served()
+    for scope, harness in ((A, "claude"), (B, "codex")):
+        r = await s.client.post("/api/v1/sessions", json={**scope, "harness": harness})
+        assert r.status == 201
+    reader = SSEReader(await s.client.get("/api/v1/messages/stream", params=B))
+    await reader.until("ready")
+
+    async def send_and_lapse() -> str:
+        r = await s.client.post("/api/v1/messages", json={
+            "to_workspace": B["workspace"], "to_project": B["project"],
+            "from_workspace": A["workspace"], "from_project": A["project"], "body": "do it"})
+        mid = str((await r.json())["message_id"])
+        r = await s.client.post("/api/v1/messages/pop", json={**B, "lease_seconds": 1})
+        assert (await r.json())["message"]["id"] == mid
+        return mid
+
+    first = await send_and_lapse()
+    got = await collect(reader, 2, "message")  # the send, then the requeue
+    assert [e.data["message"]["id"] for e in got] == [first, first]
+    assert got[1].data["message"]["requeued"] and got[1].data["message"]["deliveries"] == 1
+    resume_from = reader.last_id
+    reader.resp.close()
+    r = await s.client.post("/api/v1/messages/pop", json={**B})  # a final claim of the first
+    assert (await r.json())["message"]["id"] == first
+    second = await send_and_lapse()
+    await asyncio.sleep(2.5)  # the second's lease runs out while nobody listens
+    reader = SSEReader(await s.client.get("/api/v1/messages/stream", params=B,
+                                          headers={"Last-Event-ID": resume_from}))
+    replayed = await collect(reader, 2, "message")
+    assert [e.data["message"]["id"] for e in replayed] == [second, second]
+    assert replayed[1].data["message"]["requeued"] is True
+    assert replayed[1].data["message"]["state"] == "pending"
+    assert replayed[1].data["message"]["body"] == "do it"  # the whole message, on replay
+
+
 # -- bounds ---------------------------------------------------------------------------
 
 async def test_beyond_the_stream_limit_a_503_with_retry_after(served: Factory) -> None:
