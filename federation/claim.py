@@ -453,11 +453,13 @@ class Claims:
                     return [Reply(token, None)]
                 return self._decide_empty(slot, token, req, now_ms)
         body = {**req.claimer, "id": mid, "request_id": rid, "at_ms": now_ms}
+        before = model.terminal_op(mid)  # an expired claim's, if any
+        if before is not None and before.body.get("delivery") is not None:
+            body["delivery"] = int(before.body["delivery"]) + 1  # handed out again
         if req.lease_ms is not None:
-            before = model.terminal_op(mid)  # an expired claim's, if any
-            delivery = 1 if before is None else int(before.body.get("delivery") or 0) + 1
             body.update(token=req.token, lease_ms=int(req.lease_ms),
-                        lease_until_ms=now_ms + int(req.lease_ms), delivery=delivery)
+                        lease_until_ms=now_ms + int(req.lease_ms),
+                        delivery=body.get("delivery", 1))
         op = self._new_op(MSG_CLAIM, slot.key, body, slot.epoch, now_ms)
         return self._issue(slot, (*self._carried(slot, mid), op), (op,), now_ms, token=token,
                            value={"message": model.message(mid), "claim": dict(op.body),

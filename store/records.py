@@ -303,8 +303,7 @@ def claim_op(key: str, msg_id: str, row: Any, rank: tuple[int, int, str, int]) -
         "claimer_agent": row["claimed_by_agent"], "claimer_key": row["claimed_by_key"],
         "claimer_agent_id": row["claimed_by_agent_id"], "request_id": row["request_id"],
         "at_ms": row["claimed_at_ms"]}
-    if row["token"] is not None:
-        body.update({c: row[c] for c in LEASE_COLS if row[c] is not None})
+    body.update({c: row[c] for c in LEASE_COLS if row[c] is not None})
     return Op(origin, seq, hlc, MSG_CLAIM, key, body, epoch)
 
 

@@ -298,6 +298,10 @@
     add("Evidence", m.evidence);
     add("Message id", m.id);
     if (m.state === "claimed") { add("Collected", (m.claimed_by_agent || "") + " " + (m.claimed_at || "")); }
+    if (m.lease_until) { add("Lease until", m.lease_until); }
+    if (m.deliveries && m.deliveries > 1) {
+      add("Deliveries", m.deliveries + " (handed out again after a lease ran out)");
+    }
     if (m.completion) {
       add("Outcome", m.completion.result + " " + (m.completion.completed_at || ""));
       add("Outcome note", m.completion.note);
@@ -312,7 +316,9 @@
     }
     td.append(dl);
     if (m.state === "claimed" && !m.completion) {
-      td.append(el("p", {}, "Collected records the agent's claim; completion of the request is not confirmed."));
+      td.append(el("p", {}, m.lease_until
+        ? "Collected under a lease: unless the agent renews or completes it by then, it goes back to the queue."
+        : "Collected records the agent's claim; completion of the request is not confirmed."));
     }
     if (ui.box === "received") { td.append(replyControl(m), " "); }
     if (m.thread_id && ui.thread !== m.thread_id) {

@@ -4,6 +4,7 @@ editing through the owner, paged history, hidden project names, logins.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -512,3 +513,21 @@ async def test_a_web_reply_needs_write_on_the_senders_project(keyed: Any) -> Non
         "to_project": "project-b", "body": "yes", "in_reply_to": private})
     assert r.status == 404
     assert [m["id"] for m in (await received(c))["messages"]] == [asked]
+
+
+async def test_the_web_rows_show_a_lease_and_deliveries_never_the_token(web: Any) -> None:
+    me = await login_anonymous(web)
+    r = await web_send(web, me, body="leased work")
+    mid = (await r.json())["message_id"]
+    r = await web.post("/api/v1/messages/pop", json={**B, "lease_seconds": 1})
+    token = (await r.json())["message"]["claim_token"]
+    row = next(m for m in (await received(web))["messages"] if m["id"] == mid)
+    assert row["state"] == "claimed" and row["lease_until"] and row["deliveries"] == 1
+    assert token not in json.dumps(row)
+    await asyncio.sleep(2.2)  # the lease runs out: back in the queue
+    row = next(m for m in (await received(web))["messages"] if m["id"] == mid)
+    assert (row["state"], row["lease_until"], row["deliveries"]) == ("pending", None, 1)
+    r = await web.post("/api/v1/messages/pop", json={**B})
+    assert (await r.json())["message"]["id"] == mid
+    row = next(m for m in (await received(web))["messages"] if m["id"] == mid)
+    assert (row["state"], row["lease_until"], row["deliveries"]) == ("claimed", None, 2)
