@@ -343,47 +343,7 @@ def pop(
     if not wait:
         reply = _pop_once(client, base, request_id, scope, agent)
     else:
-        hinted: list[bool] = []
-
-        def attempt() -> dict[str, Any] | None:
-            got = _pop_once(client, base, None, scope, agent)
-            if got.get("message") is not None:
-                return got
-            _refuse_unknown_project(got, scope)
-            if not hinted:  # say once why mail that is there is not ours
-                hinted.append(True)
-                hint = _harness_hint(client, scope, agent)
-                if hint:
-                    note(hint)
-            return None
-
-        def announced(ev: Event) -> dict[str, Any] | None:
-            # The stream announces a send as soon as this node holds it; the owner
-            # lets it be claimed once a majority does, a moment later. Until then a
-            # pop skips it, so try again briefly while the message is still pending.
-            msg_id = ((ev.data or {}).get("message") or {}).get("id")
-            deadline = time.monotonic() + limits.cli_wait_pop_settle_secs
-            delay = 0.05
-            while True:
-                got = attempt()
-                if got is not None or msg_id is None or time.monotonic() >= deadline:
-                    return got
-                if not _still_pending(client, scope, agent, msg_id):
-                    return None  # someone else claimed it (or it was cancelled)
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
-
-        try:
-            reply = wait_on_stream(
-                client, "/api/v1/messages/stream",
-                drop_none({**scope_fields(scope), "agent": agent}),
-                timeout=timeout, check=attempt, on_event=announced,
-                what=f"arrived in {where(*_scope_pair(scope))}", note=note)
-        except AiMemoryError as exc:
-            plain = name_the_project(exc, "popped")
-            if plain is exc:
-                raise
-            raise plain from None
+        reply = _pop_waiting(client, base, scope, agent, timeout)
     if as_json:
         print_json(reply)
         return
@@ -396,6 +356,53 @@ def pop(
             note(hint)
         return
     click.echo(render_popped(reply))
+
+
+def _pop_waiting(client: ApiClient, base: dict[str, Any], scope: Scope | None,
+                 agent: str | None, timeout: float | None) -> dict[str, Any]:
+    """``pop --wait``: claim at once, else on the mailbox's push stream."""
+    hinted: list[bool] = []
+
+    def attempt() -> dict[str, Any] | None:
+        got = _pop_once(client, base, None, scope, agent)
+        if got.get("message") is not None:
+            return got
+        _refuse_unknown_project(got, scope)
+        if not hinted:  # say once why mail that is there is not ours
+            hinted.append(True)
+            hint = _harness_hint(client, scope, agent)
+            if hint:
+                note(hint)
+        return None
+
+    def announced(ev: Event) -> dict[str, Any] | None:
+        # The stream announces a send as soon as this node holds it; the owner
+        # lets it be claimed once a majority does, a moment later. Until then a
+        # pop skips it, so try again briefly while the message is still pending.
+        msg_id = ((ev.data or {}).get("message") or {}).get("id")
+        deadline = time.monotonic() + limits.cli_wait_pop_settle_secs
+        delay = 0.05
+        while True:
+            got = attempt()
+            if got is not None or msg_id is None or time.monotonic() >= deadline:
+                return got
+            if not _still_pending(client, scope, agent, msg_id):
+                return None  # someone else claimed it (or it was cancelled)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    try:
+        reply = wait_on_stream(
+            client, "/api/v1/messages/stream",
+            drop_none({**scope_fields(scope), "agent": agent}),
+            timeout=timeout, check=attempt, on_event=announced,
+            what=f"arrived in {where(*_scope_pair(scope))}", note=note)
+    except AiMemoryError as exc:
+        plain = name_the_project(exc, "popped")
+        if plain is exc:
+            raise
+        raise plain from None
+    return reply
 
 
 def _pop_command(scope: Scope | None, agent: str | None, rid: str | None = None) -> str:

@@ -489,7 +489,7 @@ async def test_decision_text_is_opaque_and_anyone_with_write_may_answer(node, pr
                         "from_workspace_id", "from_project_id", "from_agent", "from_owner_user",
                         "to_workspace", "to_project", "to_agent", "created_at",
                         "in_reply_to", "thread_id", "completion",  # threads: generic
-                        "approval_required"}
+                        "approval_required", "lease_until", "deliveries"}  # leases: generic
     assert row["approval_required"] is False  # the approval queue's flag, not a decision field
     stored = (await node.store.snapshot())["messages"][qid]
     assert stored["in_reply_to"] is None and stored["thread_id"] == qid  # a plain send
