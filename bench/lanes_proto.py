@@ -46,6 +46,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import struct
@@ -610,9 +611,9 @@ def run_command(argv: list[str]) -> None:
                    help="also offer this many notifies/s to each system (open loop)")
     p.add_argument("--open-rounds", type=int, default=4)
     p.add_argument("--out", default="")
+    p.add_argument("--keep", action="store_true", help="keep the databases and logs")
     a = p.parse_args(argv)
-    from bench.loadgen import LoadPool
-    from bench.procs import REAPER, running_all
+    from bench.procs import REAPER
 
     names = a.systems.split(",")
     workdir = Path(tempfile.mkdtemp(prefix="lanes-proto-"))
@@ -621,7 +622,28 @@ def run_command(argv: list[str]) -> None:
     REAPER.install()
     results: list[dict[str, Any]] = []
     latencies: list[dict[str, Any]] = []
+    opened: list[dict[str, Any]] = []
     print(f"workdir {workdir}; load average {os.getloadavg()}", flush=True)
+    with contextlib.ExitStack() as stack:
+        if not a.keep:
+            stack.callback(shutil.rmtree, workdir, ignore_errors=True)
+        _drive(a, systems, procs, results, latencies, opened)
+    report = summarize_runs(results, latencies, names)
+    if opened:
+        report += (f"\n\nOpen loop at {a.open_rate:,.0f} notifies/s offered:\n"
+                   + summarize_runs(opened, [], names))
+    print(report)
+    if a.out:
+        Path(a.out).write_text(json.dumps({"runs": results, "open": opened,
+                                           "latency": latencies, "report": report}, indent=1))
+
+
+def _drive(a: argparse.Namespace, systems: list[System], procs: list[Any],
+           results: list[dict[str, Any]], latencies: list[dict[str, Any]],
+           opened: list[dict[str, Any]]) -> None:
+    from bench.loadgen import LoadPool
+    from bench.procs import running_all
+
     with LoadPool(1) as pool, running_all(procs):
         for s in systems:  # a short warm-up of each, outside the figures
             _measure(pool, s, 1.0, 0.5, a.concurrency, a.agents)
@@ -634,7 +656,6 @@ def run_command(argv: list[str]) -> None:
                 print(json.dumps({k: m[k] for k in ("round", "system", "rate", "cpu_ms_per_op",
                                                     "client_ms_per_op", "p99_ms", "errors",
                                                     "load1", "work_per_op")}), flush=True)
-        opened: list[dict[str, Any]] = []
         for r in range(a.open_rounds if a.open_rate else 0):
             order = systems if r % 2 == 0 else list(reversed(systems))
             for s in order:
@@ -648,14 +669,6 @@ def run_command(argv: list[str]) -> None:
             if a.latency_ops and s.name in ("one", "lanes2:none", "lanes2:all", "lanes2:key", "front1"):
                 latencies.append(_latency(pool, s, a.latency_ops))
                 print(json.dumps(latencies[-1]), flush=True)
-    report = summarize_runs(results, latencies, names)
-    if opened:
-        report += (f"\n\nOpen loop at {a.open_rate:,.0f} notifies/s offered:\n"
-                   + summarize_runs(opened, [], names))
-    print(report)
-    if a.out:
-        Path(a.out).write_text(json.dumps({"runs": results, "open": opened,
-                                           "latency": latencies, "report": report}, indent=1))
 
 
 def summarize_runs(results: list[dict[str, Any]], latencies: list[dict[str, Any]],
