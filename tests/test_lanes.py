@@ -1,0 +1,85 @@
+"""The partition function of lanes (common/lanes.py, docs/lanes.md)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from common.handoffs import box_key
+from common.lanes import HOME_LANE, LANES_MAX, jump_hash, lane_of, partition_token
+from common.ops import ALL_KEYS, IDENT_KEY, agent_key, inbox_key, mailbox_key, mem_key, project_key
+
+# Fixed answers: a change of the rule would strand every key already placed
+# by it, so the rule may only change under a new PARTITION_VERSION.
+GOLDEN = {
+    ("inbox:alice", 2): 1,
+    ("inbox:alice", 8): 1,
+    ("mbox:default/project-a", 4): 3,
+    ("mem:0193c3b6-1f2e-7000-8000-000000000001", 16): 12,
+}
+
+
+@pytest.mark.parametrize(("key", "lanes"), sorted(GOLDEN))
+def test_the_rule_is_stable(key: str, lanes: int) -> None:
+    assert lane_of(key, lanes) == GOLDEN[(key, lanes)]
+
+
+def test_keys_read_together_share_a_lane() -> None:
+    for lanes in (2, 3, 8, 64):
+        for i in range(200):
+            agent, ws, proj = f"agent-{i}", f"ws{i % 7}", f"project-{i}"
+            assert lane_of(inbox_key(agent), lanes) == lane_of(agent_key(agent), lanes)
+            home = lane_of(project_key(ws, proj), lanes)
+            assert lane_of(mailbox_key(ws, proj), lanes) == home
+            assert lane_of(box_key(ws, proj), lanes) == home  # the project's handoffs too
+
+
+def test_tokens_of_different_kinds_differ() -> None:
+    # an agent and a project or memory of the same name are different keys
+    assert len({partition_token(inbox_key("x")), partition_token(project_key("x", "y")),
+                partition_token(mem_key("x")), partition_token("other:x")}) == 4
+
+
+@pytest.mark.parametrize("lanes", [2, 3, 4, 8, 16])
+def test_uniform_over_ten_thousand_keys(lanes: int) -> None:
+    keys = [inbox_key(f"agent-{i}") for i in range(5000)]
+    keys += [mailbox_key("ws", f"project-{i}") for i in range(2500)]
+    keys += [mem_key(f"0193c3b6-1f2e-7000-8000-{i:012x}") for i in range(2500)]
+    counts = Counter(lane_of(k, lanes) for k in keys)
+    expected = len(keys) / lanes
+    assert set(counts) == set(range(lanes))
+    # binomial spread: 15 % is beyond five standard deviations at 16 lanes
+    assert all(abs(c - expected) <= 0.15 * expected for c in counts.values()), counts
+
+
+def test_growing_the_count_moves_keys_only_to_the_new_lane() -> None:
+    keys = [inbox_key(f"agent-{i}") for i in range(10_000)]
+    for n in (1, 2, 3, 7, 15):
+        moved = 0
+        for k in keys:
+            before, after = lane_of(k, n), lane_of(k, n + 1)
+            if before != after:
+                assert after == n
+                moved += 1
+        assert abs(moved / len(keys) - 1 / (n + 1)) < 0.03
+
+
+def test_identity_lives_on_the_home_lane_and_all_keys_on_none() -> None:
+    assert all(lane_of(IDENT_KEY, n) == HOME_LANE for n in (1, 2, 9))
+    with pytest.raises(ValueError):
+        lane_of(ALL_KEYS, 2)
+
+
+def test_lane_count_bounds() -> None:
+    assert lane_of("inbox:a", 1) == 0
+    for bad in (0, -1, LANES_MAX + 1):
+        with pytest.raises(ValueError):
+            lane_of("inbox:a", bad)
+    with pytest.raises(ValueError):
+        jump_hash(1, 0)
+
+
+def test_jump_hash_stays_in_range_for_any_64_bit_key() -> None:
+    for key in (0, 1, 2**63, 2**64 - 1, 2**64 + 5, -1):
+        assert 0 <= jump_hash(key, 10) < 10
