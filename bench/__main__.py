@@ -45,16 +45,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the MCP cost: server CPU per tool call over /mcp (official "
                              "client) beside the same requests over HTTP, one node "
                              "(bench/mcp_cost.py)")
-    parser.add_argument("--mcp-rounds", type=int, default=6, help="with --mcp: rounds")
-    parser.add_argument("--mcp-pairs", type=int, default=400,
+    parser.add_argument("--mcp-rounds", type=int, default=4, help="with --mcp: rounds")
+    parser.add_argument("--mcp-pairs", type=int, default=300,
                         help="with --mcp: pairs of each kind per transport and round")
     parser.add_argument("--mcp-sessions", type=int, default=16,
                         help="with --mcp: MCP sessions (and HTTP workers)")
+    parser.add_argument("--mcp-rate", default="150,300",
+                        help="with --mcp: calls/s of the paced rounds, the same for every "
+                             "transport (comma-separated: one set of rounds each)")
     args = parser.parse_args(argv)
     if args.mcp:
         from bench import mcp_cost
 
-        return mcp_cost.main(args.mcp_rounds, args.mcp_pairs, args.mcp_sessions)
+        return mcp_cost.main(args.mcp_rounds, args.mcp_pairs, args.mcp_sessions,
+                             tuple(float(r) for r in args.mcp_rate.split(",") if r.strip()))
     if args.tls:
         from bench import tls_cost
 

@@ -19,13 +19,18 @@ the pop, the inbox's ``unread_only``/``limit``/``mark_read`` query.
 
 The figure is the server process's CPU time (user + system, from /proc,
 :mod:`bench.cpu`) over each measured window divided by the tool calls (or
-requests) in it; the client's own CPU is not counted. Rounds alternate the
-order of the two transports (HTTP, MCP, then MCP, HTTP, ...) so that drift
-on a shared machine hits both alike, and each round's MCP figure is also
-divided by the HTTP figure measured next to it (paired rounds). The node's
-idle CPU (timers, background tasks) over a few quiet seconds is printed
-too: it is inside every window, and a slower transport's longer window
-holds more of it.
+requests) in it; the client's own CPU is not counted. Each transport is
+measured two ways. **Paced**, the headline: every transport at the same
+call rates (``--mcp-rate``, one or more), because a node's CPU per call falls as its load
+rises (the store writer commits fuller batches, the event loop wakes less
+often per request), and a closed loop runs the light HTTP client faster
+than the heavy MCP one, which would flatter HTTP. **Closed loop**: each
+session's next call as soon as the last is answered, as an agent's
+harness calls, at whatever rate the client reaches. Rounds alternate the
+order of the transports so that drift on a shared machine hits them alike,
+and each round's MCP figure is also divided by the HTTP figure measured
+next to it (paired rounds). The node's idle CPU (timers, background tasks)
+over a few quiet seconds is printed too: it is inside every window.
 """
 
 from __future__ import annotations
@@ -52,14 +57,29 @@ TRANSPORTS = ("http", "mcp", "mcp-legacy")
 LABELS = {"http": "HTTP", "mcp": "MCP 2026-07-28", "mcp-legacy": "MCP legacy handshake"}
 
 
+CLOSED = "closed loop"
+
+
+def _table() -> dict[str, dict[str, list[float]]]:
+    return {t: {p: [] for p in PAIRS} for t in TRANSPORTS}
+
+
 @dataclass
 class Figures:
-    """Server CPU seconds per call, per transport and pair, one entry per round."""
+    """Server CPU seconds per call and calls/s, per mode (a paced rate, or the closed
+    loop), transport and pair; one entry per round."""
 
-    per_call: dict[str, dict[str, list[float]]] = field(
-        default_factory=lambda: {t: {p: [] for p in PAIRS} for t in TRANSPORTS})
-    calls_per_s: dict[str, dict[str, list[float]]] = field(
-        default_factory=lambda: {t: {p: [] for p in PAIRS} for t in TRANSPORTS})
+    modes: tuple[str, ...]
+    per_call: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
+    calls_per_s: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for m in self.modes:
+            self.per_call[m], self.calls_per_s[m] = _table(), _table()
+
+
+def _mode(rate: float) -> str:
+    return f"paced at {rate:.0f} calls/s"
 
 
 def _agent(i: int) -> str:
@@ -159,23 +179,34 @@ async def mcp_clients(url: str, n: int, mode: str = "auto") -> AsyncIterator[lis
         yield clients
 
 
-async def _window(pid: int, sessions: int, pairs: int,
-                  pair: Callable[[int], Awaitable[None]]) -> tuple[float, float]:
-    """``pairs`` pairs spread over ``sessions`` closed loops; (server CPU s per call, calls/s)."""
+async def _window(pid: int, sessions: int, pairs: int, pair: Callable[[int], Awaitable[None]],
+                  rate: float | None = None) -> tuple[float, float]:
+    """``pairs`` pairs spread over ``sessions`` loops; (server CPU s per call, calls/s).
+
+    Without ``rate`` each loop sends its next pair as soon as the last one is
+    answered (closed loop); with it, the loops together start ``rate`` calls a
+    second (a pair every ``2 * sessions / rate`` s in each, staggered), so
+    every transport is measured at the same load.
+    """
     per_session = [pairs // sessions + (1 if i < pairs % sessions else 0) for i in range(sessions)]
+    every = 2 * sessions / rate if rate else 0.0
+    t0, before = time.monotonic(), cpu_ticks(pid)
 
     async def loop(i: int) -> None:
-        for _ in range(per_session[i]):
+        for k in range(per_session[i]):
+            if every:
+                await asyncio.sleep(max(0.0, t0 + (k + i / sessions) * every - time.monotonic()))
             await pair(i)
 
-    t0, before = time.monotonic(), cpu_ticks(pid)
     await asyncio.gather(*(loop(i) for i in range(sessions)))
     spent, wall = (cpu_ticks(pid) - before) / CLK_TCK, time.monotonic() - t0
     return spent / (2 * pairs), 2 * pairs / wall
 
 
-async def _measure(url: str, pid: int, rounds: int, pairs: int, sessions: int) -> Figures:
-    out = Figures()
+async def _measure(url: str, pid: int, rounds: int, pairs: int, sessions: int,
+                   rates: tuple[float, ...]) -> Figures:
+    paced = {_mode(r): r for r in rates}
+    out = Figures((*paced, CLOSED))
     connector = aiohttp.TCPConnector(limit_per_host=sessions)
     async with aiohttp.ClientSession(connector=connector) as session, \
             mcp_clients(url, sessions) as clients, \
@@ -186,15 +217,18 @@ async def _measure(url: str, pid: int, rounds: int, pairs: int, sessions: int) -
             await _window(pid, sessions, sessions, side.notify_inbox)
             await _window(pid, sessions, sessions, side.send_pop)
         for r in range(rounds):
-            for t in TRANSPORTS if r % 2 == 0 else TRANSPORTS[::-1]:
-                side = sides[t]
-                for p, fn in zip(PAIRS, (side.notify_inbox, side.send_pop), strict=True):
-                    per_call, rate = await _window(pid, sessions, pairs, fn)
-                    out.per_call[t][p].append(per_call)
-                    out.calls_per_s[t][p].append(rate)
-                print(f"round {r + 1} {t}: " + ", ".join(
-                    f"{p} {out.per_call[t][p][-1] * 1e3:.3f} ms CPU per call "
-                    f"({out.calls_per_s[t][p][-1]:.0f} calls/s)" for p in PAIRS), flush=True)
+            for mode in out.modes:
+                for t in TRANSPORTS if r % 2 == 0 else TRANSPORTS[::-1]:
+                    side = sides[t]
+                    for p, fn in zip(PAIRS, (side.notify_inbox, side.send_pop), strict=True):
+                        per_call, got = await _window(pid, sessions, pairs, fn,
+                                                      paced.get(mode))
+                        out.per_call[mode][t][p].append(per_call)
+                        out.calls_per_s[mode][t][p].append(got)
+                    print(f"round {r + 1} {mode} {t}: " + ", ".join(
+                        f"{p} {out.per_call[mode][t][p][-1] * 1e3:.3f} ms CPU per call "
+                        f"({out.calls_per_s[mode][t][p][-1]:.0f} calls/s)" for p in PAIRS),
+                        flush=True)
     return out
 
 
@@ -210,7 +244,7 @@ def _load() -> str:
         return " ".join(f.read().split()[:3])
 
 
-def main(rounds: int, pairs: int, sessions: int) -> int:
+def main(rounds: int, pairs: int, sessions: int, rates: tuple[float, ...]) -> int:
     with tempfile.TemporaryDirectory(prefix="aim-mcp-bench-") as tmp:
         node = Cluster(Path(tmp), 1, 1).start()
         try:
@@ -223,30 +257,35 @@ def main(rounds: int, pairs: int, sessions: int) -> int:
                 if status not in (200, 201):
                     raise RuntimeError(f"POST /api/v1/sessions: {status} {answer}")
             load_before = _load()
-            got = asyncio.run(_measure(url, pid, rounds, pairs, sessions))
+            got = asyncio.run(_measure(url, pid, rounds, pairs, sessions, rates))
             idle = _idle_cpu(pid)
         finally:
             node.stop()
     print(f"\nserver CPU per call, 1 node, {sessions} sessions, median of {rounds} rounds "
-          f"({pairs} pairs of each kind per transport and round); load average {load_before} "
-          f"before, {_load()} after; the idle node used {idle * 1e3:.1f} ms of CPU per second")
-    print(report(got))
+          f"({pairs} pairs of each kind per transport, mode and round); load average "
+          f"{load_before} before, {_load()} after; the idle node used {idle * 1e3:.1f} ms of "
+          "CPU per second")
+    for mode in got.modes:
+        print(f"\n{mode}" + (": each session's next call as soon as the last is answered"
+                              if mode == CLOSED else ": every transport at the same load"))
+        print(report(got, mode))
     return 0
 
 
-def report(got: Figures) -> str:
-    """The table: per pair kind, each transport's CPU per call and its ratio to HTTP."""
+def report(got: Figures, mode: str) -> str:
+    """One mode's table: per pair kind, each transport's CPU per call and its ratio to HTTP."""
     lines = ["| pair | transport | server CPU per call | / HTTP | paired rounds "
              "(min-median-max) | calls/s |", "|---|---|---|---|---|---|"]
     for p in PAIRS:
-        http = got.per_call["http"][p]
+        http = got.per_call[mode]["http"][p]
         for t in TRANSPORTS:
-            mine = got.per_call[t][p]
+            mine = got.per_call[mode][t][p]
             ratio, paired = "", ""
-            if t != "http":
+            if t != "http" and statistics.median(http) > 0:  # a tiny run may see no tick
                 ratio = f"{statistics.median(mine) / statistics.median(http):.2f}"
+            if t != "http" and all(h > 0 for h in http):
                 r = sorted(m / h for m, h in zip(mine, http, strict=True))
                 paired = f"{r[0]:.2f}-{statistics.median(r):.2f}-{r[-1]:.2f}"
             lines.append(f"| {p} | {LABELS[t]} | {statistics.median(mine) * 1e3:.3f} ms | {ratio} "
-                         f"| {paired} | {statistics.median(got.calls_per_s[t][p]):.0f} |")
+                         f"| {paired} | {statistics.median(got.calls_per_s[mode][t][p]):.0f} |")
     return "\n".join(lines)
