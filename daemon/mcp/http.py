@@ -13,6 +13,11 @@ rebinding). This keeps every protocol rule in the SDK and every HTTP rule (the e
 middleware, header guard, body cap, ``Server`` header, and whatever identity
 middleware the app grows) in the daemon, on one port, with no second server.
 
+A plain ``tools/call`` never reaches the SDK's transport: :mod:`daemon.mcp.toolcall`
+answers it, after the same HTTP rules and with the SDK's own checks, from
+the same server's tool table (that costs a tool call far less CPU; its
+docstring says what it checks). Everything else goes to the manager.
+
 The manager runs **stateless with JSON responses**: every POST is one
 exchange, answered with ``application/json``, and no MCP session lives on
 the node. So any member serves any request (a client, or the bridge, may
