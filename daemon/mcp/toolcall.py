@@ -158,8 +158,8 @@ class ToolCallPath:
         if type(request_id) not in (int, str) or not isinstance(params, dict) \
                 or params.keys() - _PARAMS:
             return None
-        tool = self._tools.get(params.get("name"))  # type: ignore[arg-type]
-        arguments = params.get("arguments")
+        name, arguments = params.get("name"), params.get("arguments")
+        tool = self._tools.get(name) if isinstance(name, str) else None
         if tool is None or not isinstance(arguments, dict | None):
             return None
         if modern:
