@@ -1,9 +1,9 @@
 """A ``tools/call`` over ``/mcp``, answered without the SDK's transport machinery.
 
 Why: a tool call is nearly all that agents send to ``/mcp``, and through the
-SDK's streamable-HTTP session manager it cost the node 1.7 times the CPU of
-the plain HTTP request it wraps at the same load (2 times for clients of the
-``initialize`` era; docs/performance.md, "The MCP path"). Little of that is
+SDK's streamable-HTTP session manager it cost the node 1.4-1.7 times the CPU
+of the plain HTTP request it wraps at the same load (1.6-2.0 times for
+clients of the ``initialize`` era; docs/performance.md, "The MCP path"). Little of that is
 validation: it is the machinery around it (an ASGI scope and a Starlette
 request per call, the pydantic models of the JSON-RPC envelope, a
 connection object, a middleware chain with its context objects, anyio
