@@ -7,7 +7,8 @@ PNG plots, server logs) and ``bench/results/latest.md``. ``--update-docs``
 also copies the tables into docs/performance.md. Exit status is 0 when the
 run completed, whatever the targets say (targets are reported, not
 enforced), and 1 when a phase failed. ``--tls`` runs only the TLS cost
-comparison (:mod:`bench.tls_cost`).
+comparison (:mod:`bench.tls_cost`), ``--mcp`` only the MCP cost beside HTTP
+(:mod:`bench.mcp_cost`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tls-rounds", type=int, default=6, help="with --tls: rounds per cluster")
     parser.add_argument("--tls-notifies", type=int, default=1500, help="with --tls: notifies per round")
     parser.add_argument("--tls-claims", type=int, default=480, help="with --tls: claims per round")
+    parser.add_argument("--mcp", action="store_true",
+                        help="only the MCP cost: server CPU per tool call over /mcp (official "
+                             "client) beside the same requests over HTTP, one node "
+                             "(bench/mcp_cost.py)")
+    parser.add_argument("--mcp-rounds", type=int, default=4, help="with --mcp: rounds")
+    parser.add_argument("--mcp-pairs", type=int, default=300,
+                        help="with --mcp: pairs of each kind per transport and round")
+    parser.add_argument("--mcp-sessions", type=int, default=16,
+                        help="with --mcp: MCP sessions (and HTTP workers)")
+    parser.add_argument("--mcp-rate", default="150,300",
+                        help="with --mcp: calls/s of the paced rounds, the same for every "
+                             "transport (comma-separated: one set of rounds each)")
     args = parser.parse_args(argv)
+    if args.mcp:
+        from bench import mcp_cost
+
+        return mcp_cost.main(args.mcp_rounds, args.mcp_pairs, args.mcp_sessions,
+                             tuple(float(r) for r in args.mcp_rate.split(",") if r.strip()))
     if args.tls:
         from bench import tls_cost
 

@@ -33,6 +33,7 @@ class McpState:
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     preload: asyncio.Task[ModuleType] | None = None
+    module: ModuleType | None = None  # once imported
     stop: Callable[[], Awaitable[None]] | None = None
     context: dict[str, object] = field(default_factory=dict)
 
@@ -41,9 +42,12 @@ MCP_STATE = web.AppKey("mcp_state", McpState)
 
 
 async def _module(state: McpState) -> ModuleType:
+    if state.module is not None:
+        return state.module
     if state.preload is None:
         state.preload = asyncio.ensure_future(asyncio.to_thread(importlib.import_module, _MODULE))
-    return await asyncio.shield(state.preload)
+    state.module = await asyncio.shield(state.preload)
+    return state.module
 
 
 async def handle(request: web.Request) -> web.StreamResponse:

@@ -13,6 +13,11 @@ rebinding). This keeps every protocol rule in the SDK and every HTTP rule (the e
 middleware, header guard, body cap, ``Server`` header, and whatever identity
 middleware the app grows) in the daemon, on one port, with no second server.
 
+A plain ``tools/call`` never reaches the SDK's transport: :mod:`daemon.mcp.toolcall`
+answers it, after the same HTTP rules and with the SDK's own checks, from
+the same server's tool table (that costs a tool call far less CPU; its
+docstring says what it checks). Everything else goes to the manager.
+
 The manager runs **stateless with JSON responses**: every POST is one
 exchange, answered with ``application/json``, and no MCP session lives on
 the node. So any member serves any request (a client, or the bridge, may
@@ -56,6 +61,7 @@ from daemon.http.auth import principal_of
 from daemon.mcp.direct import DirectClient
 from daemon.mcp.server import build_tools_server
 from daemon.mcp.settings import McpSettings
+from daemon.mcp.toolcall import ToolCallPath
 from daemon.mcp.tools import Binding, Tools
 from daemon.schemas.headers import session_id
 
@@ -127,7 +133,10 @@ async def handle(request: web.Request) -> web.StreamResponse:
         # the SDK would answer this in plain text; the API answers in JSON
         raise BadRequest("/mcp takes a POST body of Content-Type application/json")
     body = await request.read() if request.body_exists else b""
-    manager = await _manager(request)
+    manager, calls = await _transport(request)
+    answered = await calls.serve(request, body)
+    if answered is not None:
+        return answered  # a plain tools/call (daemon/mcp/toolcall.py)
     peer = request.transport.get_extra_info("peername") if request.transport else None
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
     scope: dict[str, Any] = {
@@ -191,22 +200,24 @@ async def handle(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def _manager(request: web.Request) -> StreamableHTTPSessionManager:
-    """The app's session manager, started by the first request that needs it."""
+async def _transport(request: web.Request) -> tuple[StreamableHTTPSessionManager, ToolCallPath]:
+    """The app's session manager and tool-call path, started by the first request."""
     state = request.app[MCP_STATE]
-    manager = state.context.get("manager")
-    if isinstance(manager, StreamableHTTPSessionManager):
-        return manager
+    started = state.context.get("transport")
+    if started is not None:
+        return started  # type: ignore[return-value]
     async with state.lock:
-        manager = state.context.get("manager")
-        if isinstance(manager, StreamableHTTPSessionManager):
-            return manager
+        started = state.context.get("transport")
+        if started is not None:
+            return started  # type: ignore[return-value]
+        server = build_http_server()
         manager = StreamableHTTPSessionManager(
-            app=build_http_server()._lowlevel_server, json_response=True, stateless=True,
+            app=server._lowlevel_server, json_response=True, stateless=True,
             max_request_body_size=limits.request_body_max_bytes)
         state.stop = await _run_manager(manager)
-        state.context["manager"] = manager
-        return manager
+        pair = (manager, ToolCallPath(server, _bound, binding_for))
+        state.context["transport"] = pair
+        return pair
 
 
 async def _run_manager(manager: StreamableHTTPSessionManager) -> Callable[[], Awaitable[None]]:
