@@ -140,6 +140,15 @@ def terminal_stands(terminal_rank: tuple[Any, ...] | None,
     return terminal_rank is not None and (hold_rank is None or terminal_rank > hold_rank)
 
 
+def claim_rank_of(body: dict[str, Any]) -> tuple[int, int, str, int]:
+    """The rank of the claim (or renew) a completion completes; one written
+    before completions named it ranks below every claim."""
+    rank = body.get("claim_rank")
+    if isinstance(rank, (list, tuple)) and len(rank) == 4:
+        return (int(rank[0]), int(rank[1]), str(rank[2]), int(rank[3]))
+    return (int(body.get("claim_epoch") or 0), 0, "", 0)
+
+
 def merged_state(terminal_kind: str | None, hold_kind: str | None, *,
                  terminal_void: bool = False, approval_required: bool = False) -> str:
     """A message's state from the kinds of its winning terminal op and its

@@ -211,7 +211,13 @@ class _Slot:
     rounds_of: dict[OpId, set[tuple[OpId, ...]]] = field(default_factory=dict)
     busy: dict[str, int] = field(default_factory=dict)  # message id -> rounds in flight
     busy_requests: set[str] = field(default_factory=set)
-    confirmed: set[str] = field(default_factory=set)
+    # message id -> the op id of its decision (claim, renew, cancel, reject)
+    # a majority accepted in this term, and of its completion: a reply that
+    # asserts one is given without a round only while the model's current
+    # op is that very op (a failed round's op may be in the model too)
+    confirmed: dict[str, OpId] = field(default_factory=dict)
+    confirmed_done: dict[str, OpId] = field(default_factory=dict)
+    owned_since_ms: int = 0  # when this term began serving (leases of older terms)
     confirmed_sends: set[str] = field(default_factory=set)
     confirmed_empty: set[str] = field(default_factory=set)  # request ids
     confirmed_holds: set[str] = field(default_factory=set)  # messages held in this term
@@ -322,6 +328,7 @@ class Claims:
         if slot.role != CANDIDATE or not slot.loaded or len(slot.promised_by) < self.m.majority:
             return []
         slot.role = OWNER
+        slot.owned_since_ms = now_ms
         out: list[Effect] = []
         queued = list(slot.queue)
         slot.queue.clear()
@@ -420,7 +427,7 @@ class Claims:
                     return self._park(slot, token, req)
                 claim = model.terminal_op(prior)
                 assert claim is not None
-                if prior in slot.confirmed:
+                if slot.confirmed.get(prior) == claim.op_id:
                     return [Reply(token, {"message": model.message(prior),
                                           "claim": dict(claim.body), "rank": _rank(claim),
                                           "fresh": False})]
@@ -569,6 +576,27 @@ class Claims:
                            busy={mid}, confirms={mid} if not req.approve else (),
                            terminals=(op,))
 
+    @staticmethod
+    def _deadline(slot: _Slot, term: Op) -> int:
+        """The deadline this owner holds ``term``'s lease to: its own, or for
+        a lease decided in an earlier term no earlier than the lease's length
+        after this term began (a new owner whose clock runs ahead of the old
+        one's would otherwise cut leases short by the difference)."""
+        until = int(term.body["lease_until_ms"])
+        if term.epoch < slot.epoch:
+            until = max(until, slot.owned_since_ms + int(term.body.get("lease_ms") or 0))
+        return until
+
+    def _due(self, slot: _Slot, now_ms: int) -> list[str]:
+        """Leases of the mailbox that ran out by this owner's deadlines and
+        that no round holds."""
+        out = []
+        for mid in slot.model.due_leases(now_ms):
+            term = slot.model.terminal_op(mid)
+            if mid not in slot.busy and term is not None and self._deadline(slot, term) <= now_ms:
+                out.append(mid)
+        return out
+
     def _held_lease(self, slot: _Slot, mid: str, claim_token: str, now_ms: int) -> Op:
         """The claim (or renew) op by which ``claim_token`` holds ``mid`` with
         a lease that has not run out by this owner's clock; else 409."""
@@ -587,12 +615,21 @@ class Claims:
                               else f"is not held ({state})")
         if model.completion_op(mid) is not None:
             raise Conflict(f"message {mid} was already completed", id=mid, state=CLAIMED)
-        until = model.lease_until(mid)
-        if until is None:
+        if model.lease_until(mid) is None:
             raise BadRequest(f"the claim on message {mid} has no lease")
+        until = self._deadline(slot, term)
         if until <= now_ms:
             raise _lease_lost(mid, f"ran out {now_ms - until} ms ago")
         return term
+
+    def _current(self, slot: _Slot, term: Op, now_ms: int) -> Op:
+        """``term`` (a claim or renew) if decided in this term, else the same
+        op re-issued at this epoch: a round that rests on the claim carries
+        it at this epoch, so that no deposed owner's op of an older epoch
+        (an expiry no majority accepted) outranks what this round decides."""
+        if term.epoch == slot.epoch:
+            return term
+        return self._new_op(term.kind, slot.key, dict(term.body), slot.epoch, now_ms)
 
     def _renew(self, slot: _Slot, token: Any, req: MailRenew, now_ms: int) -> list[Effect]:
         mid = req.message_id
@@ -624,29 +661,30 @@ class Claims:
                 raise Conflict(f"message {mid} was already completed "
                                f"({done.body.get('result')})", id=mid, state=CLAIMED,
                                completion=dict(done.body))
-            if mid in slot.confirmed:
+            if slot.confirmed_done.get(mid) == done.op_id:
                 return [Reply(token, {"completion": dict(done.body), "rank": _rank(done),
                                       "replayed": True})]
-            again = self._new_op(MSG_COMPLETE, slot.key, dict(done.body), slot.epoch, now_ms)
-            return self._issue(slot, (*self._carried(slot, mid), term, again), (again,), now_ms,
-                               token=token, value={"completion": dict(again.body),
-                                                   "rank": _rank(again), "replayed": True},
-                               busy={mid}, confirms={mid}, terminals=(again,))
-        term = self._held_lease(slot, mid, req.token, now_ms)
-        body = {**req.body, "id": mid, "token": req.token, "claim_epoch": term.epoch,
-                "at_ms": now_ms}
+            body = dict(done.body)  # decided before this term: confirm it at this epoch
+            replayed = True
+        else:
+            term = self._held_lease(slot, mid, req.token, now_ms)
+            body = {**req.body, "id": mid, "token": req.token, "at_ms": now_ms}
+            replayed = False
+        claim = self._current(slot, term, now_ms)
+        body.update(claim_epoch=claim.epoch, claim_rank=_rank(claim))
         op = self._new_op(MSG_COMPLETE, slot.key, body, slot.epoch, now_ms)
-        return self._issue(slot, (*self._carried(slot, mid), term, op), (op,), now_ms,
+        fresh = (op,) if claim is term else (claim, op)
+        return self._issue(slot, (*self._carried(slot, mid), claim, op), fresh, now_ms,
                            token=token, value={"completion": dict(op.body), "rank": _rank(op),
-                                               "replayed": False},
-                           busy={mid}, confirms={mid}, terminals=(op,))
+                                               "replayed": replayed},
+                           busy={mid}, confirms={mid}, terminals=fresh)
 
     def _expire_due(self, slot: _Slot, token: Any, now_ms: int) -> list[Effect]:
         """Expire every lease of the mailbox that ran out by this owner's
-        clock and is not in a round: the message is pending again at its
+        deadlines and is not in a round: the message is pending again at its
         place. One round for them all; answers their ids."""
         model = slot.model
-        due = [m for m in model.due_leases(now_ms) if m not in slot.busy]
+        due = self._due(slot, now_ms)
         if not due:
             return _reply(token, [])
         ops, carried = [], []
@@ -688,9 +726,9 @@ class Claims:
                 if state in (CLAIMED, EDITING, REJECTED):
                     raise _not_now(mid, str(state))
                 if state == CANCELLED:
-                    if mid not in slot.confirmed:
-                        term = model.terminal_op(mid)
-                        assert term is not None
+                    term = model.terminal_op(mid)
+                    assert term is not None
+                    if slot.confirmed.get(mid) != term.op_id:
                         redo.append(term)
                 else:
                     fresh.append(mid)
@@ -797,7 +835,11 @@ class Claims:
             slot.busy_requests.discard(rnd.request_id)
         if error is None:
             slot.model.apply(rnd.terminals)
-            slot.confirmed.update(rnd.confirms)
+            for op in rnd.terminals:
+                decided = str(op.body.get("id"))
+                if decided in rnd.confirms:
+                    table = slot.confirmed_done if op.kind == MSG_COMPLETE else slot.confirmed
+                    table[decided] = op.op_id
             slot.confirmed_sends.update(rnd.confirms_sends)
             if rnd.confirms_hold is not None:
                 slot.confirmed_holds.add(rnd.confirms_hold)
@@ -948,7 +990,7 @@ class Claims:
             if (slot.role == OWNER and self.slots.get(slot.key) is slot
                     and not any(isinstance(r, MailPurge) for _, r in slot.parked)
                     and self._reachable(now_ms) >= self.m.majority
-                    and slot.model.due_leases(now_ms)):
+                    and self._due(slot, now_ms)):
                 out += self._expire_due(slot, _NO_REPLY, now_ms)
         return out
 

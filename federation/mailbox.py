@@ -56,8 +56,9 @@ promises, received later) with the same rules as :mod:`store.in_memory`:
   lease ended is served as a new pop (the message it got is back in the
   queue, so none is lost). The model indexes the deadlines of the leases
   that stand (claimed, not completed) for the owner's expiry.
-* ``msg.complete``: per message the greatest ``claim_epoch`` (the epoch of
-  the claim it completes), then the lowest ``(hlc, origin, seq)``, is kept;
+* ``msg.complete``: per message the one of the greatest ``claim_rank`` (the
+  rank of the claim or renew it completes), then the lowest ``(hlc, origin,
+  seq)``, is kept;
   it counts only while the message is claimed by the token it names.
 
 Merging is idempotent and order-free, so the model may be fed the same op
@@ -85,6 +86,7 @@ from common.lifecycle import (
     PENDING,
     REJECTED,
     TRANSITIONS,
+    claim_rank_of,
     merged_state,
     terminal_stands,
 )
@@ -113,10 +115,11 @@ def _terminal_rank(op: Op) -> tuple[int, int, str, int]:
     return (op.epoch, op.hlc, op.origin, op.seq)
 
 
-def completion_rank(op: Op) -> tuple[int, int, str, int]:
-    """Which completion of a message is kept: the lowest of these (the
-    latest claim's, then the first)."""
-    return (-int(op.body.get("claim_epoch") or 0), op.hlc, op.origin, op.seq)
+def completion_wins(new: Op, cur: Op) -> bool:
+    """Of two completions of a message, is ``new`` the one kept? The one of
+    the later claim, then the first (lowest ``(hlc, origin, seq)``)."""
+    a, b = claim_rank_of(new.body), claim_rank_of(cur.body)
+    return a > b or (a == b and (new.hlc, new.origin, new.seq) < (cur.hlc, cur.origin, cur.seq))
 
 
 class MailboxModel:
@@ -167,7 +170,7 @@ class MailboxModel:
     def _apply_complete(self, op: Op) -> None:
         mid = str(op.body["id"])
         cur = self._completions.get(mid)
-        if cur is None or completion_rank(op) < completion_rank(cur):
+        if cur is None or completion_wins(op, cur):
             self._completions[mid] = op
             self._relist(mid)
 
@@ -190,6 +193,8 @@ class MailboxModel:
                     self._relist(other)
         for mid in list(self._decisions):
             self._drop_old_decisions(mid)
+        for mid in list(self._completions):  # one the mark now covers no longer ends a lease
+            self._relist(mid)
 
     def _drop(self, mid: str) -> None:
         """Forget a purged message's send (not its terminal ops), in any
@@ -200,7 +205,6 @@ class MailboxModel:
         send = self._sends.pop(mid)
         self._unlist(send)
         self._leases.pop(mid, None)
-        self._completions.pop(mid, None)
         self._editing.discard(mid)
         self._awaiting.discard(mid)
         for table in (self._holds, self._revisions):
@@ -379,10 +383,20 @@ class MailboxModel:
         token, until = term.body.get("token"), term.body.get("lease_until_ms")
         if token is None or until is None:
             return None
-        done = self._completions.get(mid)
+        done = self._kept_completion(mid)
         if done is not None and done.body.get("token") == token:
             return None
         return int(until)
+
+    def _kept_completion(self, mid: str) -> Op | None:
+        """The winning completion of ``mid``, unless it completes a claim
+        decided before the mark (a purge took it, as the stores keep it:
+        rank only, :func:`store.records.completion_below`)."""
+        done = self._completions.get(mid)
+        if done is None or self._mark is None:
+            return done
+        rank = claim_rank_of(done.body)
+        return None if rank[1] > 0 and rank < _terminal_rank(self._mark) else done
 
     def _forget_request(self, op: Op) -> None:
         rid = op.body.get("request_id")
@@ -425,7 +439,7 @@ class MailboxModel:
     def completion_op(self, message_id: str) -> Op | None:
         """The completion that stands: the winning one, if the message is
         claimed by the token it names."""
-        done = self._completions.get(message_id)
+        done = self._kept_completion(message_id)
         if done is None or self.state(message_id) != CLAIMED:
             return None
         term = self._terminals[message_id]

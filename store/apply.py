@@ -152,16 +152,18 @@ _TERM_UPSERT = (
     " > (msg_terminal.epoch, msg_terminal.hlc, msg_terminal.origin, msg_terminal.seq)"
 )
 
-# The latest claim's first completion wins: a lower (-claim_epoch, hlc,
-# origin, seq) replaces (store.records.completion_rank).
+# The latest claim's first completion wins (store.records.completion_wins).
+_NEW_CLAIM = "(excluded.claim_epoch, excluded.claim_hlc, excluded.claim_origin, excluded.claim_seq)"
+_CUR_CLAIM = ("(msg_completion.claim_epoch, msg_completion.claim_hlc,"
+              " msg_completion.claim_origin, msg_completion.claim_seq)")
 _COMPLETION_UPSERT = (
     f"INSERT INTO msg_completion ({', '.join(COMPLETION_COLS)}) "
     f"VALUES ({', '.join(':' + c for c in COMPLETION_COLS)}) "
     "ON CONFLICT (id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in COMPLETION_COLS[1:])
-    + " WHERE (-excluded.claim_epoch, excluded.hlc, excluded.origin, excluded.seq)"
-    " < (-msg_completion.claim_epoch, msg_completion.hlc, msg_completion.origin,"
-    " msg_completion.seq)"
+    + f" WHERE {_NEW_CLAIM} > {_CUR_CLAIM} OR ({_NEW_CLAIM} = {_CUR_CLAIM} AND"
+    " (excluded.hlc, excluded.origin, excluded.seq)"
+    " < (msg_completion.hlc, msg_completion.origin, msg_completion.seq))"
 )
 
 _EMPTY_COLS = ("mailbox", "request_id", "epoch", "hlc", "origin", "seq", "claimer_session",
@@ -393,7 +395,8 @@ def _msg_purge(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
                      " AND project = ?", (ws, proj)).fetchone()
     c.execute("UPDATE msg_completion SET result = '', note = NULL, by_session = NULL,"
               " by_agent = NULL, by_key = NULL, by_agent_id = NULL, purged = 1"
-              " WHERE mailbox = ? AND purged = 0 AND (claim_epoch, hlc, origin, seq) < (?, ?, ?, ?)",
+              " WHERE mailbox = ? AND purged = 0 AND claim_hlc > 0"
+              " AND (claim_epoch, claim_hlc, claim_origin, claim_seq) < (?, ?, ?, ?)",
               (mailbox_key(ws, proj), *mark))
     _drop_old_edits(c, "SELECT g.id FROM msg_purged g WHERE g.to_workspace = ?"
                        " AND g.to_project = ?", (ws, proj))

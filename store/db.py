@@ -464,7 +464,8 @@ class Store(DomainReads):
             if r["id"] not in have]
         completions = {r["id"]: r for r in await self._reads.fetchall(
             "SELECT c.* FROM msg_completion c JOIN messages m ON m.id = c.id"
-            " WHERE m.to_workspace = ? AND m.to_project = ?", (workspace, project))}
+            " WHERE m.to_workspace = ? AND m.to_project = ? AND c.purged = 0",
+            (workspace, project))}
         key = mailbox_key(workspace, project)
         out: list[Op] = []
         for r in rows:
@@ -499,13 +500,16 @@ class Store(DomainReads):
     async def due_lease_mailboxes(self, before_ms: int, limit: int = 100) -> list[tuple[str, str]]:
         """``(workspace, project)`` of mailboxes holding a leased claim that
         stands, is not completed, and whose deadline is before ``before_ms``
-        (what this node's sweep asks an owner to expire)."""
+        (what this node's sweep asks an owner to expire), the most overdue
+        first."""
         rows = await self._reads.fetchall(
-            "SELECT DISTINCT m.to_workspace, m.to_project FROM msg_terminal t"
+            "SELECT m.to_workspace, m.to_project FROM msg_terminal t"
             " JOIN messages m ON m.id = t.id LEFT JOIN msg_completion c ON c.id = t.id"
             f" WHERE t.lease_until_ms < ? AND m.state = '{CLAIMED}'"
-            " AND (c.id IS NULL OR c.token IS NOT t.token)"
-            " ORDER BY m.to_workspace, m.to_project LIMIT ?", (before_ms, limit))
+            " AND (c.id IS NULL OR c.token IS NOT t.token OR c.purged = 1)"
+            " GROUP BY m.to_workspace, m.to_project"
+            " ORDER BY min(t.lease_until_ms), m.to_workspace, m.to_project LIMIT ?",
+            (before_ms, limit))
         return [(r[0], r[1]) for r in rows]
 
     async def _purge_state_ops(self, key: str, workspace: str, project: str,

@@ -80,8 +80,8 @@ from store.records import (
     claim_op,
     completion_below,
     completion_op,
-    completion_rank,
     completion_row,
+    completion_wins,
     decision_op,
     decision_row,
     edit_ops,
@@ -302,13 +302,13 @@ class Replica:
 
     def _msg_complete(self, op: Op) -> None:
         """The latest claim's first completion of a message wins
-        (:func:`store.records.completion_rank`)."""
+        (:func:`store.records.completion_wins`)."""
         done = {**completion_row(op), "hlc": op.hlc, "origin": op.origin, "seq": op.seq}
         mark = self._marks.get(_scope_of(op.key))
         if completion_below(done, None if mark is None else terminal_rank(mark)):
             done = purged_completion(done)
         cur = self._completions.get(done["id"])
-        if cur is None or completion_rank(done) < completion_rank(cur):
+        if cur is None or completion_wins(done, cur):
             self._completions[done["id"]] = done
 
     def _mark_of(self, row: dict[str, Any]) -> tuple[int, int, str, int] | None:
@@ -720,7 +720,8 @@ class Replica:
         mid = msg.row["id"]
         term = self._live_terminal(mid)
         won = self._terminals.get(mid)
-        return message_view(msg.row, msg.order, msg.epoch, None if term is None else term.row,
+        return message_view(msg.row, msg.order, msg.epoch,
+                            None if term is None else {**term.row, "terminal_rank": list(term.rank)},
                             self._holds.get(mid), self._revisions.get(mid),
                             completion=self._completions.get(mid),
                             decisions=self._decisions.get(mid),
@@ -843,7 +844,7 @@ class Replica:
             row = m.row
             out.append(Op(m.rank[1], m.rank[2], m.rank[0], K.MSG_SEND, key, dict(row), m.epoch))
             done = self._completions.get(row["id"])
-            if done is not None:
+            if done is not None and not done["purged"]:
                 out.append(completion_op(key, done))
             term = self._terminals.get(row["id"])
             if term is None:
@@ -906,7 +907,7 @@ class Replica:
         """``(workspace, project)`` of mailboxes holding a leased claim that
         stands, is not completed, and whose deadline is before ``before_ms``
         (what a node's sweep asks an owner to expire)."""
-        out: set[tuple[str, str]] = set()
+        out: dict[tuple[str, str], int] = {}
         for mid, term in self._terminals.items():
             until = term.row["lease_until_ms"]
             msg = self._messages.get(mid)
@@ -914,10 +915,11 @@ class Replica:
                     or self._live_terminal(mid) is not term):
                 continue
             done = self._completions.get(mid)
-            if done is not None and done.get("token") == term.row["token"]:
+            if done is not None and done.get("token") == term.row["token"] and not done["purged"]:
                 continue
-            out.add((msg.row["to_workspace"], msg.row["to_project"]))
-        return sorted(out)[:limit]
+            box = (msg.row["to_workspace"], msg.row["to_project"])
+            out[box] = min(until, out.get(box, until))
+        return sorted(out, key=lambda box: (out[box], box))[:limit]
 
     def pop_decision(self, mailbox: str, request_id: str) -> tuple[str, str | None] | None:
         """How this replica records pop ``request_id`` of ``mailbox``:

@@ -28,6 +28,7 @@ NOTE_COLS = ("id, from_agent, to_agent, namespace, title, payload, priority, tie
 MESSAGE_COLS = (
     ", ".join(f"m.{c}" for c in MESSAGE_FIELDS)
     + ", m.send_epoch, m.hlc, m.origin, m.state AS m_state, t.state AS t_state, t.epoch AS t_epoch,"
+    " t.hlc AS t_hlc, t.origin AS t_origin, t.seq AS t_seq,"
     " t.claimed_by_session, t.claimed_by_agent, t.claimed_by_key, t.claimed_by_agent_id,"
     " t.request_id, t.claimed_at_ms, t.cancelled_at_ms, t.token AS t_token,"
     " t.lease_ms AS t_lease_ms, t.lease_until_ms AS t_lease_until_ms,"
@@ -158,6 +159,7 @@ def message(row: sqlite3.Row) -> dict[str, Any]:
             "claimed_by_agent_id": row["claimed_by_agent_id"], "request_id": row["request_id"],
             "claimed_at_ms": row["claimed_at_ms"], "cancelled_at_ms": row["cancelled_at_ms"],
             **{c: row[f"t_{c}"] for c in LEASE_COLS},
+            "terminal_rank": [row["t_epoch"], row["t_hlc"], row["t_origin"], row["t_seq"]],
         }
     completion = (None if row["c_id"] is None
                   else {col: row[f"c_{col}"] for col in (*COMPLETE_FIELDS, "purged")})

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from common import lifecycle
-from common.lifecycle import CANCELLED, CLAIMED, EDITING, PENDING, REJECTED
+from common.lifecycle import CANCELLED, CLAIMED, EDITING, PENDING, REJECTED, claim_rank_of
 from common.ops import (
     MSG_APPROVE,
     MSG_CANCEL,
@@ -269,7 +269,8 @@ def completion_row(op: Op) -> dict[str, Any]:
     row = {name: b.get(name) for name in COMPLETE_FIELDS}
     row["id"] = str(b["id"])
     row["at_ms"] = int(b.get("at_ms", physical_ms(op.hlc)))
-    row["claim_epoch"] = int(b.get("claim_epoch") or 0)
+    rank = claim_rank_of(b)
+    row["claim_epoch"], row["claim_hlc"], row["claim_origin"], row["claim_seq"] = rank
     row["mailbox"] = op.key
     row["purged"] = 0
     return row
@@ -283,15 +284,25 @@ def purged_completion(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def completion_below(row: Any, mark: tuple[int, int, str, int] | None) -> bool:
-    """Was this completion decided before the purge ``mark`` (its mailbox's
-    greatest purge, as (epoch, hlc, origin, seq))?"""
-    return mark is not None and (int(row["claim_epoch"] or 0), row["hlc"], row["origin"],
-                                 row["seq"]) < mark
+    """Does this completion complete a claim decided before the purge ``mark``
+    (its mailbox's greatest purge, as (epoch, hlc, origin, seq)), so that
+    its message went with the purge? (A completion that names no claim,
+    written before completions did, is never judged so.)"""
+    return (mark is not None and int(row["claim_hlc"] or 0) > 0
+            and _claim_rank(row) < tuple(mark))
 
-def completion_rank(row: Any) -> tuple[int, int, str, int]:
-    """The lowest of these is the completion a message keeps: the one of
-    the latest claim (greatest ``claim_epoch``), then the first."""
-    return (-int(row["claim_epoch"] or 0), row["hlc"], row["origin"], row["seq"])
+def _claim_rank(row: Any) -> tuple[int, int, str, int]:
+    return (int(row["claim_epoch"] or 0), int(row["claim_hlc"] or 0),
+            str(row["claim_origin"] or ""), int(row["claim_seq"] or 0))
+
+
+def completion_wins(new: Any, cur: Any) -> bool:
+    """Of two completion rows of a message, is ``new`` the one kept? The one
+    of the later claim (``claim_rank``), then the first by ``(hlc, origin,
+    seq)`` (:func:`federation.mailbox.completion_wins` for ops)."""
+    a, b = _claim_rank(new), _claim_rank(cur)
+    return a > b or (a == b and (new["hlc"], new["origin"], new["seq"])
+                     < (cur["hlc"], cur["origin"], cur["seq"]))
 
 
 def claim_op(key: str, msg_id: str, row: Any, rank: tuple[int, int, str, int]) -> Op:
@@ -310,8 +321,9 @@ def claim_op(key: str, msg_id: str, row: Any, rank: tuple[int, int, str, int]) -
 def completion_op(key: str, row: Any) -> Op:
     """A message's kept completion, rebuilt from its stored row, for an
     owner's model (which needs it to know a lease ended)."""
-    return Op(row["origin"], row["seq"], row["hlc"], MSG_COMPLETE, key,
-              {name: row[name] for name in COMPLETE_FIELDS}, 0)
+    body = {name: row[name] for name in COMPLETE_FIELDS}
+    body["claim_rank"] = list(_claim_rank(row))
+    return Op(row["origin"], row["seq"], row["hlc"], MSG_COMPLETE, key, body, 0)
 
 
 def empty_row(op: Op) -> dict[str, Any]:
@@ -384,7 +396,7 @@ def message_view(row: dict[str, Any], order: tuple[int, str], send_epoch: int,
         out.update(state=PENDING, claimed_by_session=None, claimed_by_agent=None,
                    claimed_by_key=None, claimed_by_agent_id=None,
                    request_id=None, claimed_at_ms=None, cancelled_at_ms=None,
-                   epoch=send_epoch)
+                   epoch=send_epoch, terminal_rank=None)
     else:
         out.update({k: v for k, v in terminal.items() if k not in LEASE_COLS})
     token = None if terminal is None else terminal.get("token")
@@ -426,7 +438,8 @@ _TERMINAL_KIND: Final = {CLAIMED: MSG_CLAIM, CANCELLED: MSG_CANCEL, REJECTED: MS
 # Columns of the msg_hold / msg_revision rows (and of the replica's copies).
 HOLD_COLS: Final = ("kind", "epoch", "hlc", "origin", "seq", "holder_session", "holder_agent",
                     "holder_user", "at_ms")
-COMPLETION_COLS: Final = (*COMPLETE_FIELDS, "mailbox", "purged", "hlc", "origin", "seq")
+COMPLETION_COLS: Final = (*COMPLETE_FIELDS, "claim_hlc", "claim_origin", "claim_seq", "mailbox",
+                          "purged", "hlc", "origin", "seq")
 TERMINAL_COLS: Final = ("state", "epoch", "claimed_by_session", "claimed_by_agent",
                         "claimed_by_key", "claimed_by_agent_id", "request_id", "claimed_at_ms",
                         "cancelled_at_ms", *LEASE_COLS)

@@ -106,6 +106,9 @@ async def complete(node: MailPorts, principal: Principal, *, message_id: str, re
             "by_key": ids["claimer_key"], "by_agent_id": ids["claimer_agent_id"],
             "from_workspace": row.get("from_workspace"),
             "from_project": row.get("from_project"), "at_ms": node.now_ms()}
+    rank = row.get("terminal_rank")
+    if rank:  # the claim it completes: the latest claim's completion wins
+        body.update(claim_epoch=rank[0], claim_rank=list(rank))
     await node.write([(MSG_COMPLETE, mailbox_key(ws, proj), body)])
     return _answer(message_id, body, cut, scrubbed, replayed=False)
 

@@ -55,27 +55,56 @@ def lease_json(claim: dict[str, Any]) -> dict[str, Any]:
             "delivery": claim.get("delivery")}
 
 
-async def sweep_once(node: MailPorts, now_ms: int) -> list[str]:
-    """Ask the owner of every mailbox this node holds an overdue lease of
+class Sweeper:
+    """Asks the owner of every mailbox this node holds an overdue lease of
     (past its deadline by ``limits.lease_sweep_grace_ms``) to expire it: an
     owner expires its own on time, this covers a mailbox nobody owns now
-    (its owner went idle, crashed or lost its term). Returns the ids expired."""
-    due = await node.store.due_lease_mailboxes(now_ms - limits.lease_sweep_grace_ms)
-    expired: list[str] = []
-    for ws, proj in due:
-        try:
-            expired += await node.mailbox(MailExpire(mailbox_key(ws, proj)))
-        except AiMemoryError as exc:  # no majority now: the next sweep tries again
-            log.debug("lease sweep of %s/%s: %s", ws, proj, exc)
-    return expired
+    (its owner went idle, crashed or lost its term). A mailbox whose owner
+    answers that nothing is due (this store shows a lease the owner knows
+    ended another way) is asked again only after a backoff that doubles up
+    to ``limits.lease_sweep_backoff_max_secs``, so it neither keeps an owner
+    busy nor crowds out the others."""
+
+    def __init__(self, node: MailPorts) -> None:
+        self.node = node
+        self.quiet: dict[tuple[str, str], tuple[int, float]] = {}  # box -> (next try ms, backoff s)
+
+    async def once(self, now_ms: int) -> list[str]:
+        due = await self.node.store.due_lease_mailboxes(
+            now_ms - limits.lease_sweep_grace_ms, limit=limits.lease_sweep_mailboxes_max)
+        self.quiet = {box: q for box, q in self.quiet.items() if box in due}
+        expired: list[str] = []
+        for box in due:
+            quiet = self.quiet.get(box)
+            if quiet is not None and quiet[0] > now_ms:
+                continue
+            try:
+                got = await self.node.mailbox(MailExpire(mailbox_key(*box)))
+            except AiMemoryError as exc:  # no majority now: the next sweep tries again
+                log.debug("lease sweep of %s/%s: %s", *box, exc)
+                continue
+            if got:
+                expired += got
+                self.quiet.pop(box, None)
+            else:
+                wait = min(limits.lease_sweep_backoff_max_secs,
+                           2 * quiet[1] if quiet else limits.lease_sweep_secs * 5)
+                self.quiet[box] = (now_ms + int(wait * 1000), wait)
+        return expired
+
+
+async def sweep_once(node: MailPorts, now_ms: int) -> list[str]:
+    """One sweep without memory of earlier ones (tests, tools)."""
+    return await Sweeper(node).once(now_ms)
 
 
 async def sweep_loop(node: MailPorts) -> None:
-    """Every ``limits.lease_sweep_secs``: :func:`sweep_once`."""
+    """Every ``limits.lease_sweep_secs``: one :class:`Sweeper` pass."""
+    sweeper = Sweeper(node)
     while True:
         await asyncio.sleep(limits.lease_sweep_secs)
         try:
-            expired = await sweep_once(node, node.now_ms())
+            expired = await sweeper.once(node.now_ms())
             if expired:
                 log.info("returned %d message(s) whose lease ran out to their queue", len(expired))
         except Exception:

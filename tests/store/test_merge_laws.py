@@ -240,7 +240,7 @@ def test_purge_is_idempotent_and_commutes_with_sends_claims_and_sessions(
               {"id": "old1", "claimer_session": "s", "request_id": "r1", "at_ms": 12}, epoch=1),
            Op("n2", 4, 14, K.MSG_COMPLETE, MB_WP,
               {"id": "old1", "result": "done", "note": "secret note", "by_session": "s",
-               "at_ms": 14}),
+               "at_ms": 14, "claim_epoch": 1, "claim_rank": [1, 12, "n1", 2]}),
            _purge("n3", 1, 30, at_ms=30), _purge("n3", 2, 31, at_ms=31, pid="pg2"),
            _session("s-old", "n1", 3, 13, at_ms=13), _session("s-new", "n2", 3, 45, at_ms=45)]
     reference = replica_of(ops).snapshot()
