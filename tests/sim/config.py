@@ -53,12 +53,27 @@ class SimConfig:
     # Share of client requests that purge a mailbox (issue 27). Drawn from a
     # stream of its own, so a seed without purges runs as it did before them.
     purge_p: float = 0.0
+    # Leases (issue 26): every node sweeps its disk this often for leases
+    # past their deadline by more than the grace (by its own clock) and asks
+    # the mailbox's owner to expire them (daemon: limits.lease_sweep_secs,
+    # limits.lease_sweep_grace_ms, scaled down like the timeouts).
+    lease_sweep_ms: int = 1_000
+    lease_grace_ms: int = 300
 
     @property
     def forward_timeout_ms(self) -> int:
         """A forwarded mailbox request unanswered this long: try the next
         member (the daemon's claim timeout plus a peer request's timeout)."""
         return self.claim_timeout_ms + 2 * self.delay_max_ms + 100
+
+    @property
+    def lease_slack_ms(self) -> int:
+        """How long after every node's clock passed a lease's deadline plus
+        the grace a healed cluster may take to show it expired everywhere:
+        two sweeps, two forwards that time out (a request whose owner just
+        changed) and the convergence bound (the expiry reaching every
+        replica)."""
+        return 2 * self.lease_sweep_ms + 2 * self.forward_timeout_ms + self.converge_bound_ms
 
     @property
     def converge_bound_ms(self) -> int:

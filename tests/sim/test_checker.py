@@ -37,6 +37,11 @@ class _Disk:
         return {"state": state, "request_id": request, "claimed_by_session": session,
                 "claimed_at_ms": at_ms, "epoch": epoch}
 
+    def decided_rank(self, mid: str) -> tuple[int, int, str, int] | None:
+        if self.shown is None or self.shown[0] not in ("claimed", "cancelled"):
+            return None
+        return (self.shown[4], 1, "n1", 1)
+
     def terminal_stands(self, mid: str) -> bool:
         return self.shown is not None and self.shown[0] in ("claimed", "cancelled")
 
@@ -46,7 +51,8 @@ class _Disk:
 
 def _monitor() -> tuple[Monitor, Any, _Disk]:
     disk = _Disk()
-    sim = SimpleNamespace(now=T0, history=SimpleNamespace(send_bodies={MID: {}}),
+    sim = SimpleNamespace(now=T0, history=SimpleNamespace(send_bodies={MID: {}},
+                                                               lease_tokens={}),
                           nodes={"n1": SimpleNamespace(disk=disk)})
     mon = Monitor(sim)  # type: ignore[arg-type]
     # the acknowledged pop: req98 by sess97, decided at epoch 3072
