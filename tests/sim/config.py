@@ -59,6 +59,10 @@ class SimConfig:
     # limits.lease_sweep_grace_ms, scaled down like the timeouts).
     lease_sweep_ms: int = 1_000
     lease_grace_ms: int = 300
+    # Phase 4 begins with every member restarting (then only the sweep gets
+    # an owner for a mailbox nobody asks for); in the other half of the
+    # seeds the owners stay, with whatever their models hold.
+    lease_tail_restart: bool = False
 
     @property
     def forward_timeout_ms(self) -> int:
@@ -100,4 +104,5 @@ class SimConfig:
                    push_bytes_max=rng.choice((limits.peer_batch_bytes_max, 500)),
                    first_start=rng.random() < 0.5,
                    start_spread_ms=rng.choice((0, 300, 1500)),
-                   purge_p=random.Random(f"purge:{seed}").choice((0.0, 0.0, 0.01, 0.03)))
+                   purge_p=random.Random(f"purge:{seed}").choice((0.0, 0.0, 0.01, 0.03)),
+                   lease_tail_restart=random.Random(f"leases:{seed}").random() < 0.5)
