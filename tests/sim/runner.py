@@ -10,14 +10,14 @@ steps of ``tick_ms`` of simulated time and returns a :class:`Result`:
   minutes for the whole run. A targeted nemesis cuts one way, in hold mode,
   the link a pop was just forwarded over (or the way back), so the client
   gives up and retries elsewhere while its first copy arrives much later;
-* phase 2: everything heals (partitions, loss, crashed and paused nodes),
-  clients retry every pop and send whose outcome they never learned, and
-  the run continues until every node's replica snapshot is equal; the time
-  this took, from the heal or from the last op a node wrote after it
+* phase 2: everything heals (partitions, loss, crashed and paused nodes)
+  and the run continues until every node's replica snapshot is equal; the
+  time this took, from the heal or from the last op a node wrote after it
   (requests in flight at the heal fail over and write later), is the
   measured convergence bound;
-* phase 3: clients retry what they never learned, and the cluster must
-  converge again;
+* phase 3: clients retry, once, every pop and send whose outcome they never
+  learned, and the cluster must converge again (lease holders act in phase
+  1 and from here on);
 * phase 4 (leases, issue 26): on half the seeds every member restarts with
   its disk (no node owns a mailbox afterwards; on the others the owners
   keep their terms and models), and the run goes on, for at most
