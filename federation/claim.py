@@ -851,6 +851,15 @@ class Claims:
                 slot.confirmed_empty.add(rnd.confirms_empty)
             out = _reply(rnd.token, rnd.value)
         else:
+            # A leased claim (or renew) of a failed round is persisted here
+            # and stands wherever it landed, so the model keeps it: the
+            # owner then expires it at its deadline, and a retry of the pop
+            # re-issues it. (Left out, it stood on the replicas while this
+            # owner saw the message pending and never expired it: simulator
+            # seed 36. A claim without a lease stays out: the next pop may
+            # take its message, outranking it.)
+            slot.model.apply(op for op in rnd.terminals if op.kind in CLAIM_KINDS
+                             and op.body.get("lease_until_ms") is not None)
             out = _reply(rnd.token, error)
         return out + self._unpark(slot, now_ms)
 

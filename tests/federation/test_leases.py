@@ -8,9 +8,10 @@ and the message goes back to its place in the queue for the next pop.
 
 from __future__ import annotations
 
-from common.errors import BadRequest, Conflict
+from common.errors import BadRequest, Conflict, NoMajority
 from common.ops import MSG_EXPIRE, MSG_RENEW
 from federation.mailbox import MailboxModel
+from federation.messages import Accepted
 from federation.requests import MailComplete, MailExpire, MailPop, MailRenew, MailSend
 from tests.federation.cluster import Cluster
 from tests.federation.test_claim import MB, ask, body, owner_cluster
@@ -146,3 +147,40 @@ def test_the_model_follows_renew_and_expire_by_rank_in_any_order() -> None:
         term = model.terminal_op("m1")
         assert model.state("m1") == "claimed" and term is not None
         assert term.body["token"] == "tok-b" and model.lease_until("m1") is not None
+
+
+def test_a_leased_claim_whose_round_failed_is_expired_at_its_deadline() -> None:
+    """Simulator seed 36 (the first run with leases): the owner's round for
+    a leased pop reached its peers, whose answers were lost, and timed out.
+    The claim stood on every disk, but the owner's model left it out (it
+    keeps a round's terminal ops only when the round succeeds), so the
+    owner never expired it, answered the sweep's ``MailExpire`` with
+    nothing due, and the replicas showed the message leased long past its
+    deadline. The model now keeps a failed round's leased claim."""
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1")))
+    lost = ask(cl, o, 2, MailPop(MB, request_id="r1", claimer={"claimer_session": "r1"},
+                                 lease_ms=2_000, token="tok-a"),
+               drop=lambda src, dst, msg: isinstance(msg, Accepted))
+    assert lost == "pending"
+    cl.tick(1_100)  # past the claim timeout: the round fails
+    assert isinstance(cl.replies[2], NoMajority)
+    assert _states(cl, "m1") == ["claimed"] * 3  # every disk holds the claim
+    cl.tick(1_000)  # past the deadline by the owner's clock
+    cl.deliver()
+    assert _states(cl, "m1") == ["pending"] * 3
+    again = _leased_pop(cl, o, 3, "r2", "tok-b")
+    assert again["message"]["id"] == "m1" and again["claim"]["delivery"] == 2
+
+
+def test_a_retried_pop_gets_the_leased_claim_its_failed_round_made() -> None:
+    cl, o = owner_cluster()
+    ask(cl, o, 1, MailSend(MB, body("m1")))
+    ask(cl, o, 2, MailPop(MB, request_id="r1", claimer={"claimer_session": "r1"},
+                          lease_ms=5_000, token="tok-a"),
+        drop=lambda src, dst, msg: isinstance(msg, Accepted))
+    cl.tick(1_100)
+    assert isinstance(cl.replies[2], NoMajority)
+    assert ask(cl, o, 3, MailPop(MB, request_id="r2", lease_ms=5_000, token="tok-b")) is None
+    retried = _leased_pop(cl, o, 4, "r1", "tok-a")
+    assert retried["message"]["id"] == "m1" and retried["claim"]["token"] == "tok-a"

@@ -53,12 +53,31 @@ class SimConfig:
     # Share of client requests that purge a mailbox (issue 27). Drawn from a
     # stream of its own, so a seed without purges runs as it did before them.
     purge_p: float = 0.0
+    # Leases (issue 26): every node sweeps its disk this often for leases
+    # past their deadline by more than the grace (by its own clock) and asks
+    # the mailbox's owner to expire them (daemon: limits.lease_sweep_secs,
+    # limits.lease_sweep_grace_ms, scaled down like the timeouts).
+    lease_sweep_ms: int = 1_000
+    lease_grace_ms: int = 300
+    # Phase 4 begins with every member restarting (then only the sweep gets
+    # an owner for a mailbox nobody asks for); in the other half of the
+    # seeds the owners stay, with whatever their models hold.
+    lease_tail_restart: bool = False
 
     @property
     def forward_timeout_ms(self) -> int:
         """A forwarded mailbox request unanswered this long: try the next
         member (the daemon's claim timeout plus a peer request's timeout)."""
         return self.claim_timeout_ms + 2 * self.delay_max_ms + 100
+
+    @property
+    def lease_slack_ms(self) -> int:
+        """How long after every node's clock passed a lease's deadline plus
+        the grace a healed cluster may take to show it expired everywhere:
+        two sweeps, two forwards that time out (a request whose owner just
+        changed) and the convergence bound (the expiry reaching every
+        replica)."""
+        return 2 * self.lease_sweep_ms + 2 * self.forward_timeout_ms + self.converge_bound_ms
 
     @property
     def converge_bound_ms(self) -> int:
@@ -85,4 +104,5 @@ class SimConfig:
                    push_bytes_max=rng.choice((limits.peer_batch_bytes_max, 500)),
                    first_start=rng.random() < 0.5,
                    start_spread_ms=rng.choice((0, 300, 1500)),
-                   purge_p=random.Random(f"purge:{seed}").choice((0.0, 0.0, 0.01, 0.03)))
+                   purge_p=random.Random(f"purge:{seed}").choice((0.0, 0.0, 0.01, 0.03)),
+                   lease_tail_restart=random.Random(f"leases:{seed}").random() < 0.5)

@@ -10,12 +10,26 @@ steps of ``tick_ms`` of simulated time and returns a :class:`Result`:
   minutes for the whole run. A targeted nemesis cuts one way, in hold mode,
   the link a pop was just forwarded over (or the way back), so the client
   gives up and retries elsewhere while its first copy arrives much later;
-* phase 2: everything heals (partitions, loss, crashed and paused nodes),
-  clients retry every pop and send whose outcome they never learned, and
-  the run continues until every node's replica snapshot is equal; the time
-  this took, from the heal or from the last op a node wrote after it
+* phase 2: everything heals (partitions, loss, crashed and paused nodes)
+  and the run continues until every node's replica snapshot is equal; the
+  time this took, from the heal or from the last op a node wrote after it
   (requests in flight at the heal fail over and write later), is the
-  measured convergence bound.
+  measured convergence bound;
+* phase 3: clients retry, once, every pop and send whose outcome they never
+  learned, and the cluster must converge again (lease holders act in phase
+  1 and from here on);
+* phase 4 (leases, issue 26): on half the seeds every member restarts with
+  its disk (no node owns a mailbox afterwards; on the others the owners
+  keep their terms and models), and the run goes on, for at most
+  ``LEASE_TAIL_MS``, until every lease a node shows would be well past its
+  deadline by every node's clock (:func:`tests.sim.checker.overdue_leases`),
+  so that those leases are expired, redelivered or completed by the end;
+  then it converges once more.
+
+Throughout, every up node sweeps its disk for leases past their deadline
+(``SimConfig.lease_sweep_ms``, ``lease_grace_ms``) and sends a
+``MailExpire`` for each such mailbox, entering at itself like a client
+request, as the daemon's sweep does.
 
 Invariants are checked by :mod:`tests.sim.checker`; step-by-step
 monotonicity (state never reverts) is sampled every ``CHECK_EVERY_MS``.
@@ -31,10 +45,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from common.errors import AiMemoryError
+from common.ops import mailbox_key
 from federation.batching import fold, mailbox_of
 from federation.bootstrap import SERVING, WAITING, Bootstrap, PeerView, Refuse, Seed, decide
 from federation.membership import EPOCH_STRIDE
 from federation.messages import Accept, Message, Reseeding
+from federation.requests import MailExpire
 from tests.sim import checker
 from tests.sim.config import SimConfig
 from tests.sim.entry import Answer, Forward, Pull, Pulled
@@ -57,6 +73,10 @@ def _holds_cluster_data(node: SimNode) -> bool:
     return any(seq > 0 and origin != node.id for origin, seq in seqs.items()) or any(
         epoch % EPOCH_STRIDE != me for epoch in node.disk.promises().values())
 CHECK_EVERY_MS = 100
+# Phase 4 waits at most this long for leases to fall due (the longest lease
+# the workload asks, with every renew it may make, is well inside it; a
+# lease whose deadline an owner ahead by minutes stamped is not waited for).
+LEASE_TAIL_MS = 12_000
 
 
 @dataclass(slots=True)
@@ -109,6 +129,12 @@ class Sim:
             for i in self.ids:
                 self.later(self.now + self.rng.randint(0, cfg.start_spread_ms), self._restart, i)
         self.last_write_ms = 0  # when a node last wrote an op of its own
+        self._holding: set[tuple[str, str, int]] = set()  # (message, token, delivery) held
+        # Lease holders act in phase 1 and again from phase 3 until the last
+        # settle (not while phase 2 measures convergence): a holder whose
+        # step falls outside goes silent.
+        self._holders_open = True
+        self._renews: dict[int, int] = {}  # a holder's attempt -> renews acknowledged before it
 
     # -- plumbing used by nodes ------------------------------------------------------
     def later(self, at_ms: int, fn: Callable[..., None], *args: Any) -> None:
@@ -147,13 +173,18 @@ class Sim:
         attempt.value = value
         self.stats["acked" if attempt.ok else f"err_{type(value).__name__}"] += 1
         self.monitor.on_answer(attempt)
+        self._follow_lease(attempt)
 
     # -- clients -------------------------------------------------------------------------
-    def submit(self, kind: str, payload: Any, now_ms: int) -> Attempt | None:
+    def submit(self, kind: str, payload: Any, now_ms: int, *, entry: str | None = None,
+               rng: random.Random | None = None) -> Attempt | None:
+        """A client's request entering at ``entry`` (else an up node drawn
+        from ``rng``, the run's own stream unless another is given)."""
         up = [i for i in self.ids if self.nodes[i].up]
-        if not up:
+        if not up or (entry is not None and entry not in up):
             return None
-        entry = self.rng.choice(up)
+        if entry is None:
+            entry = (rng or self.rng).choice(up)
         self._tokens += 1
         attempt = Attempt(self._tokens, kind, payload, entry, now_ms)
         self.history.attempts[attempt.token] = attempt
@@ -201,6 +232,77 @@ class Sim:
             if req is not attempt.req:
                 self.stats["keyless_resends"] += 1
         self.submit(attempt.kind, req, now_ms)
+
+    # -- leases ------------------------------------------------------------------------------
+    def _follow_lease(self, a: Attempt) -> None:
+        """The holder of an acknowledged leased pop or renew plans its next
+        step (:meth:`Workload.holder_next`); one whose renew or completion
+        failed for another reason than a lost lease may try it again."""
+        if not self._holders_open:
+            return
+        if a.kind == "pop" and a.ok and a.value is not None and a.req.token is not None:
+            claim = a.value["claim"]
+            held = (str(claim["id"]), str(claim.get("token")), int(claim.get("delivery") or 0))
+            if claim.get("token") == a.req.token and held not in self._holding:
+                self._holding.add(held)
+                self._plan_holder(a.req.mailbox, claim, 0)
+        elif a.kind in ("renew", "complete"):
+            renews = self._renews.pop(a.token, 0)
+            if a.ok:
+                if a.kind == "renew":
+                    self._plan_holder(a.req.mailbox, a.value["claim"], renews + 1)
+            elif getattr(a.value, "code", None) != "lease_lost":
+                leases = self.workload.leases
+                if leases.random() < 0.5:
+                    self.later(self.now + leases.randint(50, 300), self._holder_asks,
+                               a.kind, a.req, renews)
+
+    def _plan_holder(self, mailbox: str, claim: dict[str, Any], renews: int) -> None:
+        step = self.workload.holder_next(mailbox, claim, renews)
+        if step is None:
+            self.stats["leases_let_run_out"] += 1
+            return
+        delay, kind, req = step
+        self.later(self.now + delay, self._holder_asks, kind, req, renews)
+
+    def _holder_asks(self, kind: str, req: Any, renews: int, now_ms: int) -> None:
+        if not self._holders_open:
+            return
+        a = self.submit(kind, req, now_ms, rng=self.workload.leases)
+        if a is not None:
+            self._renews[a.token] = renews
+
+    def _sweep(self, node_id: str, now_ms: int) -> None:
+        """The node's lease sweep: for each mailbox its disk shows with a
+        lease past its deadline by more than the grace (by this node's
+        clock), a ``MailExpire`` entering here (nobody checks its answer)."""
+        node = self.nodes[node_id]
+        if node.up and not node.paused:
+            before = node.now_ms() - self.cfg.lease_grace_ms
+            for ws, proj in node.disk.due_lease_mailboxes(before):
+                self.stats["sweep_requests"] += 1
+                self.submit("expire", MailExpire(mailbox_key(ws, proj)), now_ms, entry=node_id)
+        self.later(now_ms + self.cfg.lease_sweep_ms, self._sweep, node_id)
+
+    def _lease_tail(self) -> None:
+        """Phase 4: on half the seeds every member restarts (its disk kept,
+        as in a rolling upgrade), so no node owns a mailbox and only the
+        sweep, or a holder's request, gets an owner to expire a lease; then
+        step until every lease a node shows is well past its deadline on
+        every clock, or ``LEASE_TAIL_MS`` passed."""
+        for node in self.nodes.values():
+            if node.up and self.cfg.lease_tail_restart:
+                node.crash()
+                node.restart()
+                self.stats["tail_restarts"] += 1
+        cap = self.now + LEASE_TAIL_MS
+        while self.now < cap:
+            waits = [t for t in checker.lease_due_times(self) if t <= cap]
+            if not waits or self.now >= max(waits):
+                return
+            for _ in range(CHECK_EVERY_MS // self.cfg.tick_ms):
+                self.step()
+            self.monitor.sample()
 
     # -- delivery ----------------------------------------------------------------------------
     def _deliver(self, env: Any) -> None:
@@ -415,6 +517,7 @@ class Sim:
         self.later(now_ms + self.rng.randint(1, 2 * self.cfg.client_every_ms), self._client)
 
     def heal(self) -> None:
+        self._holders_open = False
         self.net.heal(self.now)
         for node in self.nodes.values():
             if node.paused:
@@ -452,6 +555,9 @@ class Sim:
         self._heal_at = start + cfg.fault_ms
         self.later(start + self.rng.randint(50, 300), self._fault_if_running)
         self.later(start + 1, self._client)
+        for i, node_id in enumerate(self.ids):
+            offset = (i + 1) * cfg.lease_sweep_ms // len(self.ids)
+            self.later(start + offset, self._sweep, node_id)
         self._next_check = start + CHECK_EVERY_MS
         while self.now < self._heal_at:
             self.step()
@@ -467,11 +573,17 @@ class Sim:
             violations.append(f"converged {converge_ms} ms after the heal, over the documented "
                               f"bound of {cfg.converge_bound_ms} ms")
         else:
+            self._holders_open = True
             self.retry_unknown()
             for _ in range((300 + 2 * cfg.claim_timeout_ms) // cfg.tick_ms):
                 self.step()
             if self._settle(cfg.settle_max_ms) is None:
                 violations.append("no convergence after the clients' retries")
+            else:
+                self._lease_tail()
+                self._holders_open = False
+                if self._settle(cfg.settle_max_ms) is None:
+                    violations.append("no convergence after the leases fell due")
         self.monitor.sample()
         violations = list(self.monitor.violations) + violations
         if not violations:

@@ -27,9 +27,11 @@ SEEDS = range(40)
 @pytest.fixture(autouse=True)
 def _without_approvals(monkeypatch: pytest.MonkeyPatch) -> None:
     """The seeds that find the race were found before the approval queue's
-    requests joined the workload, which moves every later request."""
+    requests joined the workload, which moves every later request (and
+    before leases, which change what later pops get)."""
     monkeypatch.setattr(Workload, "HELD_P", 0.0)
     monkeypatch.setattr(Workload, "DECIDE_P", 0.0)
+    monkeypatch.setattr(Workload, "LEASE_P", 0.0)
 
 
 def _read_misses() -> list[str]:

@@ -18,6 +18,14 @@ the cluster a forward that fails over keeps the minted id, so the
 simulator covers the fresh-id path an owner takes without the lookup.
 Writes are never retried with a new id, so every op body is unique and
 traceable.
+
+Leases (issue 26): a share of pops are leased (``lease_ms`` of 300, 1500 or
+6000 ms, and a claim token unique to the pop request, ``tok-<session>``,
+which its retries keep). A holder whose leased pop was acknowledged then
+renews (some time before or after its deadline, so both outcomes happen),
+completes, or goes silent and lets the lease expire
+(:meth:`Workload.holder_next`, driven by the runner). These draws, and the
+entry nodes of the holders' requests, come from a stream of their own.
 """
 
 from __future__ import annotations
@@ -30,11 +38,13 @@ from common.ops import MEM_DEL, MEM_PUT, NOTE_NEW, NOTE_READ, inbox_key, mailbox
 from common.randomid import uuid7
 from federation.requests import (
     MailCancel,
+    MailComplete,
     MailDecide,
     MailHold,
     MailPop,
     MailPurge,
     MailRelease,
+    MailRenew,
     MailSend,
 )
 from federation.routing import is_retryable_id
@@ -42,12 +52,16 @@ from federation.routing import is_retryable_id
 AGENTS = ("alice", "bob", "carol")
 SENDERS = (("w", "p0"), ("w", "p1"), ("w", "p2"))
 EDITORS = ("ann", "ben")
+LEASE_MS = (300, 1_500, 6_000)  # the lengths a leased pop asks for
+RESULTS = ("done", "blocked", "rejected")  # a completion's outcomes
 
 
 @dataclass(slots=True)
 class Attempt:
     token: int
-    kind: str  # write | read | send | pop | cancel | hold | release | decide | purge
+    # write | read | send | pop | cancel | hold | release | decide | purge
+    # | renew | complete | expire (a node's lease sweep)
+    kind: str
     req: Any
     entry: str
     sent_ms: int
@@ -65,6 +79,10 @@ class History:
     send_bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
     pop_sessions: dict[str, str | None] = field(default_factory=dict)  # session -> request id
     edits: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # id -> saved contents
+    lease_sessions: dict[str, str] = field(default_factory=dict)  # claim token -> pop session
+    lease_tokens: dict[str, str] = field(default_factory=dict)  # pop session -> claim token
+    # (message id, claim token) -> the (result, note) of every completion a holder asked
+    completions: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
 
     def acked(self, kind: str) -> list[Attempt]:
         return [a for a in self.attempts.values() if a.kind == kind and a.done and a.ok]
@@ -78,6 +96,12 @@ class Workload:
     # both off to replay the workload its seeds were found with).
     HELD_P = 0.3
     DECIDE_P = 0.08
+    # Share of pops that are leased, and what a holder does after each
+    # acknowledged leased pop or renew: renew, complete, else go silent.
+    LEASE_P = 0.3
+    RENEW_P = 0.45
+    COMPLETE_P = 0.3
+    RENEWS_MAX = 3  # renews of one claim, at most
 
     def __init__(self, rng: random.Random, mailboxes: int, cap: int,
                  read_p: float = 0.0, purge_p: float = 0.0) -> None:
@@ -109,6 +133,11 @@ class Workload:
         self.purges = random.Random("purges:" + repr(rng.getstate()))
         self.purge_p = purge_p
         self._purge_n = 0
+        # Leases (issue 26), from a stream of their own: which pops are
+        # leased, and what their holders do.
+        self.leases = random.Random("leases:" + repr(rng.getstate()))
+        self.lease_p = self.LEASE_P
+        self._note_n = 0
 
     def _next(self, prefix: str) -> str:
         self._n += 1
@@ -241,8 +270,38 @@ class Workload:
                  if key == mailbox_key(b["to_workspace"], b["to_project"])]
         if sends and self.rng.random() < 0.15:
             message_id = self.rng.choice(sends)
+        lease_ms = token = None
+        if self.lease_p and self.leases.random() < self.lease_p:
+            lease_ms, token = self.leases.choice(LEASE_MS), f"tok-{session}"
+            self.history.lease_sessions[token] = session
+            self.history.lease_tokens[session] = token
         return MailPop(key, request_id=rid, message_id=message_id, agent=agent,
-                       claimer={"claimer_session": session, "claimer_agent": agent or "any"})
+                       claimer={"claimer_session": session, "claimer_agent": agent or "any"},
+                       lease_ms=lease_ms, token=token)
+
+    def holder_next(self, mailbox: str, claim: dict[str, Any],
+                    renews: int) -> tuple[int, str, Any] | None:
+        """What the holder of leased ``claim`` (acknowledged, after
+        ``renews`` acknowledged renews) does next: ``(delay ms, kind,
+        request)``, or None (it goes silent; the lease expires). A renew
+        comes between a fifth and one and a half of the lease after the
+        answer, so some come after the deadline (refused, lease_lost)."""
+        r, lease_ms = self.leases.random(), int(claim["lease_ms"])
+        mid, token = str(claim["id"]), str(claim["token"])
+        if r < self.RENEW_P and renews < self.RENEWS_MAX:
+            delay = int(lease_ms * self.leases.uniform(0.2, 1.5))
+            length = self.leases.choice((None, *LEASE_MS))
+            return delay, "renew", MailRenew(mailbox, mid, token, lease_ms=length)
+        if r < self.RENEW_P + self.COMPLETE_P:
+            delay = int(lease_ms * self.leases.uniform(0.1, 1.3))
+            self._note_n += 1
+            result, note = self.leases.choice(RESULTS), f"note {self._note_n} on {mid}"
+            self.history.completions.setdefault((mid, token), []).append((result, note))
+            body = {"result": result, "note": note,
+                    "by_session": claim.get("claimer_session"),
+                    "by_agent": claim.get("claimer_agent")}
+            return delay, "complete", MailComplete(mailbox, mid, token, body=body)
+        return None
 
     def _cancel(self, key: str) -> MailCancel:
         ws, proj = self.rng.choice(SENDERS)
