@@ -370,7 +370,8 @@ class MailboxModel:
             self._awaiting.add(mid)
         else:
             self._awaiting.discard(mid)
-        until = self._lease_until(mid) if state == CLAIMED else None
+        until = (self._lease_until(mid) if state == CLAIMED or self._voided_lease(mid)
+                 else None)
         if until is None:
             self._leases.pop(mid, None)
         else:
@@ -387,6 +388,18 @@ class MailboxModel:
         if done is not None and done.body.get("token") == token:
             return None
         return int(until)
+
+    def _voided_lease(self, mid: str) -> bool:
+        """Is the winning op of ``mid`` a leased claim void only because its
+        request id decided otherwise (a deposed owner's claim, left on a
+        minority, whose pop a later owner served with another message)? The
+        stores know no request ids and show it claimed, so the owner lets
+        its lease run out and expires it like any other: then every replica
+        shows the message pending."""
+        term = self._terminals.get(mid)
+        return (term is not None and term.kind in CLAIM_KINDS
+                and term.body.get("token") is not None and self._void(term)
+                and not self._held_over(mid))
 
     def _kept_completion(self, mid: str) -> Op | None:
         """The winning completion of ``mid``, unless it completes a claim

@@ -781,13 +781,17 @@ def _leased_decision(mon: Monitor, disk: Any, node_id: str, mailbox: str, rid: s
 
 
 def _standing_leases(sim: Sim, node_id: str) -> list[tuple[str, int]]:
-    """(message, deadline) of every lease ``node_id`` shows standing (claimed, not completed)."""
+    """(message, latest deadline) of every lease ``node_id`` shows standing
+    (claimed, not completed). The latest deadline is the lease's own plus its
+    length: an owner holds a lease decided in an earlier term to at least a
+    lease's length after its own term began (docs/federation.md, "Leases",
+    clocks), and the check cannot tell when that was."""
     disk = sim.nodes[node_id].disk
     out = []
     for mid in sim.history.send_bodies:
         view = disk.message(mid)
         if view is not None and view["state"] == "claimed" and view["lease_until_ms"] is not None:
-            out.append((mid, int(view["lease_until_ms"])))
+            out.append((mid, int(view["lease_until_ms"]) + int(view["lease_ms"] or 0)))
     return out
 
 
