@@ -19,8 +19,10 @@ the order every round, and prints the medians, the median of the per-round
 differences and of the ratios.
 
 Workloads: ``notify`` (POST /api/v1/notify), ``inbox`` (GET /api/v1/inbox,
-limit 50, of a 1,000-message inbox) and ``sendpop`` (a send and the pop
-that claims it, on one of 8 projects; CPU per claim).
+limit 50, of a 1,000-message inbox), ``sendpop`` (a send and the pop
+that claims it, on one of 8 projects; CPU per claim) and ``echo`` (the
+notify request answered by :mod:`bench.echo`'s bare aiohttp app instead of
+a node: the floor of client and HTTP stack, the same for both builds).
 
     .venv/bin/python -m bench.inproc --base-rev HEAD --rounds 8
 """
@@ -43,7 +45,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
-WORKLOADS = ("notify", "inbox", "sendpop")
+WORKLOADS = ("notify", "inbox", "sendpop", "echo")
 PROJECTS = tuple(f"bench-p{i}" for i in range(8))
 PAYLOAD = "x" * 200
 
@@ -56,11 +58,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _client_module() -> Any:
-    """bench/rawhttp.py of this tree, whatever build the servers come from."""
+def _bench_module(name: str) -> Any:
+    """bench/<name>.py of this tree, whatever build the servers come from."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("inproc_rawhttp", HERE.parent / "rawhttp.py")
+    spec = importlib.util.spec_from_file_location(f"inproc_{name}", HERE.parent / f"{name}.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -78,21 +80,25 @@ async def _child(workload: str, requests: int, concurrency: int, db: Path) -> di
     from daemon.wiring import build_node
 
     port = _free_port()
-    settings = Settings(server=ServerSettings(port=port), store=StoreSettings(db_path=str(db)),
-                        cluster=ClusterSettings(node_id="node1", initial_state="new"),
-                        log_level="warning")
-    node = await build_node(settings)
-    await node.start()
-    runner = BoundaryRunner(build_app(node), access_log=None)
+    node = None
+    if workload == "echo":  # the floor: bench/echo.py's bare JSON echo, the same client and body
+        runner = web.AppRunner(_bench_module("echo").make_app(), access_log=None)
+    else:
+        settings = Settings(server=ServerSettings(port=port), store=StoreSettings(db_path=str(db)),
+                            cluster=ClusterSettings(node_id="node1", initial_state="new"),
+                            log_level="warning")
+        node = await build_node(settings)
+        await node.start()
+        runner = BoundaryRunner(build_app(node), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     url = f"http://127.0.0.1:{port}"
-    rawhttp = _client_module()
+    rawhttp = _bench_module("rawhttp")
     session = rawhttp.RawSession((url,), concurrency, 30.0)
     counts = {"ok": 0, "claims": 0, "failed": 0}
 
     async def one(i: int) -> None:
-        if workload == "notify":
+        if workload in ("notify", "echo"):
             status, _ = await session.request(
                 "POST", url + "/api/v1/notify", headers={"X-Agent-Id": "bench-sender"},
                 json={"target_agent_id": f"agent-{i % 64}", "title": "bench notify", "payload": PAYLOAD,
@@ -145,7 +151,8 @@ async def _child(workload: str, requests: int, concurrency: int, db: Path) -> di
     finally:
         await session.close()
         await runner.cleanup()
-        await node.stop()
+        if node is not None:
+            await node.stop()
     ops = counts["claims"] if workload == "sendpop" else counts["ok"]
     return {"workload": workload, "ops": ops, "failed": counts["failed"],
             "cpu_us_per_op": cpu * 1e6 / ops if ops else None, "rate": ops / wall if wall else None}
