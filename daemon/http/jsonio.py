@@ -1,48 +1,52 @@
-"""JSON in and out of the HTTP API, with orjson where it gives the same answer.
+"""JSON in and out of the HTTP API, with msgspec where it gives the same answer.
 
-orjson parses a request body in about a third of the time the standard
-library takes and writes a response in about a twentieth (a notify's reply:
-0.14 against 3.2 us; ``web.json_response`` as a whole 6.2 against 1.2 us,
-docs/performance.md). It is not a drop-in replacement, so each direction
-falls back to the standard library wherever the two could differ, and the
-API answers exactly as before:
+msgspec parses a request body in about a sixth of the time the standard
+library takes (a notify body: 0.36 against 1.9-2.4 us) and writes a
+response in about an eighth (a notify's reply: 0.30 against 2.4 us; an
+inbox page of 50: 14 against 99 us; docs/performance.md, issue 25). It is
+not a drop-in replacement, so each direction falls back to the standard
+library wherever the two could differ, and the API answers exactly as
+before:
 
-* **in** (:func:`loads`): an integer literal of 19 digits or more (orjson
-  reads one past 64 bits as a float; ``json`` keeps it exact), a body
-  nested deeper than orjson's limit could reach (more than
-  ``_NESTING_FALLBACK`` brackets: ``json`` refuses a deep one with its own
-  error), and anything orjson refuses (NaN and Infinity literals, lone
-  surrogates, UTF-16 or UTF-32 bodies, malformed JSON) go to ``json.loads``,
-  which accepts or refuses them as it always did, with its messages;
-* **out** (:func:`dumps`): whatever orjson cannot write (an integer past
-  64 bits, a lone surrogate, a type it does not know) is written by
-  ``json.dumps``, which writes it or raises ``TypeError`` as before.
-  Output is compact and UTF-8 (``json.dumps`` wrote ``", "`` separators and
-  ``\\u`` escapes for non-ASCII): the same JSON value to every parser.
+* **in** (:func:`loads`): a body with more than ``_BRACKETS_MAX`` opening
+  brackets (nested deep enough to meet the recursion limit, where
+  ``json`` refuses it with its own error) goes straight to ``json.loads``,
+  and so does anything msgspec refuses: NaN and Infinity literals, numbers
+  past a double or past Python's digit limit, lone surrogates, a byte
+  order mark, UTF-16 or UTF-32, malformed JSON. ``json.loads`` then
+  accepts or refuses it as it always did, with its messages. (Integers of
+  any size read exactly, as in ``json``.)
+* **out** (:func:`dumps`): whatever msgspec cannot write (a lone
+  surrogate, a key that is not a string or a number, a subclass of
+  ``str``) is written by ``json.dumps``, which writes it or raises
+  ``TypeError`` as before. Output is compact UTF-8 (``json.dumps`` wrote
+  ``", "`` separators and ``\\u`` escapes for non-ASCII): the same JSON
+  value to every parser. A NaN or infinite float, which ``json.dumps``
+  wrote as a bare ``NaN`` that strict parsers refuse, is written as
+  ``null``; nothing the API answers holds one (stored values refuse them).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
+import msgspec
 from aiohttp import web
 
-_LONG_INT = re.compile(rb"\d{19}")  # 19 digits may already exceed 2**63 - 1
-_NESTING_FALLBACK = 256  # opening brackets past which json.loads decides (orjson's depth limit is 1024)
-_OPTIONS = orjson.OPT_NON_STR_KEYS  # int, float, bool and None keys become strings, as in json.dumps
+_BRACKETS_MAX = 512  # a body with more opening brackets may nest as deep as json's recursion limit
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+_REFUSED = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 
 
 def loads(raw: bytes) -> Any:
     """``json.loads(raw)``'s value, or its exception (see the module docstring)."""
-    if (_LONG_INT.search(raw) is None
-            and raw.count(b"[") + raw.count(b"{") <= _NESTING_FALLBACK):
+    if raw.count(b"[") + raw.count(b"{") <= _BRACKETS_MAX:
         try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            return _decode(raw)
+        except _REFUSED:
             pass
     return json.loads(raw)
 
@@ -50,8 +54,8 @@ def loads(raw: bytes) -> Any:
 def dumps(value: Any) -> bytes:
     """``value`` as UTF-8 JSON (``TypeError`` for what JSON cannot hold)."""
     try:
-        return orjson.dumps(value, option=_OPTIONS)
-    except TypeError:  # orjson.JSONEncodeError is one
+        return _encode(value)
+    except (TypeError, UnicodeEncodeError, OverflowError, msgspec.EncodeError):
         return json.dumps(value).encode()
 
 
