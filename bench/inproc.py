@@ -69,9 +69,9 @@ def _bench_module(name: str) -> Any:
     return mod
 
 
-async def _child(workload: str, requests: int, concurrency: int, db: Path) -> dict[str, Any]:
-    import asyncio
-
+async def _serve(workload: str, db: Path, port: int) -> tuple[Any, Any]:
+    """(the runner serving on ``port``, the node or None): a single-member
+    node behind ``ai-memory serve``'s runner, or bench/echo.py's app."""
     from aiohttp import web
 
     from daemon.api.app import build_app
@@ -79,7 +79,6 @@ async def _child(workload: str, requests: int, concurrency: int, db: Path) -> di
     from daemon.settings import ClusterSettings, ServerSettings, Settings, StoreSettings
     from daemon.wiring import build_node
 
-    port = _free_port()
     node = None
     if workload == "echo":  # the floor: bench/echo.py's bare JSON echo, the same client and body
         runner = web.AppRunner(_bench_module("echo").make_app(), access_log=None)
@@ -92,67 +91,85 @@ async def _child(workload: str, requests: int, concurrency: int, db: Path) -> di
         runner = BoundaryRunner(build_app(node), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    url = f"http://127.0.0.1:{port}"
-    rawhttp = _bench_module("rawhttp")
-    session = rawhttp.RawSession((url,), concurrency, 30.0)
-    counts = {"ok": 0, "claims": 0, "failed": 0}
+    return runner, node
 
-    async def one(i: int) -> None:
-        if workload in ("notify", "echo"):
-            status, _ = await session.request(
-                "POST", url + "/api/v1/notify", headers={"X-Agent-Id": "bench-sender"},
-                json={"target_agent_id": f"agent-{i % 64}", "title": "bench notify", "payload": PAYLOAD,
-                      "priority": 5, "tier": "mid", "agent_id": "bench-sender"})
-        elif workload == "inbox":
-            status, _ = await session.request(
-                "GET", url + "/api/v1/inbox", headers={"X-Agent-Id": "bench-reader"},
+
+class _Driver:
+    """The workload's operations over one keep-alive client, counted."""
+
+    def __init__(self, workload: str, url: str, concurrency: int) -> None:
+        self.workload, self.url, self.concurrency = workload, url, concurrency
+        self.session = _bench_module("rawhttp").RawSession((url,), concurrency, 30.0)
+        self.counts = {"ok": 0, "claims": 0, "failed": 0}
+
+    async def _post(self, path: str, agent: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        status, raw = await self.session.request("POST", self.url + path, headers={"X-Agent-Id": agent},
+                                                 json=body)
+        return int(status), raw
+
+    async def prepare(self) -> None:
+        if self.workload == "sendpop":
+            for project in (*PROJECTS, "bench-sender"):
+                status, raw = await self._post("/api/v1/sessions", "bench-mailer", {
+                    "workspace": "bench", "project": project, "harness": "bench",
+                    "session_id": f"bench-{project}"})
+                assert status in (200, 201), raw
+        if self.workload == "inbox":
+            for i in range(1000):
+                await self._post("/api/v1/notify", "bench-sender", {
+                    "target_agent_id": "bench-reader", "title": f"n{i}", "payload": PAYLOAD,
+                    "agent_id": "bench-sender"})
+
+    async def one(self, i: int) -> None:
+        if self.workload in ("notify", "echo"):
+            status, _ = await self._post("/api/v1/notify", "bench-sender", {
+                "target_agent_id": f"agent-{i % 64}", "title": "bench notify", "payload": PAYLOAD,
+                "priority": 5, "tier": "mid", "agent_id": "bench-sender"})
+        elif self.workload == "inbox":
+            status, _ = await self.session.request(
+                "GET", self.url + "/api/v1/inbox", headers={"X-Agent-Id": "bench-reader"},
                 params={"agent_id": "bench-reader", "limit": "50", "unread_only": "false"})
         else:
             project = PROJECTS[i % len(PROJECTS)]
-            status, _ = await session.request(
-                "POST", url + "/api/v1/messages", headers={"X-Agent-Id": "bench-mailer"},
-                json={"to_workspace": "bench", "to_project": project, "from_workspace": "bench",
-                      "from_project": "bench-sender", "from_agent": "bench-mailer", "subject": "bench",
-                      "body": PAYLOAD, "nature": "unknown"})
+            status, _ = await self._post("/api/v1/messages", "bench-mailer", {
+                "to_workspace": "bench", "to_project": project, "from_workspace": "bench",
+                "from_project": "bench-sender", "from_agent": "bench-mailer", "subject": "bench",
+                "body": PAYLOAD, "nature": "unknown"})
             if 200 <= status < 300:
-                status, raw = await session.request(
-                    "POST", url + "/api/v1/messages/pop", headers={"X-Agent-Id": "bench-popper"},
-                    json={"workspace": "bench", "project": project, "request_id": uuid.uuid4().hex})
+                status, raw = await self._post("/api/v1/messages/pop", "bench-popper", {
+                    "workspace": "bench", "project": project, "request_id": uuid.uuid4().hex})
                 if 200 <= status < 300 and json.loads(raw).get("message") is not None:
-                    counts["claims"] += 1
-        counts["ok" if 200 <= status < 300 else "failed"] += 1
+                    self.counts["claims"] += 1
+        self.counts["ok" if 200 <= status < 300 else "failed"] += 1
 
-    async def drive(n: int) -> None:
+    async def drive(self, n: int) -> None:
+        import asyncio
+
         it = iter(range(n))
 
         async def worker() -> None:
             for i in it:
-                await one(i)
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+                await self.one(i)
+        await asyncio.gather(*(worker() for _ in range(self.concurrency)))
 
+
+async def _child(workload: str, requests: int, concurrency: int, db: Path) -> dict[str, Any]:
+    port = _free_port()
+    runner, node = await _serve(workload, db, port)
+    driver = _Driver(workload, f"http://127.0.0.1:{port}", concurrency)
     try:
-        if workload == "sendpop":
-            for project in (*PROJECTS, "bench-sender"):
-                status, raw = await session.request(
-                    "POST", url + "/api/v1/sessions", headers={"X-Agent-Id": "bench-mailer"},
-                    json={"workspace": "bench", "project": project, "harness": "bench",
-                          "session_id": f"bench-{project}"})
-                assert status in (200, 201), raw
-        if workload == "inbox":
-            for i in range(1000):
-                await session.request("POST", url + "/api/v1/notify", headers={"X-Agent-Id": "bench-sender"},
-                                      json={"target_agent_id": "bench-reader", "title": f"n{i}",
-                                            "payload": PAYLOAD, "agent_id": "bench-sender"})
-        await drive(max(200, requests // 5))  # warm-up
-        counts.update(ok=0, claims=0, failed=0)
+        await driver.prepare()
+        await driver.drive(max(200, requests // 5))  # warm-up
+        driver.counts.update(ok=0, claims=0, failed=0)
         cpu, wall = time.process_time(), time.perf_counter()
-        await drive(requests)
+        await driver.drive(requests)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     finally:
-        await session.close()
+        await driver.session.close()
         await runner.cleanup()
         if node is not None:
             await node.stop()
+    counts = driver.counts
     ops = counts["claims"] if workload == "sendpop" else counts["ok"]
     return {"workload": workload, "ops": ops, "failed": counts["failed"],
             "cpu_us_per_op": cpu * 1e6 / ops if ops else None, "rate": ops / wall if wall else None}
