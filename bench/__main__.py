@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
 
     run = Run(profile, args.out, progress=not args.no_progress, only=only)
     results, targets, md = run.execute()
-    print(f"\nresults: {run.run_dir}")
-    print_targets(targets)
+    print()
+    print_targets(results, targets, run.run_dir)
     if args.update_docs:
         doc = REPO / "docs" / "performance.md"
         if report.update_docs(doc, md):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import socket
 import statistics
 import time
@@ -36,6 +37,56 @@ from typing import Any
 _BODY = {"to_agent": "agent-7", "from_agent": "bench", "content": "x" * 200,
          "priority": 5, "tags": ["a", "b"]}
 GAPS_MS = (0.5, 2.0, 5.0, 20.0)
+
+
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (``?`` off Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def memory_bytes() -> int | None:
+    """Physical memory (MemTotal of /proc/meminfo), None off Linux."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def host() -> dict[str, Any]:
+    """What a benchmark's figures depend on: cores, CPU model, memory, load."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cores": os.cpu_count(), "cores_usable": usable, "cpu_model": cpu_model(),
+            "memory_bytes": memory_bytes(), "loadavg": list(os.getloadavg())}
+
+
+def describe(meta: dict[str, Any]) -> str:
+    """One line naming the machine of a run's ``meta``: cores, CPU, memory, load."""
+    cores = meta.get("cores")
+    usable = meta.get("cores_usable")
+    text = f"{cores} cores" + (f" ({usable} usable)" if usable and usable != cores else "")
+    text += f", {meta.get('cpu_model') or 'CPU model unknown'}"
+    if meta.get("memory_bytes"):
+        text += f", {meta['memory_bytes'] / 2**30:.0f} GiB"
+    start, end = meta.get("loadavg_start"), meta.get("loadavg_end")
+    if start and end:
+        text += f"; load average (1 min) {start[0]:.1f} at the start, {end[0]:.1f} at the end"
+        if cores and max(start[0], end[0]) > cores:
+            text += f" (above {cores}: other work competed for the cores)"
+    elif start:
+        text += f"; load average (1 min) {start[0]:.1f} at the start"
+    return text
 
 
 def syscall_us(calls: int) -> float:

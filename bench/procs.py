@@ -248,6 +248,7 @@ class Cluster:
     write_quorum: int
     nodes: list[ServerProc] = field(default_factory=list)
     extra_args: tuple[str, ...] = ()
+    env: dict[str, str] | None = None  # the nodes' environment (None: this process's)
 
     @property
     def label(self) -> str:
@@ -271,7 +272,7 @@ class Cluster:
             if peers:
                 argv += ["--quorum-peers", ",".join(peers), "--quorum-writes", str(self.write_quorum)]
             argv += list(self.extra_args)  # a fresh cluster decides so itself (daemon/replication/joining.py)
-            self.nodes.append(ServerProc(node_id, argv, port, self.workdir / f"{node_id}.log"))
+            self.nodes.append(ServerProc(node_id, argv, port, self.workdir / f"{node_id}.log", env=self.env))
         try:
             # All at once, as members of a new cluster start: each waits for
             # the others before it serves (daemon/replication/joining.py).

@@ -28,17 +28,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import nats_compare, phases, plots, report
+from bench import machine, nats_compare, phases, plots, report
 from bench.loadgen import LoadPool
 from bench.procs import Cluster, echo_server, http_json, running
 from bench.profiles import Profile
 from bench.progress import Progress
-from bench.targets import ECHO, Target, evaluate
+from bench.targets import ECHO, NOMINAL, Target, evaluate
 from bench.workloads import WorkloadSpec
 
 PHASES = ("echo", "cluster1", "cluster3", "scenario", "paired", "nats")
 REPO = Path(__file__).resolve().parent.parent
-NOMINAL_BIG_INBOX = 100_000
 
 
 def _git_commit() -> str | None:
@@ -81,7 +80,7 @@ class Run:
                 "run_id": self.run_id,
                 "profile": profile.name,
                 "profile_settings": profile.to_dict(),
-                "cores": os.cpu_count(),
+                **{k: v for k, v in machine.host().items() if k != "loadavg"},
                 "python": platform.python_version(),
                 "platform": platform.platform(),
                 "commit": _git_commit(),
@@ -135,7 +134,7 @@ class Run:
             self.results["cluster_rss_after_workloads"][cluster.label] = cluster.rss()
             if size > 1 and "scenario" in self.only:
                 self.results["scenario"] = self._phase(f"{cluster.label}: catch-up/inbox/RSS", lambda: (
-                    phases.catchup_inbox_rss(pool, self.progress, self.profile, cluster, NOMINAL_BIG_INBOX)))
+                    phases.catchup_inbox_rss(pool, self.progress, self.profile, cluster, NOMINAL)))
 
     def _paired(self, pool: LoadPool) -> None:
         one = Cluster(self.workdir / "paired1", size=1, write_quorum=1)
@@ -181,7 +180,5 @@ class Run:
             shutil.copyfile(p, logs / str(rel).replace(os.sep, "_"))
 
 
-def print_targets(targets: list[Target]) -> None:
-    width = max(len(t.name) for t in targets)
-    for t in targets:
-        print(f"{t.verdict:4}  {t.name:<{width}}  goal {t.goal}; measured {t.measured}", file=sys.stdout)
+def print_targets(results: dict[str, Any], targets: list[Target], run_dir: Path | None = None) -> None:
+    print(report.format_targets(results, targets, run_dir), file=sys.stdout)

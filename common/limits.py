@@ -176,6 +176,7 @@ peer_connections_per_host_max = 16  # pooled HTTP connections to one peer
 peer_keepalive_secs = 30.0  # idle pooled peer connections close after this
 tick_secs = 0.02  # how often the node ticks the core (timeouts, sync offers, GC)
 sync_batch_ops_max = 5000  # operations in one anti-entropy push
+sync_push_grace_secs = 0.5  # ops this node took in more recently are in flight to the peer: a push waits until it lacks older ones (daemon/replication/anti_entropy.py)
 sync_since_limit_max = 10_000  # GET /sync/since?limit=
 peer_request_timeout_secs = 5.0  # any single peer HTTP call
 peer_channel_enabled = True  # batched peer messages as frames on one WebSocket per peer

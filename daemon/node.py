@@ -131,6 +131,7 @@ class Node:
             await asyncio.sleep(limits.tick_secs)
             try:
                 await self.runner.run(self.core.tick(self.now_ms()))
+                self.pusher.tick()
             except Exception:
                 log.exception("tick failed")
 

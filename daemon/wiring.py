@@ -172,7 +172,9 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
                                        spawn=background.spawn, on_failed=link_failed,
                                        on_replies=link_replies)
     pusher = Pusher(store=store, peers=peers, metrics=metrics, spawn=background.spawn,
-                    on_failed=link_failed, on_replies=link_replies)
+                    on_failed=link_failed, on_replies=link_replies,
+                    grace_s=min(limits.sync_push_grace_secs, c.catchup_interval_secs / 2),
+                    horizon_s=2 * c.catchup_interval_secs)
     reads = ReadQuorum(c, runner=runner, peers=peers, metrics=metrics, now_ms=node_clock.now_ms)
     webhooks = Webhooks(_WebhookHost(settings, c.node_id, metrics, node_clock.now_ms))
     runner.applied_listeners.append(webhooks.on_applied)

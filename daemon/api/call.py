@@ -29,6 +29,7 @@ from common.policy import Principal
 from daemon.http.appkeys import NODE
 from daemon.http.auth import acting_agent, principal_of
 from daemon.http.errors import Handler, read_body
+from daemon.http.jsonio import json_response
 from daemon.schemas.headers import session_id
 from daemon.schemas.ids import check_idempotency_key
 from daemon.schemas.validation import validate
@@ -103,7 +104,7 @@ class Route(NamedTuple):
 def http(op: Operation, status: int = 200) -> Handler:
     """``op`` as an aiohttp handler answering ``status`` with its JSON."""
     async def handler(request: web.Request) -> web.StreamResponse:
-        return web.json_response(await op(ApiCall.of(request)), status=status)
+        return json_response(await op(ApiCall.of(request)), status=status)
     return handler
 
 

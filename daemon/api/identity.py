@@ -26,6 +26,7 @@ from common.policy import ANONYMOUS, Principal, check
 from daemon.http.appkeys import NODE
 from daemon.http.auth import principal_of
 from daemon.http.errors import query_model, read_json
+from daemon.http.jsonio import json_response
 from daemon.identity import admin
 from daemon.schemas.identity import (
     AddUser,
@@ -84,27 +85,27 @@ async def add_user(request: web.Request) -> web.Response:
     req = await read_json(request, AddUser)
     node = request.app[NODE]
     out = await admin.add_user(node, req.name, root=req.root, password=req.password)
-    return web.json_response(out, status=201)
+    return json_response(out, status=201)
 
 
 async def list_users(request: web.Request) -> web.Response:
     await _admin(request, "admin.users")
     q = query_model(request, ListQuery)
-    return web.json_response(await admin.list_users(
+    return json_response(await admin.list_users(
         request.app[NODE], include_removed=q.all, consistency=q.consistency))
 
 
 async def remove_user(request: web.Request) -> web.Response:
     await _admin(request, "admin.users")
     name = _user_in_path(request)
-    return web.json_response(await admin.remove_user(request.app[NODE], name))
+    return json_response(await admin.remove_user(request.app[NODE], name))
 
 
 async def set_password(request: web.Request) -> web.Response:
     await _admin(request, "admin.users")
     name = _user_in_path(request)
     req = await read_json(request, SetPassword)
-    return web.json_response(await admin.set_password(request.app[NODE], name, req.password))
+    return json_response(await admin.set_password(request.app[NODE], name, req.password))
 
 
 # -- keys --------------------------------------------------------------------
@@ -112,20 +113,20 @@ async def create_key(request: web.Request) -> web.Response:
     await _admin(request, "admin.keys")
     req = await read_json(request, CreateKey)
     out = await admin.create_key(request.app[NODE], req.user, agent=req.agent, label=req.label)
-    return web.json_response(out, status=201)
+    return json_response(out, status=201)
 
 
 async def list_keys(request: web.Request) -> web.Response:
     await _admin(request, "admin.keys")
     q = query_model(request, ListQuery)
-    return web.json_response(await admin.list_keys(request.app[NODE], user=q.user,
+    return json_response(await admin.list_keys(request.app[NODE], user=q.user,
                                                    consistency=q.consistency))
 
 
 async def revoke_key(request: web.Request) -> web.Response:
     await _admin(request, "admin.keys")
     key_id = _path_value(request, "key_id", KeyId, "a key id is key_ followed by hex digits")
-    return web.json_response(await admin.revoke_key(request.app[NODE], key_id))
+    return json_response(await admin.revoke_key(request.app[NODE], key_id))
 
 
 # -- grants --------------------------------------------------------------------
@@ -133,20 +134,20 @@ async def grant(request: web.Request) -> web.Response:
     await _admin(request, "admin.grants")
     req = await read_json(request, GrantBody)
     out = await admin.grant(request.app[NODE], req.user, req.workspace, req.project, req.access)
-    return web.json_response(out, status=201)
+    return json_response(out, status=201)
 
 
 async def revoke(request: web.Request) -> web.Response:
     await _admin(request, "admin.grants")
     q = query_model(request, RevokeQuery)
-    return web.json_response(await admin.revoke(request.app[NODE], q.user, q.workspace,
+    return json_response(await admin.revoke(request.app[NODE], q.user, q.workspace,
                                                 q.project, q.access))
 
 
 async def list_grants(request: web.Request) -> web.Response:
     await _admin(request, "admin.grants")
     q = query_model(request, ListQuery)
-    return web.json_response(await admin.list_grants(request.app[NODE], user=q.user,
+    return json_response(await admin.list_grants(request.app[NODE], user=q.user,
                                                      consistency=q.consistency))
 
 
@@ -164,7 +165,7 @@ async def whoami(request: web.Request) -> web.Response:
     ``mode`` alone would not tell the node's mode."""
     out = principal_json(await caller(request))
     out["node_mode"] = request.app[NODE].settings.auth.mode
-    return web.json_response(out)
+    return json_response(out)
 
 
 def add_routes(app: web.Application) -> None:

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from common.errors import BadRequest
 from daemon.api.call import ApiCall, Route, serve
+from daemon.http.jsonio import json_response
 from daemon.schemas.memories import CreateMemory, ListMemoriesQuery, UpdateMemory
 from daemon.services import inbox_view, memories
 
@@ -71,7 +72,7 @@ async def bulk(request: web.Request) -> web.Response:
     items = _bulk_items(await c.read())
     agent = c.agent(None, required=False)
     out = await memories.bulk_create(c.node, items, agent=agent, idempotency_key=key)
-    return web.json_response(out, status=201 if out["created"] else 200)
+    return json_response(out, status=201 if out["created"] else 200)
 
 
 OPERATIONS = [

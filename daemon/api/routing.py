@@ -12,6 +12,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from daemon.http.errors import Handler
+from daemon.http.jsonio import json_response
 
 
 @web.middleware
@@ -20,7 +21,7 @@ async def route_errors(request: web.Request, handler: Handler) -> web.StreamResp
         return await handler(request)
     except web.HTTPMethodNotAllowed as exc:
         allowed = sorted(exc.allowed_methods)
-        return web.json_response(
+        return json_response(
             {"error": f"{request.method} is not allowed on {request.path}; "
                       f"allowed: {', '.join(allowed)}",
              "code": "method_not_allowed", "allowed": allowed},
@@ -28,7 +29,7 @@ async def route_errors(request: web.Request, handler: Handler) -> web.StreamResp
     except web.HTTPNotFound as exc:
         if exc.content_type == "application/json":
             raise  # a handler's own JSON 404
-        return web.json_response({"error": f"no route for {request.method} {request.path}",
+        return json_response({"error": f"no route for {request.method} {request.path}",
                                   "code": "not_found"}, status=404)
 
 

@@ -24,6 +24,7 @@ from daemon.api.call import ApiCall, Route, serve
 from daemon.http.appkeys import NODE
 from daemon.http.auth import acting_agent, principal_of
 from daemon.http.errors import decode_json, query_model, read_body, read_json
+from daemon.http.jsonio import json_response
 from daemon.schemas.search import (
     ConsolidateBody,
     ForgetFilter,
@@ -101,12 +102,12 @@ async def forget(request: web.Request) -> web.Response:
     fields: dict[str, Any] = dict(request.query)
     fields.update(await _optional_object(request))  # upstream sends a JSON body
     f = validate(ForgetFilter, fields)
-    return web.json_response(await admin.forget(request.app[NODE], f))
+    return json_response(await admin.forget(request.app[NODE], f))
 
 
 async def gc(request: web.Request) -> web.Response:
     check(principal_of(request), "admin.gc")
-    return web.json_response(await admin.gc(request.app[NODE]))
+    return json_response(await admin.gc(request.app[NODE]))
 
 
 # -- links / lineage -----------------------------------------------------------------------
@@ -114,35 +115,35 @@ async def gc(request: web.Request) -> web.Response:
 async def create_link(request: web.Request) -> web.Response:
     _who(request)
     req = await read_json(request, LinkBody)
-    return web.json_response(await links.link(request.app[NODE], req), status=201)
+    return json_response(await links.link(request.app[NODE], req), status=201)
 
 
 async def get_links(request: web.Request) -> web.Response:
     _who(request)
-    return web.json_response(await links.get_links(request.app[NODE], request.match_info["id"]))
+    return json_response(await links.get_links(request.app[NODE], request.match_info["id"]))
 
 
 async def lineage(request: web.Request) -> web.Response:
     _who(request)
     q = query_model(request, LineageQuery)
-    return web.json_response(await links.lineage(request.app[NODE], request.match_info["id"], q))
+    return json_response(await links.lineage(request.app[NODE], request.match_info["id"], q))
 
 
 # -- stats / namespaces / export / import ---------------------------------------------------
 
 async def stats(request: web.Request) -> web.Response:
     _who(request)
-    return web.json_response(await admin.stats(request.app[NODE]))
+    return json_response(await admin.stats(request.app[NODE]))
 
 
 async def namespaces(request: web.Request) -> web.Response:
     _who(request)
-    return web.json_response(await admin.namespaces(request.app[NODE]))
+    return json_response(await admin.namespaces(request.app[NODE]))
 
 
 async def export(request: web.Request) -> web.Response:
     _who(request)
-    return web.json_response(await admin.export(request.app[NODE]))
+    return json_response(await admin.export(request.app[NODE]))
 
 
 async def import_(request: web.Request) -> web.Response:
@@ -153,7 +154,7 @@ async def import_(request: web.Request) -> web.Response:
     if not isinstance(data, dict):
         raise BadRequest('import body must be {"memories": [...], "links": [...]}')
     body = validate(ImportBody, data)
-    return web.json_response(await admin.import_(request.app[NODE], body))
+    return json_response(await admin.import_(request.app[NODE], body))
 
 
 # -- consolidate / grants / cluster ----------------------------------------------------------
@@ -161,31 +162,31 @@ async def import_(request: web.Request) -> web.Response:
 async def consolidate(request: web.Request) -> web.Response:
     req = await read_json(request, ConsolidateBody)
     agent = _who(request, req.agent_id)
-    return web.json_response(await admin.consolidate(request.app[NODE], req, agent=agent),
+    return json_response(await admin.consolidate(request.app[NODE], req, agent=agent),
                              status=201)
 
 
 async def grant(request: web.Request) -> web.Response:
     _who(request)
     req = await read_json(request, GrantBody)
-    return web.json_response(await admin.grant(request.app[NODE], request.match_info["id"], req))
+    return json_response(await admin.grant(request.app[NODE], request.match_info["id"], req))
 
 
 async def revoke(request: web.Request) -> web.Response:
     _who(request)
     req = await read_json(request, RevokeBody)
-    return web.json_response(await admin.revoke(request.app[NODE], request.match_info["id"], req))
+    return json_response(await admin.revoke(request.app[NODE], request.match_info["id"], req))
 
 
 async def list_grants(request: web.Request) -> web.Response:
     _who(request)
-    return web.json_response(await admin.grants(request.app[NODE], request.match_info["id"]))
+    return json_response(await admin.grants(request.app[NODE], request.match_info["id"]))
 
 
 async def cluster(request: web.Request) -> web.Response:
     _who(request)
     body = await _optional_object(request)
-    return web.json_response(admin.cluster(request.app[NODE], body))
+    return json_response(admin.cluster(request.app[NODE], body))
 
 
 OPERATIONS = [

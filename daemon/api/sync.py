@@ -26,6 +26,7 @@ from common.policy import ANONYMOUS, check
 from daemon.http.appkeys import NODE
 from daemon.http.auth import NOBODY, is_loopback, principal_of
 from daemon.http.errors import Handler, decode_json, error_response, query_model, read_json
+from daemon.http.jsonio import json_response
 from daemon.peer.auth import BOOT_HEADER, BootMismatch
 from daemon.runtime.tls import check_peer_cert
 from daemon.schemas.memories import MemoryFields, Source
@@ -96,7 +97,7 @@ async def push(request: web.Request) -> web.Response:
             raise BadRequest("request body must be a JSON object")
         body = validate(PushBody, data)
     applied = await sync.push(request.app[NODE], body.memories, body.deletions)
-    return web.json_response({"applied": applied,
+    return json_response({"applied": applied,
                               "received": len(body.memories) + len(body.deletions),
                               "sender_agent_id": body.sender_agent_id})
 
@@ -104,7 +105,7 @@ async def push(request: web.Request) -> web.Response:
 async def since(request: web.Request) -> web.Response:
     await _operator(request, "sync.since")
     q = query_model(request, SinceQuery)
-    return web.json_response(await sync.since(request.app[NODE], q.since, q.limit))
+    return json_response(await sync.since(request.app[NODE], q.since, q.limit))
 
 
 def _telling_boot(handler: Handler) -> Handler:

@@ -7,12 +7,13 @@ import time
 from aiohttp import web
 
 from daemon.http.appkeys import NODE
+from daemon.http.jsonio import json_response
 from daemon.services import system
 
 
 async def health(request: web.Request) -> web.Response:
     node = request.app[NODE]
-    return web.json_response({
+    return json_response({
         "status": "ok",
         "service": "ai-memory",
         "version": node.settings.version,
@@ -30,7 +31,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def cluster_status(request: web.Request) -> web.Response:
-    return web.json_response(await system.cluster_status(request.app[NODE]))
+    return json_response(await system.cluster_status(request.app[NODE]))
 
 
 @web.middleware

@@ -41,6 +41,7 @@ from daemon.api.websession import (
 )
 from daemon.http.appkeys import NODE
 from daemon.http.errors import query_model, read_json
+from daemon.http.jsonio import json_response
 from daemon.node import Node
 from daemon.schemas.validation import Lenient, ScopeName, Strict, text
 from daemon.services import mail
@@ -208,7 +209,7 @@ async def legacy_page(request: web.Request) -> web.Response:
     """The GET-only login: HTTP Basic with an API key as the password."""
     key = _basic_key(request)
     if key is None:
-        return web.json_response(
+        return json_response(
             {"error": "log in with any user name and your API key as the password",
              "code": "unauthorized"}, status=401,
             headers={"WWW-Authenticate": 'Basic realm="ai-memory web inbox"'})
@@ -240,7 +241,7 @@ async def login(request: web.Request) -> web.Response:
         raise BadRequest("give user and password, or key")
     s = request.app[SESSIONS].create(principal, login=how, name=name,
                                      credential=body.key if how == "key" else None)
-    resp = web.json_response({"ok": True, "name": name, "login": how}, status=201)
+    resp = json_response({"ok": True, "name": name, "login": how}, status=201)
     set_cookie(request, resp, s, request.app[SESSIONS].cookie)
     return resp
 
@@ -248,7 +249,7 @@ async def login(request: web.Request) -> web.Response:
 async def logout(request: web.Request) -> web.Response:
     s = check_write(request, await _session(request))
     request.app[SESSIONS].drop(s.sid)
-    resp = web.json_response({"ok": True})
+    resp = json_response({"ok": True})
     clear_cookie(resp, request.app[SESSIONS].cookie)
     return resp
 
@@ -257,7 +258,7 @@ async def me(request: web.Request) -> web.Response:
     node = request.app[NODE]
     s, principal = await viewer(request)
     anonymous = principal.mode == ANONYMOUS
-    return web.json_response({
+    return json_response({
         "name": "anonymous" if anonymous else (s.name if s else "legacy key login"),
         "login": s.login if s else "legacy",
         "anonymous": anonymous,
@@ -275,13 +276,13 @@ async def me(request: web.Request) -> web.Response:
 async def projects(request: web.Request) -> web.Response:
     _, principal = await viewer(request)
     rows = await mail.readable_projects(request.app[NODE], principal)
-    return web.json_response({"projects": rows, "count": len(rows)})
+    return json_response({"projects": rows, "count": len(rows)})
 
 
 async def history(request: web.Request) -> web.Response:
     _, principal = await viewer(request)
     q = query_model(request, HistoryQuery)
-    return web.json_response(await mail.history(
+    return json_response(await mail.history(
         request.app[NODE], principal, box=q.box, workspace=q.workspace, project=q.project,
         page=q.page, thread_id=q.thread_id))
 
@@ -289,14 +290,14 @@ async def history(request: web.Request) -> web.Response:
 async def held(request: web.Request) -> web.Response:
     _, principal = await viewer(request)
     q = query_model(request, ProjectQuery)
-    return web.json_response(await mail.held(request.app[NODE], principal,
+    return json_response(await mail.held(request.app[NODE], principal,
                                              workspace=q.workspace, project=q.project))
 
 
 async def harnesses(request: web.Request) -> web.Response:
     _, principal = await viewer(request)
     q = query_model(request, ProjectQuery)
-    return web.json_response(await mail.harnesses(request.app[NODE], principal,
+    return json_response(await mail.harnesses(request.app[NODE], principal,
                                                   workspace=q.workspace, project=q.project))
 
 
@@ -342,7 +343,7 @@ async def send(request: web.Request) -> web.Response:
         from_project=body.from_project, from_agent=FROM_AGENT_WEB, subject=body.subject,
         nature=body.nature, evidence=body.evidence, in_reply_to=body.in_reply_to),
         session_id=None, owner_user=owner, idempotency_key=None)
-    return web.json_response(out, status=201)
+    return json_response(out, status=201)
 
 
 def _message_id(request: web.Request) -> str:
@@ -356,7 +357,7 @@ async def edit(request: web.Request) -> web.Response:
     s = check_write(request, await _session(request))
     mid = _message_id(request)
     await read_json(request, EmptyIn)
-    return web.json_response(await mail.hold(request.app[NODE], s.principal, message_id=mid,
+    return json_response(await mail.hold(request.app[NODE], s.principal, message_id=mid,
                                              holder=s.holder()))
 
 
@@ -364,7 +365,7 @@ async def save(request: web.Request) -> web.Response:
     s = check_write(request, await _session(request))
     mid = _message_id(request)
     body = await read_json(request, SaveIn)
-    return web.json_response(await mail.release(
+    return json_response(await mail.release(
         request.app[NODE], s.principal, message_id=mid, holder=s.holder(),
         subject=body.subject, body=body.body, save=True))
 
@@ -373,14 +374,14 @@ async def discard(request: web.Request) -> web.Response:
     s = check_write(request, await _session(request))
     mid = _message_id(request)
     await read_json(request, EmptyIn)
-    return web.json_response(await mail.release(
+    return json_response(await mail.release(
         request.app[NODE], s.principal, message_id=mid, holder=s.holder(), save=False))
 
 
 async def approvals(request: web.Request) -> web.Response:
     _, principal = await viewer(request)
     q = query_model(request, ProjectQuery)
-    return web.json_response(await mail.approvals(request.app[NODE], principal,
+    return json_response(await mail.approvals(request.app[NODE], principal,
                                                   workspace=q.workspace, project=q.project))
 
 
@@ -388,7 +389,7 @@ async def _decide(request: web.Request, approve: bool) -> web.Response:
     s = check_write(request, await _session(request))
     mid = _message_id(request)
     body = await read_json(request, DecideIn)
-    return web.json_response(await mail.decide(request.app[NODE], s.principal, message_id=mid,
+    return json_response(await mail.decide(request.app[NODE], s.principal, message_id=mid,
                                                approve=approve, reason=body.reason,
                                                by_agent=FROM_AGENT_WEB))
 

@@ -41,6 +41,8 @@ from aiohttp.web_request import BaseRequest
 
 from common import limits
 from common.errors import AiMemoryError, BadRequest, PayloadTooLarge, Unavailable
+from daemon.http import jsonio
+from daemon.http.jsonio import json_response
 from daemon.schemas.headers import hostile_header
 from daemon.schemas.validation import validate
 
@@ -62,7 +64,7 @@ def error_response(exc: AiMemoryError) -> web.Response:
     headers = {}
     if isinstance(exc, Unavailable):
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
-    return web.json_response(exc.to_body(), status=exc.status, headers=headers)
+    return json_response(exc.to_body(), status=exc.status, headers=headers)
 
 
 @web.middleware
@@ -77,7 +79,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             "(limits.request_body_max_bytes)"))
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
-            return web.json_response({"error": exc.reason, "code": "http_error"}, status=exc.status)
+            return json_response({"error": exc.reason, "code": "http_error"}, status=exc.status)
         raise
     except ConnectionResetError:
         # The client hung up while its body was being read: nothing to answer.
@@ -85,7 +87,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(BadRequest("client disconnected", code="client_disconnected"))
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        return web.json_response({"error": "internal error", "code": "internal_error"}, status=500)
+        return json_response({"error": "internal error", "code": "internal_error"}, status=500)
 
 
 async def set_server_header(request: web.Request, response: web.StreamResponse) -> None:
@@ -153,7 +155,7 @@ def decode_json(raw: bytes) -> Any:
     if not raw.strip():
         raise BadRequest("request body is empty; expected JSON")
     try:
-        return json.loads(raw)
+        return jsonio.loads(raw)
     except UnicodeDecodeError:
         raise BadRequest("request body is not UTF-8") from None
     except json.JSONDecodeError as exc:
@@ -192,7 +194,7 @@ class _BoundaryHandler(RequestHandler):
             reason = text.splitlines()[0].rstrip(":") if text else "malformed request"
             log.debug("refused unparsable request from %s: %s", request.remote, text)
             body = {"error": f"malformed HTTP request: {reason}", "code": "bad_http_request"}
-        resp = web.json_response(body, status=status)
+        resp = json_response(body, status=status)
         resp.force_close()
         return resp
 

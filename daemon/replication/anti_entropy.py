@@ -12,10 +12,29 @@ and ops other peers sent it) is offered again by the peer's next
 a member that missed large writes catch up at all: 82 memories of 900 KB
 were one push of 74 MB, which the receiver refuses
 (``limits.peer_body_max_bytes``), every time it was tried.
+
+A push waits while the peer lacks only what is in flight to it. An offer
+is the peer's *durable* vector, so under load it always trails what this
+node holds by the ops that the link, an accept round or the peer's writer
+queue are still carrying; pushing those was most of anti-entropy's
+traffic (0.58 ops per claim at 1,246 claims/s, each one read from the
+store, sent, decoded and dropped as a duplicate). So every request records
+what this node held then (:meth:`Store.max_seqs`, in memory), as does
+the node's ticker every quarter of ``grace_s`` (:meth:`Pusher.tick`), and
+a request whose vector covers what this node held ``grace_s`` ago (the
+newest record at least that old) pushes nothing: the ops the peer lacks
+are younger than that. Its next offer, one catch-up interval later, asks
+again and finds them older, so a lost message still reaches it one
+interval late at most. Without a record between ``grace_s`` and
+``horizon_s`` old (within ``grace_s`` of the start, or a ticker that
+stalled) the push runs as before. A member coming back after downtime
+lacks ops older than that, so it is pushed to at once, as before.
 """
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -25,6 +44,8 @@ from daemon.peer.client import PeerClient, PeerUnreachable
 from daemon.peer.link import Spawn
 from daemon.runtime.metrics import Metrics
 from federation.messages import Replicate, decode_msg
+
+_HELD_RECORDS_MAX = 64  # records of what this node held, newest kept (the ticker adds 4 per grace_s)
 
 
 class MissingOps(Protocol):
@@ -37,7 +58,10 @@ class MissingOps(Protocol):
 class Pusher:
     def __init__(self, *, store: MissingOps, peers: PeerClient, metrics: Metrics, spawn: Spawn,
                  on_failed: Callable[[str], Awaitable[None]],
-                 on_replies: Callable[[str, list[Any], str], Awaitable[Any]]) -> None:
+                 on_replies: Callable[[str, list[Any], str], Awaitable[Any]],
+                 grace_s: float = limits.sync_push_grace_secs,
+                 horizon_s: float = 2 * limits.catchup_interval_secs_default,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._peers = peers
         self._metrics = metrics
@@ -45,11 +69,48 @@ class Pusher:
         self._on_failed = on_failed
         self._on_replies = on_replies
         self._pushing: set[str] = set()
+        self._grace_s = grace_s
+        self._horizon_s = max(horizon_s, grace_s)
+        self._clock = clock
+        # (when, what this node held then), oldest first: one record at least
+        # grace_s old (the newest such) and every newer one.
+        self._held: deque[tuple[float, dict[str, int]]] = deque()
 
     def request(self, peer: str, vv: dict[str, int]) -> None:
-        if peer not in self._pushing:
-            self._pushing.add(peer)
-            self._spawn(self._push(peer, dict(vv)))
+        held_then = self._held_grace_ago()
+        if peer in self._pushing:
+            return
+        if held_then is not None and all(vv.get(o, 0) >= s for o, s in held_then.items()):
+            # It lacks only ops this node took in since: they are in flight to it.
+            self._metrics.inc("sync_pushes_waited_total", peer=peer)
+            return
+        self._pushing.add(peer)
+        self._spawn(self._push(peer, dict(vv)))
+
+    def tick(self) -> None:
+        """The node's ticker: record what this node holds at least every
+        quarter of ``grace_s``, so a request finds a record about
+        ``grace_s`` old even after a spell without requests."""
+        now = self._clock()
+        if not self._held or now - self._held[-1][0] >= self._grace_s / 4:
+            self._record(now)
+
+    def _record(self, now: float) -> None:
+        held = self._held
+        held.append((now, self._store.max_seqs()))
+        while len(held) > 1 and now - held[1][0] >= self._grace_s:
+            held.popleft()  # older than the newest record past the grace
+        while len(held) > _HELD_RECORDS_MAX:
+            held.popleft()
+
+    def _held_grace_ago(self) -> dict[str, int] | None:
+        """Record what this node holds now; return what it held ``grace_s``
+        ago (the newest record at least that old, if not older than
+        ``horizon_s``), or None."""
+        now = self._clock()
+        self._record(now)
+        when, then = self._held[0]
+        return then if self._grace_s <= now - when <= self._horizon_s else None
 
     async def _push(self, peer: str, vv: dict[str, int]) -> None:
         store = self._store

@@ -44,6 +44,7 @@ from aiohttp import web
 from common import limits
 from common.errors import AiMemoryError, ClusterMismatch, Unavailable
 from daemon.http.errors import refuse_unread
+from daemon.http.jsonio import json_response
 from daemon.peer.auth import BOOT_HEADER, BootMismatch, Verifier
 from daemon.peer.client import PeerClient, PeerUnreachable
 from daemon.replication.seeding import seed_from_peers
@@ -106,7 +107,7 @@ def _waiting_app(w: _Waiting) -> web.Application:
     c = w.settings.cluster
 
     async def health(request: web.Request) -> web.Response:
-        return web.json_response({
+        return json_response({
             "status": "starting", "state": WAITING_STATE, "service": "ai-memory",
             "version": w.settings.version, "node_id": c.node_id,
             "federation_enabled": True, "recovering": False,
@@ -134,7 +135,7 @@ def _waiting_app(w: _Waiting) -> web.Application:
         return web.Response(body=body, content_type="application/msgpack")
 
     async def starting(request: web.Request) -> web.Response:
-        return web.json_response(
+        return json_response(
             {"error": f"this member is starting: {w.reason}", "code": "starting",
              "state": WAITING_STATE}, status=503, headers={"Retry-After": "1"})
 

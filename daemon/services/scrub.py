@@ -34,41 +34,74 @@ _SECRET_WORD = (r"(?:private[_\-.]?key|api[_\-.]?key|access[_\-.]?key|key|token|
 _NAME = rf"(?:[A-Za-z0-9]+[_\-.])*{_SECRET_WORD}(?:[_\-.][A-Za-z0-9]+)*"
 _VALUE = r"(?!\[REDACTED)(?:\"[^\"\n]{3,}\"|'[^'\n]{3,}'|[^\s,;&\"'<>]{3,})"
 
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+# (kind, pattern, what replaces a match, literals, lowercase words): a text
+# that holds none of a kind's literals, or whose lowercase form holds none of
+# its words, cannot match it, so that scan is skipped. The words of the
+# case-insensitive kinds are only checked on ASCII text: elsewhere Unicode
+# case folding lets other characters match their letters (the long s, the
+# dotless i, the Kelvin sign), and those kinds are always scanned.
+_Kind = tuple[str, re.Pattern[str], str, tuple[str, ...], tuple[str, ...]]
+_PATTERNS: list[_Kind] = [
     ("pem", re.compile(
-        r"-----BEGIN ([A-Z0-9 ]+)-----.*?(?:-----END \1-----|\Z)", re.S)),
-    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})\b")),
-    ("gitlab_token", re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}\b")),
-    ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b")),
-    ("npm_token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b")),
-    ("huggingface_token", re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")),
+        r"-----BEGIN ([A-Z0-9 ]+)-----.*?(?:-----END \1-----|\Z)", re.S),
+     "[REDACTED:pem]", ("-----BEGIN ",), ()),
+    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+     "[REDACTED:aws_access_key]", ("AKIA", "ASIA"), ()),
+    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})\b"),
+     "[REDACTED:github_token]", ("gh", "github_pat_"), ()),
+    ("gitlab_token", re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}\b"), "[REDACTED:gitlab_token]", ("glpat-",), ()),
+    ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"), "[REDACTED:slack_token]", ("xox",), ()),
+    ("npm_token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), "[REDACTED:npm_token]", ("npm_",), ()),
+    ("huggingface_token", re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), "[REDACTED:huggingface_token]",
+     ("hf_",), ()),
     ("api_key", re.compile(
-        r"\b(?:sk|pk|rk)[-_](?:live[-_]|test[-_]|proj-|ant-)?[A-Za-z0-9_\-]{20,}\b")),
-    ("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b")),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\b")),
-    ("bearer", re.compile(r"(?i)\b(bearer)\s+(?!\[REDACTED)[A-Za-z0-9_\-.=~+/]{16,}")),
-    ("url_credentials", re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^/\s:@]+):[^@\s/]+@")),
+        r"\b(?:sk|pk|rk)[-_](?:live[-_]|test[-_]|proj-|ant-)?[A-Za-z0-9_\-]{20,}\b"),
+     "[REDACTED:api_key]", ("sk-", "sk_", "pk-", "pk_", "rk-", "rk_"), ()),
+    ("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"), "[REDACTED:google_api_key]",
+     ("AIza",), ()),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\b"),
+     "[REDACTED:jwt]", ("eyJ",), ()),
+    ("bearer", re.compile(r"(?i)\b(bearer)\s+(?!\[REDACTED)[A-Za-z0-9_\-.=~+/]{16,}"),
+     r"\1 [REDACTED:bearer]", (), ("bearer",)),
+    ("url_credentials", re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^/\s:@]+):[^@\s/]+@"),
+     r"\1:[REDACTED:url_credentials]@", ("://",), ()),
     ("assignment", re.compile(
-        rf"(?i)(?<![A-Za-z0-9])((?:\"{_NAME}\"|'{_NAME}'|{_NAME})\s*[:=]\s*){_VALUE}")),
+        rf"(?i)(?<![A-Za-z0-9])((?:\"{_NAME}\"|'{_NAME}'|{_NAME})\s*[:=]\s*){_VALUE}"),
+     r"\1[REDACTED:assignment]", (":", "="), ("key", "token", "secret", "passw", "pwd", "credential")),
 ]
 
 
-def scrub(text: str) -> tuple[str, int]:
-    count = 0
-    for kind, pattern in _PATTERNS:
-        def repl(m: re.Match[str], kind: str = kind) -> str:
-            nonlocal count
-            count += 1
-            if kind == "bearer":
-                return f"{m.group(1)} [REDACTED:{kind}]"
-            if kind == "url_credentials":
-                return f"{m.group(1)}:[REDACTED:{kind}]@"
-            if kind == "assignment":
-                return f"{m.group(1)}[REDACTED:{kind}]"
-            return f"[REDACTED:{kind}]"
+def _holds(text: str, parts: tuple[str, ...]) -> bool:
+    for part in parts:
+        if part in text:
+            return True
+    return False
 
-        text = pattern.sub(repl, text)
+
+def scrub(text: str) -> tuple[str, int]:
+    """``text`` with every secret replaced, and how many were. A scan that
+    cannot match is skipped (see ``_PATTERNS``); :func:`scrub_every_scan`
+    runs them all, with the same result."""
+    count = 0
+    lower = text.lower() if text.isascii() else None
+    for _kind, pattern, replacement, literals, words in _PATTERNS:
+        if literals and not _holds(text, literals):
+            continue
+        if words and lower is not None and not _holds(lower, words):
+            continue
+        text, n = pattern.subn(replacement, text)
+        if n:
+            count += n
+            lower = text.lower() if lower is not None else None  # replacements are ASCII
+    return text, count
+
+
+def scrub_every_scan(text: str) -> tuple[str, int]:
+    """:func:`scrub` without skipping any scan: the reference it is tested against."""
+    count = 0
+    for _kind, pattern, replacement, _literals, _words in _PATTERNS:
+        text, n = pattern.subn(replacement, text)
+        count += n
     return text, count
 
 

@@ -111,7 +111,7 @@ def test_targets_report_and_plots(tmp_path: Path) -> None:
         "notify p99 at half of max, 3 nodes": "PASS",  # 4 + 30 * 0.5 = 19 ms
         "send+pop p99 at half of max, 3 nodes": "MISS",  # 4 + 60 * 0.5 = 34 ms
         "inbox read p99, largest inbox (limit 50)": "MISS",  # 8 ms, but over 2x the 3 ms of 1k
-        "catch-up of missed ops": "PASS",
+        "catch-up of missed ops": "MISS",  # 3.0 s for 21k ops: over 10 s per 100k, pro rata (2.1 s)
         "RSS per node": "MISS",  # node2 160 MB
     }
     values = {t.name: t.value for t in evaluate(results)}

@@ -162,3 +162,114 @@ async def test_a_push_carries_the_ops_held_past_a_gap_of_an_origin(tmp_path: Pat
         assert peers.ids == [("a", 1), ("a", 2), ("c", 3), ("c", 4)]
     finally:
         await store.close()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _pusher(store: Store, peers: RecordingPeers, clock: _Clock, metrics: Metrics,
+            tasks: list[asyncio.Task[Any]]) -> Pusher:
+    async def on_failed(peer: str) -> None:
+        pass
+
+    async def on_replies(peer: str, replies: list[Any], incarnation: str) -> None:
+        pass
+
+    def spawn(coro: Any) -> asyncio.Task[Any]:
+        tasks.append(asyncio.ensure_future(coro))
+        return tasks[-1]
+
+    return Pusher(store=store, peers=peers, metrics=metrics,  # type: ignore[arg-type]
+                  spawn=spawn, on_failed=on_failed, on_replies=on_replies,
+                  grace_s=0.5, horizon_s=4.0, clock=clock)
+
+
+async def _settled(tasks: list[asyncio.Task[Any]]) -> None:
+    await asyncio.wait_for(asyncio.gather(*tasks), 10)
+
+
+async def test_a_peer_that_lacks_only_what_is_in_flight_to_it_gets_no_push(tmp_path: Path) -> None:
+    # Under load a peer's offer (its durable vector) always trails the ops
+    # still on their way to it; pushing those was most of anti-entropy's
+    # traffic. A push waits until the peer lacks an op this node held
+    # grace_s ago, which its next offer shows if the op really went missing.
+    store = await Store.open(tmp_path / "n.db", "node1")
+    try:
+        await store.apply_ops([_big(s, 100) for s in range(1, 11)], 0)
+        peers, clock, metrics, tasks = RecordingPeers(), _Clock(), Metrics(), []
+        pusher = _pusher(store, peers, clock, metrics, tasks)
+        pusher.request("node2", {"a": 10})  # the first request: no record to judge by, so it runs
+        await _settled(tasks)
+        assert peers.ids == []  # it lacked nothing
+
+        clock.now += 0.2
+        await store.apply_ops([_big(s, 100) for s in range(11, 16)], 0)  # on their way to node2
+        clock.now += 0.8
+        pusher.request("node2", {"a": 10})  # lacks 11-15, all taken in within the grace
+        await _settled(tasks)
+        assert peers.ids == [] and len(tasks) == 1
+        assert 'sync_pushes_waited_total{peer="node2"} 1' in metrics.render()
+
+        clock.now += 2.0  # its next offer: still without 11-15, which are old now
+        pusher.request("node2", {"a": 10})
+        await _settled(tasks)
+        assert peers.ids == [("a", s) for s in range(11, 16)]
+    finally:
+        await store.close()
+
+
+async def test_without_a_recent_record_a_lagging_peer_is_pushed_to_at_once(tmp_path: Path) -> None:
+    # After a quiet spell with no request (a member down, nothing lagging),
+    # the last record says nothing about what is in flight now: a member
+    # coming back is pushed all it lacks on its first offer, as before.
+    store = await Store.open(tmp_path / "n.db", "node1")
+    try:
+        await store.apply_ops([_big(s, 100) for s in range(1, 6)], 0)
+        peers, clock, metrics, tasks = RecordingPeers(), _Clock(), Metrics(), []
+        pusher = _pusher(store, peers, clock, metrics, tasks)
+        pusher.request("node3", {"a": 5})
+        await _settled(tasks)
+        await store.apply_ops([_big(s, 100) for s in range(6, 31)], 0)  # while node3 was down
+        clock.now += 60.0
+        pusher.request("node3", {"a": 5})
+        await _settled(tasks)
+        assert peers.ids == [("a", s) for s in range(6, 31)]
+        assert "sync_pushes_waited_total" not in metrics.render()
+    finally:
+        await store.close()
+
+
+async def test_with_the_ticker_a_member_back_from_downtime_is_pushed_at_once_and_new_ops_wait(
+        tmp_path: Path) -> None:
+    # The ticker keeps a record about grace_s old however long no request
+    # came: what a member missed while it was down is older than that, so
+    # its first offer gets it all; what arrived within the grace waits.
+    store = await Store.open(tmp_path / "n.db", "node1")
+    try:
+        peers, clock, metrics, tasks = RecordingPeers(), _Clock(), Metrics(), []
+        pusher = _pusher(store, peers, clock, metrics, tasks)
+
+        async def run_for(seconds: float) -> None:
+            for _ in range(round(seconds / 0.02)):
+                clock.now += 0.02
+                pusher.tick()
+
+        await store.apply_ops([_big(s, 100) for s in range(1, 21)], 0)  # node3 is down
+        await run_for(30.0)
+        await store.apply_ops([_big(s, 100) for s in range(21, 26)], 0)  # just now, on their way
+        await run_for(0.1)
+        pusher.request("node3", {"a": 20})  # lacks only 21-25: wait
+        pusher.request("node2", {"a": 25})  # lacks nothing (the core would not even ask)
+        await _settled(tasks)
+        assert peers.ids == [] and 'sync_pushes_waited_total{peer="node3"} 1' in metrics.render()
+        pusher.request("node3", {})  # back from downtime: lacks 1-20 too
+        await _settled(tasks)
+        assert peers.ids == [("a", s) for s in range(1, 26)]
+        assert len(pusher._held) <= 64
+    finally:
+        await store.close()

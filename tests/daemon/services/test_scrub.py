@@ -4,6 +4,8 @@ not cross a project boundary, and prose that must survive untouched."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from common import limits
 from daemon.services import scrub
@@ -65,3 +67,36 @@ def test_cap_line_keeps_one_line() -> None:
     assert cut and len(out) == 200 and "\n" not in out
     assert out.endswith(limits.truncation_marker_inline)
     assert scrub.cap_line("short", 200) == ("short", False)
+
+
+# Pieces of text that start, end or fake a secret of every kind, in every
+# case, and the characters that Unicode case folding lets match an ASCII
+# letter (the long s, the dotless and the dotted capital i, the Kelvin sign).
+_PIECES = [
+    "token", "TOKEN", "Token", "tOkEn", "key", "KEY", "api_key", "API-KEY", "access.key", "private_key",
+    "secret", "SECRET", "passwd", "password", "PassWord", "pwd", "credential", "credentials", "monkey",
+    "bearer", "Bearer", "BEARER", "Authorization:", "=", ":", " = ", ": ", "\"", "'", " ", "\n", "\t", ",",
+    "abcdef123456", "hunter2hunter2", "abcdefghijklmnopqrstuv", "x" * 20, "é", "ü", "中",
+    "\u017f", "\u0131", "\u0130", "\u212a", "\u017fecret", "cred\u0131ential", "\u212aey", "TO\u212aEN",
+    "AKIA", "ABCDEFGHIJKLMNOP", "ghp_", "a" * 36, "github_pat_", "glpat-", "xoxb-", "1234567890-abcdef",
+    "npm_", "hf_", "sk-", "sk_live_", "pk_test_", "rk-", "AIza", "d" * 35, "eyJ", "hbGciOiJIUzI1NiJ9", ".",
+    "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "postgres://", "admin", "@", "/",
+    "[REDACTED", "]",
+]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=14))
+def test_skipping_scans_that_cannot_match_changes_nothing(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    assert scrub.scrub(text) == scrub.scrub_every_scan(text)
+
+
+@pytest.mark.parametrize("text", [
+    "\u017fecret=abcdef123456",  # the long s matches s case-insensitively
+    "cred\u0131ential: abcdef123456", "CREDENT\u0130AL=abcdef123456", "\u212aEY=abcdef123456",
+    "b\u0435arer abcdefghijklmnopqrstuv",  # a Cyrillic e: no match, either way
+    "Note: the build failed; see /var/log/x.log", "x" * 200,
+])
+def test_non_ascii_and_lookalike_text_is_scrubbed_as_by_every_scan(text: str) -> None:
+    assert scrub.scrub(text) == scrub.scrub_every_scan(text)
