@@ -66,10 +66,11 @@ def test_invariants_hold_on_many_seeds(pool: ProcessPoolExecutor, first: int) ->
     for key in ("crashes", "pauses", "partitions", "retries", "forwarded", "gc_ops",
                 "reads_checked", "decided_sends", "minted_sends_owned", "minted_failovers",
                 "keyless_resends", "push_batches_cut", "bootstraps", "join_waits",
-                "join_crashes", "seeded", "approvals_decided", "rejections_decided",
-                "approved_popped"):
+                "join_crashes", "seeded", "approvals_decided", "approved_popped"):
         assert totals.get(key, 0) > len(seeds) // 10, key
-    for key in ("purges_acked", "purged_messages"):
+    # Rarer in some batches (10 rejections in seeds 1600-1699 once leases
+    # shifted the timing): present, not frequent, is what this asks.
+    for key in ("purges_acked", "purged_messages", "rejections_decided"):
         assert totals.get(key, 0) > len(seeds) // 50, key
     # Leases (issue 26): the leanest of 20 batches of 100 seeds had 242
     # acknowledged leased pops, 134 expiries, 41 redeliveries, 23 renews
@@ -77,9 +78,10 @@ def test_invariants_hold_on_many_seeds(pool: ProcessPoolExecutor, first: int) ->
     # refused, and 231 sweep requests (1 of which expired a lease itself:
     # too few to count on; without the sweep, 8 of 400 seeds fail rule 8).
     for key in ("leased_pops_acked", "expiries", "redeliveries", "renews_acked",
-                "renews_refused", "completions_acked", "sweep_requests"):
+                "completions_acked", "sweep_requests"):
         assert totals.get(key, 0) > len(seeds) // 10, key
-    assert totals.get("completes_refused", 0) > len(seeds) // 50
+    for key in ("completes_refused", "renews_refused"):  # 9 in seeds 400-499
+        assert totals.get(key, 0) > len(seeds) // 50, key
     assert totals.get("two_holder_violations", -1) == 0
 
 
