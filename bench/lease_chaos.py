@@ -39,23 +39,28 @@ from typing import Any
 from bench.procs import START_TIMEOUT_S, Cluster, _repo_root, post_json
 
 WS, ASKER, DOER = "default", "lease-asker", "lease-doer"
+# A claimer process: pops with a lease through URL, writes the claim and
+# every renewal to OUT (fsynced), renews until killed. Arguments: URL OUT
+# PROJECT (of workspace default) LEASE_SECONDS RENEW_EVERY_SECONDS.
+# tests/cluster/test_leases.py runs it too.
 CLAIMER = """
 import json, os, sys, time, urllib.request
-url, out = sys.argv[1], sys.argv[2]
+url, out, project = sys.argv[1], sys.argv[2], sys.argv[3]
+lease, every = float(sys.argv[4]), float(sys.argv[5])
 def post(path, body):
     req = urllib.request.Request(url + path, json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json",
                                           "X-Agent-Id": "doomed"})
     with urllib.request.urlopen(req, timeout=10) as resp:
         return json.loads(resp.read())
-got = post("/api/v1/messages/pop", {"workspace": "default", "project": "lease-doer",
-                                     "lease_seconds": 2})["message"]
+got = post("/api/v1/messages/pop", {"workspace": "default", "project": project,
+                                     "lease_seconds": lease})["message"]
 if got is None:
     sys.exit(3)
 with open(out, "a") as f:
     f.write(json.dumps(got) + "\\n"); f.flush(); os.fsync(f.fileno())
 while True:
-    time.sleep(0.6)
+    time.sleep(every)
     renewed = post("/api/v1/messages/renew", {"message_id": got["id"],
                                                "claim_token": got["claim_token"]})
     with open(out, "a") as f:
@@ -111,7 +116,8 @@ class Chaos:
         log = self.work / f"claimer-{self.seq}.jsonl"
         url = self.cluster.nodes[self.rng.choice(self.live())].url
         env = {**os.environ, "PYTHONPATH": _repo_root()}
-        proc = subprocess.Popen([sys.executable, "-c", CLAIMER, url, str(log)], env=env,
+        proc = subprocess.Popen([sys.executable, "-c", CLAIMER, url, str(log), DOER, "2", "0.6"],
+                                env=env,
                                 stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while len(log.read_text().splitlines() if log.exists() else []) < 1 + self.rng.randint(0, 2):

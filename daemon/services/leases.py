@@ -93,11 +93,6 @@ class Sweeper:
         return expired
 
 
-async def sweep_once(node: MailPorts, now_ms: int) -> list[str]:
-    """One sweep without memory of earlier ones (tests, tools)."""
-    return await Sweeper(node).once(now_ms)
-
-
 async def sweep_loop(node: MailPorts) -> None:
     """Every ``limits.lease_sweep_secs``: one :class:`Sweeper` pass."""
     sweeper = Sweeper(node)

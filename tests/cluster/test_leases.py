@@ -18,38 +18,18 @@ import json
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench.lease_chaos import CLAIMER
 from tests.cluster.harness import Cluster
 from tests.cluster.test_claims import A, B, owner_order, send
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-CLAIMER = textwrap.dedent("""
-    import json, os, sys, time, urllib.request
-    url, out = sys.argv[1], sys.argv[2]
-    def post(path, body):
-        req = urllib.request.Request(url + path, json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json",
-                                              "X-Agent-Id": "doomed"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read())
-    got = post("/api/v1/messages/pop", {"workspace": "default", "project": "proj-b",
-                                         "lease_seconds": 3})["message"]
-    with open(out, "a") as f:
-        f.write(json.dumps(got) + "\\n"); f.flush(); os.fsync(f.fileno())
-    while True:  # keep the lease alive until killed
-        time.sleep(1)
-        renewed = post("/api/v1/messages/renew", {"message_id": got["id"],
-                                                   "claim_token": got["claim_token"]})
-        with open(out, "a") as f:
-            f.write(json.dumps(renewed) + "\\n"); f.flush(); os.fsync(f.fileno())
-""")
 
 
 def _ms(iso: str) -> float:
@@ -71,7 +51,8 @@ def test_a_killed_claimer_and_owner_redeliver_once_and_never_two_holders(
     owner = owner_order(c, B)[0]
     entry = next(n for n in c.ids if n != owner)
     log = tmp_path / "claimer.jsonl"
-    proc = subprocess.Popen([sys.executable, "-c", CLAIMER, c.url(entry), str(log)])
+    proc = subprocess.Popen([sys.executable, "-c", CLAIMER, c.url(entry), str(log),
+                             B["project"], "3", "1"])
     try:
         deadline = time.monotonic() + 15
         while len(log.read_text().splitlines() if log.exists() else []) < 2:
