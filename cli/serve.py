@@ -50,18 +50,29 @@ from common.errors import AiMemoryError
 @click.option("--config", "config", default=None, type=click.Path(exists=True, dir_okay=False),
               help="TOML config file.")
 @click.option("--log-level", default=None, help="debug, info, warning, error.")
+@click.option("--lanes", type=int, default=None,
+              help="Lane processes of this node, each owning a share of the keys "
+                   "(docs/lanes.md; env AI_MEMORY_LANES, [server] lanes; default 1). "
+                   "Fixed per cluster: every member runs the same count.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default=None,
               help="text (default) or json: one object per line (env AI_MEMORY_LOG_FORMAT).")
 def serve(**flags: object) -> None:
     """Run an ai-memory daemon (one cluster member) until SIGTERM."""
+    for name in ("insecure_anonymous", "insecure_plaintext_peers"):
+        if not flags.get(name):
+            flags.pop(name, None)
+    start(flags)
+
+
+def start(flags: dict[str, object]) -> None:
+    """Serve with ``flags``: the node itself, or, with more than one lane and
+    outside a lane process, the supervisor of its lanes (daemon/lanes/)."""
+    import daemon.lanes.supervisor as supervisor
     from daemon.runtime.systemd import Notifier
     from daemon.runtime.tls import server_context
     from daemon.server import run
     from daemon.settings import check_exposure, load_settings
 
-    for name in ("insecure_anonymous", "insecure_plaintext_peers"):
-        if not flags.get(name):
-            flags.pop(name, None)
     try:
         settings = load_settings(flags)
         check_exposure(settings)
@@ -69,8 +80,11 @@ def serve(**flags: object) -> None:
     except (AiMemoryError, OSError, ValueError) as exc:
         click.echo(f"ai-memory serve: {exc}", err=True)
         sys.exit(2)
+    notifier = Notifier.from_env(os.environ)
+    if settings.server.laned and supervisor.INDEX_ENV not in os.environ:
+        sys.exit(supervisor.run(settings, flags, notifier))
     try:
-        run(settings, Notifier.from_env(os.environ))
+        run(settings, notifier)
     except AiMemoryError as exc:
         click.echo(f"ai-memory serve: {exc}", err=True)
         sys.exit(exc.exit_code)

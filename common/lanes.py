@@ -11,14 +11,22 @@ op keys                                       partition token
 ``inbox:<agent>``, ``agent:<agent>``          the agent
 ``proj:<ws>/<p>``, ``mbox:<ws>/<p>``,         the project ``<ws>/<p>`` (a
 ``mbox:<ws>/<p>#handoff``                     project's handoff box with it)
-``mem:<id>``                                  the memory id (its links and
-                                              grants are keyed by it too)
-:data:`common.ops.IDENT_KEY`                  :data:`HOME_LANE` (users,
-                                              keys and grants; docs/lanes.md
-                                              says how the other lanes see
-                                              them)
+``mem:<id>`` (memories, their links and       :data:`HOME_LANE`: memory search
+grants)                                       and listing stay on one lane
+:data:`common.ops.IDENT_KEY`                  :data:`HOME_LANE`
 any other key                                 the whole key
 ===========================================  ===============================
+
+Some records are kept by *every* lane, each lane's group holding its own
+copy, so that every lane reads them without a hop: the ops of
+:data:`GLOBAL_KINDS` (sessions, which say a project exists; users, keys
+and grants, which every request's key check reads). A write of one goes
+to every lane (:func:`lanes_of_item`). Namespace subscriptions
+(``nsub.put``) are with the memories, on the home lane, whatever their key.
+
+A message's id names its lane too: ids are minted so that
+:func:`lane_of_id` of the id is the lane of its mailbox (:func:`id_fits`),
+so a request that names only a message id is placed without a lookup.
 
 The token is hashed with BLAKE2b (never Python's salted ``hash``), and the
 64-bit digest is placed with jump consistent hashing (Lamping and Veach,
@@ -35,10 +43,19 @@ not found by another.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Final
 
 from common.handoffs import SUFFIX as HANDOFF_SUFFIX
-from common.ops import ALL_KEYS, IDENT_KEY
+from common.ops import (
+    ALL_KEYS,
+    APIKEY_PUT,
+    IDENT_KEY,
+    NSUB_PUT,
+    PGRANT_PUT,
+    SESSION_START,
+    USER_PUT,
+)
 
 PARTITION_VERSION: Final = 1  # recorded beside the lane count; a new rule gets a new number
 HOME_LANE: Final = 0  # the lane that owns the identity records (IDENT_KEY)
@@ -46,6 +63,8 @@ LANES_MAX: Final = 1024  # lanes per cluster, a sanity bound on configuration
 
 _MASK64: Final = (1 << 64) - 1
 _JUMP_MUL: Final = 2862933555777941757  # the 64-bit LCG multiplier of jump hashing
+GLOBAL_KINDS: Final = frozenset({SESSION_START, USER_PUT, APIKEY_PUT, PGRANT_PUT})
+HOME_KINDS: Final = frozenset({NSUB_PUT})
 _AGENT_PREFIXES: Final = ("inbox:", "agent:")
 _PROJECT_PREFIXES: Final = ("proj:", "mbox:")
 
@@ -61,8 +80,6 @@ def partition_token(key: str) -> str:
             if scope.endswith(HANDOFF_SUFFIX):
                 scope = scope[:-len(HANDOFF_SUFFIX)]
             return "project\0" + scope
-    if key.startswith("mem:"):
-        return "mem\0" + key[4:]
     return "key\0" + key
 
 
@@ -92,6 +109,40 @@ def lane_of(key: str, lanes: int) -> int:
         raise ValueError(f"lanes must be 1..{LANES_MAX}, got {lanes}")
     if key == ALL_KEYS:
         raise ValueError("ALL_KEYS spans every lane: fan the read out instead")
-    if key == IDENT_KEY or lanes == 1:
+    if lanes == 1 or key == IDENT_KEY or key.startswith("mem:"):
         return HOME_LANE
     return jump_hash(_digest(partition_token(key)), lanes)
+
+
+def lanes_of_item(kind: str, key: str, lanes: int) -> range | tuple[int]:
+    """The lanes a write item of ``kind`` under ``key`` goes to."""
+    if kind in GLOBAL_KINDS:
+        return range(lanes)
+    if kind in HOME_KINDS:
+        return (HOME_LANE,)
+    return (lane_of(key, lanes),)
+
+
+def lane_of_id(record_id: str, lanes: int) -> int:
+    """The lane a message id names (see :func:`id_fits`)."""
+    if lanes == 1:
+        return HOME_LANE
+    return jump_hash(_digest("id\0" + record_id), lanes)
+
+
+def id_fits(record_id: str, key: str, lanes: int) -> bool:
+    """True if ``record_id`` names the lane of ``key``: an id may be used for
+    a record under ``key`` only then (mint another until it does: about
+    ``lanes`` draws)."""
+    return lanes == 1 or lane_of_id(record_id, lanes) == lane_of(key, lanes)
+
+
+def mint(key: str, lanes: int, make: Callable[[int], str]) -> str:
+    """An id for a record under ``key`` that names its lane: ``make(n)`` for
+    n = 0, 1, ... until one fits (:func:`id_fits`). ``make`` draws a random id,
+    or derives one from ``n`` (the n-th candidate of an Idempotency-Key), so
+    a retry with the same key gets the same id."""
+    n = 0
+    while not id_fits(found := make(n), key, lanes):
+        n += 1
+    return found

@@ -166,6 +166,14 @@ mailbox_load_retry_base_secs = 0.05  # first wait between those reads; doubles p
 gc_young_objects_max = 10_000
 gc_older_every = 10  # collections of one generation before the next older one (CPython's)
 
+# --- lanes (docs/lanes.md, daemon/lanes/) ---------------------------------------
+lanes_max = 256  # lane processes per node (the partition function allows 1024)
+lane_port_offset_default = 100  # lane i of a member listens on its port + offset x (i + 1)
+lane_hop_timeout_secs = 30.0  # a request handed to a sibling lane (its own deadlines are shorter)
+lane_restart_backoff_max_secs = 10.0  # the supervisor restarts a lane that exited, waiting up to this
+lane_ready_timeout_secs = 600.0  # the supervisor waits this long for every lane to serve
+lane_fanout_concurrency = 64  # sibling lanes one fan-out asks at once
+
 # --- federation ------------------------------------------------------------
 quorum_timeout_ms_default = 2000  # (setting) --quorum-timeout-ms
 catchup_interval_secs_default = 2.0  # (setting) --catchup-interval-secs

@@ -30,19 +30,23 @@ from collections.abc import Coroutine
 from typing import Any
 
 from common import limits
-from common.errors import QuorumNotMet, Unavailable
-from common.ops import Op
+from common.errors import QuorumNotMet, ServerError, Unavailable
+from common.lanes import lane_of
+from common.ops import ALL_KEYS, IDENT_KEY, Op
 from common.policy import Directory
 from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.http.admission import Admission
 from daemon.http.backpressure import Backpressure
 from daemon.http.stream_hub import StreamHub
 from daemon.identity.replicated_directory import ReplicatedDirectory
+from daemon.lanes.hop import Siblings
+from daemon.lanes.split import split_items
 from daemon.peer.auth import Verifier
 from daemon.peer.client import PeerClient
 from daemon.peer.link import PeerLink
 from daemon.replication.anti_entropy import Pusher
 from daemon.replication.effect_runner import EffectRunner
+from daemon.replication.forwarding import decode_result, encode_request
 from daemon.replication.mailbox_router import MailboxRouter
 from daemon.replication.read_quorum import ReadQuorum
 from daemon.runtime.clock import Clock
@@ -67,7 +71,7 @@ class Node:
                  reads: ReadQuorum, router: MailboxRouter, admission: Admission,
                  webhooks: Webhooks, verifier: Verifier, seen_throttle: SeenThrottle,
                  directory: Directory, identity: ReplicatedDirectory,
-                 streams: StreamHub) -> None:
+                 streams: StreamHub, siblings: Siblings | None = None) -> None:
         self.settings = settings
         self.node_id = settings.cluster.node_id
         self.clock = clock
@@ -90,6 +94,7 @@ class Node:
         self.directory = directory  # where keys resolve to principals (daemon/http/auth.py)
         self.identity = identity  # the replicated users, keys and grants (daemon/identity/)
         self.streams = streams  # push streams (SSE), fed by the applied-ops listeners
+        self.siblings = siblings  # the node's other lanes (daemon/lanes/), None without lanes
         self.started_at_ms = clock.now_ms()
 
     # -- lifecycle ------------------------------------------------------
@@ -120,6 +125,8 @@ class Node:
         self.router.fail_forwards(Unavailable("node shutting down"))
         await self.webhooks.stop()
         await self.peers.close()
+        if self.siblings is not None:
+            await self.siblings.close()
         await self.admission.close()
         await self.store.close()
 
@@ -147,7 +154,50 @@ class Node:
 
     # -- the ports services use -----------------------------------------
     async def write(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Op]:
-        """A quorum write: returns the stamped ops once W members hold them."""
+        """A quorum write: returns the stamped ops once W members hold them.
+
+        With lanes, each item goes to the lane that keeps it
+        (:func:`common.lanes.lanes_of_item`; a record every lane keeps, to
+        all), each lane's share a quorum write of its own group, all at
+        once. The answer is the ops in the items' order (of a record on
+        every lane, this lane's copy); a failure of any share fails the
+        write, and a retry with the same ids completes it."""
+        if self.siblings is None:
+            return await self.write_here(items)
+        shares = split_items(items, self.siblings.lanes)
+        if len(shares) == 1 and self.siblings.lane in shares:
+            return await self.write_here(items)
+        return await self._write_shares(items, shares)
+
+    async def _write_shares(self, items: list[tuple[str, str, dict[str, Any]]],
+                            shares: dict[int, list[int]]) -> list[Op]:
+        siblings = self.siblings
+        assert siblings is not None
+        own = siblings.lane
+
+        async def share(lane: int, idx: list[int]) -> list[Op]:
+            part = [items[i] for i in idx]
+            if lane == own:
+                return await self.write_here(part)
+            raw = await siblings.call(lane, "write", [list(i) for i in part])
+            return [Op.from_wire(r) for r in raw]
+
+        lanes = sorted(shares)
+        results = await asyncio.gather(*(share(lane, shares[lane]) for lane in lanes),
+                                       return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        out: dict[int, Op] = {}
+        for lane, ops in zip(lanes, results, strict=True):
+            assert not isinstance(ops, BaseException)
+            for i, op in zip(shares[lane], ops, strict=True):
+                if lane == own or i not in out:
+                    out[i] = op
+        return [out[i] for i in range(len(items))]
+
+    async def write_here(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Op]:
+        """A quorum write of this lane's group (the node's, without lanes)."""
         self.backpressure.check()
         token, fut = self.runner.waiter()
         await self.runner.run(self.core.write(token, items, self.now_ms()))
@@ -160,9 +210,29 @@ class Node:
         return result
 
     async def read_barrier(self, key: str, consistency: Consistency = CONSISTENCY_DEFAULT) -> None:
+        if self.siblings is not None:
+            self._check_lane(key)
         await self.reads.barrier(key, consistency)
 
+    def _check_lane(self, key: str) -> None:
+        """A read of a key another lane keeps would read nothing here: a routing bug."""
+        assert self.siblings is not None
+        if key in (ALL_KEYS, IDENT_KEY) or key.startswith("proj:"):
+            return  # every lane keeps them (ALL_KEYS: this lane's share)
+        lane = lane_of(key, self.siblings.lanes)
+        if lane != self.siblings.lane:
+            self.metrics.inc("lane_misrouted_total")
+            raise ServerError(f"lane {self.siblings.lane} was asked to read {key!r}, which lane "
+                              f"{lane} keeps (a lane routing bug; docs/lanes.md)")
+
     async def mailbox(self, req: Any) -> Any:
+        """Run a mailbox request at its owner (with lanes: at its lane's)."""
+        siblings = self.siblings
+        if siblings is not None:
+            lane = lane_of(req.mailbox, siblings.lanes)
+            if lane != siblings.lane:
+                raw = await siblings.call(lane, "mailbox", encode_request(req))
+                return decode_result(raw, type(req))
         return await self.router.route(req)
 
     async def run(self, effects: Any, *, reply_peer: str | None = None,

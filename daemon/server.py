@@ -23,6 +23,7 @@ from aiohttp import web
 
 from daemon.api.app import build_app
 from daemon.http.errors import BoundaryRunner
+from daemon.lanes.layout import lane_settings, socket_path
 from daemon.replication.joining import prepare
 from daemon.runtime import collector, tls
 from daemon.runtime.logs import configure as configure_logs
@@ -37,6 +38,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
                 notifier: Notifier | None = None) -> None:
     notifier = notifier or Notifier(None)
     check_exposure(settings)
+    settings = lane_settings(settings, settings.server.lane)  # unchanged without lanes
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -67,17 +69,19 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
     # done before the socket listens, so its full collection delays no request.
     collector.freeze_startup()
     stop_watching = collector.watch(node.metrics)
-    site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_address=True,
-                       ssl_context=tls.server_context(settings))
     try:
-        await site.start()
+        for site in _sites(runner, settings):
+            await site.start()
     except OSError:
         stop_watching()
         await runner.cleanup()
         await node.stop()
         raise
-    log.info("ai-memory %s serving on %s://%s:%s as %s (members: %s, W=%s)",
-             settings.version, "https" if settings.tls.enabled else "http", settings.server.host, settings.server.port, node.node_id,
+    log.info("ai-memory %s serving on %s://%s:%s as %s%s (members: %s, W=%s)",
+             settings.version, "https" if settings.tls.enabled else "http", settings.server.host,
+             settings.server.port, node.node_id,
+             f" lane {settings.server.lane} of {settings.server.lanes} (port "
+             f"{settings.server.peer_port})" if settings.server.laned else "",
              ",".join(settings.cluster.member_ids), settings.cluster.w)
     if ready is not None:
         ready.set()
@@ -90,6 +94,22 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
         await notifier.stopping()
         await runner.cleanup()
         await node.stop()
+
+
+def _sites(runner: web.AppRunner, settings: Settings) -> list[web.BaseSite]:
+    """Where the node listens: its port; with lanes, every lane shares it
+    (SO_REUSEPORT) and also listens on its own port (for its peers) and on
+    its local socket (for its sibling lanes, daemon/lanes/hop.py)."""
+    s = settings.server
+    ssl = tls.server_context(settings)
+    if not s.laned:
+        return [web.TCPSite(runner, s.host, s.port, reuse_address=True, ssl_context=ssl)]
+    sites: list[web.BaseSite] = [
+        web.TCPSite(runner, s.host, s.port, reuse_address=True, reuse_port=True, ssl_context=ssl),
+        web.TCPSite(runner, s.host, s.peer_port, reuse_address=True, ssl_context=ssl)]
+    if s.lane_dir:
+        sites.append(web.UnixSite(runner, socket_path(s.lane_dir, s.lane)))
+    return sites
 
 
 def run(settings: Settings, notifier: Notifier | None = None) -> None:

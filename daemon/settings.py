@@ -40,6 +40,35 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 9077
     shutdown_grace_secs: float = 5.0
+    # Lane processes of this node (docs/lanes.md); 1: the node is one process.
+    lanes: int = 1
+    # Lane i listens on port + lane_port_offset * (i + 1) for its peers (and
+    # for clients that go straight to it); only with more than one lane.
+    lane_port_offset: int = limits.lane_port_offset_default
+    # Which lane this process is, and the private directory of the lanes'
+    # local sockets: set by the supervisor (daemon/lanes/supervisor.py) for
+    # its lane processes, never by users.
+    lane: int = 0
+    lane_dir: str = ""
+
+    @property
+    def laned(self) -> bool:
+        """True in a lane process of a node with more than one lane."""
+        return self.lanes > 1
+
+    def lane_port(self, lane: int) -> int:
+        """The port lane ``lane`` of a member serving on ``port`` listens on for its peers."""
+        return lane_port(self.port, lane, self.lane_port_offset)
+
+    @property
+    def peer_port(self) -> int:
+        """Where this process's peers reach it: the lane's own port, or the node's."""
+        return self.lane_port(self.lane) if self.laned else self.port
+
+
+def lane_port(port: int, lane: int, offset: int) -> int:
+    """Lane ``lane`` of a member whose client port is ``port``: its own port."""
+    return port + offset * (lane + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +366,7 @@ def load_settings(
 
     host = str(pick("host", "HOST", c_server, "host", "127.0.0.1"))
     port = int(pick("port", "PORT", c_server, "port", 9077))
+    server = _server_settings(pick, c_server, env, host, port)
     db_path = str(
         flags.get("db") or env.get("AI_MEMORY_DB") or conf.get("store", {}).get("db") or "ai-memory.db"
     )
@@ -349,7 +379,7 @@ def load_settings(
                    bootstrap_root_key=_bootstrap_root_key(c_auth, env))
     webhooks = _webhook_settings(conf, env)
     return Settings(
-        server=ServerSettings(host=host, port=port),
+        server=server,
         tls=_tls_settings(pick, conf, conf_dir),
         store=StoreSettings(db_path=db_path),
         cluster=cluster,
@@ -366,6 +396,28 @@ def load_settings(
         log_format=_log_format(str(pick("log_format", "LOG_FORMAT", conf, "log_format", "text"))),
         clock_offset_ms=int(_env(env, "DEBUG_CLOCK_OFFSET_MS") or 0),
     )
+
+
+def _server_settings(pick: Pick, c_server: Mapping[str, Any], env: Mapping[str, str],
+                     host: str, port: int) -> ServerSettings:
+    raw = pick("lanes", "LANES", c_server, "lanes", None)
+    try:
+        lanes = 1 if raw is None else int(raw)
+        offset = int(c_server.get("lane_port_offset", limits.lane_port_offset_default))
+        lane = int(env.get("AI_MEMORY_LANE_INDEX") or 0)  # set by the supervisor only
+    except (TypeError, ValueError):
+        raise BadRequest("lanes and [server] lane_port_offset must be whole numbers") from None
+    if not 1 <= lanes <= limits.lanes_max:
+        raise BadRequest(f"--lanes must be between 1 and {limits.lanes_max}, not {lanes}")
+    if lanes > 1 and not 1 <= offset * lanes + port <= 65535:
+        raise BadRequest(f"lane ports ({port} + {offset} x lane) do not fit below 65536: "
+                         "pick another [server] lane_port_offset or fewer lanes")
+    if lanes > 1 and offset < 1:
+        raise BadRequest("[server] lane_port_offset must be positive")
+    if not 0 <= lane < lanes:
+        raise BadRequest(f"lane {lane} is not one of this node's {lanes} lanes")
+    return ServerSettings(host=host, port=port, lanes=lanes, lane_port_offset=offset, lane=lane,
+                          lane_dir=env.get("AI_MEMORY_LANE_DIR") or "")
 
 
 def _truthy(value: Any) -> bool:

@@ -33,6 +33,8 @@ from daemon.http.stream_hub import StreamHub
 from daemon.identity.bootstrap import ensure_root_key
 from daemon.identity.memory_directory import ChainDirectory, static_directory
 from daemon.identity.replicated_directory import ReplicatedDirectory
+from daemon.lanes.hop import Siblings
+from daemon.lanes.layout import check_layout, layout_value
 from daemon.node import Node
 from daemon.peer.auth import Verifier
 from daemon.peer.client import PeerClient
@@ -112,6 +114,21 @@ async def _check_cluster_id(settings: Settings, store: Store) -> str:
     return stored
 
 
+async def _check_lane(settings: Settings, store: Store) -> None:
+    """The database is this lane's, of this lane count (daemon/lanes/layout.py);
+    a new database of a lane records which it is."""
+    s = settings.server
+    stored = await store.lane_layout()
+    check_layout(stored, s.lane, s.lanes, settings.store.db_path, fresh=store.created)
+    if not stored and s.laned:
+        await store.set_lane_layout(layout_value(s.lane, s.lanes))
+
+
+def _siblings(settings: Settings) -> Siblings | None:
+    s = settings.server
+    return Siblings(s.lane_dir, s.lane, s.lanes) if s.laned and s.lane_dir else None
+
+
 def _admission(settings: Settings, metrics: Metrics, clock: Clock) -> Admission:
     hooks = settings.webhooks
     policy = AddressPolicy(allow_loopback=hooks.allow_loopback_webhooks,
@@ -130,6 +147,7 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
         await seed_from_peers(settings)
     store = await Store.open(settings.store.db_path, c.node_id)
     try:
+        await _check_lane(settings, store)
         cluster_id = await _check_cluster_id(settings, store)
         if cluster_id != c.cluster_id:  # what the node reports is what its database holds
             settings = replace(settings, cluster=replace(c, cluster_id=cluster_id))
@@ -196,4 +214,4 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
                 verifier=Verifier(c.secret, settings.cluster.node_id), seen_throttle=SeenThrottle(),
                 directory=directory if directory is not None
                 else ChainDirectory(static_directory(settings.auth), identity),
-                identity=identity, streams=streams)
+                identity=identity, streams=streams, siblings=_siblings(settings))

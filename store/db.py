@@ -384,6 +384,20 @@ class Store(DomainReads):
                          (cluster_id,))
         await self._writer.call(run)
 
+    async def lane_layout(self) -> str:
+        """Which lane of how many this database is, as ``lane/lanes/partition``
+        ("" until a node first opened it: a database of a node without lanes
+        reads as lane 0 of 1; see :mod:`daemon.lanes.layout`)."""
+        row = await self._reads.fetchone(
+            "SELECT value FROM store_meta WHERE name = 'lane_layout'")
+        return "" if row is None else str(row[0])
+
+    async def set_lane_layout(self, layout: str) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO store_meta (name, value) VALUES ('lane_layout', ?)",
+                         (layout,))
+        await self._writer.call(run)
+
     async def incarnation(self) -> str:
         """This database's incarnation id: created with the database, replaced
         by a restore (see :mod:`store.backup`)."""

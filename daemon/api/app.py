@@ -23,6 +23,8 @@ from daemon.api import MIDDLEWARES, ROUTE_MODULES
 from daemon.http.appkeys import NODE
 from daemon.http.auth import authenticate
 from daemon.http.errors import error_middleware, request_guard, set_server_header
+from daemon.lanes import router as lanes
+from daemon.lanes.router import lane_router
 from daemon.node import Node
 from daemon.runtime.logs import request_id_middleware
 
@@ -33,10 +35,11 @@ def build_app(node: Node) -> web.Application:
     app = web.Application(
         client_max_size=max(limits.request_body_max_bytes, limits.peer_body_max_bytes),
         middlewares=[request_id_middleware, error_middleware, request_guard, authenticate,
-                     *MIDDLEWARES],
+                     lane_router, *MIDDLEWARES],
     )
     app[NODE] = node
     app.on_response_prepare.append(set_server_header)
     for module in ROUTE_MODULES:
         module.add_routes(app)
+    lanes.add_routes(app)
     return app

@@ -83,7 +83,8 @@ def presented_key(request: web.Request) -> str | None:
 def _is_open(request: web.Request) -> bool:
     path = request.path
     return ((path in OPEN_ROUTES and request.method in ("GET", "HEAD"))
-            or path.startswith("/peer/") or path == WEB_ROOT or path.startswith(WEB_ROOT + "/"))
+            or path.startswith("/peer/") or path == WEB_ROOT or path.startswith(WEB_ROOT + "/")
+            or path.startswith("/lane/"))  # a sibling lane's, on the local socket only
 
 
 async def resolve(request: web.Request) -> Principal:

@@ -131,6 +131,9 @@ async def refuse_unread(request: web.Request, exc: AiMemoryError,
     return resp
 
 
+BODY_READ = "ai_memory.body_read"  # request key: the body, when a middleware read it first
+
+
 async def read_body(request: web.Request, limit: str = "request_body_max_bytes") -> Any:
     """Decoded JSON body; 400 for malformed JSON or a non-UTF-8 body, 413 for
     a body over ``limits.<limit>`` (by default the general cap, which
@@ -140,6 +143,11 @@ async def read_body(request: web.Request, limit: str = "request_body_max_bytes")
     too_large = f"request body over {max_bytes} bytes (limits.{limit})"
     if request.content_length is not None and request.content_length > max_bytes:
         raise PayloadTooLarge(too_large)
+    read = request.get(BODY_READ)
+    if read is not None:  # read already, to find the lane that serves it (daemon/lanes/)
+        if len(read) > max_bytes:
+            raise PayloadTooLarge(too_large)
+        return decode_json(read)
     # Read incrementally so a chunked body (no Content-Length) is held to the
     # same limit instead of being buffered whole.
     buf = bytearray()

@@ -177,7 +177,7 @@ async def prepare(settings: Settings, notifier: Notifier | None = None) -> Setti
     waiting = _Waiting(settings)
     runner = web.AppRunner(_waiting_app(waiting), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_address=True,
+    site = web.TCPSite(runner, settings.server.host, settings.server.peer_port, reuse_address=True,
                        ssl_context=tls.server_context(settings))
     await site.start()
     log.info("no database at %s: asking the other members (%s) whether this cluster is new "

@@ -16,6 +16,7 @@ import uuid
 
 from common import limits
 from common.errors import BadRequest
+from common.lanes import mint
 from common.randomid import uuid7
 
 RECORD_NAMESPACE = uuid.UUID("6f1c2b7e-9a4d-5c3e-8b21-4d0e7a9f3c55")
@@ -27,10 +28,18 @@ _RECORD_ID = re.compile(RECORD_ID_RE)
 _KEY = re.compile(r"^[A-Za-z0-9_\-:@./]+$")
 
 
-def record_id(kind: str, sender: str | None, idempotency_key: str | None) -> str:
-    if idempotency_key is None:
-        return uuid7()
-    return str(uuid.uuid5(RECORD_NAMESPACE, f"{kind}:{sender or ''}:{idempotency_key}"))
+def record_id(kind: str, sender: str | None, idempotency_key: str | None, *,
+              key: str | None = None, lanes: int = 1) -> str:
+    """A new record id; with an Idempotency-Key, the same one for every retry.
+    ``key``: the op key the record goes under, whose lane of ``lanes`` the id
+    names (:func:`common.lanes.mint`)."""
+    name = f"{kind}:{sender or ''}:{idempotency_key}"
+
+    def make(n: int) -> str:
+        if idempotency_key is None:
+            return uuid7()
+        return str(uuid.uuid5(RECORD_NAMESPACE, name if n == 0 else f"{name}#{n}"))
+    return make(0) if key is None or lanes == 1 else mint(key, lanes, make)
 
 
 def check_record_id(value: str, what: str = "id") -> str:

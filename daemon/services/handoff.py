@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from common import limits
 from common.errors import BadRequest, Conflict, NotFound
 from common.handoffs import box_key, box_project
+from common.lanes import mint
 from common.lifecycle import PENDING
 from common.policy import Principal, check
 from common.randomid import token_hex, uuid7
@@ -77,8 +78,10 @@ async def write(node: HandoffPorts, principal: Principal, *, workspace: str | No
     if not body_s.strip():
         raise BadRequest("body must not be empty")
     agent = (scope.session or {}).get("harness") or from_agent or FROM_AGENT_UNNAMED
-    hid = (str(uuid.uuid5(HANDOFF_NS, f"{scope.name}:{idempotency_key}")) if idempotency_key
-           else uuid7())
+    name = f"{scope.name}:{idempotency_key}"
+    hid = mint(box_key(scope.workspace, scope.project), node.settings.server.lanes,
+               lambda n: uuid7() if not idempotency_key
+               else str(uuid.uuid5(HANDOFF_NS, name if n == 0 else f"{name}#{n}")))
     box = box_project(scope.project)
     op = await node.mailbox(MailSend(
         mailbox=box_key(scope.workspace, scope.project), cap=limits.handoff_pending_max,

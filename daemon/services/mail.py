@@ -29,6 +29,7 @@ from typing import Any
 
 from common import limits, policy
 from common.errors import BadRequest, Conflict, Forbidden, NotFound
+from common.lanes import mint
 from common.lifecycle import AWAITING, CLAIMED, EDITING, PENDING, REJECTED
 from common.ops import ALL_KEYS, SESSION_START, mailbox_key, project_key
 from common.policy import KEYS, Principal, check
@@ -290,10 +291,10 @@ async def send(node: MailPorts, principal: Principal, req: SendRequest, *, sessi
     # A recorded session of the sending project names the harness; a static
     # client may name it itself; otherwise "other" (FROM_AGENT_UNNAMED).
     from_agent = (sender.session or {}).get("harness") or req.from_agent or FROM_AGENT_UNNAMED
-    if idempotency_key:
-        msg_id = str(uuid.uuid5(MAIL_NS, f"msg:{sender.name}:{idempotency_key}"))
-    else:
-        msg_id = uuid7()
+    name = f"msg:{sender.name}:{idempotency_key}"
+    msg_id = mint(mailbox_key(req.to_workspace, req.to_project), node.settings.server.lanes,
+                  lambda n: uuid7() if not idempotency_key
+                  else str(uuid.uuid5(MAIL_NS, name if n == 0 else f"{name}#{n}")))
     op_body = message_body(
         id=msg_id,
         to_workspace=req.to_workspace, to_project=req.to_project, to_agent=req.to_agent,

@@ -129,7 +129,8 @@ async def _note_body(node: RecordPorts, req: NotifyRequest, target: str, *, send
     """``thread``: (the notification answered, its thread id), or None."""
     now = node.now_ms()
     ttl = node.settings.notify.tier_ttl_secs.get(req.tier)
-    note_id = record_id("note", sender, idempotency_key)
+    note_id = record_id("note", sender, idempotency_key, key=inbox_key(target),
+                        lanes=node.settings.server.lanes)
     body: dict[str, Any] = {
         "id": note_id,
         "from": sender,

@@ -432,6 +432,9 @@ async def test_no_route_but_health_answers_without_a_key(tmp_path: Path,
                     assert r.status in (401, 403), (method, path, headers, r.status)
                     body = await r.json()
                     assert isinstance(body["error"], str) and isinstance(body["code"], str)
+                elif path.startswith("/lane/"):
+                    # A sibling lane's calls: served on the lanes' local socket only.
+                    assert r.status == 404, (method, path, r.status)
                 elif path.startswith("/web"):
                     # Pages and static assets carry no data; they redirect or serve the shell.
                     assert r.status in (200, 302, 303, 401, 403, 404), (method, path, r.status)
