@@ -221,7 +221,8 @@ def status(state: CliState, as_json: bool) -> None:
     if as_json:
         print_json(cluster_status.as_json(state.url, first, views))
     else:
-        click.echo(table(cluster_status.rows(first, views), cluster_status.COLUMNS))
+        shown = cluster_status.rows(first, views)
+        click.echo(table(shown, cluster_status.columns(shown)))
         reachable = sum(v.reachable for v in views)
         click.echo(
             f"{reachable}/{len(views)} members answered; write quorum {first.get('write_quorum', '?')}; "
@@ -267,12 +268,15 @@ def status(state: CliState, as_json: bool) -> None:
     help="Database root; node i uses DATA/node{i}/ai-memory.db (systemd StateDirectory).",
 )
 @click.option("--force", is_flag=True, help="Overwrite existing config files.")
+@click.option("--lanes", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Lane processes per node, each owning a share of the keys (docs/lanes.md); "
+                   "about one per core a node may use. Fixed for the cluster.")
 @click.option("--tls/--no-tls", "tls", default=None,
               help="Mint a cluster CA and node certificates; serve https, peers over mutual "
                    "TLS. Default: on when a host is not loopback.")
 def init(
     nodes: int, base_port: int, out_dir: Path, hosts: tuple[str, ...], data_dir: Path, force: bool,
-    tls: bool | None,
+    lanes: int, tls: bool | None,
 ) -> None:
     """Write one TOML config per node, sharing a freshly generated cluster secret."""
     from cli.node_config import is_loopback_host
@@ -281,7 +285,7 @@ def init(
     if tls is None:
         tls = not all(is_loopback_host(h) for h in hosts)
     specs = plan_cluster(nodes, base_port, hosts, DbPath(data_dir, "ai-memory.db"), tls=tls)
-    written = write_configs(specs, out_dir, force=force)
+    written = write_configs(specs, out_dir, force=force, lanes=lanes)
     if tls:
         from cli import pki
 

@@ -138,14 +138,42 @@ def _vv(status: Mapping[str, Any] | None) -> dict[str, int]:
     return {str(k): int(v) for k, v in raw.items()}
 
 
+def _lanes(status: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    """A node's status per lane (docs/lanes.md): its ``lanes``, or itself without lanes."""
+    found = (status or {}).get("lanes")
+    if isinstance(found, list) and found:
+        return [lane for lane in found if isinstance(lane, Mapping)]
+    return [status] if status is not None else []
+
+
+def _references(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[str, int]]:
+    """Per lane, the newest position any member is known to hold of each origin."""
+    peers: Mapping[str, Any] = first.get("peers") or {}
+    references: list[dict[str, int]] = []
+
+    def take(lane: int, vv: dict[str, int]) -> None:
+        while len(references) <= lane:
+            references.append({})
+        for origin, seq in vv.items():
+            references[lane][origin] = max(references[lane].get(origin, 0), seq)
+    for view in views:
+        for i, lane in enumerate(_lanes(view.status)):
+            take(i, _vv(lane))
+    for i, lane in enumerate(_lanes(first)):
+        for p in (lane.get("peers") or {}).values():
+            if isinstance(p, Mapping):
+                take(i, _vv(p))
+    if not references:
+        references.append({})
+    for p in peers.values():
+        if isinstance(p, Mapping) and not first.get("lanes"):
+            take(0, _vv(p))
+    return references
+
+
 def rows(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[str, Any]]:
     peers: Mapping[str, Any] = first.get("peers") or {}
-    reference: dict[str, int] = {}
-    known = [_vv(v.status) for v in views if v.reachable]
-    known += [_vv(p) for p in peers.values() if isinstance(p, Mapping)]
-    for vv in known:
-        for origin, seq in vv.items():
-            reference[origin] = max(reference.get(origin, 0), seq)
+    references = _references(first, views)
     own_id = views[0].node_id if views else None
     table: list[dict[str, Any]] = []
     for view in views:
@@ -158,13 +186,20 @@ def rows(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[str, An
         else:
             row["contact"] = "never"
         if view.status is not None:
-            vv = _vv(view.status)
+            lanes = _lanes(view.status)
             row["reachable"] = "yes"
             row["version"] = view.status.get("version")
-            row["position"] = sum(vv.values())
-            row["lag"] = sum(max(0, seq - vv.get(origin, 0)) for origin, seq in reference.items())
-            row["mailboxes"] = _mailboxes(view.status.get("owned_mailboxes") or {})
-            row["quorum"] = "healthy" if quorum_healthy(view.status) else "NOT healthy"
+            row["lanes"] = len(lanes)
+            row["position"] = sum(sum(_vv(lane).values()) for lane in lanes)
+            row["lag"] = sum(max(0, seq - _vv(lane).get(origin, 0))
+                             for i, lane in enumerate(lanes) if i < len(references)
+                             for origin, seq in references[i].items())
+            owned: dict[str, Any] = {}
+            for lane in lanes:
+                owned.update(lane.get("owned_mailboxes") or {})
+            row["mailboxes"] = _mailboxes(owned)
+            row["quorum"] = ("healthy" if all(quorum_healthy(lane) for lane in lanes)
+                             else "NOT healthy")
         else:
             row["reachable"] = f"no ({view.reason or 'error'})"
             row["position"] = sum(_vv(peer).values()) if peer.get("vv") else None
@@ -187,12 +222,20 @@ COLUMNS = [
     ("url", "URL"),
     ("reachable", "REACHABLE"),
     ("version", "VERSION"),
+    ("lanes", "LANES"),
     ("position", "OPLOG POS"),
     ("lag", "LAG OPS"),
     ("contact", "LAST CONTACT"),
     ("mailboxes", "OWNED MAILBOXES@EPOCH"),
     ("quorum", "QUORUM"),
 ]
+
+
+def columns(table: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The columns to show: LANES only when a node runs more than one lane."""
+    if any((row.get("lanes") or 1) > 1 for row in table):
+        return COLUMNS
+    return [c for c in COLUMNS if c[0] != "lanes"]
 
 
 def as_json(url: str, first: Mapping[str, Any], views: list[MemberView]) -> dict[str, Any]:

@@ -45,7 +45,7 @@ def new_cluster_id() -> str:
 
 
 def render_config(spec: NodeSpec, cluster: list[NodeSpec], secret: str, now: datetime,
-                  cluster_id: str = "") -> str:
+                  cluster_id: str = "", lanes: int = 1) -> str:
     peers = ", ".join(_toml_str(p) for p in peer_entries(spec, cluster))
     return "\n".join(
         [
@@ -58,6 +58,9 @@ def render_config(spec: NodeSpec, cluster: list[NodeSpec], secret: str, now: dat
             "[server]",
             f"host = {_toml_str(spec.host)}",
             f"port = {spec.port}",
+            "# Lane processes of this node (docs/lanes.md): the same on every member; lane i",
+            "# also listens on port + 100 x (i + 1) for its peers.",
+            f"lanes = {lanes}",
             "",
             "[store]",
             f"db = {_toml_str(str(spec.db))}",
@@ -93,7 +96,8 @@ def _tls_section(spec: NodeSpec) -> list[str]:
     ]
 
 
-def write_configs(cluster: list[NodeSpec], out_dir: Path, *, force: bool = False) -> list[Path]:
+def write_configs(cluster: list[NodeSpec], out_dir: Path, *, force: bool = False,
+                  lanes: int = 1) -> list[Path]:
     """Write ``{out_dir}/{node_id}.toml`` for every node with one fresh shared secret."""
     targets = [out_dir / f"{spec.node_id}.toml" for spec in cluster]
     existing = [str(t) for t in targets if t.exists()]
@@ -104,7 +108,7 @@ def write_configs(cluster: list[NodeSpec], out_dir: Path, *, force: bool = False
     cluster_id = new_cluster_id()
     now = datetime.now(UTC)
     for spec, target in zip(cluster, targets, strict=True):
-        text = render_config(spec, cluster, secret, now, cluster_id)
+        text = render_config(spec, cluster, secret, now, cluster_id, lanes)
         tmp = target.with_name(target.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

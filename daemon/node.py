@@ -225,6 +225,27 @@ class Node:
             raise ServerError(f"lane {self.siblings.lane} was asked to read {key!r}, which lane "
                               f"{lane} keeps (a lane routing bug; docs/lanes.md)")
 
+    # -- the node's other lanes (daemon/ports.py LaneCalls) ----------------------------
+    def lane_elsewhere(self, key: str) -> int | None:
+        if self.siblings is None:
+            return None
+        lane = lane_of(key, self.siblings.lanes)
+        return None if lane == self.siblings.lane else lane
+
+    async def lane_call(self, lane: int, name: str, payload: Any) -> Any:
+        assert self.siblings is not None
+        return await self.siblings.call(lane, name, payload)
+
+    async def every_other_lane(self, name: str, payload: Any) -> list[Any]:
+        if self.siblings is None:
+            return []
+        answers = await self.siblings.call_all(name, payload)
+        for lane in sorted(answers):
+            found = answers[lane]
+            if isinstance(found, BaseException):
+                raise found
+        return [answers[lane] for lane in sorted(answers)]
+
     async def mailbox(self, req: Any) -> Any:
         """Run a mailbox request at its owner (with lanes: at its lane's)."""
         siblings = self.siblings

@@ -171,6 +171,20 @@ class MailboxRouter(Protocol):
         ...
 
 
+class LaneCalls(Protocol):
+    """A node's other lanes (daemon/lanes/), for the few reads that span them."""
+
+    def lane_elsewhere(self, key: str) -> int | None:
+        """The lane that keeps ``key`` if not this one (None: here, or no lanes)."""
+        ...
+
+    async def lane_call(self, lane: int, name: str, payload: Any) -> Any: ...
+
+    async def every_other_lane(self, name: str, payload: Any) -> list[Any]:
+        """``lane_call`` on every other lane, their answers ([] without lanes)."""
+        ...
+
+
 class AdmissionCheck(Protocol):
     """:class:`daemon.http.admission.Admission`: None (allowed) or a hold for
     approval (``reason``), or it raises."""
@@ -179,7 +193,7 @@ class AdmissionCheck(Protocol):
 
 
 # -- one protocol per domain -------------------------------------------------------
-class RecordPorts(Clock, QuorumWriter, ReadBarrier, Protocol):
+class RecordPorts(Clock, QuorumWriter, ReadBarrier, LaneCalls, Protocol):
     """Memories, links, agents, notify, search, sync, namespace subscriptions."""
 
     @property
@@ -200,7 +214,7 @@ class AdminReads(RecordReads, LogReads, Protocol):
     pass
 
 
-class MailPorts(Clock, QuorumWriter, ReadBarrier, MailboxRouter, Protocol):
+class MailPorts(Clock, QuorumWriter, ReadBarrier, MailboxRouter, LaneCalls, Protocol):
     @property
     def store(self) -> MailReads: ...
     @property

@@ -21,6 +21,7 @@ costs one local round trip and one parse of the request on each side.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -30,7 +31,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from common import limits
-from common.errors import AiMemoryError, Unavailable
+from common.errors import AiMemoryError, Unavailable, from_body
 from daemon.lanes.layout import socket_path
 from daemon.replication.forwarding import decode_error
 
@@ -105,6 +106,27 @@ class Siblings:
             return response
         finally:
             upstream.release()
+
+    async def request_json(self, lane: int, method: str, path: str, *,
+                           query: Mapping[str, Any], headers: Mapping[str, str],
+                           body: Any = None) -> Any:
+        """An API request served by lane ``lane`` (an ``/mcp`` tool's); its
+        JSON answer, or its refusal raised as the error it was."""
+        sent = {k: v for k, v in headers.items() if k.lower() not in _SKIP_REQUEST}
+        sent[HOP_HEADER] = str(self.lane)
+        try:
+            async with self._session(lane).request(
+                    method, "http://lane" + path, params={k: str(v) for k, v in query.items()},
+                    headers=sent, json=body if method in ("POST", "PUT", "PATCH") else None,
+                    allow_redirects=False) as resp:
+                status, data = resp.status, await resp.read()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise Unavailable(f"lane {lane} of this node is not answering ({exc}); retry",
+                              retry_after=1) from None
+        answer = json.loads(data) if data else None
+        if status >= 400:
+            raise from_body(status, answer if isinstance(answer, dict) else {}, 1.0)
+        return answer
 
     async def call(self, lane: int, name: str, payload: Any) -> Any:
         """Run ``/lane/v1/<name>`` on lane ``lane`` with ``payload``; its answer, or its error raised."""

@@ -28,17 +28,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgpack
 from aiohttp import web
 
 from common.errors import AiMemoryError, NotFound
+from common.ops import ALL_KEYS
 from daemon.http.appkeys import NODE
+from daemon.http.auth import PRINCIPAL
 from daemon.http.errors import BODY_READ, Handler
 from daemon.lanes import rules, table  # noqa: F401  (table fills the rules)
 from daemon.lanes.hop import RPC_PREFIX, arrived_by_hop
 from daemon.replication.forwarding import decode_request, encode_error, encode_result
+from daemon.services import agents, notices
 
 log = logging.getLogger("ai_memory.lanes")
 
@@ -54,38 +58,27 @@ async def lane_router(request: web.Request, handler: Handler) -> web.StreamRespo
         return await handler(request)
     body = await request.read() if request.can_read_body else b""
     request[BODY_READ] = body
-    view = rules.View(request, body, node)
-    if rule.where == rules.KEY:
-        assert rule.lane is not None
-        lane = await rule.lane(view)
-        if lane is None or lane == siblings.lane:
-            return await handler(request)
+    lane = await rules.place(rule, rules.View.of(request, body), siblings.lane)
+    if lane == siblings.lane:
+        return await handler(request)
+    if lane is not None:
         node.metrics.inc("lane_handoffs_total")
         return await siblings.forward(request, lane, body)
-    if rule.where == rules.HOME:
-        if siblings.lane == 0:
-            return await handler(request)
-        node.metrics.inc("lane_handoffs_total")
-        return await siblings.forward(request, 0, body)
     return await _everywhere(request, handler, rule, body)
 
 
 async def _everywhere(request: web.Request, handler: Handler, rule: rules.Rule,
                       body: bytes) -> web.StreamResponse:
     """An ``EVERY`` or ``FANOUT`` request: served by every lane at once."""
-    siblings = request.app[NODE].siblings
+    node = request.app[NODE]
+    siblings = node.siblings
     assert siblings is not None
-    request.app[NODE].metrics.inc("lane_fanouts_total")
+    node.metrics.inc("lane_fanouts_total")
     others = siblings.others
     answers = await asyncio.gather(_here(request, handler),
-                                   *(siblings.forward(request, i, body) for i in others),
-                                   return_exceptions=True)
+                                   *(siblings.forward(request, i, body) for i in others))
     by_lane: dict[int, web.Response] = {}
     for lane, answer in zip([siblings.lane, *others], answers, strict=True):
-        if isinstance(answer, BaseException):
-            if isinstance(answer, AiMemoryError):
-                raise answer
-            raise answer
         assert isinstance(answer, web.Response)
         by_lane[lane] = answer
     failed = [a for _, a in sorted(by_lane.items()) if a.status >= 400]
@@ -94,10 +87,12 @@ async def _everywhere(request: web.Request, handler: Handler, rule: rules.Rule,
     if rule.where == rules.EVERY:
         return by_lane[siblings.lane]
     assert rule.merge is not None
-    first = by_lane[siblings.lane]
-    bodies = [_json(by_lane[i]) for i in sorted(by_lane)]
-    merged = rule.merge(rules.View(request, body, request.app[NODE]), bodies)
-    return web.json_response(merged, status=first.status)
+    view = rules.View.of(request, body)
+    if rule.text:
+        return web.Response(text=rule.merge(view, [_text(by_lane[i]) for i in sorted(by_lane)]),
+                            content_type=by_lane[siblings.lane].content_type)
+    merged = rule.merge(view, [_json(by_lane[i]) for i in sorted(by_lane)])
+    return web.json_response(merged, status=by_lane[siblings.lane].status)
 
 
 async def _here(request: web.Request, handler: Handler) -> web.Response:
@@ -110,11 +105,60 @@ async def _here(request: web.Request, handler: Handler) -> web.Response:
     return answer
 
 
+def _text(response: web.Response) -> str:
+    raw = response.body
+    return raw.decode() if isinstance(raw, bytes | bytearray) else str(response.text or "")
+
+
 def _json(response: web.Response) -> Any:
     raw = response.body
     if isinstance(raw, bytes | bytearray):
         return json.loads(raw) if raw else None
     raise TypeError("a lane answered a body that is not bytes")
+
+
+# -- an /mcp tool's call ------------------------------------------------------------------
+_CALLER_HEADERS = ("X-API-Key", "Authorization", "X-Agent-Id", "X-Request-Id",
+                   "x-memory-actor-session-id")
+
+
+async def run_call(request: web.Request, method: str, pattern: str, path: str,
+                   match: Mapping[str, str], query: Mapping[str, Any],
+                   headers: Mapping[str, str], body: dict[str, Any],
+                   here: Callable[[], Awaitable[Any]]) -> Any:
+    """An ``/mcp`` tool's API request (``method path``, of the route
+    ``pattern``) served where its rule places it: ``here()`` on this lane,
+    or the same request, in the ``/mcp`` caller's name, on its lane."""
+    node = request.app[NODE]
+    siblings = node.siblings
+    if siblings is None:
+        return await here()
+    rule = rules.rule_of(method, pattern)
+    caller = {h: request.headers[h] for h in _CALLER_HEADERS if h in request.headers}
+    view = rules.View(node, query=query, match=match, headers={**caller, **headers},
+                      principal=request.get(PRINCIPAL), json=body)
+    lane = await rules.place(rule, view, siblings.lane)
+    if lane == siblings.lane:
+        return await here()
+
+    async def there(i: int) -> Any:
+        return await siblings.request_json(i, method, path, query=query,
+                                           headers={**caller, **headers}, body=body)
+    if lane is not None:
+        node.metrics.inc("lane_handoffs_total")
+        return await there(lane)
+    node.metrics.inc("lane_fanouts_total")
+    lanes = [siblings.lane, *siblings.others]
+    answers = await asyncio.gather(here(), *(there(i) for i in siblings.others),
+                                   return_exceptions=True)
+    by_lane = dict(zip(lanes, answers, strict=True))
+    for i in sorted(by_lane):
+        if isinstance(by_lane[i], BaseException):
+            raise by_lane[i]
+    if rule.where == rules.EVERY:
+        return by_lane[siblings.lane]
+    assert rule.merge is not None
+    return rule.merge(view, [by_lane[i] for i in sorted(by_lane)])
 
 
 # -- the lanes' own calls -------------------------------------------------------------
@@ -133,6 +177,15 @@ async def rpc(request: web.Request) -> web.Response:
             answer = encode_result(await node.router.route(decode_request(payload)))
         elif name == "status":
             answer = node.status()
+        elif name == "agents":  # a broadcast's recipients (daemon/services/notify.py)
+            await node.read_barrier(ALL_KEYS)
+            answer = await node.store.list_agents()
+        elif name == "unread":  # an agent's unread count for a notice (services/notices.py)
+            found = await notices.unread(node, str(payload))
+            answer = None if found is None else [found.agent, found.count, found.senders,
+                                                 found.more_senders]
+        elif name == "seen":  # an agent's last seen (daemon/services/agents.py)
+            answer = await agents.refresh_seen(node, str(payload))
         else:
             raise NotFound(f"no lane call {name!r}")
     except AiMemoryError as exc:

@@ -14,12 +14,16 @@ A :class:`Rule` per route says where a request is served:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 from aiohttp import web
+
+from common.policy import Principal
+from daemon.http.appkeys import NODE
+from daemon.http.auth import PRINCIPAL
 
 if TYPE_CHECKING:
     from daemon.node import Node
@@ -32,15 +36,26 @@ FANOUT: Final = "fanout"
 
 
 class View:
-    """What a rule may look at: the request, its body, the node."""
+    """What a rule may look at: the request's query, path, headers, caller
+    and body (an HTTP request's, or an ``/mcp`` tool call's), and the node."""
 
-    __slots__ = ("_json", "body", "node", "request")
+    __slots__ = ("_json", "body", "headers", "match", "node", "principal", "query")
 
-    def __init__(self, request: web.Request, body: bytes, node: Node) -> None:
-        self.request = request
-        self.body = body
+    def __init__(self, node: Node, *, query: Mapping[str, Any], match: Mapping[str, str],
+                 headers: Mapping[str, str], principal: Principal | None, body: bytes = b"",
+                 json: dict[str, Any] | None = None) -> None:
         self.node = node
-        self._json: Any = msgspec.UNSET
+        self.query = query
+        self.match = match
+        self.headers = headers
+        self.principal = principal
+        self.body = body
+        self._json: Any = msgspec.UNSET if json is None else json
+
+    @classmethod
+    def of(cls, request: web.Request, body: bytes) -> View:
+        return cls(request.app[NODE], query=request.query, match=request.match_info,
+                   headers=request.headers, principal=request.get(PRINCIPAL), body=body)
 
     def json(self) -> dict[str, Any]:
         """The body as a JSON object ({} when it is none or not one: the route refuses it)."""
@@ -61,11 +76,17 @@ LaneOf = Callable[[View], Awaitable[int | None]]
 Merge = Callable[[View, list[Any]], Any]
 
 
+EVERYWHERE: Final = -1  # what a KEY rule's lane answers for a request that spans lanes
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     where: str
-    lane: LaneOf | None = None  # KEY: the lane, None to serve here (the route refuses it)
+    # KEY: the lane; None to serve here (the route refuses the request);
+    # EVERYWHERE to fan it out with ``merge`` (a list that spans mailboxes)
+    lane: LaneOf | None = None
     merge: Merge | None = None  # FANOUT: every lane's answer, by lane, into one
+    text: bool = False  # the answers are text (metrics), not JSON
 
 
 HERE_RULE: Final = Rule(HERE)
@@ -84,12 +105,31 @@ def rule_for(request: web.Request) -> Rule:
     resource = request.match_info.route.resource
     if resource is None:
         return HERE_RULE
-    found = _TABLE.get((request.method, resource.canonical))
-    if found is None and request.method == "HEAD":
-        found = _TABLE.get(("GET", resource.canonical))
+    return rule_of(request.method, resource.canonical)
+
+
+def rule_of(method: str, pattern: str) -> Rule:
+    """The rule of the route ``method pattern`` (``/api/v1/memories/{id}``)."""
+    found = _TABLE.get((method, pattern))
+    if found is None and method == "HEAD":
+        found = _TABLE.get(("GET", pattern))
     if found is None:
-        found = _TABLE.get(("*", resource.canonical))
+        found = _TABLE.get(("*", pattern))
     return found if found is not None else HERE_RULE
+
+
+async def place(rule: Rule, view: View, own: int) -> int | None:
+    """Where a request of ``rule`` is served: a lane, or None for every lane
+    (EVERY, FANOUT); ``own`` (this lane) when it stays here."""
+    if rule.where == HERE:
+        return own
+    if rule.where == HOME:
+        return 0
+    if rule.where == KEY:
+        assert rule.lane is not None
+        lane = await rule.lane(view)
+        return own if lane is None else None if lane == EVERYWHERE else lane
+    return None
 
 
 def table() -> dict[tuple[str, str], Rule]:

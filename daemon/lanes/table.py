@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from common.lanes import lane_of, lane_of_id
-from common.ops import inbox_key, mailbox_key
-from daemon.http.auth import principal_of
+from common.ops import agent_key, inbox_key, mailbox_key
 from daemon.lanes.rules import (
+    EVERYWHERE,
     FANOUT,
     HERE_RULE,
     HOME_RULE,
@@ -26,6 +26,7 @@ from daemon.lanes.rules import (
     register,
 )
 from daemon.schemas.headers import SESSION_HEADER
+from daemon.services.inbox_view import inbox_agent
 from daemon.services.scope import resolve
 
 
@@ -35,13 +36,13 @@ def _text(value: Any) -> str | None:
 
 def _agent(view: View, claimed: Any) -> str | None:
     """The acting agent as :func:`daemon.http.auth.acting_agent` finds it."""
-    bound = principal_of(view.request).agent
-    return bound or _text(claimed)
+    bound = view.principal.agent if view.principal is not None else None
+    return bound or _text(claimed) or _text(view.headers.get("X-Agent-Id"))
 
 
 def _by_agent(field: str, *, in_body: bool) -> LaneOf:
     async def lane(view: View) -> int | None:
-        src = view.json() if in_body else view.request.query
+        src = view.json() if in_body else view.query
         agent = _agent(view, src.get(field) or (None if in_body else src.get("as_agent")))
         return None if agent is None else lane_of(inbox_key(agent), view.lanes)
     return lane
@@ -49,8 +50,8 @@ def _by_agent(field: str, *, in_body: bool) -> LaneOf:
 
 def _by_id(field: str, *, where: str = "body") -> LaneOf:
     async def lane(view: View) -> int | None:
-        src: Any = (view.json() if where == "body" else view.request.query if where == "query"
-                    else view.request.match_info)
+        src: Any = (view.json() if where == "body" else view.query if where == "query"
+                    else view.match)
         found = _text(src.get(field))
         return None if found is None else lane_of_id(found, view.lanes)
     return lane
@@ -60,7 +61,7 @@ async def _scope_lane(view: View, workspace: Any, project: Any) -> int | None:
     """The lane of the project a mail call acts for (:mod:`daemon.services.scope`:
     named, else the caller's session, else inferred); sessions are on every lane."""
     node = view.node
-    session = view.request.headers.get(SESSION_HEADER) or None
+    session = view.headers.get(SESSION_HEADER) or None
     try:
         scope = await resolve(node.store, node.settings.mail, _text(workspace), _text(project),
                               session)
@@ -71,7 +72,7 @@ async def _scope_lane(view: View, workspace: Any, project: Any) -> int | None:
 
 def _by_scope(*, in_body: bool) -> LaneOf:
     async def lane(view: View) -> int | None:
-        src = view.json() if in_body else view.request.query
+        src = view.json() if in_body else view.query
         return await _scope_lane(view, src.get("workspace"), src.get("project"))
     return lane
 
@@ -107,8 +108,34 @@ async def _cancel_lane(view: View) -> int | None:
     return await _scope_lane(view, body.get("workspace"), body.get("project"))
 
 
-def _key(lane: LaneOf) -> Rule:
-    return Rule(KEY, lane=lane)
+async def _list_lane(view: View) -> int | None:
+    """A project's inbox is on its lane; the outbox spans every mailbox."""
+    q = view.query
+    if q.get("box", "inbox") != "inbox":
+        return EVERYWHERE
+    return await _scope_lane(view, q.get("workspace"), q.get("project"))
+
+
+async def _cancel_all_lane(view: View) -> int | None:
+    body = view.json()
+    if body.get("all") is True:
+        return EVERYWHERE  # the sender's messages, in every mailbox
+    return await _cancel_lane(view)
+
+
+def _by_namespace(*, in_body: bool) -> LaneOf:
+    """Memories are on the home lane; an agent's inbox read as memories
+    (``_inbox/<agent>``) is on the agent's."""
+    async def lane(view: View) -> int | None:
+        src = view.json() if in_body else view.query
+        agent = inbox_agent(_text(src.get("namespace")))
+        return 0 if agent is None else lane_of(inbox_key(agent), view.lanes)
+    return lane
+
+
+async def _register_lane(view: View) -> int | None:
+    agent = _text(view.json().get("agent_id"))
+    return None if agent is None else lane_of(agent_key(agent), view.lanes)
 
 
 def _concat(field: str, *, count: str | None = "count") -> Any:
@@ -122,12 +149,86 @@ def _concat(field: str, *, count: str | None = "count") -> Any:
     return merge
 
 
+def _messages(view: View, bodies: list[Any]) -> Any:
+    """An outbox from every lane: pending oldest first, every state newest first."""
+    out = dict(bodies[0])
+    newest_first = _text(str(view.query.get("all", ""))) in ("1", "true", "True", "yes")
+    rows = sorted((m for b in bodies for m in b.get("messages", [])),
+                  key=lambda m: (m.get("created_at") or "", m.get("id") or ""),
+                  reverse=newest_first)
+    limit = view.query.get("limit")
+    cut = int(limit) if isinstance(limit, str) and limit.isdigit() else len(rows)
+    out["messages"] = rows[:cut]
+    out["count"] = len(out["messages"])
+    if out["messages"]:
+        out.pop("project_exists", None)
+    else:
+        out["project_exists"] = any(b.get("project_exists") for b in bodies)
+    return out
+
+
+def _cancelled(view: View, bodies: list[Any]) -> Any:
+    out = dict(bodies[0])
+    for field in ("cancelled", "ids"):
+        if isinstance(out.get(field), list):
+            out[field] = [x for b in bodies for x in b.get(field, [])]
+    if isinstance(out.get("count"), int):
+        out["count"] = sum(int(b.get("count") or 0) for b in bodies)
+    return out
+
+
+def _per_lane(view: View, bodies: list[Any]) -> Any:
+    """Lane 0's answer, with every lane's under ``lanes``."""
+    out = dict(bodies[0])
+    out["lanes"] = [{"lane": i, **b} for i, b in enumerate(bodies)]
+    return out
+
+
+def _health(view: View, bodies: list[Any]) -> Any:
+    out = _per_lane(view, bodies)
+    out["recovering"] = any(b.get("recovering") for b in bodies)
+    out["state"] = "recovering" if out["recovering"] else out.get("state")
+    return out
+
+
+def _metrics(view: View, texts: list[str]) -> str:
+    """Every lane's metrics, each sample labelled with its lane."""
+    seen: set[str] = set()
+    lines: list[str] = []
+    for lane, text in enumerate(texts):
+        for line in text.splitlines():
+            if line.startswith("#"):
+                if line not in seen:
+                    seen.add(line)
+                    lines.append(line)
+                continue
+            name, sep, rest = line.partition(" ")
+            if not sep:
+                continue
+            if "{" in name:
+                name = name.replace("{", f'{{lane="{lane}",', 1)
+            else:
+                name = f'{name}{{lane="{lane}"}}'
+            lines.append(f"{name} {rest}")
+    return "\n".join(lines) + "\n"
+
+
 # -- the table -------------------------------------------------------------------------------
 _HERE = [
-    ("GET", "/api/v1/health"), ("GET", "/health"),
     ("POST", "/api/v1/sessions"),  # sessions are on every lane: the write goes to each
     ("GET", "/api/v1/projects"),  # read from the sessions, on every lane
     ("POST", "/lane/v1/{name}"),
+    ("*", "/mcp"),  # each tool call is placed by its own route's rule (daemon/mcp/direct.py)
+    # peer calls arrive at the lane they are for, by its port
+    ("POST", "/peer/v1/hello"), ("POST", "/peer/v1/msgs"), ("GET", "/peer/v1/link"),
+    ("POST", "/peer/v1/pull"), ("POST", "/peer/v1/mailbox"),
+    # users, keys and grants are on every lane: a write goes to each, a read is local
+    ("POST", "/api/v1/admin/users"), ("GET", "/api/v1/admin/users"),
+    ("DELETE", "/api/v1/admin/users/{name}"), ("POST", "/api/v1/admin/users/{name}/password"),
+    ("POST", "/api/v1/admin/keys"), ("GET", "/api/v1/admin/keys"),
+    ("DELETE", "/api/v1/admin/keys/{key_id}"), ("POST", "/api/v1/admin/grants"),
+    ("GET", "/api/v1/admin/grants"), ("DELETE", "/api/v1/admin/grants"), ("GET", "/api/v1/whoami"),
+    ("POST", "/api/v1/admin/backup"),  # a lane's own database (seeding asks a lane's port)
 ]
 _HOME = [
     ("POST", "/api/v1/memories"), ("GET", "/api/v1/memories"), ("GET", "/api/v1/memories/{id}"),
@@ -140,14 +241,42 @@ _HOME = [
     ("GET", "/api/v1/namespaces"), ("GET", "/api/v1/export"), ("POST", "/api/v1/import"),
     ("POST", "/api/v1/consolidate"), ("POST", "/api/v1/memories/{id}/grant"),
     ("POST", "/api/v1/memories/{id}/revoke"), ("GET", "/api/v1/memories/{id}/grants"),
+    ("POST", "/api/v1/cluster"),
+    ("POST", "/api/v1/sync/push"), ("GET", "/api/v1/sync/since"),  # memories
+    # purges: the memories and the audit record are here; the mailboxes' purges go to
+    # their lanes through the node (Node.mailbox)
+    ("POST", "/api/v1/projects/cleanup"), ("POST", "/api/v1/projects/{workspace}/{project}/purge"),
+    ("DELETE", "/api/v1/projects/{workspace}/{project}"),
+    ("POST", "/api/v1/workspaces/{workspace}/purge"), ("DELETE", "/api/v1/workspaces/{workspace}"),
+    # webhook subscriptions and the web inbox (sessions in one process's memory)
+    ("POST", "/api/v1/subscriptions"), ("GET", "/api/v1/subscriptions"),
+    ("GET", "/api/v1/subscriptions/dead-letters"),
+    ("POST", "/api/v1/subscriptions/dead-letters/{ref}/replay"),
+    ("DELETE", "/api/v1/subscriptions/{sub_id}"), ("DELETE", "/api/v1/subscriptions"),
+    ("GET", "/web"), ("GET", "/web/"), ("GET", "/web/login"), ("POST", "/web/login"),
+    ("POST", "/web/logout"), ("GET", "/web/inbox"), ("GET", "/web/legacy"),
+    ("GET", "/web/static/{name}"), ("GET", "/web/api/me"), ("GET", "/web/api/projects"),
+    ("GET", "/web/api/history"), ("GET", "/web/api/held"), ("GET", "/web/api/harnesses"),
+    ("POST", "/web/api/messages"), ("POST", "/web/api/messages/{id}/edit"),
+    ("POST", "/web/api/messages/{id}/save"), ("POST", "/web/api/messages/{id}/discard"),
+    ("GET", "/web/api/approvals"), ("POST", "/web/api/messages/{id}/approve"),
+    ("POST", "/web/api/messages/{id}/reject"),
 ]
 _KEYED: list[tuple[str, str, LaneOf]] = [
+    ("GET", "/api/v1/memories", _by_namespace(in_body=False)),
+    ("GET", "/api/v1/search", _by_namespace(in_body=False)),
+    ("POST", "/api/v1/search", _by_namespace(in_body=True)),
+    ("POST", "/api/v1/agents", _register_lane),
     ("POST", "/api/v1/notify", _notify_lane),
+    ("GET", "/api/v1/inbox/stream", _by_agent("agent_id", in_body=False)),
+    ("GET", "/api/v1/messages/stream", _by_scope(in_body=False)),
+    ("GET", "/api/v1/messages", _list_lane),
+    ("GET", "/api/v1/briefing", _by_scope(in_body=False)),
     ("GET", "/api/v1/inbox", _by_agent("agent_id", in_body=False)),
     ("POST", "/api/v1/inbox/read", _by_agent("agent_id", in_body=True)),
     ("POST", "/api/v1/messages", _send_lane),
     ("POST", "/api/v1/messages/pop", _pop_lane),
-    ("POST", "/api/v1/messages/cancel", _cancel_lane),
+    ("POST", "/api/v1/messages/cancel", _cancel_all_lane),
     ("POST", "/api/v1/messages/reply", _by_id("message_id")),
     ("POST", "/api/v1/messages/complete", _by_id("message_id")),
     ("POST", "/api/v1/messages/renew", _by_id("message_id")),
@@ -161,13 +290,23 @@ _KEYED: list[tuple[str, str, LaneOf]] = [
 ]
 _FANOUT: list[tuple[str, str, Any]] = [
     ("GET", "/api/v1/agents", _concat("agents")),
+    ("GET", "/api/v1/health", _health),
+    ("GET", "/api/v1/cluster/status", _per_lane),
 ]
+_TEXT_FANOUT = [("GET", "/api/v1/metrics"), ("GET", "/metrics")]
+# A KEY rule's EVERYWHERE answer is merged by these.
+_MERGES: dict[tuple[str, str], Any] = {
+    ("GET", "/api/v1/messages"): _messages,
+    ("POST", "/api/v1/messages/cancel"): _cancelled,
+}
 
 for _m, _p in _HERE:
     register(_m, _p, HERE_RULE)
 for _m, _p in _HOME:
     register(_m, _p, HOME_RULE)
 for _m, _p, _lane in _KEYED:
-    register(_m, _p, _key(_lane))
+    register(_m, _p, Rule(KEY, lane=_lane, merge=_MERGES.get((_m, _p))))
 for _m, _p, _merge in _FANOUT:
     register(_m, _p, Rule(FANOUT, merge=_merge))
+for _m, _p in _TEXT_FANOUT:
+    register(_m, _p, Rule(FANOUT, merge=_metrics, text=True))

@@ -31,19 +31,20 @@ from common.errors import ServerError
 from common.retry import retrying_once
 from daemon.api import OPERATIONS
 from daemon.api.call import ApiCall, Operation
+from daemon.lanes.router import run_call
 
 T = TypeVar("T")
 
 _COMPILED = [(r.method, re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", r.path) + "$"),
-              r.op) for r in OPERATIONS]
+              r.op, r.path) for r in OPERATIONS]
 
 
-def _resolve(method: str, path: str) -> tuple[Operation, dict[str, str]]:
-    """The operation serving ``method path``, and the path's placeholders."""
-    for m, pattern, op in _COMPILED:
+def _resolve(method: str, path: str) -> tuple[Operation, dict[str, str], str]:
+    """The operation serving ``method path``, the path's placeholders and the route's pattern."""
+    for m, pattern, op, route in _COMPILED:
         found = pattern.match(path) if m == method else None
         if found is not None:
-            return op, found.groupdict()
+            return op, found.groupdict(), route
     raise ServerError(f"the MCP tools asked for {method} {path}, which /mcp does not serve")
 
 
@@ -55,14 +56,20 @@ class DirectClient:
 
     async def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
                       json_body: Any = None, headers: Mapping[str, str] | None = None) -> Any:
-        op, path_args = _resolve(method, path)
+        op, path_args, route = _resolve(method, path)
         body = dict(json_body or {})
 
         async def read() -> Any:
             return body
 
         query = {k: v for k, v in (params or {}).items() if v is not None}
-        return await op(ApiCall(self.http_request, query, path_args, dict(headers or {}), read))
+        call_headers = dict(headers or {})
+
+        async def here() -> Any:
+            return await op(ApiCall(self.http_request, query, path_args, call_headers, read))
+        # With lanes, on the lane its route's rule names (daemon/lanes/router.py).
+        return await run_call(self.http_request, method, route, path, path_args, query,
+                              call_headers, body, here)
 
     async def get(self, path: str, **params: Any) -> Any:
         return await self.request("GET", path, params=params)

@@ -80,6 +80,9 @@ async def refresh_seen(node: RecordPorts, agent_id: str) -> bool:
     """Write ``agent.seen`` for a registered agent; False if it is not one.
     Failures are logged, not raised: the op, if written, still spreads."""
     try:
+        lane = node.lane_elsewhere(agent_key(agent_id))
+        if lane is not None:  # its record is on another lane of this node
+            return bool(await node.lane_call(lane, "seen", agent_id))
         if await node.store.get_agent(agent_id) is None:
             return False
         await node.write([(AGENT_SEEN, agent_key(agent_id),

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common import limits
-from common.errors import QuorumNotMet
+from common.errors import AiMemoryError, QuorumNotMet
 from common.ops import inbox_key
-from daemon.ports import Clock, NoticeReads, ReadBarrier
+from daemon.ports import Clock, LaneCalls, NoticeReads, ReadBarrier
 
 
-class NoticePorts(Clock, ReadBarrier, Protocol):
+class NoticePorts(Clock, ReadBarrier, LaneCalls, Protocol):
     @property
     def store(self) -> NoticeReads: ...
 
@@ -60,6 +60,13 @@ async def unread(node: NoticePorts, agent: str | None) -> Unread | None:
     """The unread notifications of ``agent`` (the caller's own), None without one."""
     if not agent:
         return None
+    lane = node.lane_elsewhere(inbox_key(agent))
+    if lane is not None:  # the agent's inbox is on another lane of this node
+        try:
+            a, count, senders, more = await node.lane_call(lane, "unread", agent)
+        except AiMemoryError:
+            return None  # a notice must not fail for want of a lane
+        return Unread(str(a), int(count), [str(x) for x in senders], bool(more))
     try:
         await node.read_barrier(inbox_key(agent))
     except QuorumNotMet:

@@ -73,8 +73,10 @@ async def _recipients(node: RecordPorts, req: NotifyRequest, sender: str) -> lis
         assert t is not None  # NotifyRequest: a target, or reply_to resolved above
         return list(dict.fromkeys(t)) if isinstance(t, list) else [t]
     await node.read_barrier(ALL_KEYS)
-    agents = [a["agent_id"] for a in await node.store.list_agents()
-              if a["agent_id"].startswith(prefix) and a["agent_id"] != sender]
+    rows = [*await node.store.list_agents(),  # with lanes, each lane keeps some of the agents
+            *(row for rows in await node.every_other_lane("agents", None) for row in rows)]
+    agents = sorted(a["agent_id"] for a in rows
+                    if a["agent_id"].startswith(prefix) and a["agent_id"] != sender)
     if not agents:
         raise NotFound(f"no registered agent matches {req.target_agent_id!r}"
                          + (f" with prefix {prefix!r}" if prefix else ""))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cli.cluster_status import COLUMNS, MemberView, rows
+from cli.cluster_status import MemberView, columns, rows
 from cli.output import table
 
 DOC = Path(__file__).parents[2] / "docs" / "operations.md"
@@ -34,7 +34,8 @@ def test_the_table_is_the_documented_one() -> None:
                    status=status("node2", {"mbox:default/project-b": 1025})),
         MemberView("node3", "http://127.0.0.1:9079", error="cannot connect", reason="refused"),
     ]
-    printed = table(rows(first, views), COLUMNS)
+    shown = rows(first, views)
+    printed = table(shown, columns(shown))
     assert [line.rstrip() for line in printed.splitlines()] == [
         line.rstrip() for line in documented_table().splitlines()]
 
@@ -44,3 +45,19 @@ def test_owned_mailboxes_show_workspace_project_and_epoch_three_at_most() -> Non
     first = status("node1", owned)
     [row] = rows(first, [MemberView("node1", "http://x", status=first)])
     assert row["mailboxes"] == "default/a@1024, default/b@1025, w/c@2048 (+1)"
+
+
+def test_a_node_with_lanes_shows_them_and_counts_each_lanes_lag() -> None:
+    def laned(node_id: str, vvs: list[dict[str, int]], owned: list[dict[str, int]]) -> dict:
+        lanes = [{"lane": i, "node_id": node_id, "vv": vv, "owned_mailboxes": o,
+                  "quorum_healthy": True} for i, (vv, o) in enumerate(zip(vvs, owned, strict=True))]
+        return {**lanes[0], "version": "0.1.0", "lanes": lanes}
+    # lane 1 of node2 is two ops behind node1's lane 1; lane 0s agree
+    first = laned("node1", [{"node1": 5}, {"node1": 9}], [{"mbox:w/a": 1}, {}])
+    second = laned("node2", [{"node1": 5}, {"node1": 7}], [{}, {"mbox:w/b": 2}])
+    shown = rows(first, [MemberView("node1", "http://a", status=first),
+                         MemberView("node2", "http://b", status=second)])
+    assert [(r["lanes"], r["position"], r["lag"]) for r in shown] == [(2, 14, 0), (2, 12, 2)]
+    assert shown[1]["mailboxes"] == "w/b@2"
+    assert ("lanes", "LANES") in columns(shown)
+    assert "LANES" in table(shown, columns(shown)).splitlines()[0]
