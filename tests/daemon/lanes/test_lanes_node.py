@@ -330,3 +330,21 @@ def test_another_lane_count_is_refused(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert plain.returncode == 4, plain.stderr
     assert "is lane 0 of 2" in plain.stderr and "lane 0 of 1" in plain.stderr, plain.stderr
+
+
+def test_the_official_sdk_against_a_node_with_lanes(node: LanedNode) -> None:
+    from ai_memory import AiMemoryClient
+    from ai_memory.models import Memory
+
+    bob, carol = _agent("sdk-b", 0), _agent("sdk-c", 1)
+    with AiMemoryClient(node.url, agent_id="sdk-zed") as zed, \
+            AiMemoryClient(node.url, agent_id=bob) as b, \
+            AiMemoryClient(node.url, agent_id=carol) as c:
+        zed.notify({"to": [bob, carol], "subject": "fan-out", "body": "to both"})
+        for client in (b, c):  # whichever lane each request lands on
+            for _ in range(4):
+                assert [m["subject"] for m in client.inbox()] == ["fan-out"]
+        stored = Memory.model_validate(zed.store(title="sdk", content="stored through any lane",
+                                                 namespace="sdk-lanes"))
+        for _ in range(4):
+            assert [m.id for m in zed.search("through", namespace="sdk-lanes")] == [stored.id]
