@@ -39,6 +39,7 @@ from daemon.http.errors import BODY_READ, Handler
 from daemon.lanes import rules, table  # noqa: F401  (table fills the rules)
 from daemon.lanes.hop import RPC_PREFIX, arrived_by_hop
 from daemon.replication.forwarding import decode_request, encode_error, encode_result
+from daemon.webhooks import lanes as webhook_lanes
 
 log = logging.getLogger("ai_memory.lanes")
 
@@ -58,6 +59,8 @@ async def lane_router(request: web.Request, handler: Handler) -> web.StreamRespo
     if rule.where == rules.KEY:
         assert rule.lane is not None
         lane = await rule.lane(view)
+        if lane == rules.ALL_LANES:
+            return await _everywhere(request, handler, rule, body)
         if lane is None or lane == siblings.lane:
             return await handler(request)
         node.metrics.inc("lane_handoffs_total")
@@ -133,6 +136,8 @@ async def rpc(request: web.Request) -> web.Response:
             answer = encode_result(await node.router.route(decode_request(payload)))
         elif name == "status":
             answer = node.status()
+        elif name == webhook_lanes.RPC:
+            answer = await webhook_lanes.serve(node.webhooks, payload)
         else:
             raise NotFound(f"no lane call {name!r}")
     except AiMemoryError as exc:

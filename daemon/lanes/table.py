@@ -171,3 +171,6 @@ for _m, _p, _lane in _KEYED:
     register(_m, _p, _key(_lane))
 for _m, _p, _merge in _FANOUT:
     register(_m, _p, Rule(FANOUT, merge=_merge))
+
+# -- the web inbox and webhook subscriptions: their own module ------------------------------
+from daemon.lanes import table_web  # noqa: E402, F401

@@ -120,6 +120,19 @@ class Webhooks:
             out["secret"] = sub.secret  # shown once: GET never returns it
         return out
 
+    async def install(self, sub: Subscription) -> dict[str, Any]:
+        """The row another lane of this node created, the same here
+        (:mod:`daemon.webhooks.lanes`); already here as it is: nothing to do."""
+        registry, _ = self._ready()
+        existing = registry.get(sub.id)
+        if existing is not None:
+            if existing != sub:
+                raise Conflict(f"lane holds a different subscription {sub.id}", id=sub.id)
+            return {"installed": False}
+        await registry.add(sub)
+        self.node.metrics.inc("webhook_subscriptions_created_total")
+        return {"installed": True}
+
     def all(self) -> list[dict[str, Any]]:
         registry, _ = self._ready()
         return [s.public() for s in registry.all()]
