@@ -50,6 +50,7 @@ from aiohttp import web
 from common import limits
 from common.errors import Forbidden
 from common.policy import ANONYMOUS, KEYS, Principal
+from daemon.lanes.hop import client_scheme
 
 COOKIE_PREFIX = "aim_web_"
 UI_HEADER = "X-AI-Memory-UI"
@@ -249,7 +250,7 @@ class SharedWebSessions(WebSessions):
 
 
 def own_origin(request: web.Request) -> str:
-    return f"{request.scheme}://{request.host}"
+    return f"{client_scheme(request)}://{request.host}"
 
 
 def check_origin_and_header(request: web.Request) -> None:
