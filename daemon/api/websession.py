@@ -135,7 +135,7 @@ CREATE TABLE IF NOT EXISTS web_sessions (
     user        TEXT,               -- a password login's user, looked up afresh on each use
     editor_id   TEXT NOT NULL,
     credential  BLOB,               -- a key login's key, encrypted under the session id
-    last_used   REAL NOT NULL       -- wall clock, seconds
+    last_used   REAL NOT NULL       -- time.monotonic(): one clock for every process of the host
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS web_sessions_last_used ON web_sessions (last_used);
 """
@@ -208,7 +208,7 @@ class SharedWebSessions(WebSessions):
             c.execute("INSERT INTO web_sessions (id, login, name, user, editor_id, credential,"
                       " last_used) VALUES (?, ?, ?, ?, ?, ?, ?)",
                       (self._row_id(sid), login, name, principal.user, s.editor_id, sealed,
-                       time.time()))
+                       time.monotonic()))
         except BaseException:
             c.execute("ROLLBACK")
             raise
@@ -224,7 +224,7 @@ class SharedWebSessions(WebSessions):
         if row is None:
             return None
         login, name, user, editor_id, sealed, last_used = row
-        now = time.time()
+        now = time.monotonic()
         if now - last_used > self._idle:
             self.drop(sid)
             return None

@@ -39,7 +39,6 @@ from daemon.http.errors import BODY_READ, Handler
 from daemon.lanes import rules, table  # noqa: F401  (table fills the rules)
 from daemon.lanes.hop import RPC_PREFIX, arrived_by_hop
 from daemon.replication.forwarding import decode_request, encode_error, encode_result
-from daemon.webhooks import lanes as webhook_lanes
 
 log = logging.getLogger("ai_memory.lanes")
 
@@ -136,8 +135,8 @@ async def rpc(request: web.Request) -> web.Response:
             answer = encode_result(await node.router.route(decode_request(payload)))
         elif name == "status":
             answer = node.status()
-        elif name == webhook_lanes.RPC:
-            answer = await webhook_lanes.serve(node.webhooks, payload)
+        elif name == "webhooks":  # a subscription on every lane (daemon/webhooks/lanes.py)
+            answer = await node.webhooks.lane_call(payload)
         else:
             raise NotFound(f"no lane call {name!r}")
     except AiMemoryError as exc:

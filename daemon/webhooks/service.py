@@ -23,7 +23,7 @@ from common import limits
 from common.errors import Conflict, LimitExceeded, NotFound, Unavailable
 from common.ops import Op
 from daemon.schemas.ids import record_id
-from daemon.webhooks import outbox
+from daemon.webhooks import lanes, outbox
 from daemon.webhooks.config import WebhookSettings, side_db_path
 from daemon.webhooks.db import WebhookDB
 from daemon.webhooks.dispatcher import Dispatcher
@@ -132,6 +132,10 @@ class Webhooks:
         await registry.add(sub)
         self.node.metrics.inc("webhook_subscriptions_created_total")
         return {"installed": True}
+
+    async def lane_call(self, call: dict[str, Any]) -> Any:
+        """A sibling lane's call (``/lane/v1/webhooks``: :func:`daemon.webhooks.lanes.serve`)."""
+        return await lanes.serve(self, call)
 
     def all(self) -> list[dict[str, Any]]:
         registry, _ = self._ready()

@@ -195,7 +195,8 @@ def test_the_web_inbox_works_across_both_lanes(node: Node, tab: Page) -> None:
     assert answer["in_reply_to"] == mid and answer["from_project_id"] == doer, answer
 
     # Through lane 1's own port: the asker reads the reply, sends a new
-    # message to the doer, and sees both in its Sent box (both lanes' mail).
+    # message to the doer (lane 0), and sees both in its Sent box (both
+    # lanes' mail); the doer's page shows the new one.
     show(page, node.lane_url(1), asker)
     sync_api.expect(row(page, answer["id"])).to_be_visible()
     page.locator(f'nav li:has(a[data-project="{WS}/{asker}"])').get_by_role(
@@ -212,10 +213,12 @@ def test_the_web_inbox_works_across_both_lanes(node: Node, tab: Page) -> None:
     assert row(page, mid).count() == 1
     [_, second] = node.inbox(doer)
     assert second["subject"] == "second question", second
-
-    # Through lane 0's own port: the doer's page, then the logout.
-    show(page, node.lane_url(0), doer)
+    show(page, node.lane_url(1), doer)
     sync_api.expect(row(page, second["id"])).to_be_visible()
+
+    # Through lane 0's own port: the asker's mailbox (lane 1), then the logout.
+    show(page, node.lane_url(0), asker)
+    sync_api.expect(row(page, answer["id"])).to_be_visible()
     page.get_by_role("button", name="Log out").click()
     page.wait_for_url("**/web/login")
     for lane in (0, 1):  # ended on every lane at once
