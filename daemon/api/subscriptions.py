@@ -20,8 +20,9 @@ filter, as upstream reads it). ``signature_version`` picks what
 
 Dead letters are listed (``GET /subscriptions/dead-letters``) and put back
 in the outbox one at a time (``POST /subscriptions/dead-letters/{id}/replay``,
-``id`` the delivery id or the row's seq) by the subscription's creator or
-root.
+``id`` the delivery id or the row's seq; on a node with lanes, the row's
+``ref``, ``<lane>:<seq>``) by the subscription's creator or root. With
+lanes every subscription is on every lane (:mod:`daemon.webhooks.lanes`).
 
 Upstream's namespace shape shares the path: a body ``{"agent_id",
 "namespace"}`` without ``url`` subscribes an agent to a namespace,
@@ -51,6 +52,7 @@ from daemon.schemas.ids import check_record_id
 from daemon.schemas.timefmt import rfc3339
 from daemon.schemas.validation import AgentId, Lenient, Namespace, Strict, text, validate
 from daemon.services import ns_subscriptions
+from daemon.webhooks import lanes as webhook_lanes
 from daemon.webhooks.names import parse_events
 from daemon.webhooks.outbox import is_seq
 from daemon.webhooks.signing import SIGNATURE_SECRET, SignatureVersion
@@ -98,7 +100,7 @@ async def create_webhook(node: Any, body: SubscribeIn, agent: str | None,
         url=body.url, events=body.events, namespace=body.namespace, secret=body.secret,
         created_by=agent, idempotency_key=key, namespace_filter=body.namespace_filter,
         agent_filter=body.agent_filter, signature_version=body.signature_version)
-    return out
+    return await webhook_lanes.installed(node, out)  # and on every other lane of the node
 
 
 class NamespaceSubscribeIn(Strict):
@@ -142,7 +144,7 @@ async def _unsubscribe(c: ApiCall, raw_id: str) -> Any:
     principal = c.principal
     sub_id = check_record_id(raw_id, "subscription id")
     check_author(principal, c.node.webhooks.creator(sub_id), "subscription.delete")
-    return await c.node.webhooks.unsubscribe(sub_id)
+    return await webhook_lanes.unsubscribe(c.node, sub_id)
 
 
 async def unsubscribe(c: ApiCall) -> Any:
@@ -160,7 +162,7 @@ async def dead_letters(c: ApiCall) -> Any:
     q = c.params(DeadLettersQuery)
     rows = [{**{k: v for k, v in row.items() if k != "created_at_ms"},
              "created_at": rfc3339(int(str(row["created_at_ms"])))}
-            for row in await c.node.webhooks.dead_letters(q.limit)]
+            for row in await webhook_lanes.dead_letters(c.node, q.limit)]
     return {"dead_letters": rows, "count": len(rows)}
 
 
@@ -168,12 +170,11 @@ async def replay_dead_letter(c: ApiCall) -> Any:
     """Put one dead letter back in the outbox, to be tried afresh."""
     principal = c.principal
     ref = c.path["ref"]
-    if not is_seq(ref):
+    if not is_seq(ref) and ":" not in ref:
         ref = check_record_id(ref, "dead letter id")
-    webhooks = c.node.webhooks
-    row = await webhooks.dead_letter(ref)
-    check_author(principal, webhooks.creator(str(row["sub_id"])), "subscription.replay")
-    return await webhooks.replay(ref)
+    lane, ref, row = await webhook_lanes.find_dead(c.node, ref)
+    check_author(principal, c.node.webhooks.creator(str(row["sub_id"])), "subscription.replay")
+    return await webhook_lanes.replay(c.node, lane, ref)
 
 
 async def unsubscribe_namespace(c: ApiCall) -> Any:

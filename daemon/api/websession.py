@@ -7,6 +7,9 @@ CSRF token the page reads from ``GET /web/api/me`` and sends back in a
 header. Sessions live in this node's memory (bounded by
 ``limits.web_sessions_max``, forgotten after ``limits.web_session_idle_secs``
 unused or at a restart); log in again on another node or after a restart.
+A node with lanes keeps them in one small SQLite file its lanes share
+(:class:`SharedWebSessions`), so a login, and a logout, counts at once on
+whichever lane serves the next request.
 
 A browser write is accepted only when all of these hold, checked before
 anything is read or written (:func:`check_write`):
@@ -31,9 +34,13 @@ field and clears it after the answer), and it cannot edit.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import hashlib
 import hmac
+import os
 import secrets
+import sqlite3
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -42,7 +49,8 @@ from aiohttp import web
 
 from common import limits
 from common.errors import Forbidden
-from common.policy import ANONYMOUS, Principal
+from common.policy import ANONYMOUS, KEYS, Principal
+from daemon.lanes.hop import client_scheme
 
 COOKIE_PREFIX = "aim_web_"
 UI_HEADER = "X-AI-Memory-UI"
@@ -115,9 +123,134 @@ class WebSessions:
     def __len__(self) -> int:
         return len(self._by_id)
 
+    def close(self) -> None:
+        self._by_id.clear()
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS web_sessions (
+    id          TEXT PRIMARY KEY,   -- sha256 of the session id: the file holds no cookie
+    login       TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    user        TEXT,               -- a password login's user, looked up afresh on each use
+    editor_id   TEXT NOT NULL,
+    credential  BLOB,               -- a key login's key, encrypted under the session id
+    last_used   REAL NOT NULL       -- time.monotonic(): one clock for every process of the host
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS web_sessions_last_used ON web_sessions (last_used);
+"""
+
+
+def _derive(sid: str, label: bytes, size: int) -> bytes:
+    """``size`` bytes only the holder of session id ``sid`` can compute."""
+    out = b""
+    counter = 0
+    while len(out) < size:
+        out += hmac.digest(sid.encode(), label + counter.to_bytes(4, "big"), "sha256")
+        counter += 1
+    return out[:size]
+
+
+def _seal(sid: str, data: bytes) -> bytes:
+    """``data`` XORed with a key stream of the session id (both ways)."""
+    return bytes(a ^ b for a, b in zip(data, _derive(sid, b"credential", len(data)), strict=True))
+
+
+class SharedWebSessions(WebSessions):
+    """The browser sessions of a node with lanes: rows of one SQLite file in
+    the node's private lane directory (mode 0700, removed when the node
+    stops, so sessions still end at a restart), shared by its lanes.
+
+    Every lookup reads the file (WAL: a read waits for no writer), so a
+    session made on one lane is known on the next request whatever lane
+    serves it, and a logout (a delete) is refused at once on every lane;
+    nothing is cached. The file never holds what logs in: a row is named by
+    the SHA-256 of the session id, the CSRF token is derived from the
+    session id (HMAC), and a key login's key is stored encrypted under the
+    session id, which only the browser's cookie carries. ``last_used`` is
+    written at most every :data:`TOUCH_SECS`, so an idle session may last
+    that much longer than ``limits.web_session_idle_secs``."""
+
+    TOUCH_SECS = 30.0
+
+    def __init__(self, path: str, node_id: str = "", max_sessions: int = limits.web_sessions_max,
+                 idle_secs: float = limits.web_session_idle_secs) -> None:
+        super().__init__(node_id, max_sessions, idle_secs)
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        self._conn = sqlite3.connect(path, isolation_level=None, timeout=5.0,
+                                     check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = OFF")  # sessions need not survive a crash
+        self._conn.executescript(_SCHEMA)
+
+    @staticmethod
+    def _row_id(sid: str) -> str:
+        return hashlib.sha256(sid.encode()).hexdigest()
+
+    @staticmethod
+    def _csrf(sid: str) -> str:
+        return base64.urlsafe_b64encode(_derive(sid, b"csrf", 32)).decode().rstrip("=")
+
+    def create(self, principal: Principal, *, login: str, name: str,
+               credential: str | None = None) -> WebSession:
+        sid = secrets.token_urlsafe(32)
+        s = WebSession(sid=sid, csrf=self._csrf(sid), principal=principal, login=login,
+                       name=name, credential=credential)
+        sealed = None if credential is None else _seal(sid, credential.encode())
+        c = self._conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            (count,) = c.execute("SELECT COUNT(*) FROM web_sessions").fetchone()
+            if count >= self._max:
+                c.execute("DELETE FROM web_sessions WHERE id IN (SELECT id FROM web_sessions"
+                          " ORDER BY last_used LIMIT ?)", (count - self._max + 1,))
+            c.execute("INSERT INTO web_sessions (id, login, name, user, editor_id, credential,"
+                      " last_used) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                      (self._row_id(sid), login, name, principal.user, s.editor_id, sealed,
+                       time.monotonic()))
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        c.execute("COMMIT")
+        return s
+
+    def get(self, sid: str | None) -> WebSession | None:
+        if not sid:
+            return None
+        row_id = self._row_id(sid)
+        row = self._conn.execute("SELECT login, name, user, editor_id, credential, last_used"
+                                 " FROM web_sessions WHERE id = ?", (row_id,)).fetchone()
+        if row is None:
+            return None
+        login, name, user, editor_id, sealed, last_used = row
+        now = time.monotonic()
+        if now - last_used > self._idle:
+            self.drop(sid)
+            return None
+        if now - last_used > self.TOUCH_SECS:
+            self._conn.execute("UPDATE web_sessions SET last_used = ? WHERE id = ?",
+                               (now, row_id))
+        # For a key or password login the caller looks the principal up afresh
+        # (webui._session); this one only carries the user to look up.
+        principal = (Principal.anonymous("web") if login == "anonymous"
+                     else Principal(mode=KEYS, user=user))
+        return WebSession(sid=sid, csrf=self._csrf(sid), principal=principal, login=login,
+                          name=name, editor_id=editor_id,
+                          credential=None if sealed is None else _seal(sid, bytes(sealed)).decode())
+
+    def drop(self, sid: str) -> None:
+        self._conn.execute("DELETE FROM web_sessions WHERE id = ?", (self._row_id(sid),))
+
+    def __len__(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM web_sessions").fetchone()[0])
+
+    def close(self) -> None:
+        self._conn.close()
+
 
 def own_origin(request: web.Request) -> str:
-    return f"{request.scheme}://{request.host}"
+    return f"{client_scheme(request)}://{request.host}"
 
 
 def check_origin_and_header(request: web.Request) -> None:

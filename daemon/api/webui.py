@@ -21,6 +21,8 @@ from pydantic import Field, StringConstraints
 
 from common import limits, policy
 from common.errors import BadRequest, Forbidden, NotFound, Unauthorized
+from common.lanes import lane_of
+from common.ops import mailbox_key
 from common.policy import ANONYMOUS, Principal
 from common.vocab import (
     FROM_AGENT_MEANINGS,
@@ -32,6 +34,7 @@ from common.vocab import (
 from daemon.api.mail import MessageId
 from daemon.api.websession import (
     WRITE_TOKEN_HEADER,
+    SharedWebSessions,
     WebSession,
     WebSessions,
     check_origin_and_header,
@@ -275,16 +278,22 @@ async def me(request: web.Request) -> web.Response:
 
 async def projects(request: web.Request) -> web.Response:
     _, principal = await viewer(request)
-    rows = await mail.readable_projects(request.app[NODE], principal)
+    node = request.app[NODE]
+    rows = await mail.readable_projects(node, principal)
+    lanes = node.siblings
+    if lanes is not None:  # every lane answers (daemon/lanes/table_web.py) for its own mailboxes
+        rows = [r for r in rows
+                if lane_of(mailbox_key(r["workspace"], r["project"]), lanes.lanes) == lanes.lane]
     return json_response({"projects": rows, "count": len(rows)})
 
 
 async def history(request: web.Request) -> web.Response:
     _, principal = await viewer(request)
     q = query_model(request, HistoryQuery)
+    node = request.app[NODE]
     return json_response(await mail.history(
-        request.app[NODE], principal, box=q.box, workspace=q.workspace, project=q.project,
-        page=q.page, thread_id=q.thread_id))
+        node, principal, box=q.box, workspace=q.workspace, project=q.project,
+        page=q.page, thread_id=q.thread_id, lane_share=node.siblings is not None))
 
 
 async def held(request: web.Request) -> web.Response:
@@ -413,8 +422,25 @@ async def _headers(request: web.Request, resp: web.StreamResponse) -> None:
         resp.headers["Cache-Control"] = "no-store"
 
 
+SESSIONS_FILE = "web_sessions.sqlite"  # in a node's lane directory (daemon/lanes/supervisor.py)
+
+
+def _sessions(node: Node) -> WebSessions:
+    """This node's browser sessions: in memory, or with lanes in a file its lanes share."""
+    s = node.settings.server
+    if s.laned and s.lane_dir:
+        return SharedWebSessions(str(Path(s.lane_dir) / SESSIONS_FILE),
+                                 node.settings.cluster.node_id)
+    return WebSessions(node.settings.cluster.node_id)
+
+
+async def _close_sessions(app: web.Application) -> None:
+    app[SESSIONS].close()
+
+
 def add_routes(app: web.Application) -> None:
-    app[SESSIONS] = WebSessions(app[NODE].settings.cluster.node_id)
+    app[SESSIONS] = _sessions(app[NODE])
+    app.on_cleanup.append(_close_sessions)
     app.on_response_prepare.append(_headers)
     r = app.router
     r.add_get("/web", root)

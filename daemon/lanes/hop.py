@@ -36,9 +36,13 @@ from daemon.lanes.layout import socket_path
 from daemon.replication.forwarding import decode_error
 
 HOP_HEADER: Final = "X-AI-Memory-Lane-Hop"
+SCHEME_HEADER: Final = "X-AI-Memory-Lane-Scheme"  # the scheme the client used (http, https)
 RPC_PREFIX: Final = "/lane/v1/"
-_SKIP_REQUEST: Final = frozenset({"host", "content-length", "transfer-encoding", "connection",
-                                  "keep-alive", "upgrade", HOP_HEADER.lower()})
+# The Host header travels as the client sent it: with the scheme, it is the
+# request's origin, which the web inbox's checks compare with Origin.
+_SKIP_REQUEST: Final = frozenset({"content-length", "transfer-encoding", "connection",
+                                  "keep-alive", "upgrade", HOP_HEADER.lower(),
+                                  SCHEME_HEADER.lower()})
 _SKIP_RESPONSE: Final = frozenset({"content-length", "transfer-encoding", "connection",
                                    "keep-alive", "server", "date", "content-encoding"})
 
@@ -47,6 +51,14 @@ def arrived_by_hop(request: web.Request) -> bool:
     """True for a request that came over a lane's Unix socket (from a sibling)."""
     transport = request.transport
     return transport is not None and isinstance(transport.get_extra_info("sockname"), str)
+
+
+def client_scheme(request: web.Request) -> str:
+    """The scheme the client used: a request handed over arrives over a
+    Unix socket (plain HTTP), with the receiving lane's scheme in a header."""
+    if arrived_by_hop(request):
+        return request.headers.get(SCHEME_HEADER, request.scheme)
+    return request.scheme
 
 
 class Siblings:
@@ -84,6 +96,7 @@ class Siblings:
         headers = CIMultiDict((k, v) for k, v in request.headers.items()
                               if k.lower() not in _SKIP_REQUEST)
         headers[HOP_HEADER] = str(self.lane)
+        headers[SCHEME_HEADER] = client_scheme(request)
         try:
             upstream = await self._session(lane).request(
                 request.method, "http://lane" + request.path_qs, headers=headers,

@@ -93,6 +93,8 @@ def lane_settings(settings: Settings, lane: int) -> Settings:
         settings,
         server=replace(s, lane=lane),
         store=replace(settings.store, db_path=lane_db_path(settings.store.db_path, lane)),
+        webhooks=(replace(settings.webhooks, db_path=lane_db_path(settings.webhooks.db_path, lane))
+                  if settings.webhooks.db_path else settings.webhooks),  # a side file per lane
         cluster=replace(c, peers=peers, cluster_id=lane_cluster_id(base_id, lane, s.lanes)))
 
 

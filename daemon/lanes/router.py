@@ -186,6 +186,8 @@ async def rpc(request: web.Request) -> web.Response:
                                                  found.more_senders]
         elif name == "seen":  # an agent's last seen (daemon/services/agents.py)
             answer = await agents.refresh_seen(node, str(payload))
+        elif name == "webhooks":  # a subscription on every lane (daemon/webhooks/lanes.py)
+            answer = await node.webhooks.lane_call(payload)
         else:
             raise NotFound(f"no lane call {name!r}")
     except AiMemoryError as exc:

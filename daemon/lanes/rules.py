@@ -7,7 +7,9 @@ A :class:`Rule` per route says where a request is served:
   writes only records every lane keeps);
 * ``HOME``: by the home lane (lane 0): memories, their links, grants and
   namespace subscriptions; the identity admin;
-* ``KEY``: by the lane of a key its request names (:attr:`Rule.lane`);
+* ``KEY``: by the lane of a key its request names (:attr:`Rule.lane`), or,
+  where that answers :data:`ALL_LANES`, by every lane, the answers merged
+  by :attr:`Rule.merge` (a route that reads one key or many by its query);
 * ``EVERY``: by every lane (a record each lane keeps for itself);
 * ``FANOUT``: asked of every lane, the answers merged (:attr:`Rule.merge`).
 """
@@ -33,6 +35,7 @@ HOME: Final = "home"
 KEY: Final = "key"
 EVERY: Final = "every"
 FANOUT: Final = "fanout"
+ALL_LANES: Final = -1  # a KEY rule's answer: fan this request out (merged by Rule.merge)
 
 
 class View:
@@ -76,7 +79,7 @@ LaneOf = Callable[[View], Awaitable[int | None]]
 Merge = Callable[[View, list[Any]], Any]
 
 
-EVERYWHERE: Final = -1  # what a KEY rule's lane answers for a request that spans lanes
+EVERYWHERE: Final = ALL_LANES
 
 
 @dataclass(frozen=True, slots=True)

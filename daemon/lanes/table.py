@@ -90,6 +90,8 @@ async def _notify_lane(view: View) -> int | None:
 
 async def _send_lane(view: View) -> int | None:
     body = view.json()
+    if _text(body.get("in_reply_to")):  # the parent is read on its lane; the send is handed on
+        return lane_of_id(body["in_reply_to"], view.lanes)
     ws, project = _text(body.get("to_workspace")), _text(body.get("to_project"))
     if ws is None or project is None:
         return None
@@ -248,19 +250,6 @@ _HOME = [
     ("POST", "/api/v1/projects/cleanup"), ("POST", "/api/v1/projects/{workspace}/{project}/purge"),
     ("DELETE", "/api/v1/projects/{workspace}/{project}"),
     ("POST", "/api/v1/workspaces/{workspace}/purge"), ("DELETE", "/api/v1/workspaces/{workspace}"),
-    # webhook subscriptions and the web inbox (sessions in one process's memory)
-    ("POST", "/api/v1/subscriptions"), ("GET", "/api/v1/subscriptions"),
-    ("GET", "/api/v1/subscriptions/dead-letters"),
-    ("POST", "/api/v1/subscriptions/dead-letters/{ref}/replay"),
-    ("DELETE", "/api/v1/subscriptions/{sub_id}"), ("DELETE", "/api/v1/subscriptions"),
-    ("GET", "/web"), ("GET", "/web/"), ("GET", "/web/login"), ("POST", "/web/login"),
-    ("POST", "/web/logout"), ("GET", "/web/inbox"), ("GET", "/web/legacy"),
-    ("GET", "/web/static/{name}"), ("GET", "/web/api/me"), ("GET", "/web/api/projects"),
-    ("GET", "/web/api/history"), ("GET", "/web/api/held"), ("GET", "/web/api/harnesses"),
-    ("POST", "/web/api/messages"), ("POST", "/web/api/messages/{id}/edit"),
-    ("POST", "/web/api/messages/{id}/save"), ("POST", "/web/api/messages/{id}/discard"),
-    ("GET", "/web/api/approvals"), ("POST", "/web/api/messages/{id}/approve"),
-    ("POST", "/web/api/messages/{id}/reject"),
 ]
 _KEYED: list[tuple[str, str, LaneOf]] = [
     ("GET", "/api/v1/memories", _by_namespace(in_body=False)),
@@ -310,3 +299,6 @@ for _m, _p, _merge in _FANOUT:
     register(_m, _p, Rule(FANOUT, merge=_merge))
 for _m, _p in _TEXT_FANOUT:
     register(_m, _p, Rule(FANOUT, merge=_metrics, text=True))
+
+# -- the web inbox and webhook subscriptions: their own module ------------------------------
+from daemon.lanes import table_web  # noqa: E402, F401

@@ -678,11 +678,18 @@ def web_message(principal: Principal, row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def history(node: MailPorts, principal: Principal, *, box: str, workspace: str, project: str,
-                  page: int, thread_id: str | None = None) -> dict[str, Any]:
+                  page: int, thread_id: str | None = None,
+                  lane_share: bool = False) -> dict[str, Any]:
     """A project's Received (its mailbox) or Sent (its outbox across
     mailboxes) history, every state, newest first, paged at
     ``limits.web_page_size`` (with ``thread_id``, that thread's only).
-    Reading never claims or cancels."""
+    Reading never claims or cancels.
+
+    With ``lane_share`` (a node with lanes, where every lane answers the
+    Sent history for the mailboxes it keeps) the Sent answer holds this
+    lane's messages from the newest up to the end of the page, each with
+    its ``order``, for :func:`daemon.lanes.table_web._merge_sent` to cut
+    the page from."""
     if box not in ("received", "sent"):
         raise BadRequest("box must be received or sent")
     if not 0 <= page < limits.web_history_pages_max:
@@ -694,6 +701,13 @@ async def history(node: MailPorts, principal: Principal, *, box: str, workspace:
         await node.read_barrier(mailbox_key(workspace, project))
         rows = await node.store.mailbox_messages(workspace, project, limit=size + 1,
                                                  offset=page * size, thread_id=thread_id)
+    elif lane_share:
+        await node.read_barrier(ALL_KEYS)  # this lane's share of the outbox
+        rows = await node.store.sent_messages(workspace, project, limit=(page + 1) * size + 1,
+                                              offset=0, thread_id=thread_id)
+        return {"box": box, "workspace": workspace, "project": project, "page": page,
+                "thread_id": thread_id, "page_size": size, "has_previous": page > 0,
+                "messages": [{**web_message(principal, r), "order": r["order"]} for r in rows]}
     else:
         await node.read_barrier(ALL_KEYS)  # the outbox spans mailboxes
         rows = await node.store.sent_messages(workspace, project, limit=size + 1,

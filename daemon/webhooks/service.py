@@ -23,7 +23,7 @@ from common import limits
 from common.errors import Conflict, LimitExceeded, NotFound, Unavailable
 from common.ops import Op
 from daemon.schemas.ids import record_id
-from daemon.webhooks import outbox
+from daemon.webhooks import lanes, outbox
 from daemon.webhooks.config import WebhookSettings, side_db_path
 from daemon.webhooks.db import WebhookDB
 from daemon.webhooks.dispatcher import Dispatcher
@@ -119,6 +119,23 @@ class Webhooks:
         if secret is None:
             out["secret"] = sub.secret  # shown once: GET never returns it
         return out
+
+    async def install(self, sub: Subscription) -> dict[str, Any]:
+        """The row another lane of this node created, the same here
+        (:mod:`daemon.webhooks.lanes`); already here as it is: nothing to do."""
+        registry, _ = self._ready()
+        existing = registry.get(sub.id)
+        if existing is not None:
+            if existing != sub:
+                raise Conflict(f"lane holds a different subscription {sub.id}", id=sub.id)
+            return {"installed": False}
+        await registry.add(sub)
+        self.node.metrics.inc("webhook_subscriptions_created_total")
+        return {"installed": True}
+
+    async def lane_call(self, call: dict[str, Any]) -> Any:
+        """A sibling lane's call (``/lane/v1/webhooks``: :func:`daemon.webhooks.lanes.serve`)."""
+        return await lanes.serve(self, call)
 
     def all(self) -> list[dict[str, Any]]:
         registry, _ = self._ready()

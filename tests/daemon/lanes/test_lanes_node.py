@@ -214,6 +214,16 @@ def test_mail_asked_of_the_other_lane(node: LanedNode) -> None:
         assert mid in json.dumps(renewed)
         node.ok(other, "POST", "/api/v1/messages/complete",
                 {"message_id": mid, "result": "done", "claim_token": token})
+        # an answer names its parent (on this lane) and goes to a mailbox on the other
+        dest_sid = _session(node, other, dest)
+        answer = node.ok(other, "POST", "/api/v1/messages",
+                         {"to_workspace": "ws", "to_project": src, "body": "done it",
+                          "in_reply_to": mid},
+                         headers={"x-memory-actor-session-id": dest_sid})
+        inbox = node.ok(lane, "GET", f"/api/v1/messages?workspace=ws&project={src}")
+        assert [(m["id"], m["in_reply_to"]) for m in inbox["messages"]] == [
+            (answer["message_id"], mid)]
+        node.ok(lane, "POST", "/api/v1/messages/pop", {"workspace": "ws", "project": src})
         # the sender's outbox spans mailboxes on both lanes
         second = node.ok(lane, "POST", "/api/v1/messages",
                          {"to_workspace": "ws", "to_project": src, "body": "to self"},
