@@ -36,6 +36,7 @@ from aiohttp import web
 from common.errors import AiMemoryError, NotFound
 from daemon.http.appkeys import NODE
 from daemon.http.errors import BODY_READ, Handler
+from daemon.identity import admin
 from daemon.lanes import rules, table  # noqa: F401  (table fills the rules)
 from daemon.lanes.hop import RPC_PREFIX, arrived_by_hop
 from daemon.replication.forwarding import decode_request, encode_error, encode_result
@@ -131,6 +132,10 @@ async def rpc(request: web.Request) -> web.Response:
             answer: Any = [op.to_wire() for op in ops]
         elif name == "mailbox":
             answer = encode_result(await node.router.route(decode_request(payload)))
+        elif name == "refuse":  # identity records taken away: write, confirm on every member
+            await admin.write_refused_here(node, [(str(k), str(key), dict(p))
+                                                  for k, key, p in payload])
+            answer = None
         elif name == "status":
             answer = node.status()
         else:
