@@ -42,6 +42,11 @@ def whoami(c: LaneCluster, nid: str, lane: int, key: str) -> int:
     return c.call(nid, "GET", "/api/v1/whoami", lane=lane, key=key)[0]
 
 
+def grants(c: LaneCluster, nid: str, lane: int, key: str) -> list[tuple[str, str, str]]:
+    who = ok(c.call(nid, "GET", "/api/v1/whoami", lane=lane, key=key))
+    return [(g["workspace"], g["project"], g["access"]) for g in who["grants"]]
+
+
 def test_keys_work_and_revocations_are_refused_on_every_lane(lanes: LaneCluster) -> None:
     c = lanes
     # made through lane 1 of node 1, a key works on every lane of every member
@@ -49,6 +54,16 @@ def test_keys_work_and_revocations_are_refused_on_every_lane(lanes: LaneCluster)
     made = ok(c.call("node1", "POST", "/api/v1/admin/keys", {"user": "alice"}, lane=1), 201)
     for nid, lane in c.everywhere():
         assert whoami(c, nid, lane, made["key"]) == 200, (nid, lane)
+    # a grant made through lane 0 of node 3 holds on every lane; taken away
+    # through lane 1 of node 2, it is gone on every lane once acknowledged
+    grant = {"user": "alice", "workspace": "w", "project": "p", "access": "write"}
+    ok(c.call("node3", "POST", "/api/v1/admin/grants", grant, lane=0), 201)
+    for nid, lane in c.everywhere():
+        assert grants(c, nid, lane, made["key"]) == [("w", "p", "write")], (nid, lane)
+    ok(c.call("node2", "DELETE", "/api/v1/admin/grants?user=alice&workspace=w&project=p"
+              "&access=write", lane=1))
+    for nid, lane in c.everywhere():
+        assert grants(c, nid, lane, made["key"]) == [("w", "p", "read")], (nid, lane)
     # revoked through lane 0 of node 2: refused on every lane of every member
     # once acknowledged
     ok(c.call("node2", "DELETE", f"/api/v1/admin/keys/{made['id']}", lane=0))
