@@ -40,6 +40,7 @@ from daemon.identity import admin
 from daemon.lanes import rules, table  # noqa: F401  (table fills the rules)
 from daemon.lanes.hop import RPC_PREFIX, arrived_by_hop
 from daemon.replication.forwarding import decode_request, encode_error, encode_result
+from daemon.services import purge
 
 log = logging.getLogger("ai_memory.lanes")
 
@@ -136,6 +137,11 @@ async def rpc(request: web.Request) -> web.Response:
             await admin.write_refused_here(node, [(str(k), str(key), dict(p))
                                                   for k, key, p in payload])
             answer = None
+        elif name == "purge_scan":  # a purge's look at this lane's mailboxes
+            answer = await purge.mailbox_projects(node, str(payload[0]),
+                                                  None if payload[1] is None else str(payload[1]))
+        elif name == "purge_sent":  # the cleanup's: projects that sent mail this lane holds
+            answer = await purge.sent_from(node, [(str(w), str(p)) for w, p in payload])
         elif name == "status":
             answer = node.status()
         else:

@@ -171,3 +171,20 @@ for _m, _p, _lane in _KEYED:
     register(_m, _p, _key(_lane))
 for _m, _p, _merge in _FANOUT:
     register(_m, _p, Rule(FANOUT, merge=_merge))
+
+
+# -- purges and the cleanup of empty projects (daemon/services/purge.py) ----------------------
+def _cleanups(view: View, bodies: list[Any]) -> Any:
+    """Each lane cleans the projects whose mailbox it holds: their lists, one after the other."""
+    out = dict(bodies[0])
+    for field in ("removed", "kept"):
+        out[field] = sorted(row for b in bodies for row in b.get(field, []))
+    return out
+
+
+for _m, _p in [("POST", "/api/v1/projects/{workspace}/{project}/purge"),
+               ("DELETE", "/api/v1/projects/{workspace}/{project}"),
+               ("POST", "/api/v1/workspaces/{workspace}/purge"),
+               ("DELETE", "/api/v1/workspaces/{workspace}")]:
+    register(_m, _p, HOME_RULE)  # the memories and the audit; mailboxes asked of their lanes
+register("POST", "/api/v1/projects/cleanup", Rule(FANOUT, merge=_cleanups))

@@ -5,15 +5,14 @@ every lane once acknowledged."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
-import time
 from typing import Any
 
 import pytest
 
 from common import limits
-
 from tests.cluster.lanes_harness import LaneCluster, pause_lane, resume
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
