@@ -173,6 +173,12 @@ for _m, _p, _merge in _FANOUT:
     register(_m, _p, Rule(FANOUT, merge=_merge))
 
 
+# -- sync: a signature is checked by one process (its boot id): the home lane's,
+# which keeps the memories these calls read and write
+register("POST", "/api/v1/sync/push", HOME_RULE)
+register("GET", "/api/v1/sync/since", HOME_RULE)
+
+
 # -- purges and the cleanup of empty projects (daemon/services/purge.py) ----------------------
 def _cleanups(view: View, bodies: list[Any]) -> Any:
     """Each lane cleans the projects whose mailbox it holds: their lists, one after the other."""
