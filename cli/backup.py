@@ -93,6 +93,40 @@ def fetch_backup(url: str, out: Path, secret: str | None,
     return meta  # type: ignore[no-any-return]
 
 
+def _health(url: str, timeout: float) -> dict[str, Any]:
+    """The node's /health ({} when it does not answer one: the backup says why)."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/api/v1/health", timeout=timeout,
+                                    context=_tls(url)) as resp:
+            found = json.loads(resp.read())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def backup_node(url: str, out: Path, secret: str | None,
+                timeout: float = limits.backup_http_timeout_secs,
+                key: str | None = None) -> dict[str, Any]:
+    """:func:`fetch_backup` of the node at ``url``; of a node with lanes, of
+    each lane on its own port: lane 0 to ``out``, lane i to
+    ``<stem>.lane<i><suffix>`` beside it (the names its databases have), and
+    ``out.json`` says so (``lanes``, ``lane_files``)."""
+    from daemon.lanes.layout import lane_db_path, lane_url
+
+    health = _health(url, timeout)
+    lanes = int(health.get("lanes", 1))
+    if lanes == 1:
+        return fetch_backup(url, out, secret, timeout, key=key)
+    offset = int(health["lane_port_offset"])
+    metas = [fetch_backup(lane_url(url, i, offset), Path(lane_db_path(str(out), i)), secret,
+                          timeout, key=key) for i in range(lanes)]
+    meta = {**metas[0], "lanes": lanes, "lane_files": [m["file"] for m in metas],
+            "lane_backups": metas,
+            "total_seconds": round(sum(m["total_seconds"] for m in metas), 3)}
+    Path(f"{out}.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
 def _tls(url: str) -> ssl.SSLContext | None:
     return trust.context() if url.startswith("https:") else None
 
@@ -131,7 +165,7 @@ def backup(state: CliState, out: Path, secret: str | None, data_dir: Path,
     key = getattr(state, "key", None) or state.api_key
     if not secret and not key:
         secret = for_url(state.url, data_dir)
-    meta = fetch_backup(state.url, out, secret, key=key)
+    meta = backup_node(state.url, out, secret, key=key)
     if as_json:
         print_json(meta)
         return
@@ -139,7 +173,30 @@ def backup(state: CliState, out: Path, secret: str | None, data_dir: Path,
     click.echo(f"{out}: {meta['bytes']} bytes from {meta['node_id']} (incarnation "
                f"{meta['incarnation']}), {ops} ops in its version vector, "
                f"{meta['seconds']:.2f}s on the node")
+    if meta.get("lanes", 1) > 1:
+        note(f"{meta['lanes']} lanes, one file each: {', '.join(meta['lane_files'])}")
     note(f"description in {out}.json")
+
+
+def _backup_lanes(file: Path) -> int:
+    """The lane count of the node a backup file was taken from (its database
+    records it; a file of a lane other than 0 is refused: restore lane 0's)."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{file}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT value FROM store_meta WHERE name = 'lane_layout'").fetchone()
+    except sqlite3.Error:
+        row = None
+    finally:
+        conn.close()
+    if row is None or not row[0]:
+        return 1
+    lane, lanes, _ = (int(x) for x in str(row[0]).split("/"))
+    if lane != 0:
+        raise click.ClickException(f"{file} is lane {lane}'s backup; restore the backup of "
+                                   "lane 0, which brings every lane's file beside it")
+    return lanes
 
 
 @click.command("restore")
@@ -147,10 +204,23 @@ def backup(state: CliState, out: Path, secret: str | None, data_dir: Path,
 @click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="The database path of the (stopped) node to restore.")
 @click.option("--force", is_flag=True, help="Replace an existing database at --db.")
-def restore(file: Path, db: Path, force: bool) -> None:
-    """Write a backup as a node's database, under a new incarnation."""
+@click.option("--lanes", type=int, default=1, envvar="AI_MEMORY_LANES", show_envvar=True,
+              show_default=True, help="The node's lane count (serve --lanes): a backup of "
+                                      "another lane count is refused.")
+def restore(file: Path, db: Path, force: bool, lanes: int) -> None:
+    """Write a backup as a node's database, under a new incarnation (a node
+    with lanes: every lane's file, each as that lane's database)."""
+    from daemon.lanes.layout import lane_db_path
     from store.backup import restore as do_restore
 
+    held = _backup_lanes(file)
+    if held != lanes:
+        raise click.ClickException(
+            f"{file} is a backup of a node with {held} lane(s); this node runs {lanes} "
+            "(--lanes, AI_MEMORY_LANES): a node's lane count is fixed, restore it on a node "
+            "with the same count")
+    for i in range(1, lanes):
+        do_restore(lane_db_path(str(file), i), lane_db_path(str(db), i), force=force)
     result = do_restore(file, db, force=force)
     click.echo(f"{result['db']}: restored {result['ops']} ops in its version vector as "
                f"incarnation {result['incarnation']} (was {result['restored_from']})")

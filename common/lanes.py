@@ -53,6 +53,7 @@ from common.ops import (
     IDENT_KEY,
     NSUB_PUT,
     PGRANT_PUT,
+    PROJ_HIDE,
     SESSION_START,
     USER_PUT,
 )
@@ -63,7 +64,7 @@ LANES_MAX: Final = 1024  # lanes per cluster, a sanity bound on configuration
 
 _MASK64: Final = (1 << 64) - 1
 _JUMP_MUL: Final = 2862933555777941757  # the 64-bit LCG multiplier of jump hashing
-GLOBAL_KINDS: Final = frozenset({SESSION_START, USER_PUT, APIKEY_PUT, PGRANT_PUT})
+GLOBAL_KINDS: Final = frozenset({SESSION_START, PROJ_HIDE, USER_PUT, APIKEY_PUT, PGRANT_PUT})
 HOME_KINDS: Final = frozenset({NSUB_PUT})
 _AGENT_PREFIXES: Final = ("inbox:", "agent:")
 _PROJECT_PREFIXES: Final = ("proj:", "mbox:")

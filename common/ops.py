@@ -111,6 +111,12 @@ msg.purge      id, workspace, project, scope, by_user, reason, at_ms. An
                 latest activity (``last_at_ms``) is before the greatest
                 ``at_ms`` of its purges are hidden from every read; the
                 project exists again once a session starts after that.
+proj.hide       id, workspace, project, at_ms. A purge's hiding of a project,
+                for a node with lanes (docs/lanes.md): the ``msg.purge``
+                stays with the project's mailbox, on its lane; this copy,
+                kept by every lane, hides the project's sessions and
+                harness rows last active before ``at_ms`` there too (as a
+                purge of that ``at_ms`` would; nothing else).
 pgrant.put      user, workspace, project, access, granted, at_ms. A project
                 grant (project None: the whole workspace; access read or
                 write), last-writer-wins per (user, workspace, project); a
@@ -170,6 +176,7 @@ MSG_RENEW: Final = lifecycle.MSG_RENEW
 MSG_EXPIRE: Final = lifecycle.MSG_EXPIRE
 MSG_EMPTY: Final = "msg.empty"
 MSG_PURGE: Final = "msg.purge"
+PROJ_HIDE: Final = "proj.hide"
 OP_GAP: Final = "op.gap"  # fills an op id lost with a member's disk; changes no state
 LINK_PUT: Final = "link.put"
 GRANT_PUT: Final = "grant.put"
@@ -181,7 +188,7 @@ PGRANT_PUT: Final = "pgrant.put"
 KINDS: Final = frozenset(
     {MEM_PUT, MEM_DEL, NOTE_NEW, NOTE_READ, AGENT_REG, AGENT_SEEN, SESSION_START,
      MSG_SEND, MSG_CLAIM, MSG_CANCEL, MSG_HOLD, MSG_RELEASE, MSG_APPROVE, MSG_REJECT,
-     MSG_EMPTY, MSG_COMPLETE, MSG_PURGE, MSG_RENEW, MSG_EXPIRE, LINK_PUT, GRANT_PUT,
+     MSG_EMPTY, MSG_COMPLETE, MSG_PURGE, PROJ_HIDE, MSG_RENEW, MSG_EXPIRE, LINK_PUT, GRANT_PUT,
      NSUB_PUT, USER_PUT, APIKEY_PUT, PGRANT_PUT, OP_GAP}
 )
 _KIND_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")

@@ -402,6 +402,17 @@ def _msg_purge(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
                        " AND g.to_project = ?", (ws, proj))
 
 
+def _proj_hide(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
+    """Raise the project's hiding bound (``max_at_ms``); where no purge of it
+    is known, under a mark that ranks below every real purge (it drops no
+    message and gives way to the first real mark)."""
+    b = op.body
+    c.execute(_PURGE_UPSERT, {
+        "workspace": str(b["workspace"]), "project": str(b["project"]), "id": str(b["id"]),
+        "scope": None, "by_user": None, "reason": None, "at_ms": int(b["at_ms"]),
+        "max_at_ms": int(b["at_ms"]), "epoch": -1, "hlc": 0, "origin": "", "seq": 0})
+
+
 _SET_STATE = ("UPDATE messages SET state = "
               f"{_STATE_OF.format(id='?1', gate='messages.approval_required')} WHERE id = ?1")
 
@@ -518,6 +529,7 @@ _APPLY: dict[str, Callable[[sqlite3.Connection, Op, int], None]] = {
     K.MSG_EMPTY: _msg_empty,
     K.MSG_COMPLETE: _msg_complete,
     K.MSG_PURGE: _msg_purge,
+    K.PROJ_HIDE: _proj_hide,
     K.LINK_PUT: _link_put,
     K.GRANT_PUT: _grant_put,
     K.NSUB_PUT: _nsub_put,

@@ -39,6 +39,7 @@ from common.ops import (
     MSG_REJECT,
     MSG_SEND,
     OP_FRAME_BYTES,
+    PROJ_HIDE,
     Op,
     mailbox_key,
     op_weight,
@@ -213,7 +214,7 @@ class Store(DomainReads):
         if not batch:
             return []
         new = await self._writer.apply(batch, now_ms)
-        if any(op.kind == MSG_PURGE for op in new):
+        if any(op.kind in (MSG_PURGE, PROJ_HIDE) for op in new):
             self._projects.clear()  # a purge may have taken a project away
         # Before returning, so that no ack for these ops can precede the head.
         for op in new:
@@ -532,7 +533,8 @@ class Store(DomainReads):
         messages a bodiless stand-in of the send and, if claimed under a
         request id, the claim (as :meth:`store.in_memory.Replica.mailbox_state_ops`)."""
         mark = await self._reads.fetchone(
-            "SELECT * FROM msg_purge WHERE workspace = ? AND project = ?", (workspace, project))
+            "SELECT * FROM msg_purge WHERE workspace = ? AND project = ? AND seq > 0",
+            (workspace, project))  # seq 0: the hiding of a proj.hide alone, not a mark
         if mark is None:
             return []
         out = [purge_op(key, dict(mark), mark["hlc"], mark["origin"], mark["seq"],

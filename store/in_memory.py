@@ -242,6 +242,10 @@ class Replica:
             self._msg_send(op)
         elif kind == K.MSG_PURGE:
             self._msg_purge(op)
+        elif kind == K.PROJ_HIDE:
+            scope = (str(op.body["workspace"]), str(op.body["project"]))
+            at_ms = int(op.body["at_ms"])
+            self._purge_at[scope] = max(self._purge_at.get(scope, at_ms), at_ms)
         elif kind in K.TERMINAL_KINDS:
             msg_id = str(op.body["id"])
             cur = self._terminals.get(msg_id)

@@ -265,7 +265,8 @@ class DomainReads:
         """Every mailbox's mark (its greatest purge), as
         :meth:`store.in_memory.Replica.purge_marks` gives them."""
         rows = await self._reads.fetchall(
-            f"SELECT {', '.join(Q.PURGE_MARK_COLS)} FROM msg_purge ORDER BY workspace, project")
+            f"SELECT {', '.join(Q.PURGE_MARK_COLS)} FROM msg_purge WHERE seq > 0"
+            " ORDER BY workspace, project")  # not a mark of proj.hide alone
         return [dict(r) for r in rows]
 
     async def memory_ids_under(self, namespace: str, *, limit: int) -> list[str]:

@@ -50,7 +50,8 @@ ROOMS: dict[str, set[str]] = {
                          "daemon/settings.py"},
     "daemon/replication/": {"federation", "store", "daemon/http/", "daemon/peer/",
                             "daemon/runtime/", "daemon/settings.py"},
-    "daemon/lanes/": {"federation", "daemon/http/", "daemon/replication/", "daemon/runtime/",
+    "daemon/lanes/": {"federation", "daemon/http/", "daemon/identity/", "daemon/replication/",
+                      "daemon/runtime/",
                       "daemon/schemas/", "daemon/services/", "daemon/settings.py"},
     "daemon/node.py": {"federation", "store", "daemon/http/", "daemon/identity/", "daemon/lanes/",
                        "daemon/peer/",
@@ -80,7 +81,7 @@ CLI: dict[str, set[str]] = {
     "cli/hooks.py": {"daemon.mcp.settings"},
     "cli/identity.py": {"daemon.identity.bootstrap", "daemon.identity.secrets", "daemon.settings",
                         "store.db", "store.schema"},
-    "cli/backup.py": {"daemon.peer.auth", "store.backup"},
+    "cli/backup.py": {"daemon.peer.auth", "store.backup", "daemon.lanes.layout"},
     "cli/node_config.py": {"daemon.settings"},
 }
 CLI_TOP_LEVEL_OK = {"cli/hooks.py"}  # daemon/mcp/settings.py imports only common

@@ -61,6 +61,11 @@ def _authorize(request: web.Request, body: bytes) -> None:
         raise Forbidden("backups without a cluster secret are allowed from loopback only")
 
 
+def _local_port(request: web.Request) -> int | None:
+    sock = request.transport.get_extra_info("sockname") if request.transport else None
+    return sock[1] if isinstance(sock, tuple) and len(sock) >= 2 else None
+
+
 async def backup(request: web.Request) -> web.StreamResponse:
     body = await request.read()
     try:
@@ -70,6 +75,12 @@ async def backup(request: web.Request) -> web.StreamResponse:
         refused.headers[BOOT_HEADER] = request.app[NODE].verifier.boot
         return refused
     node = request.app[NODE]
+    server = node.settings.server
+    if node.siblings is not None and _local_port(request) == server.port:
+        raise Conflict(
+            f"this node runs {server.lanes} lanes, each with its own database: back up each "
+            f"lane on its own port (lane i: port + {server.lane_port_offset} * (i + 1)); "
+            "`ai-memory backup` does so and writes one file per lane")
     lock = request.app[BUSY]
     if lock.locked():
         raise Conflict("a backup of this node is already running")

@@ -13,7 +13,10 @@ from daemon.services import system
 
 async def health(request: web.Request) -> web.Response:
     node = request.app[NODE]
-    return json_response({
+    server = node.settings.server
+    lanes = {"lanes": server.lanes, "lane": server.lane,
+             "lane_port_offset": server.lane_port_offset} if server.lanes > 1 else {}
+    return json_response({**lanes,
         "status": "ok",
         "service": "ai-memory",
         "version": node.settings.version,

@@ -79,6 +79,32 @@ async def _write(node: Node, items: list[Item]) -> list[Op]:
     return await node.write(items)
 
 
+async def _write_refused(node: Node, items: list[Item]) -> None:
+    """Write ``items`` (identity records, which every lane keeps) and return
+    once every member refuses what they take away (:func:`refused_everywhere`).
+
+    With lanes each lane's copy is its own ops in its own replica group, so
+    each lane writes the one body minted here and confirms its copy with the
+    same lane of every member (``/lane/v1/refuse``): the answer comes once
+    every lane of every member refuses it."""
+    siblings = node.siblings
+    if siblings is None:
+        await refused_everywhere(node, await node.write(items))
+        return
+    wire = [list(item) for item in items]
+    done = await asyncio.gather(write_refused_here(node, items),
+                                *(siblings.call(i, "refuse", wire) for i in siblings.others),
+                                return_exceptions=True)
+    for result in done:
+        if isinstance(result, BaseException):
+            raise result
+
+
+async def write_refused_here(node: Node, items: list[Item]) -> None:
+    """This lane's share of :func:`_write_refused`."""
+    await refused_everywhere(node, await node.write_here(items))
+
+
 async def _outwait(node: Node) -> None:
     await node.identity.outwait_leases(node.identity.monotonic())
 
@@ -151,7 +177,7 @@ async def remove_user(node: Node, name: str) -> dict[str, Any]:
     keys = [k for k in await I.keys(node.store.reads, user=name) if not k["revoked"]]
     items: list[Item] = [(USER_PUT, IDENT_KEY, user_body(row, removed=True))]
     items += [(APIKEY_PUT, IDENT_KEY, key_body(k, revoked=True)) for k in keys]
-    await refused_everywhere(node, await _write(node, items))
+    await _write_refused(node, items)
     return {"name": name, "removed": True, "keys_revoked": [k["id"] for k in keys]}
 
 
@@ -188,9 +214,10 @@ async def revoke_key(node: Node, key_id: str) -> dict[str, Any]:
     row = await I.key(node.store.reads, key_id)
     if row is None:
         raise NotFound(f"no key {key_id!r}", key_id=key_id)
-    if not row["revoked"]:
-        await refused_everywhere(
-            node, await _write(node, [(APIKEY_PUT, IDENT_KEY, key_body(row, revoked=True))]))
+    # With lanes, a key revoked here may not be on a lane whose share of an
+    # earlier revocation failed: write it again (the same body) on every lane.
+    if not row["revoked"] or node.siblings is not None:
+        await _write_refused(node, [(APIKEY_PUT, IDENT_KEY, key_body(row, revoked=True))])
     else:  # revoked by someone else, perhaps not yet acknowledged: outwait it too
         await _outwait(node)
     return {"id": key_id, "revoked": True}
@@ -221,7 +248,7 @@ async def revoke(node: Node, user: str, workspace: str, project: str | None,
     keep = "read" if access == "write" else None
     body = {"user": user, "workspace": workspace, "project": project,
             "access": keep or cur["access"], "granted": keep is not None, "at_ms": node.now_ms()}
-    await refused_everywhere(node, await _write(node, [(PGRANT_PUT, IDENT_KEY, body)]))
+    await _write_refused(node, [(PGRANT_PUT, IDENT_KEY, body)])
     return {"user": user, "workspace": workspace, "project": project, "access": keep,
             "changed": True}
 

@@ -39,10 +39,11 @@ from common.ops import ALL_KEYS
 from daemon.http.appkeys import NODE
 from daemon.http.auth import PRINCIPAL
 from daemon.http.errors import BODY_READ, Handler
+from daemon.identity import admin
 from daemon.lanes import rules, table  # noqa: F401  (table fills the rules)
 from daemon.lanes.hop import RPC_PREFIX, arrived_by_hop
 from daemon.replication.forwarding import decode_request, encode_error, encode_result
-from daemon.services import agents, notices
+from daemon.services import agents, notices, purge
 
 log = logging.getLogger("ai_memory.lanes")
 
@@ -175,6 +176,15 @@ async def rpc(request: web.Request) -> web.Response:
             answer: Any = [op.to_wire() for op in ops]
         elif name == "mailbox":
             answer = encode_result(await node.router.route(decode_request(payload)))
+        elif name == "refuse":  # identity records taken away: write, confirm on every member
+            await admin.write_refused_here(node, [(str(k), str(key), dict(p))
+                                                  for k, key, p in payload])
+            answer = None
+        elif name == "purge_scan":  # a purge's look at this lane's mailboxes
+            answer = await purge.mailbox_projects(node, str(payload[0]),
+                                                  None if payload[1] is None else str(payload[1]))
+        elif name == "purge_sent":  # the cleanup's: projects that sent mail this lane holds
+            answer = await purge.sent_from(node, [(str(w), str(p)) for w, p in payload])
         elif name == "status":
             answer = node.status()
         elif name == "agents":  # a broadcast's recipients (daemon/services/notify.py)

@@ -187,7 +187,10 @@ def _per_lane(view: View, bodies: list[Any]) -> Any:
 
 
 def _health(view: View, bodies: list[Any]) -> Any:
-    out = _per_lane(view, bodies)
+    """Lane 0's health (``lanes``: their count), each lane's under ``per_lane``."""
+    out = dict(bodies[0])
+    out["per_lane"] = [{"lane": i, "state": b.get("state"), "recovering": b.get("recovering")}
+                       for i, b in enumerate(bodies)]
     out["recovering"] = any(b.get("recovering") for b in bodies)
     out["state"] = "recovering" if out["recovering"] else out.get("state")
     return out
@@ -244,12 +247,6 @@ _HOME = [
     ("POST", "/api/v1/consolidate"), ("POST", "/api/v1/memories/{id}/grant"),
     ("POST", "/api/v1/memories/{id}/revoke"), ("GET", "/api/v1/memories/{id}/grants"),
     ("POST", "/api/v1/cluster"),
-    ("POST", "/api/v1/sync/push"), ("GET", "/api/v1/sync/since"),  # memories
-    # purges: the memories and the audit record are here; the mailboxes' purges go to
-    # their lanes through the node (Node.mailbox)
-    ("POST", "/api/v1/projects/cleanup"), ("POST", "/api/v1/projects/{workspace}/{project}/purge"),
-    ("DELETE", "/api/v1/projects/{workspace}/{project}"),
-    ("POST", "/api/v1/workspaces/{workspace}/purge"), ("DELETE", "/api/v1/workspaces/{workspace}"),
 ]
 _KEYED: list[tuple[str, str, LaneOf]] = [
     ("GET", "/api/v1/memories", _by_namespace(in_body=False)),
@@ -299,6 +296,29 @@ for _m, _p, _merge in _FANOUT:
     register(_m, _p, Rule(FANOUT, merge=_merge))
 for _m, _p in _TEXT_FANOUT:
     register(_m, _p, Rule(FANOUT, merge=_metrics, text=True))
+
+
+# -- sync: a signature is checked by one process (its boot id): the home lane's,
+# which keeps the memories these calls read and write
+register("POST", "/api/v1/sync/push", HOME_RULE)
+register("GET", "/api/v1/sync/since", HOME_RULE)
+
+
+# -- purges and the cleanup of empty projects (daemon/services/purge.py) ----------------------
+def _cleanups(view: View, bodies: list[Any]) -> Any:
+    """Each lane cleans the projects whose mailbox it holds: their lists, one after the other."""
+    out = dict(bodies[0])
+    for field in ("removed", "kept"):
+        out[field] = sorted(row for b in bodies for row in b.get(field, []))
+    return out
+
+
+for _m, _p in [("POST", "/api/v1/projects/{workspace}/{project}/purge"),
+               ("DELETE", "/api/v1/projects/{workspace}/{project}"),
+               ("POST", "/api/v1/workspaces/{workspace}/purge"),
+               ("DELETE", "/api/v1/workspaces/{workspace}")]:
+    register(_m, _p, HOME_RULE)  # the memories and the audit; mailboxes asked of their lanes
+register("POST", "/api/v1/projects/cleanup", Rule(FANOUT, merge=_cleanups))
 
 # -- the web inbox and webhook subscriptions: their own module ------------------------------
 from daemon.lanes import table_web  # noqa: E402, F401

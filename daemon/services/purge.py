@@ -42,7 +42,8 @@ from typing import Any
 
 from common import limits
 from common.errors import NotFound, PayloadTooLarge
-from common.ops import ALL_KEYS, MEM_DEL, MEM_PUT, mailbox_key, mem_key, project_key
+from common.lanes import lane_of
+from common.ops import ALL_KEYS, MEM_DEL, MEM_PUT, PROJ_HIDE, mailbox_key, mem_key, project_key
 from common.policy import Principal, check
 from common.randomid import uuid7
 from daemon.ports import PurgePorts
@@ -62,10 +63,69 @@ def purge_id(scope: str, user: str | None, target: str, idempotency_key: str | N
     return str(uuid.uuid5(PURGE_NS, f"{scope}:{user or ''}:{target}:{idempotency_key}"))
 
 
+# -- lanes (docs/lanes.md): a purge runs on the home lane (the memories and
+# the audit are there); a mailbox is on its project's lane, asked over the
+# local link; the hiding of the project goes to every lane (proj.hide).
+def _siblings(node: PurgePorts) -> Any:
+    return getattr(node, "siblings", None)
+
+
+def _mailbox_lane(node: PurgePorts, workspace: str, project: str) -> int | None:
+    """The lane of the project's mailbox when it is another lane's, else None."""
+    siblings = _siblings(node)
+    if siblings is None:
+        return None
+    lane = lane_of(mailbox_key(workspace, project), siblings.lanes)
+    return None if lane == siblings.lane else lane
+
+
+async def mailbox_projects(node: PurgePorts, workspace: str, project: str | None) -> list[str]:
+    """Projects of ``workspace`` (only ``project``, when given) whose mailbox
+    this lane holds a message or a purge mark of, after a read of them."""
+    if project is None:
+        await node.read_barrier(ALL_KEYS)
+    else:
+        await node.read_barrier(mailbox_key(workspace, project))
+    found = await node.store.mailbox_projects(workspace)
+    return found if project is None else [p for p in found if p == project]
+
+
+async def _mailbox_projects(node: PurgePorts, workspace: str,
+                            project: str | None = None) -> set[str]:
+    """:func:`mailbox_projects` of the lanes that hold the mailboxes asked of."""
+    siblings = _siblings(node)
+    if siblings is None:
+        return set(await mailbox_projects(node, workspace, project))
+    if project is not None:
+        lane = _mailbox_lane(node, workspace, project)
+        if lane is None:
+            return set(await mailbox_projects(node, workspace, project))
+        return set(await siblings.call(lane, "purge_scan", [workspace, project]))
+    found = set(await mailbox_projects(node, workspace, None))
+    for lane in siblings.others:
+        found |= set(await siblings.call(lane, "purge_scan", [workspace, None]))
+    return found
+
+
+async def sent_from(node: PurgePorts, projects: list[tuple[str, str]]) -> list[list[str]]:
+    """Those of ``projects`` that sent a message this lane holds."""
+    await node.read_barrier(ALL_KEYS)
+    return [[ws, p] for ws, p in projects if await node.store.sent_messages(ws, p, limit=1)]
+
+
+async def _hide(node: PurgePorts, pid: str, workspace: str, project: str, at_ms: int) -> None:
+    """With lanes: hide the purged project's sessions on every lane (the
+    ``msg.purge`` that hides them is on the mailbox's lane only)."""
+    if _siblings(node) is not None:
+        await node.write([(PROJ_HIDE, project_key(workspace, project),
+                           {"id": pid, "workspace": workspace, "project": project,
+                            "at_ms": at_ms})])
+
+
 async def _known(node: PurgePorts, workspace: str, project: str) -> bool:
     if await node.store.project_exists(workspace, project):
         return True
-    return project in await node.store.mailbox_projects(workspace)
+    return project in await _mailbox_projects(node, workspace, project)
 
 
 async def _purge_mailbox(node: PurgePorts, principal: Principal | None, workspace: str,
@@ -126,11 +186,11 @@ async def purge_project(node: PurgePorts, principal: Principal, *, workspace: st
                         reason: str | None, idempotency_key: str | None) -> dict[str, Any]:
     check(principal, "project.purge", {"box": (workspace, project)})
     await node.read_barrier(project_key(workspace, project))
-    await node.read_barrier(mailbox_key(workspace, project))
     if not await _known(node, workspace, project):
         raise NotFound(f"no project {workspace}/{project}", workspace=workspace, project=project)
     pid = purge_id(PROJECT, principal.user, f"{workspace}/{project}", idempotency_key)
     res = await _purge_mailbox(node, principal, workspace, project, pid, PROJECT, reason)
+    await _hide(node, pid, workspace, project, int(res["purge"]["at_ms"]))
     memories, more = await _delete_memories(node, f"{workspace}/{project}")
     record = {"purge_id": pid, "scope": PROJECT, "workspace": workspace, "project": project,
               "by_user": principal.user, "by_agent": principal.agent, "reason": reason,
@@ -147,7 +207,7 @@ async def purge_workspace(node: PurgePorts, principal: Principal, *, workspace: 
     await node.read_barrier(ALL_KEYS)
     projects = sorted({p["project"] for p in await node.store.list_projects()
                        if p["workspace"] == workspace}
-                      | set(await node.store.mailbox_projects(workspace)))
+                      | await _mailbox_projects(node, workspace))
     if not projects:
         raise NotFound(f"no project in workspace {workspace}", workspace=workspace)
     if len(projects) > limits.purge_projects_max:
@@ -162,6 +222,7 @@ async def purge_workspace(node: PurgePorts, principal: Principal, *, workspace: 
         sub = str(uuid.uuid5(PURGE_NS, f"{pid}:{project}"))
         res = await _purge_mailbox(node, principal, workspace, project, sub, WORKSPACE, reason)
         at_ms = max(at_ms, int(res["purge"]["at_ms"]))
+        await _hide(node, sub, workspace, project, int(res["purge"]["at_ms"]))
         got = res.get("removed")
         removed = None if removed is None or got is None else removed + int(got)
     memories, more = await _delete_memories(node, workspace)
@@ -177,18 +238,27 @@ async def purge_workspace(node: PurgePorts, principal: Principal, *, workspace: 
 
 async def empty_projects(node: PurgePorts, *, idle_before_ms: int) -> list[tuple[str, str]]:
     """Projects last active before ``idle_before_ms`` that no message names,
-    as recipient or sender, in any state (after a read of every key)."""
+    as recipient or sender, in any state (after a read of every key). With
+    lanes, only the projects whose mailbox this lane holds, and none that
+    sent a message another lane holds."""
     await node.read_barrier(ALL_KEYS)
     out = []
     for p in await node.store.list_projects():
         ws, proj = p["workspace"], p["project"]
         if p["last_active_at_ms"] >= idle_before_ms:
             continue
+        if _siblings(node) is not None and _mailbox_lane(node, ws, proj) is not None:
+            continue  # another lane's to judge
         if await node.store.mailbox_messages(ws, proj, limit=1):
             continue
         if await node.store.sent_messages(ws, proj, limit=1):
             continue
         out.append((ws, proj))
+    siblings = _siblings(node)
+    if siblings is not None and out:
+        for lane in siblings.others:
+            sent = await siblings.call(lane, "purge_sent", [list(p) for p in out])
+            out = [p for p in out if list(p) not in sent]
     return out
 
 
@@ -204,6 +274,8 @@ async def cleanup_empty_projects(node: PurgePorts, *, idle_before_ms: int,
         res = await _purge_mailbox(node, by, ws, proj, pid, CLEANUP,
                                    "scheduled cleanup of an empty project", only_if_empty=True,
                                    hide_before_ms=idle_before_ms)
+        if res.get("purge") is not None:
+            await _hide(node, pid, ws, proj, idle_before_ms)
         (removed if res.get("purge") is not None else kept).append(f"{ws}/{proj}")
     return {"removed": removed, "kept": kept, "idle_before_ms": idle_before_ms}
 

@@ -251,7 +251,8 @@ def test_status_and_metrics_show_every_lane(node: LanedNode) -> None:
     status = node.ok(0, "GET", "/api/v1/cluster/status")
     assert [entry["lane"] for entry in status["lanes"]] == [0, 1]
     health = node.ok(1, "GET", "/api/v1/health")
-    assert len(health["lanes"]) == 2 and health["state"] == "serving"
+    assert health["lanes"] == 2 and health["state"] == "serving"
+    assert [x["lane"] for x in health["per_lane"]] == [0, 1]
     code, text = http("GET", node.url + "/metrics")
     assert code == 200 and 'lane="0"' in str(text) and 'lane="1"' in str(text)
 
