@@ -8,7 +8,9 @@ also copies the tables into docs/performance.md. Exit status is 0 when the
 run completed, whatever the targets say (targets are reported, not
 enforced), and 1 when a phase failed. ``--tls`` runs only the TLS cost
 comparison (:mod:`bench.tls_cost`), ``--mcp`` only the MCP cost beside HTTP
-(:mod:`bench.mcp_cost`).
+(:mod:`bench.mcp_cost`). ``--lanes N`` starts every node with
+``ai-memory serve --lanes N``; the ``lanes`` phase compares one node with 2
+lanes against one started plain whatever it says (:mod:`bench.lanes`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loadgen-procs", type=int, help="override the profile's load-generator processes")
     parser.add_argument("--client", choices=("raw", "aiohttp"),
                         help="the load generator's HTTP client (default aiohttp; raw costs 30-44 % of its CPU per request)")
+    parser.add_argument("--lanes", type=int, default=0, metavar="N",
+                        help="start every node of the echo-to-paired phases with `ai-memory serve --lanes N` "
+                             "(CPU summed over the supervisor and its lane processes); the lanes phase "
+                             "always compares 2 lanes with a plain node")
+    parser.add_argument("--lanes-rounds", type=int, help="override the profile's rounds of the lanes phase")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--update-docs", action="store_true", help="copy the tables into docs/performance.md")
     parser.add_argument("--tls", action="store_true",
@@ -75,8 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         profile = dataclasses.replace(profile, loadgen_procs=args.loadgen_procs)
     if args.client:
         profile = dataclasses.replace(profile, client=args.client)
+    if args.lanes_rounds:
+        profile = dataclasses.replace(profile, lanes_rounds=args.lanes_rounds)
+    if args.lanes < 0:
+        parser.error("--lanes must be 0 (plain) or a lane count")
 
-    run = Run(profile, args.out, progress=not args.no_progress, only=only)
+    run = Run(profile, args.out, progress=not args.no_progress, only=only, lanes=args.lanes)
     results, targets, md = run.execute()
     print()
     print_targets(results, targets, run.run_dir)

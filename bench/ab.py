@@ -51,7 +51,9 @@ SHAPES: dict[str, tuple[int, str]] = {
     "notify1": (1, "notify"), "notify3": (3, "notify"),
     "sendpop1": (1, "sendpop"), "sendpop3": (3, "sendpop"),
     "mix3": (3, "mix"),
+    "notify1lanes2": (1, "notify"),  # one node of `serve --lanes 2`: about half the notifies handed over
 }
+LANES = {"notify1lanes2": 2}  # shapes whose nodes run lanes
 COUNTERS = ("sync_ops_pushed_total", "peer_batches_total", "mailbox_forwards_total")
 
 
@@ -110,17 +112,18 @@ def _measure(pool: LoadPool, cluster: Cluster, name: str,
 def run(args: argparse.Namespace, base: Path) -> dict[str, list[Sample]]:
     trees = {"base": base, "new": REPO}
     samples: dict[str, list[Sample]] = {w: [] for w in args.workloads}
-    by_nodes: dict[int, list[str]] = {}
+    by_nodes: dict[tuple[int, int], list[str]] = {}
     for w in args.workloads:
-        by_nodes.setdefault(SHAPES[w][0], []).append(w)
+        by_nodes.setdefault((SHAPES[w][0], LANES.get(w, 0)), []).append(w)
     work = Path(tempfile.mkdtemp(prefix="ai-memory-ab-"))
     try:
         with LoadPool(1) as pool:
-            for nodes, names in sorted(by_nodes.items()):
+            for (nodes, lanes), names in sorted(by_nodes.items()):
                 with ExitStack() as stack:
                     clusters = {}
                     for build, tree in trees.items():
-                        c = Cluster(work / f"{build}{nodes}", nodes, 2 if nodes > 1 else 1, env=_env(tree))
+                        c = Cluster(work / f"{build}{nodes}l{lanes}", nodes, 2 if nodes > 1 else 1,
+                                    env=_env(tree), lanes=lanes)
                         clusters[build] = stack.enter_context(running(c))
                         if any(SHAPES[n][1] in ("sendpop", "mix") for n in names):
                             setup_projects(c.urls, WorkloadSpec("sendpop", projects=PROJECTS))

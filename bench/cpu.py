@@ -141,7 +141,9 @@ def cpu_summary(w: CpuWindow | None, ops: int) -> dict[str, Any] | None:
 
     ``ops`` is the unit the workload is judged by (claims for send+pop,
     successful operations otherwise). ``ms_per_op`` is the CPU of every
-    watched process together, in milliseconds, per such operation.
+    watched process together, in milliseconds, per such operation (with
+    lanes: the supervisor and every lane process of every node);
+    ``process_ms_per_op`` and ``process_cores`` are the same per process.
     """
     if w is None or w.wall_s <= 0:
         return None
@@ -154,6 +156,7 @@ def cpu_summary(w: CpuWindow | None, ops: int) -> dict[str, Any] | None:
         "server_cores": total / w.wall_s,
         "server_system_share": (w.system_seconds() / total) if total > 0 else None,
         "process_cores": {k: v / w.wall_s for k, v in per.items()},
+        "process_ms_per_op": {k: v * 1000.0 / ops for k, v in per.items()} if ops > 0 else None,
         "ops": ops,
         "ms_per_op": (total * 1000.0 / ops) if ops > 0 else None,
         "client_cpu_s": client,

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import math
 import multiprocessing
 import multiprocessing.sharedctypes
@@ -48,6 +49,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -203,8 +205,12 @@ class _OpRequester:
         params: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
         want_body: bool = False,
+        port_offset: int = 0,
     ) -> tuple[int, Any]:
-        url = self.client.next_target() + path
+        base = self.client.next_target()
+        if port_offset:
+            base = _moved(base, port_offset)
+        url = base + path
         t0 = time.perf_counter()
         session = self.client.session
         body: Any = None
@@ -227,6 +233,13 @@ class _OpRequester:
         if self.record:
             self.client.sample(kind).record(status, (time.perf_counter() - t0) * 1000.0)
         return status, body
+
+
+@functools.lru_cache(maxsize=256)
+def _moved(base: str, offset: int) -> str:
+    """``base`` (scheme://host:port) with its port moved by ``offset``."""
+    u = urlsplit(base)
+    return f"{u.scheme}://{u.hostname}:{(u.port or 80) + offset}"
 
 
 async def _one(client: _Client, job: LoadJob, rng: random.Random, due: float, record: bool) -> None:

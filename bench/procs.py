@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -37,20 +38,112 @@ HOST = "127.0.0.1"
 HEALTH_PATH = "/api/v1/health"
 START_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
+LANE_PORT_OFFSET = 100  # the daemon's default [server] lane_port_offset
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports that were free on loopback a moment ago."""
+    """``n`` distinct ports that were free on loopback a moment ago, below the
+    kernel's ephemeral range, so that no client's outgoing connection takes
+    one between this check and the node's bind."""
+    low = _ephemeral_low()
+    rng = random.Random()
+    found: list[int] = []
+    for _ in range(2000):
+        if len(found) == n:
+            return found
+        port = rng.randrange(max(1024, low - 12000), low)
+        if port not in found and _all_free([port]):
+            found.append(port)
+    raise RuntimeError(f"no {n} free ports below {low}")
+
+
+def free_lane_ports(n: int, lanes: int, offset: int = LANE_PORT_OFFSET) -> list[int]:
+    """``n`` distinct ports, each free on loopback a moment ago together with
+    the lane ports a node with ``lanes`` lanes derives from it
+    (``port + offset * (lane + 1)``, daemon/lanes/layout.py)."""
+    if lanes <= 1:
+        return free_ports(n)
+    for _ in range(50):
+        base = free_ports(n)
+        wanted = [p + offset * (i + 1) for p in base for i in range(lanes)]
+        if max(wanted) < 65536 and _all_free(wanted) and len(set(wanted) | set(base)) == n * (lanes + 1):
+            return base
+    raise RuntimeError(f"no {n} ports with {lanes} free lane ports each")
+
+
+def _all_free(ports: list[int]) -> bool:
     socks = []
     try:
-        for _ in range(n):
+        for port in ports:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((HOST, 0))
             socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            s.bind((HOST, port))
+        return True
+    except OSError:
+        return False
     finally:
         for s in socks:
             s.close()
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live children of a process (every thread's), from /proc."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return sorted(set(out))
+
+
+def lane_index(pid: int) -> int | None:
+    """The lane a lane process serves (its ``AI_MEMORY_LANE_INDEX``), None for another process."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return None
+    for item in env:
+        if item.startswith(b"AI_MEMORY_LANE_INDEX="):
+            value = item.split(b"=", 1)[1]
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def node_pids(name: str, pid: int) -> list[tuple[str, int]]:
+    """(name, pid) of every process of a node: the process started (the
+    supervisor, with lanes; the node itself without) and, as
+    ``<name>.lane<i>``, each lane process, found as its children."""
+    out = [(name, pid)]
+    lanes = [(lane_index(c), c) for c in child_pids(pid)]
+    out += sorted((f"{name}.lane{i}", c) for i, c in lanes if i is not None)
+    return out
+
+
+def _wait_answers(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            http_json(url, timeout=1.0)
+            return
+        except (OSError, ValueError):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} not answering after {timeout_s}s") from None
+            time.sleep(0.05)
 
 
 def rss_bytes(pid: int) -> int:
@@ -77,8 +170,12 @@ def http_json(url: str, timeout: float = 5.0) -> Any:
     """GET a JSON document (stdlib only; used for control, never for load)."""
     import json
 
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return json.loads(resp.read())
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        exc.close()  # its response holds the connection (a node's 503 while a lane starts)
+        raise
 
 
 def post_json(url: str, body: Any, headers: dict[str, str] | None = None, timeout: float = 10.0) -> tuple[int, Any]:
@@ -249,10 +346,19 @@ class Cluster:
     nodes: list[ServerProc] = field(default_factory=list)
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] | None = None  # the nodes' environment (None: this process's)
+    lanes: int = 0  # 0: plain ``serve``; N >= 1: ``serve --lanes N``
+    name: str | None = None  # the label, when not the default
 
     @property
     def label(self) -> str:
+        if self.name:
+            return self.name  # the run's meta says the lane count of the others
         return "1 node" if self.size == 1 else f"{self.size} nodes W={self.write_quorum}"
+
+    def lane_urls(self, node: int = 0) -> tuple[str, ...]:
+        """The lane ports of node ``node`` (a client may go straight to the owning lane)."""
+        port = self.nodes[node].port
+        return tuple(f"http://{HOST}:{port + LANE_PORT_OFFSET * (i + 1)}" for i in range(self.lanes))
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -260,7 +366,7 @@ class Cluster:
 
     def start(self) -> Cluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        ports = free_ports(self.size)
+        ports = free_lane_ports(self.size, self.lanes)
         ids = [f"node{i + 1}" for i in range(self.size)]
         binary = ai_memory_bin()
         for i, (node_id, port) in enumerate(zip(ids, ports, strict=True)):
@@ -271,6 +377,8 @@ class Cluster:
             peers = [f"{pid}=http://{HOST}:{pp}" for j, (pid, pp) in enumerate(zip(ids, ports, strict=True)) if j != i]
             if peers:
                 argv += ["--quorum-peers", ",".join(peers), "--quorum-writes", str(self.write_quorum)]
+            if self.lanes >= 1:
+                argv += ["--lanes", str(self.lanes)]
             argv += list(self.extra_args)  # a fresh cluster decides so itself (daemon/replication/joining.py)
             self.nodes.append(ServerProc(node_id, argv, port, self.workdir / f"{node_id}.log", env=self.env))
         try:
@@ -280,6 +388,9 @@ class Cluster:
                 n.launch()
             for n in self.nodes:
                 n.wait_healthy(START_TIMEOUT_S)
+            for i in range(self.size):  # the node's port answers once any one lane does
+                for url in self.lane_urls(i):
+                    _wait_answers(url + HEALTH_PATH, START_TIMEOUT_S)
         except BaseException:
             self.stop()
             raise
@@ -296,8 +407,11 @@ class Cluster:
         return {n.name: n.rss() for n in self.nodes if n.proc is not None}
 
     def pids(self) -> tuple[tuple[str, int], ...]:
-        """(name, pid) of every running node, for CPU accounting."""
-        return tuple((n.name, n.pid) for n in self.nodes if n.proc is not None)
+        """(name, pid) of every process of every running node, for CPU
+        accounting: with lanes, the supervisor and each lane process
+        (``node1``, ``node1.lane0``, ...), read afresh (a restarted lane
+        has a new pid)."""
+        return tuple(p for n in self.nodes if n.proc is not None for p in node_pids(n.name, n.pid))
 
     def logs(self) -> dict[str, str]:
         return {n.name: n.log_tail() for n in self.nodes}

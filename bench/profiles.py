@@ -47,6 +47,9 @@ class Profile:
     # "aiohttp" stays the default: "raw" would double the echo yardstick the
     # notify targets are written against (docs/performance.md, sixth session).
     client: str = "aiohttp"
+    # Rounds of the lanes phase (bench/lanes.py): 1 lane, 2 lanes and 2 lanes
+    # with a lane-aware client, order reversed every round (even).
+    lanes_rounds: int = 4
 
     @property
     def big_inbox(self) -> int:
@@ -98,6 +101,7 @@ FULL = Profile(
     converge_timeout_s=300.0,
     nats=True,
     paired_rounds=6,
+    lanes_rounds=6,
 )
 
 PROFILES = {p.name: p for p in (QUICK, FULL)}

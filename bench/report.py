@@ -126,7 +126,9 @@ def _header(results: dict[str, Any]) -> list[str]:
         f"daemon {meta.get('daemon_version') or '?'} · "
         f"{meta['profile_settings']['concurrency']} keep-alive connections from "
         f"{meta['profile_settings']['loadgen_procs']} load-generator process(es), "
-        f"{meta['profile_settings'].get('client', 'aiohttp')} HTTP client.",
+        f"{meta['profile_settings'].get('client', 'aiohttp')} HTTP client"
+        + (f"; every node of the other phases runs `serve --lanes {meta['lanes']}`" if meta.get("lanes") else "")
+        + ".",
         "",
         f"Machine: {describe(meta)}.",
         "",
@@ -302,6 +304,53 @@ def _paired_section(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _per_process(d: dict[str, Any]) -> str:
+    """Each process's CPU ms per notify and busy cores (supervisor, lanes)."""
+    cpu = d.get("cpu") or {}
+    per, cores = cpu.get("process_ms_per_op") or {}, cpu.get("process_cores") or {}
+    return ", ".join(f"{k} {per[k]:.3f} ({cores.get(k, 0):.2f} cores)" for k in sorted(per)) or "-"
+
+
+def _lanes_section(results: dict[str, Any]) -> list[str]:
+    """The lanes rounds: 1 lane, 2 lanes, 2 lanes with a lane-aware client."""
+    from bench import lanes
+
+    section = results.get("lanes")
+    if not section or not section.get("rounds"):
+        return []
+    names = (lanes.ONE_LANE, lanes.TWO_LANES, lanes.TWO_LANES_DIRECT)
+    lines = [f"**Lanes rounds**: one node started plain against one with `serve --lanes {section['lanes']}`, "
+             f"{section['concurrency']} connections of the lean client, closed loop, the order reversed every "
+             "round; the 2-lane node is driven twice, through its one port (the kernel spreads connections "
+             "over the lanes, a lane hands a notify whose recipient another lane owns) and by a lane-aware "
+             "client (each notify to its owning lane's port). Per system: notifies/s · CPU ms per notify, "
+             "all processes of the node · share handed over.", ""]
+    rows = []
+    for i, r in enumerate(section["rounds"], 1):
+        m = r["max"]
+        cells = [str(i), " → ".join(r["order"])]
+        for k in names:
+            share = m[k].get("handoff_share")
+            cells.append(f"{_n(m[k]['rps'])} · {_ms3(_cpu(m[k]))} · "
+                         + ("-" if share is None else f"{share:.0%}"))
+        rows.append(cells)
+    lines += _table(["round", "order", *names], rows)
+    lines += ["CPU ms per notify of each process (busy cores), last round:", ""]
+    last = section["rounds"][-1]["max"]
+    lines += [f"- {k}: {_per_process(last[k])}" for k in names]
+    lines.append("")
+    sm = section.get("summary") or {}
+    for key, label in (("plain", lanes.TWO_LANES), ("direct", lanes.TWO_LANES_DIRECT)):
+        if key in sm:
+            lines.append(f"- {label} vs {lanes.ONE_LANE}: notifies/s x{sm[key]['rate_ratio_median']:.2f}, "
+                         f"CPU per notify x{sm[key]['cpu_ratio_median']:.2f} (medians over pairs of rounds)")
+    if sm.get("cpu_ms_per_handed_notify_median") is not None:
+        lines.append(f"- CPU per handed notify (2 lanes minus lane-aware, over the share handed): "
+                     f"{sm['cpu_ms_per_handed_notify_median']:.3f} ms (median of rounds)")
+    lines.append("")
+    return lines
+
+
 def _legend() -> list[str]:
     return [f"[{tag}] {text}" for tag, text in MACHINE_DEPENDENCE.items()]
 
@@ -370,6 +419,7 @@ def markdown(results: dict[str, Any], targets: list[Target]) -> str:
     lines += _sweep_section(results)
     lines += _scenario_sections(results)
     lines += _paired_section(results)
+    lines += _lanes_section(results)
     lines += _nats_section(results)
     lines += _targets_section(results, targets)
     return "\n".join(lines)

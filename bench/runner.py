@@ -4,7 +4,8 @@ Order: the echo ceiling; a 1-node cluster (every workload); a 3-node W=2
 cluster (every workload, then the catch-up / inbox / RSS scenario on the
 same cluster); the paired rounds (a fresh echo server, 1-node and 3-node
 cluster side by side, their notify maximum measured in alternating
-rounds, for the ratio targets); then NATS JetStream (every profile;
+rounds, for the ratio targets); the lanes rounds (one node started plain
+against one with 2 lanes, lean client, :mod:`bench.lanes`); then NATS JetStream (every profile;
 skipped, with the reason, where it is not installed). Each phase runs inside
 :func:`_phase`, which records a failure in ``results["errors"]`` and moves
 on, so a half-built daemon still yields a report that says what failed. All
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import machine, nats_compare, phases, plots, report
+from bench import lanes, machine, nats_compare, phases, plots, report
 from bench.loadgen import LoadPool
 from bench.procs import Cluster, echo_server, http_json, running
 from bench.profiles import Profile
@@ -36,7 +37,7 @@ from bench.progress import Progress
 from bench.targets import ECHO, NOMINAL, Target, evaluate
 from bench.workloads import WorkloadSpec
 
-PHASES = ("echo", "cluster1", "cluster3", "scenario", "paired", "nats")
+PHASES = ("echo", "cluster1", "cluster3", "scenario", "paired", "lanes", "nats")
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -61,6 +62,8 @@ def _count_steps(profile: Profile, only: tuple[str, ...]) -> int:
         n += len(profile.inbox_sizes) + 1 + 2 * len(profile.inbox_sizes) * len(profile.inbox_consistencies)
     if "paired" in only:
         n += 3 * profile.paired_rounds
+    if "lanes" in only:
+        n += 3 * profile.lanes_rounds
     if "nats" in only and profile.nats:
         n += 1
     return n
@@ -68,9 +71,10 @@ def _count_steps(profile: Profile, only: tuple[str, ...]) -> int:
 
 class Run:
     def __init__(self, profile: Profile, out_root: Path, *, progress: bool = True,
-                 only: tuple[str, ...] = PHASES) -> None:
+                 only: tuple[str, ...] = PHASES, lanes: int = 0) -> None:
         self.profile = profile
         self.only = only
+        self.lanes = lanes  # the clusters' nodes run ``serve --lanes N`` (0: plain)
         self.run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         self.run_dir = out_root / self.run_id
         self.workdir = Path(tempfile.mkdtemp(prefix="ai-memory-bench-"))
@@ -88,12 +92,14 @@ class Run:
                 "loadavg_start": list(os.getloadavg()),
                 "loadavg_end": None,
                 "phases": list(only),
+                "lanes": lanes,
             },
             "echo": None,
             "workloads": [],
             "scenario": None,
             "cluster_rss_after_workloads": {},
             "paired": None,
+            "lanes": None,
             "nats": None,
             "errors": [],
         }
@@ -119,7 +125,8 @@ class Run:
         self.results["echo"] = res
 
     def _cluster(self, pool: LoadPool, size: int) -> None:
-        cluster = Cluster(self.workdir / f"cluster{size}", size=size, write_quorum=2 if size > 1 else 1)
+        cluster = Cluster(self.workdir / f"cluster{size}", size=size, write_quorum=2 if size > 1 else 1,
+                          lanes=self.lanes)
         with running(cluster):
             health = http_json(cluster.urls[0] + "/api/v1/health")
             self.results["meta"]["daemon_version"] = health.get("version")
@@ -137,8 +144,8 @@ class Run:
                     phases.catchup_inbox_rss(pool, self.progress, self.profile, cluster, NOMINAL)))
 
     def _paired(self, pool: LoadPool) -> None:
-        one = Cluster(self.workdir / "paired1", size=1, write_quorum=1)
-        three = Cluster(self.workdir / "paired3", size=3, write_quorum=2)
+        one = Cluster(self.workdir / "paired1", size=1, write_quorum=1, lanes=self.lanes)
+        three = Cluster(self.workdir / "paired3", size=3, write_quorum=2, lanes=self.lanes)
         (self.workdir / "paired-echo").mkdir(parents=True, exist_ok=True)
         with running(echo_server(self.workdir / "paired-echo")) as echo, running(one), running(three):
             notify = self._workload_spec("notify")
@@ -147,6 +154,15 @@ class Run:
                 (one.label, one.urls, one.pids(), notify),
                 (three.label, three.urls, three.pids(), notify),
             ])
+
+    def _lanes(self, pool: LoadPool) -> None:
+        """One node started plain against one with 2 lanes (and a lane-aware client)."""
+        one = Cluster(self.workdir / "lanes1", size=1, write_quorum=1, name=lanes.ONE_LANE)
+        two = Cluster(self.workdir / "lanes2", size=1, write_quorum=1, lanes=lanes.LANES,
+                      name=lanes.TWO_LANES)
+        with running(one), running(two):
+            self.results["lanes"] = lanes.rounds(pool, self.progress, self.profile,
+                                                 lanes.systems(one, two), self.profile.lanes_rounds)
 
     def execute(self) -> tuple[dict[str, Any], list[Target], str]:
         try:
@@ -159,6 +175,8 @@ class Run:
                     self._phase("3 nodes", lambda: self._cluster(pool, 3))
                 if "paired" in self.only:
                     self._phase("paired", lambda: self._paired(pool))
+                if "lanes" in self.only:
+                    self._phase("lanes", lambda: self._lanes(pool))
                 if "nats" in self.only and self.profile.nats:
                     self.results["nats"] = self._phase("nats", lambda: nats_compare.run(
                         pool, self.progress, self.profile, self.workdir))

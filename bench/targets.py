@@ -353,6 +353,30 @@ def _rss(results: dict[str, Any]) -> Measured:
     return worst, f"{per} with {sc['messages_stored']:,} inbox messages", worst < 150.0
 
 
+def _lanes_ratio(results: dict[str, Any], *, direct: bool) -> Measured:
+    """Notifies/s of one node with 2 lanes over one lane (a node started
+    plain), lean client, median over pairs of the lanes phase's rounds."""
+    from bench import lanes
+
+    section = results.get("lanes")
+    if not section or not section.get("rounds"):
+        raise KeyError("lanes phase not run")
+    label = lanes.TWO_LANES_DIRECT if direct else lanes.TWO_LANES
+    rate = lanes.pair_series(section, label, lanes.ONE_LANE, _rps)
+    median = statistics.median(rate)
+    text = (f"x{median:.2f}, median of {len(rate)} pairs of rounds "
+            f"({', '.join(f'x{r:.2f}' for r in rate)})")
+    try:
+        cpu = lanes.pair_series(section, label, lanes.ONE_LANE, _cpu_ms)
+        text += f"; CPU per notify x{statistics.median(cpu):.2f} of one lane's"
+    except (KeyError, ZeroDivisionError):
+        pass
+    shares = [r["max"][label].get("handoff_share") for r in section["rounds"]]
+    if all(x is not None for x in shares):
+        text += f"; {statistics.median(shares):.0%} of notifies handed to the other lane"
+    return median, text, median >= 1.5
+
+
 # In report order.
 TARGETS: tuple[Spec, ...] = (
     Spec("send+pop vs NATS JetStream R3, 3 nodes", ">= 50% of NATS in the same run",
@@ -392,6 +416,20 @@ TARGETS: tuple[Spec, ...] = (
          "notifies/s of one node against the echo server's requests/s, same client and body",
          "it is how much of the HTTP stack's ceiling a node keeps after validation and the store write",
          RATIO, _notify_1_vs_echo),
+    Spec("lanes: notify throughput, 1 node with 2 lanes vs 1 lane", ">= 1.5x",
+         "notifies/s of one node started with `serve --lanes 2` against one started plain, same lean "
+         "client (64 connections to the node's port, the kernel spreading them over the lanes; about "
+         "half the notifies are handed to the lane that owns the recipient), in alternating rounds",
+         "lanes are how one node uses more than one core; on 2 cores shared with the load generator the "
+         "target needs 2 lanes to cost at most about 1.11x one lane's CPU per notify (docs/lanes.md, "
+         "\"The 2-core target\")",
+         RATIO, functools.partial(_lanes_ratio, direct=False)),
+    Spec("lanes: notify throughput, 2 lanes with a lane-aware client vs 1 lane", ">= 1.5x",
+         "the same 2-lane node, the client sending each notify to the port of the lane that owns its "
+         "recipient (no hand-off), against one node started plain, same rounds",
+         "it bounds what letting clients reach the owning lane would give (docs/lanes.md, \"Three ways "
+         "on\", option 2)",
+         RATIO, functools.partial(_lanes_ratio, direct=True)),
     Spec("notify p99 at half of max, 3 nodes", "<= 20 ms",
          "99th-percentile latency of notify with half the cluster's own maximum rate offered (open loop), "
          "against a fixed bound",

@@ -20,6 +20,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from common.lanes import lane_of
+from common.ops import inbox_key
+
 WORKLOADS = ("echo", "notify", "inbox", "sendpop", "mix")
 
 
@@ -38,6 +41,12 @@ class WorkloadSpec:
     payload_bytes: int = 160
     mix: tuple[tuple[str, int], ...] = (("notify", 60), ("inbox", 30), ("sendpop", 10))
     extra: dict[str, Any] = field(default_factory=dict)
+    # A lane-aware client (docs/lanes.md, "Three ways on", option 2): with
+    # N > 0, each notify goes to the port of the lane of N that owns its
+    # recipient's inbox (``lane_of(inbox_key(agent), N)``, port = the
+    # target's port + lane_port_offset * (lane + 1)), so no lane hands it on.
+    direct_lanes: int = 0
+    lane_port_offset: int = 100
 
     def __post_init__(self) -> None:
         if self.name not in WORKLOADS:
@@ -49,7 +58,8 @@ class WorkloadSpec:
 
 
 class Requester(Protocol):
-    """What an operation may do: one timed request against some node."""
+    """What an operation may do: one timed request against some node
+    (``port_offset``: to that node's port plus this, a lane's own port)."""
 
     async def call(
         self,
@@ -61,6 +71,7 @@ class Requester(Protocol):
         params: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
         want_body: bool = False,
+        port_offset: int = 0,
     ) -> tuple[int, Any]: ...
 
     def count(self, event: str, n: int = 1) -> None: ...
@@ -87,7 +98,11 @@ async def op_notify(r: Requester, spec: WorkloadSpec, rng: random.Random, kind: 
         "tier": "mid",
         "agent_id": sender,
     }
-    status, _ = await r.call(kind, "POST", "/api/v1/notify", json=body, headers={"X-Agent-Id": sender})
+    offset = 0
+    if spec.direct_lanes > 0:
+        offset = spec.lane_port_offset * (lane_of(inbox_key(target), spec.direct_lanes) + 1)
+    status, _ = await r.call(kind, "POST", "/api/v1/notify", json=body, headers={"X-Agent-Id": sender},
+                             port_offset=offset)
     return status
 
 

@@ -16,14 +16,24 @@ Each lane listens on a Unix socket in the supervisor's private directory
 A request that arrives on the socket is never handed on again
 (:func:`arrived_by_hop`). Connections are kept open and reused, so a hop
 costs one local round trip and one parse of the request on each side.
+
+A handed request travels on a lean HTTP/1.1 client of this module
+(:class:`_LinkConn`), not aiohttp's: the request head is the client's own
+header bytes (less the hop-by-hop ones) written with the body in one
+write, and the answer's head is parsed once; an answer framed by
+``Content-Length`` comes back whole, a chunked one (a push stream) is
+relayed chunk by chunk. aiohttp's client cost about as much CPU as the
+owning lane's whole notify (docs/performance.md, "Lanes v1 measured").
+The lanes' own calls (:meth:`Siblings.call`, msgpack) stay on aiohttp.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import aiohttp
 import msgpack
@@ -45,6 +55,171 @@ _SKIP_REQUEST: Final = frozenset({"content-length", "transfer-encoding", "connec
                                   SCHEME_HEADER.lower()})
 _SKIP_RESPONSE: Final = frozenset({"content-length", "transfer-encoding", "connection",
                                    "keep-alive", "server", "date", "content-encoding"})
+_SKIP_REQUEST_RAW: Final = frozenset(h.encode() for h in _SKIP_REQUEST)
+_MAX_HEAD: Final = 64 * 1024
+_CONNECT_TIMEOUT_S: Final = 5.0
+_IDLE_S: Final = 30.0  # an idle link connection older than this is closed, not reused
+# (the lanes' server keeps an idle connection 75 s: aiohttp's default)
+
+
+class LinkError(Exception):
+    """The sibling's answer could not be read: the connection closed or the
+    bytes are not an HTTP/1.1 answer this client reads."""
+
+
+class _LinkConn(asyncio.Protocol):
+    """One keep-alive connection to a sibling's socket; one request at a time.
+
+    :meth:`send` resolves once the answer's head is read: with the whole
+    body for an answer framed by ``Content-Length`` (or without a body),
+    else with ``None``, the body then coming through :meth:`chunk`
+    (chunked transfer coding, or until the connection closes)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reusable = True
+        self.idle_since = 0.0
+        self._buf = bytearray()
+        self._head: asyncio.Future[tuple[int, list[tuple[str, str]], bytes | None]] | None = None
+        self._mode = ""  # "", "length", "chunked", "eof" (the body being read)
+        self._meta: tuple[int, list[tuple[str, str]]] = (0, [])
+        self._length = 0
+        self._chunks: asyncio.Queue[bytes | BaseException | None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def send(self, data: bytes) -> asyncio.Future[tuple[int, list[tuple[str, str]], bytes | None]]:
+        if self.closed or self.transport is None:
+            raise LinkError("connection closed")
+        self._head = asyncio.get_running_loop().create_future()
+        self._mode, self._chunks = "", None
+        self.transport.write(data)
+        return self._head
+
+    async def chunk(self) -> bytes | None:
+        """The next piece of a streamed body; None at its end."""
+        assert self._chunks is not None
+        got = await self._chunks.get()
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        try:
+            self._advance()
+        except LinkError as exc:
+            self._fail(exc)
+
+    def _advance(self) -> None:
+        if self._head is None and not self._mode:
+            self.reusable = False  # bytes nobody asked for
+            return
+        if not self._mode:
+            end = self._buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self._buf) > _MAX_HEAD:
+                    raise LinkError("answer head too large")
+                return
+            self._parse_head(bytes(self._buf[:end]))
+            del self._buf[:end + 4]
+        if self._mode == "length":
+            if len(self._buf) < self._length:
+                return
+            body = bytes(self._buf[:self._length])
+            del self._buf[:self._length]
+            self._mode = ""
+            if self._buf:
+                self.reusable = False
+            self._resolve(body)
+        elif self._mode == "chunked":
+            self._dechunk()
+        elif self._mode == "eof" and self._buf and self._chunks is not None:
+            self._chunks.put_nowait(bytes(self._buf))
+            self._buf.clear()
+
+    def _parse_head(self, raw: bytes) -> None:
+        lines = raw.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            raise LinkError(f"bad status line {lines[0][:80]!r}")
+        status = int(parts[1])
+        headers: list[tuple[str, str]] = []
+        length: int | None = None
+        chunked = False
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            name, value = name.strip(), value.strip()
+            low = name.lower()
+            if low == "content-length":
+                if not value.isdigit():
+                    raise LinkError(f"bad Content-Length {value[:40]!r}")
+                length = int(value)
+            elif low == "transfer-encoding":
+                chunked = value.lower().endswith("chunked")
+            elif low == "connection" and value.lower() == "close":
+                self.reusable = False
+            headers.append((name, value))
+        self._meta = (status, headers)
+        if chunked or (length is None and status >= 200 and status not in (204, 304)):
+            self._mode = "chunked" if chunked else "eof"
+            if not chunked:
+                self.reusable = False
+            self._chunks = asyncio.Queue()
+            self._resolve(None)
+        else:
+            self._mode, self._length = "length", length or 0
+
+    def _dechunk(self) -> None:
+        assert self._chunks is not None
+        while True:
+            eol = self._buf.find(b"\r\n")
+            if eol < 0:
+                return
+            size_text = bytes(self._buf[:eol]).split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise LinkError(f"bad chunk size {size_text[:20]!r}") from None
+            if size == 0:
+                end = self._buf.find(b"\r\n\r\n", eol)  # trailers, then the blank line
+                if end < 0:
+                    return
+                del self._buf[:end + 4]
+                self._mode = ""
+                if self._buf:
+                    self.reusable = False
+                self._chunks.put_nowait(None)
+                return
+            if len(self._buf) < eol + 2 + size + 2:
+                return
+            self._chunks.put_nowait(bytes(self._buf[eol + 2:eol + 2 + size]))
+            del self._buf[:eol + 2 + size + 2]
+
+    def _resolve(self, body: bytes | None) -> None:
+        head, self._head = self._head, None
+        if head is not None and not head.done():
+            head.set_result((*self._meta, body))
+
+    def _fail(self, exc: BaseException) -> None:
+        self.reusable = False
+        if self.transport is not None:
+            self.transport.close()
+        head, self._head = self._head, None
+        if head is not None and not head.done():
+            head.set_exception(exc)
+        if self._chunks is not None and self._mode:
+            self._chunks.put_nowait(exc)
+            self._mode = ""
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._mode == "eof" and self._chunks is not None:
+            self._mode = ""
+            self._chunks.put_nowait(None)  # a body framed by the close: complete
+        self._fail(LinkError("connection closed mid-answer"))
 
 
 def arrived_by_hop(request: web.Request) -> bool:
@@ -71,6 +246,8 @@ class Siblings:
         self._sessions: dict[int, aiohttp.ClientSession] = {}
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=5,
                                               sock_read=limits.lane_hop_timeout_secs)
+        self._idle: dict[int, list[_LinkConn]] = {i: [] for i in self._paths}
+        self._links: set[_LinkConn] = set()
 
     @property
     def others(self) -> list[int]:
@@ -90,35 +267,88 @@ class Siblings:
         for session in self._sessions.values():
             await session.close()
         self._sessions.clear()
+        for conn in self._links:
+            if conn.transport is not None:
+                conn.transport.close()
+        self._links.clear()
+        for idle in self._idle.values():
+            idle.clear()
+
+    async def _acquire(self, lane: int) -> _LinkConn:
+        idle = self._idle[lane]
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if conn.reusable and not conn.closed and now - conn.idle_since < _IDLE_S:
+                return conn
+            self._drop(conn)
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(_CONNECT_TIMEOUT_S):
+            _, conn = await loop.create_unix_connection(_LinkConn, self._paths[lane])
+        self._links.add(conn)
+        return conn
+
+    def _release(self, lane: int, conn: _LinkConn) -> None:
+        if conn.reusable and not conn.closed:
+            conn.idle_since = time.monotonic()
+            self._idle[lane].append(conn)
+        else:
+            self._drop(conn)
+
+    def _drop(self, conn: _LinkConn) -> None:
+        if conn.transport is not None:
+            conn.transport.close()
+        self._links.discard(conn)
+
+    def _request_head(self, request: web.Request, body: bytes) -> bytes:
+        head = [f"{request.method} {request.raw_path} HTTP/1.1\r\n".encode("latin-1")]
+        if "Host" not in request.headers:
+            head.append(b"Host: lane\r\n")
+        for name, value in request.raw_headers:  # Host as the client sent it (its origin)
+            if name.lower() not in _SKIP_REQUEST_RAW:
+                head.append(name + b": " + value + b"\r\n")
+        head.append(f"{HOP_HEADER}: {self.lane}\r\n{SCHEME_HEADER}: "
+                    f"{client_scheme(request)}\r\n".encode())
+        if body or request.method not in ("GET", "HEAD", "OPTIONS"):
+            head.append(b"Content-Length: %d\r\n" % len(body))
+        head.append(b"\r\n")
+        return b"".join(head)
 
     async def forward(self, request: web.Request, lane: int, body: bytes) -> web.StreamResponse:
         """Serve ``request`` (whose body is ``body``) by lane ``lane``; its answer, as it came."""
-        headers = CIMultiDict((k, v) for k, v in request.headers.items()
-                              if k.lower() not in _SKIP_REQUEST)
-        headers[HOP_HEADER] = str(self.lane)
-        headers[SCHEME_HEADER] = client_scheme(request)
+        data = self._request_head(request, body) + body
+        conn: _LinkConn | None = None
         try:
-            upstream = await self._session(lane).request(
-                request.method, "http://lane" + request.path_qs, headers=headers,
-                data=body if body else None, allow_redirects=False)
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise Unavailable(f"lane {lane} of this node is not answering ({exc}); retry",
+            async with asyncio.timeout(limits.lane_hop_timeout_secs):
+                conn = await self._acquire(lane)
+                status, raw_headers, answer = await conn.send(data)
+        except (TimeoutError, LinkError, OSError) as exc:
+            if conn is not None:
+                self._drop(conn)
+            raise Unavailable(f"lane {lane} of this node is not answering ({exc!r}); retry",
                               retry_after=1) from None
+        headers = CIMultiDict((k, v) for k, v in raw_headers if k.lower() not in _SKIP_RESPONSE)
+        if answer is not None:
+            self._release(lane, conn)
+            return web.Response(status=status, body=answer, headers=headers)
+        done = False
         try:
-            answer_headers = CIMultiDict((k, v) for k, v in upstream.headers.items()
-                                         if k.lower() not in _SKIP_RESPONSE)
-            streamed = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
-            if not streamed:
-                data = await upstream.read()
-                return web.Response(status=upstream.status, body=data, headers=answer_headers)
-            response = web.StreamResponse(status=upstream.status, headers=answer_headers)
+            response = web.StreamResponse(status=status, headers=headers)
             await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
+            while True:
+                async with asyncio.timeout(limits.lane_hop_timeout_secs):
+                    chunk = await conn.chunk()
+                if chunk is None:
+                    break
                 await response.write(chunk)
             await response.write_eof()
+            done = True
             return response
         finally:
-            upstream.release()
+            if done:
+                self._release(lane, conn)
+            else:
+                self._drop(conn)
 
     async def request_json(self, lane: int, method: str, path: str, *,
                            query: Mapping[str, Any], headers: Mapping[str, str],

@@ -1,0 +1,140 @@
+"""The hand-off's lean link client (daemon/lanes/hop.py, ``Siblings.forward``).
+
+A real aiohttp server stands for the owning lane on its Unix socket and a
+real aiohttp server for the receiving lane, whose handler hands every
+request over; the client talks to the receiving one over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from common.errors import Unavailable
+from daemon.lanes.hop import HOP_HEADER, Siblings
+from daemon.lanes.layout import socket_path
+
+BIG = b"x" * (1 << 20)
+
+
+async def _echo(request: web.Request) -> web.Response:
+    body = await request.read()
+    return web.json_response({
+        "method": request.method, "path_qs": request.raw_path, "length": len(body),
+        "same": body == BIG if len(body) == len(BIG) else body.decode(),
+        "headers": {k.lower(): v for k, v in request.headers.items()},
+    }, status=201, headers={"X-Answer": "yes"})
+
+
+async def _stream(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    for i in range(3):
+        await resp.write(f"data: {i}\n\n".encode())
+        await asyncio.sleep(0.01)
+    await resp.write_eof()
+    return resp
+
+
+async def _empty(request: web.Request) -> web.Response:
+    return web.Response(status=204)
+
+
+@pytest.fixture
+async def front(tmp_path: Path) -> AsyncIterator[tuple[str, Siblings, list[int]]]:
+    owner = web.Application()
+    owner.router.add_route("*", "/echo", _echo)
+    owner.router.add_get("/stream", _stream)
+    owner.router.add_delete("/empty", _empty)
+    owner_runner = web.AppRunner(owner)
+    await owner_runner.setup()
+    await web.UnixSite(owner_runner, socket_path(str(tmp_path), 1)).start()
+
+    siblings = Siblings(str(tmp_path), 0, 2)
+
+    async def hand_over(request: web.Request) -> web.StreamResponse:
+        return await siblings.forward(request, 1, await request.read())
+
+    receiver = web.Application()
+    receiver.router.add_route("*", "/{tail:.*}", hand_over)
+    runner = web.AppRunner(receiver)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", siblings, []
+    finally:
+        await siblings.close()
+        await runner.cleanup()
+        await owner_runner.cleanup()
+
+
+async def test_a_request_and_its_answer_cross_whole(front: tuple[str, Siblings, list[int]]) -> None:
+    url, siblings, _ = front
+    async with aiohttp.ClientSession() as s:
+        for body in (b'{"to": "bob"}', BIG):
+            async with s.post(url + "/echo?a=1&b=%20x", data=body,
+                              headers={"X-Agent-Id": "alice", "Content-Type": "application/json"}) as r:
+                assert r.status == 201
+                assert r.headers["X-Answer"] == "yes"
+                got = await r.json()
+            assert got["method"] == "POST"
+            assert got["path_qs"] == "/echo?a=1&b=%20x"
+            assert got["length"] == len(body)
+            assert got["same"] == (True if body is BIG else body.decode())
+            assert got["headers"]["x-agent-id"] == "alice"
+            assert got["headers"][HOP_HEADER.lower()] == "0"
+            # the client's Host travels (with the scheme, the origin the web inbox checks)
+            assert got["headers"]["host"] == url.removeprefix("http://")
+            assert got["headers"]["x-ai-memory-lane-scheme"] == "http"
+        async with s.get(url + "/echo") as r:  # no body, no Content-Length
+            assert r.status == 201
+            got = await r.json()
+            assert got["length"] == 0
+            assert "content-length" not in got["headers"]
+        async with s.delete(url + "/empty") as r:
+            assert r.status == 204
+            assert await r.read() == b""
+    assert len(siblings._links) == 1  # one keep-alive connection served them all
+
+
+async def test_a_stream_is_relayed_chunk_by_chunk(front: tuple[str, Siblings, list[int]]) -> None:
+    url, siblings, _ = front
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url + "/stream") as r:
+            assert r.headers["Content-Type"].startswith("text/event-stream")
+            assert await r.read() == b"".join(f"data: {i}\n\n".encode() for i in range(3))
+        async with s.post(url + "/echo", data=json.dumps({"after": "stream"})) as r:
+            assert r.status == 201  # the connection is reused after a chunked answer
+    assert len(siblings._links) == 1
+
+
+async def test_a_lane_that_is_down_is_a_retryable_503(tmp_path: Path) -> None:
+    siblings = Siblings(str(tmp_path), 0, 2)  # nobody listens on lane 1's socket
+
+    async def hand_over(request: web.Request) -> web.StreamResponse:
+        try:
+            return await siblings.forward(request, 1, await request.read())
+        except Unavailable as exc:
+            return web.json_response({"retry_after": exc.retry_after}, status=503)
+
+    app = web.Application()
+    app.router.add_post("/x", hand_over)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with aiohttp.ClientSession() as s, s.post(f"http://127.0.0.1:{port}/x", data=b"{}") as r:
+            assert r.status == 503
+            assert (await r.json())["retry_after"] == 1
+    finally:
+        await siblings.close()
+        await runner.cleanup()
