@@ -76,6 +76,16 @@ def _by_scope(*, in_body: bool) -> LaneOf:
     return lane
 
 
+async def _list_lane(view: View) -> int | None:
+    """``GET /api/v1/messages``: the inbox box reads its project's mailbox, kept
+    by that project's lane. The outbox box (this project's messages, in every
+    lane's mailboxes) is served here: it lists this lane's share only."""
+    q = view.request.query
+    if q.get("box", "inbox") != "inbox":
+        return None
+    return await _scope_lane(view, q.get("workspace"), q.get("project"))
+
+
 async def _notify_lane(view: View) -> int | None:
     body = view.json()
     for parent in ("reply_to", "in_reply_to"):
@@ -146,6 +156,7 @@ _KEYED: list[tuple[str, str, LaneOf]] = [
     ("GET", "/api/v1/inbox", _by_agent("agent_id", in_body=False)),
     ("POST", "/api/v1/inbox/read", _by_agent("agent_id", in_body=True)),
     ("POST", "/api/v1/messages", _send_lane),
+    ("GET", "/api/v1/messages", _list_lane),
     ("POST", "/api/v1/messages/pop", _pop_lane),
     ("POST", "/api/v1/messages/cancel", _cancel_lane),
     ("POST", "/api/v1/messages/reply", _by_id("message_id")),

@@ -9,8 +9,10 @@ from tests.cluster.harness import Cluster
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    """Three real nodes; ``@LANES`` (tests.cluster.harness) runs a test with
+    one and with two lanes per node."""
+    c = Cluster(tmp_path, lanes=getattr(request, "param", 1))
     try:
         c.start()
         yield c
