@@ -339,6 +339,12 @@ class Cluster:
              headers: dict[str, str] | None = None, timeout: float = 10.0) -> tuple[int, Any]:
         return http(method, self.url(nid) + path, body, headers, timeout)
 
+    def db_files(self, nid: str) -> list[Path]:
+        """Every lane's database file of ``nid`` (lane 0's is the configured one)."""
+        db = self.procs[nid].db
+        return [db] + [db.with_name(f"{db.stem}.lane{i}{db.suffix}")
+                       for i in range(1, self.procs[nid].lanes)]
+
     def lane_of(self, key: str) -> int:
         """The lane that keeps ``key`` on every node (0 without lanes)."""
         return lane_of(key, self.lanes)
