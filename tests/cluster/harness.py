@@ -287,11 +287,11 @@ class Cluster:
         assert p.popen is not None
         p.signal(signal.SIGKILL)
         p.popen.wait(timeout=10)
-        self._wait_group_gone(p)
+        self.wait_group_gone(nid)
 
-    def _wait_group_gone(self, p: Proc, timeout: float = 10.0) -> None:
-        """Until no process of ``p``'s group is left (the lanes die after the
-        supervisor was reaped)."""
+    def wait_group_gone(self, nid: str, timeout: float = 10.0) -> None:
+        """Until no process of ``nid``'s group is left (its supervisor and lanes)."""
+        p = self.procs[nid]
         assert p.popen is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -159,7 +159,6 @@ def test_partitioned_owner_minority_refuses_majority_serves(cluster: Cluster) ->
     h.check_final(cluster)
 
 
-@LANES
 def test_owner_kill9_and_restart(cluster: Cluster) -> None:
     setup_projects(cluster)
     h = History()
@@ -178,7 +177,6 @@ def test_owner_kill9_and_restart(cluster: Cluster) -> None:
     h.check_final(cluster)
 
 
-@LANES
 def test_retried_pop_after_lost_reply_returns_same_message(cluster: Cluster) -> None:
     setup_projects(cluster)
     h = History()

@@ -5,12 +5,13 @@ seconds on a small machine); each test leaves every member serving.
 
 * notes and mail for keys of both lanes, sent and read through every member,
   each id minted on its key's lane, each pop claiming once;
-* a member whose disk is wiped has each lane seeded from a peer's same lane;
-* a lane process killed with SIGKILL is restarted by its supervisor, the node
-  serves the other lane meanwhile, and no message is claimed twice;
+* the lanes of a supervisor killed with SIGKILL exit too;
 * a member started with another lane count is refused with an error that
-  says so: by its databases' recorded layout, or, wiped, by its peers'
-  cluster ids before it is seeded.
+  says so: by its database's recorded layout, or, wiped, by its peers'
+  cluster ids before it is seeded; a member whose disk is wiped has each
+  lane seeded from a peer's same lane;
+* a lane process killed with SIGKILL is restarted by its supervisor, the node
+  serves the other lane meanwhile, and no message is claimed twice.
 """
 
 from __future__ import annotations
@@ -195,30 +196,45 @@ def test_notes_and_mail_of_both_lanes_through_every_member(c: Cluster) -> None:
     c.wait_converged()
 
 
-def test_a_wiped_member_has_each_lane_seeded(c: Cluster) -> None:
+def _refused(c: Cluster, nid: str, lanes: int) -> str:
+    """Start ``nid`` with ``lanes`` lanes; it must exit non-zero. Its log lines."""
+    proc = c.procs[nid]
+    log_from = proc.log.stat().st_size
+    proc.lanes = lanes
+    try:
+        c.start(nid, wait=False)
+        assert proc.popen is not None and proc.popen.wait(timeout=60) != 0
+    finally:
+        proc.lanes = LANES
+    return proc.log.read_text()[log_from:]
+
+
+def test_another_lane_count_is_refused_and_a_wiped_member_has_each_lane_seeded(
+        c: Cluster) -> None:
     tag = uuid.uuid4().hex[:6]
     notes = {lane: {notify(c, "node1", agent, f"wipe-{tag}")} for lane, agent in AGENTS.items()}
     mail = {lane: {send(c, "node2", project, f"wipe-{tag}-{project}-{i}") for i in range(2)}
             for lane, project in PROJECTS.items()}
     c.wait_converged()
     victim = "node3"
-    c.kill9(victim)
+    proc = c.procs[victim]
+    assert proc.popen is not None and len(proc.lane_pids()) == LANES
+    # kill -9 of the supervisor alone: its lanes must not outlive it.
+    proc.popen.send_signal(signal.SIGKILL)
+    proc.popen.wait(timeout=10)
+    c.wait_group_gone(victim, timeout=30)
     files = c.db_files(victim)
     assert len(files) == LANES and all(f.exists() for f in files)
+    # Restarted without lanes on its database: the layout it records refuses it.
+    log = _refused(c, victim, 1)
+    assert re.search(r"is lane 0 of 2 .*this process is lane 0 of 1 .*a node's lane count is "
+                     "fixed per cluster", log), log
     for db in files:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
-    # Started without lanes, it reaches one lane of each peer: refused before
-    # any seeding, with the lane counts named.
-    proc = c.procs[victim]
-    log_from = proc.log.stat().st_size
-    proc.lanes = 1
-    try:
-        c.start(victim, wait=False)
-        assert proc.popen is not None and proc.popen.wait(timeout=60) != 0
-    finally:
-        proc.lanes = LANES
-    log = proc.log.read_text()[log_from:]
+    # Wiped and started without lanes, it reaches one lane of each peer:
+    # refused before any seeding, with the lane counts named.
+    log = _refused(c, victim, 1)
     assert re.search(r"node[12] runs 2 lanes and this member 1: every member of a cluster runs "
                      r"the same lane count", log), log
     assert "seeded" not in log and not files[0].exists(), log
@@ -257,7 +273,7 @@ def test_a_killed_lane_is_restarted_and_claims_stay_once(c: Cluster) -> None:
         try:
             while not stop.is_set() and claims.pop(c, node, project) is not None:
                 time.sleep(0.05)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
+        except BaseException as exc:  # reported by the test
             errors.append(exc)
 
     popper = threading.Thread(target=popping, daemon=True)
@@ -282,25 +298,3 @@ def test_a_killed_lane_is_restarted_and_claims_stay_once(c: Cluster) -> None:
     c.wait_converged()
     for nid in c.ids:
         assert not sent & pending(c, nid, project, consistency="local"), nid
-
-
-def test_a_member_with_another_lane_count_is_refused(c: Cluster) -> None:
-    victim = c.procs["node3"]
-    assert victim.popen is not None
-    victim.popen.terminate()
-    victim.popen.wait(timeout=30)
-    try:
-        for lanes in (3,):  # with its database (--lanes 1 without one: the wiped member's test)
-            victim.lanes = lanes
-            log_from = victim.log.stat().st_size
-            c.start("node3", wait=False)
-            assert victim.popen.wait(timeout=60) != 0
-            log = victim.log.read_text()[log_from:]
-            assert re.search(rf"is lane \d of 2 .*this process is lane \d of {lanes} .*a node's "
-                             "lane count is fixed per cluster", log), log
-    finally:
-        victim.lanes = LANES
-        stray = victim.db.with_name(f"{victim.db.stem}.lane2{victim.db.suffix}")
-        for suffix in ("", "-wal", "-shm"):  # lane 2 of 3 may have made a fresh file
-            Path(f"{stray}{suffix}").unlink(missing_ok=True)
-        c.start("node3")
