@@ -139,8 +139,12 @@ class Proc:
         return f"http://127.0.0.1:{self.port + LANE_PORT_OFFSET * (lane + 1)}"
 
     def signal(self, sig: signal.Signals) -> None:
-        """``sig`` to the node: its process group (the supervisor and its lanes)."""
+        """``sig`` to the node: its process group (the supervisor and its lanes).
+        Once the supervisor was reaped and its group is empty, the group's id
+        may be another process's: nothing is sent then."""
         assert self.popen is not None
+        if self.popen.poll() is not None and not _group_alive(self.popen.pid):
+            return
         try:
             os.killpg(self.popen.pid, sig)
         except ProcessLookupError:
