@@ -154,6 +154,8 @@ _HOME = [
 _KEYED: list[tuple[str, str, LaneOf]] = [
     ("POST", "/api/v1/notify", _notify_lane),
     ("GET", "/api/v1/inbox", _by_agent("agent_id", in_body=False)),
+    ("GET", "/api/v1/inbox/stream", _by_agent("agent_id", in_body=False)),  # relayed whole
+    ("GET", "/api/v1/messages/stream", _by_scope(in_body=False)),
     ("POST", "/api/v1/inbox/read", _by_agent("agent_id", in_body=True)),
     ("POST", "/api/v1/messages", _send_lane),
     ("GET", "/api/v1/messages", _list_lane),

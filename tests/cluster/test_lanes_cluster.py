@@ -3,8 +3,9 @@
 One cluster serves the whole module (starting nine lane processes costs
 seconds on a small machine); each test leaves every member serving.
 
-* notes and mail for keys of both lanes, sent and read through every member,
-  each id minted on its key's lane, each pop claiming once;
+* notes and mail for keys of both lanes, sent and read through every member
+  (their event streams too), each id minted on its key's lane, each pop
+  claiming once;
 * the lanes of a supervisor killed with SIGKILL exit too;
 * a member started with another lane count is refused with an error that
   says so: by its database's recorded layout, or, wiped, by its peers'
@@ -16,6 +17,7 @@ seconds on a small machine); each test leaves every member serving.
 
 from __future__ import annotations
 
+import http.client
 import re
 import signal
 import threading
@@ -154,6 +156,27 @@ class Claims:
             pass
 
 
+def stream_sees(c: Cluster, nid: str, path: str, headers: dict[str, str], act: Any) -> str:
+    """Open the event stream ``path`` on ``nid``, run ``act()`` once it is
+    ready, and read until an event carries the id ``act`` returned; the id."""
+    port = int(c.url(nid).rsplit(":", 1)[1])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+    try:
+        conn.request("GET", path, headers=headers)
+        resp = conn.getresponse()
+        assert resp.status == 200, (nid, path, resp.status, resp.read()[:300])
+        wanted, end = None, time.monotonic() + 15
+        while time.monotonic() < end:
+            line = resp.readline().decode()
+            if wanted is None and line.startswith("event: ready"):
+                wanted = act()
+            elif wanted is not None and line.startswith("data:") and wanted in line:
+                return str(wanted)
+        raise AssertionError(f"{path} on {nid}: no event for {wanted}")
+    finally:
+        conn.close()
+
+
 def owner_of(c: Cluster, key: str) -> str:
     return Membership(c.ids[0], c.ids).rendezvous(key)[0]
 
@@ -169,6 +192,17 @@ def test_notes_and_mail_of_both_lanes_through_every_member(c: Cluster) -> None:
     for nid in c.ids:
         for lane, agent in AGENTS.items():
             assert notes[lane] <= inbox(c, nid, agent), (nid, agent)
+
+    # The event streams are served by the key's lane, whichever member and lane took them.
+    for i, nid in enumerate(c.ids):
+        for lane, agent in AGENTS.items():
+            other = c.ids[(i + 1) % len(c.ids)]
+            stream_sees(c, nid, f"/api/v1/inbox/stream?agent_id={agent}", {"X-Agent-Id": agent},
+                        lambda agent=agent, other=other: notify(c, other, agent, f"{tag}-live"))
+        for lane, project in PROJECTS.items():
+            stream_sees(c, nid, f"/api/v1/messages/stream?workspace=default&project={project}",
+                        {}, lambda project=project, other=other: send(
+                            c, other, project, f"{tag}-live-{project}-{nid}"))
 
     claims = Claims()
     for lane, project in PROJECTS.items():
