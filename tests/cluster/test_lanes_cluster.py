@@ -195,13 +195,13 @@ def test_notes_and_mail_of_both_lanes_through_every_member(c: Cluster) -> None:
 
     # The event streams are served by the key's lane, whichever member and lane took them.
     for i, nid in enumerate(c.ids):
-        for lane, agent in AGENTS.items():
-            other = c.ids[(i + 1) % len(c.ids)]
+        other = c.ids[(i + 1) % len(c.ids)]
+        for agent in AGENTS.values():
             stream_sees(c, nid, f"/api/v1/inbox/stream?agent_id={agent}", {"X-Agent-Id": agent},
                         lambda agent=agent, other=other: notify(c, other, agent, f"{tag}-live"))
-        for lane, project in PROJECTS.items():
+        for project in PROJECTS.values():
             stream_sees(c, nid, f"/api/v1/messages/stream?workspace=default&project={project}",
-                        {}, lambda project=project, other=other: send(
+                        {}, lambda project=project, other=other, nid=nid: send(
                             c, other, project, f"{tag}-live-{project}-{nid}"))
 
     claims = Claims()
