@@ -70,7 +70,6 @@ def start(flags: dict[str, object]) -> None:
     import daemon.lanes.supervisor as supervisor
     from daemon.runtime.systemd import Notifier
     from daemon.runtime.tls import server_context
-    from daemon.server import run
     from daemon.settings import check_exposure, load_settings
 
     try:
@@ -83,6 +82,8 @@ def start(flags: dict[str, object]) -> None:
     notifier = Notifier.from_env(os.environ)
     if settings.server.laned and supervisor.INDEX_ENV not in os.environ:
         sys.exit(supervisor.run(settings, flags, notifier))
+    from daemon.server import run  # here: a supervisor serves nothing (and starts faster)
+
     try:
         run(settings, notifier)
     except AiMemoryError as exc:

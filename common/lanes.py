@@ -147,3 +147,16 @@ def mint(key: str, lanes: int, make: Callable[[int], str]) -> str:
     while not id_fits(found := make(n), key, lanes):
         n += 1
     return found
+
+
+def lanes_of_cluster_id(cluster_id: str) -> int | None:
+    """The lane count a lane's cluster id names (``<cluster>.lane<i>of<L>``,
+    :func:`daemon.lanes.layout.lane_cluster_id`): ``L``; 1 for the id of a
+    node without lanes; None for no id."""
+    if not cluster_id:
+        return None
+    head, sep, tail = cluster_id.rpartition(".lane")
+    lane, of, count = tail.partition("of")
+    if head and sep and of and lane.isdigit() and count.isdigit():
+        return int(count)
+    return 1

@@ -83,3 +83,29 @@ def test_lane_count_bounds() -> None:
 def test_jump_hash_stays_in_range_for_any_64_bit_key() -> None:
     for key in (0, 1, 2**63, 2**64 - 1, 2**64 + 5, -1):
         assert 0 <= jump_hash(key, 10) < 10
+
+
+def test_a_lane_cluster_id_names_its_lane_count() -> None:
+    from common.lanes import lanes_of_cluster_id
+    from daemon.lanes.layout import lane_cluster_id
+
+    assert lanes_of_cluster_id(lane_cluster_id("m-abc", 1, 2)) == 2
+    assert lanes_of_cluster_id(lane_cluster_id("prod.lane3of4", 0, 8)) == 8
+    assert lanes_of_cluster_id("m-abc") == 1
+    assert lanes_of_cluster_id("team.lanes") == 1
+    assert lanes_of_cluster_id("") is None
+
+
+def test_joining_members_of_another_lane_count_is_refused() -> None:
+    from common.errors import ClusterMismatch
+    from daemon.replication.joining import check_lane_count
+    from federation.bootstrap import SERVING, WAITING, PeerView
+
+    views = [PeerView("node1", True, SERVING, cluster_id="m-abc.lane0of2"),
+             PeerView("node2", False, why="unreachable")]
+    check_lane_count(views, 2)
+    with pytest.raises(ClusterMismatch, match="node1 runs 2 lanes and this member 1"):
+        check_lane_count(views, 1)
+    with pytest.raises(ClusterMismatch, match="node1 runs 1 lane and this member 3"):
+        check_lane_count([PeerView("node1", True, WAITING, cluster_id="m-abc")], 3)
+    check_lane_count([PeerView("node1", True, WAITING, cluster_id="")], 3)

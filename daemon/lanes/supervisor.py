@@ -17,7 +17,9 @@ the same settings and its lane's index), and then:
   doubles up to ``limits.lane_restart_backoff_max_secs`` and resets once it
   serves again; the other lanes keep serving meanwhile;
 * **SIGTERM/SIGINT** is passed to every lane; a lane still running after the
-  shutdown grace is killed.
+  shutdown grace is killed. A supervisor that dies without passing it on
+  (kill -9) takes its lanes along: each asked Linux for a SIGTERM when its
+  parent goes (``cli/lane_child.py``).
 
 The lanes inherit the supervisor's environment; their settings travel in
 ``AI_MEMORY_LANE_FLAGS`` (the command-line flags, as JSON), their index in
@@ -52,6 +54,7 @@ log = logging.getLogger("ai_memory.lanes")
 FLAGS_ENV = "AI_MEMORY_LANE_FLAGS"
 INDEX_ENV = "AI_MEMORY_LANE_INDEX"
 DIR_ENV = "AI_MEMORY_LANE_DIR"
+PARENT_ENV = "AI_MEMORY_LANE_SUPERVISOR"  # this pid: a lane exits when it is gone
 
 
 @dataclass
@@ -137,7 +140,8 @@ class Supervisor:
         for name in ("NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC", "LISTEN_FDS", "LISTEN_PID"):
             env.pop(name, None)
         env.update({FLAGS_ENV: json.dumps(self.flags), INDEX_ENV: str(lane.index),
-                    DIR_ENV: self.dir, "NOTIFY_SOCKET": lane.notify_path})
+                    DIR_ENV: self.dir, PARENT_ENV: str(os.getpid()),
+                    "NOTIFY_SOCKET": lane.notify_path})
         if self.notifier.watchdog_usec is not None:
             env["WATCHDOG_USEC"] = str(self.notifier.watchdog_usec)
         return env

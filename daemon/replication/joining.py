@@ -43,6 +43,7 @@ from aiohttp import web
 
 from common import limits
 from common.errors import AiMemoryError, ClusterMismatch, Unavailable
+from common.lanes import lanes_of_cluster_id
 from daemon.http.errors import refuse_unread
 from daemon.http.jsonio import json_response
 from daemon.peer.auth import BOOT_HEADER, BootMismatch, Verifier
@@ -166,6 +167,19 @@ async def probe_all(peers: PeerClient, settings: Settings) -> list[rule.PeerView
                                        for p in settings.cluster.peers)))
 
 
+def check_lane_count(views: list[rule.PeerView], lanes: int) -> None:
+    """Refuse to join (or be seeded by) members that run another lane count:
+    each lane's cluster id names the count (``<id>.lane<i>of<L>``), and a
+    member without lanes reaching a laned one lands on one of its lanes."""
+    for v in views:
+        theirs = lanes_of_cluster_id(v.cluster_id) if v.answered else None
+        if theirs is not None and theirs != lanes:
+            raise ClusterMismatch(
+                f"{v.node_id} runs {theirs} lane{'s' if theirs != 1 else ''} and this member "
+                f"{lanes}: every member of a cluster runs the same lane count (--lanes; "
+                "docs/lanes.md)")
+
+
 async def prepare(settings: Settings, notifier: Notifier | None = None) -> Settings:
     """The settings to build the node with, once this member has a database
     or knows it bootstraps one. Returns at once for a member with data."""
@@ -190,6 +204,7 @@ async def prepare(settings: Settings, notifier: Notifier | None = None) -> Setti
     try:
         while True:
             views = await probe_all(peers, settings)
+            check_lane_count(views, settings.server.lanes)
             waiting.silent = {v.node_id for v in views if not v.answered}
             decision = rule.decide(views, cluster_id=c.cluster_id,
                                    member_ids=c.member_ids, mode=c.initial_state)

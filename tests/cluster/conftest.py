@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -7,10 +8,15 @@ import pytest
 
 from tests.cluster.harness import Cluster
 
+DEFAULT_LANES = int(os.environ.get("AI_MEMORY_TEST_LANES") or 1)
+
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    """Three real nodes; ``@LANES`` (tests.cluster.harness) runs a test with
+    one and with two lanes per node. ``AI_MEMORY_TEST_LANES=N`` runs every
+    other test of this fixture with N lanes."""
+    c = Cluster(tmp_path, lanes=getattr(request, "param", None) or DEFAULT_LANES)
     try:
         c.start()
         yield c

@@ -10,6 +10,10 @@ Node i reaches node j only through ``Link(i, j)``; the test flips its mode:
   or answered (a paused or partitioned peer, slow failure: timeouts);
 * ``delay``: every chunk waits ``delay_ms`` before it is forwarded.
 
+A link may carry more than one route (a listening port and the port it
+forwards to): a node with lanes is reached on one port per lane, and
+cutting the link cuts every one of them.
+
 The proxies run on their own event loop in a daemon thread, so both sync
 and async tests can use them.
 """
@@ -32,7 +36,9 @@ class Link:
     port: int = 0
     mode: str = PASS
     delay_ms: int = 0
-    _server: asyncio.base_events.Server | None = None
+    # (listening port, target port) of every route after the first (a lane's)
+    extra: list[tuple[int, int]] = field(default_factory=list)
+    _servers: list[asyncio.base_events.Server] = field(default_factory=list)
     _conns: set[asyncio.StreamWriter] = field(default_factory=set)
 
 
@@ -46,20 +52,40 @@ class ProxyNet:
     def _call(self, coro):  # type: ignore[no-untyped-def]
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)
 
-    def add(self, src: str, dst: str, target_port: int) -> Link:
-        link = Link(src, dst, target_port)
-        self._call(self._start(link))
+    def add(self, src: str, dst: str, target_port: int, *, port: int = 0,
+            extra: list[tuple[int, int]] | None = None) -> Link:
+        """The link ``src`` -> ``dst``: listening on ``port`` (0: any free port)
+        and forwarding to ``target_port``, plus every ``(listen, target)`` of
+        ``extra``, all cut and healed together."""
+        link = Link(src, dst, target_port, port=port, extra=list(extra or []))
+        try:
+            self._call(self._start(link))
+        except BaseException:
+            self._call(self._stop(link))
+            raise
         self.links[(src, dst)] = link
         return link
 
+    async def _stop(self, link: Link) -> None:
+        for server in link._servers:
+            server.close()
+            await server.wait_closed()
+        link._servers.clear()
+
     async def _start(self, link: Link) -> None:
+        link._servers.append(await self._serve(link, link.port, link.target_port))
+        link.port = link._servers[0].sockets[0].getsockname()[1]
+        for listen, target in link.extra:
+            link._servers.append(await self._serve(link, listen, target))
+
+    async def _serve(self, link: Link, port: int, target_port: int) -> asyncio.base_events.Server:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             if link.mode == REFUSE:
                 writer.close()
                 return
             link._conns.add(writer)
             try:
-                up_r, up_w = await asyncio.open_connection("127.0.0.1", link.target_port)
+                up_r, up_w = await asyncio.open_connection("127.0.0.1", target_port)
             except OSError:
                 link._conns.discard(writer)
                 writer.close()
@@ -90,8 +116,7 @@ class ProxyNet:
             link._conns.discard(writer)
             link._conns.discard(up_w)
 
-        link._server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        link.port = link._server.sockets[0].getsockname()[1]
+        return await asyncio.start_server(handle, "127.0.0.1", port)
 
     def set(self, src: str, dst: str, mode: str, delay_ms: int = 0) -> None:
         link = self.links[(src, dst)]
@@ -122,9 +147,7 @@ class ProxyNet:
                 for w in list(link._conns):
                     with contextlib.suppress(Exception):
                         w.close()
-                if link._server is not None:
-                    link._server.close()
-                    await link._server.wait_closed()
+                await self._stop(link)
 
         with contextlib.suppress(Exception):
             self._call(shutdown())

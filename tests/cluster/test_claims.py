@@ -12,7 +12,7 @@ import pytest
 
 from common.ops import mailbox_key
 from federation.membership import Membership
-from tests.cluster.harness import Cluster
+from tests.cluster.harness import LANES, Cluster
 from tests.cluster.proxy import BLACKHOLE
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -100,6 +100,7 @@ def retry_pop(c: Cluster, h: History, nid: str, deadline_s: float = 15.0) -> dic
         time.sleep(0.2)
 
 
+@LANES
 def test_owner_paused_past_timeouts_fails_over(cluster: Cluster) -> None:
     setup_projects(cluster)
     h = History()
@@ -136,6 +137,7 @@ def send_batch_retry(c: Cluster, h: History, nid: str, n: int, tag: str) -> None
             time.sleep(0.2)
 
 
+@LANES
 def test_partitioned_owner_minority_refuses_majority_serves(cluster: Cluster) -> None:
     setup_projects(cluster)
     h = History()

@@ -22,7 +22,8 @@ import uuid
 
 import pytest
 
-from tests.cluster.harness import Cluster
+from common.ops import mailbox_key
+from tests.cluster.harness import LANES, Cluster
 from tests.cluster.proxy import BLACKHOLE, PASS
 from tests.cluster.test_claims import B, History, owner_order, pop, send, setup_projects
 
@@ -35,8 +36,9 @@ def _owner_alive_at(c: Cluster, entry: str, owner: str, timeout: float = 10.0) -
     """The entry node must believe the owner is up, or it would not forward
     the pop to it at all (and there would be nothing to hold)."""
     end = time.monotonic() + timeout
+    lane = c.lane_of(mailbox_key(B["workspace"], B["project"]))
     while time.monotonic() < end:
-        if c.status(entry)["peers"][owner]["alive"]:
+        if c.status(entry, lane)["peers"][owner]["alive"]:
             return
         time.sleep(0.1)
     raise AssertionError(f"{entry} never saw {owner} alive")
@@ -80,6 +82,7 @@ def _one_round(c: Cluster, h: History, tag: str) -> None:
     h.drain(c, owner)
 
 
+@LANES
 def test_a_late_copy_of_an_answered_pop_claims_nothing(cluster: Cluster) -> None:
     setup_projects(cluster)
     h = History()
