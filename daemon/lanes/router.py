@@ -34,7 +34,7 @@ from typing import Any
 import msgpack
 from aiohttp import web
 
-from common.errors import AiMemoryError, NotFound
+from common.errors import AiMemoryError, ClusterMismatch, NotFound
 from common.ops import ALL_KEYS
 from daemon.http.appkeys import NODE
 from daemon.http.auth import PRINCIPAL
@@ -54,6 +54,13 @@ async def lane_router(request: web.Request, handler: Handler) -> web.StreamRespo
     siblings = node.siblings
     if siblings is None or arrived_by_hop(request):
         return await handler(request)
+    if request.path.startswith("/peer/") and _local_port(request) == node.settings.server.port:
+        # Lane i of the other members talks to this node's lane i on its own port;
+        # on the shared port a peer call would reach whichever lane took it.
+        raise ClusterMismatch(
+            f"this node runs {siblings.lanes} lanes: peers reach lane i on port "
+            f"{node.settings.server.port} + {node.settings.server.lane_port_offset} x (i + 1), "
+            "and every member runs the same lane count (docs/lanes.md)", code="lane_port_required")
     rule = rules.rule_for(request)
     if rule.where == rules.HERE:
         return await handler(request)
@@ -66,6 +73,12 @@ async def lane_router(request: web.Request, handler: Handler) -> web.StreamRespo
         node.metrics.inc("lane_handoffs_total")
         return await siblings.forward(request, lane, body)
     return await _everywhere(request, handler, rule, body)
+
+
+def _local_port(request: web.Request) -> int | None:
+    transport = request.transport
+    found = transport.get_extra_info("sockname") if transport is not None else None
+    return found[1] if isinstance(found, tuple) and len(found) >= 2 else None
 
 
 async def _everywhere(request: web.Request, handler: Handler, rule: rules.Rule,

@@ -40,6 +40,9 @@ def notes(db: Path) -> dict[str, str]:
         conn.close()
 
 
+# One file of one node: a node with lanes is backed up lane by lane, each on its
+# own port (tests/cluster/test_lanes_backup.py).
+@pytest.mark.parametrize("cluster", [1], indirect=True, ids=["1lane"])
 def test_backup_under_load_then_restore_into_a_node_that_rejoins(cluster: Cluster,
                                                                   tmp_path: Path) -> None:
     c = cluster

@@ -359,3 +359,11 @@ def test_the_official_sdk_against_a_node_with_lanes(node: LanedNode) -> None:
                                                  namespace="sdk-lanes"))
         for _ in range(4):
             assert [m.id for m in zed.search("through", namespace="sdk-lanes")] == [stored.id]
+
+
+def test_peer_calls_on_the_shared_port_are_refused(node: LanedNode) -> None:
+    code, body = http("POST", node.url + "/peer/v1/hello", {})
+    assert code == 409 and body["code"] == "lane_port_required", body
+    assert "port" in body["error"] and "lane" in body["error"]
+    code, body = http("POST", node.lane_url(1) + "/peer/v1/hello", {})
+    assert code != 409 or body.get("code") != "lane_port_required", body
