@@ -15,6 +15,7 @@ peer's (:mod:`daemon.peer.auth`); in anonymous mode loopback callers only.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated
 
 from aiohttp import web
@@ -24,9 +25,10 @@ from common import limits
 from common.errors import BadRequest, Forbidden, Unauthorized
 from common.policy import ANONYMOUS, check
 from daemon.http.appkeys import NODE
-from daemon.http.auth import NOBODY, is_loopback, principal_of
+from daemon.http.auth import NOBODY, principal_of
 from daemon.http.errors import Handler, decode_json, error_response, query_model, read_json
 from daemon.http.jsonio import json_response
+from daemon.lanes.hop import client_remote
 from daemon.peer.auth import BOOT_HEADER, BootMismatch
 from daemon.runtime.tls import check_peer_cert
 from daemon.schemas.memories import MemoryFields, Source
@@ -63,6 +65,14 @@ class SinceQuery(Lenient):
     limit: Annotated[int, Field(ge=1, le=limits.sync_since_limit_max)] = 500
 
 
+def _from_loopback(request: web.Request) -> bool:
+    """The client's address (the receiving lane's, for a request handed over) is loopback."""
+    try:
+        return ipaddress.ip_address(client_remote(request) or "").is_loopback
+    except ValueError:
+        return False
+
+
 async def _operator(request: web.Request, action: str) -> bytes | None:
     """Refuse all but the operator (see the module docstring). A signed
     request's body is read here, after its headers passed, and returned."""
@@ -81,7 +91,7 @@ async def _operator(request: web.Request, action: str) -> bytes | None:
         raw = await request.read()
         node.verifier.check_body(checked, raw)
         return raw
-    if principal.mode == ANONYMOUS and not is_loopback(request):
+    if principal.mode == ANONYMOUS and not _from_loopback(request):
         raise Forbidden(f"{request.path} answers loopback callers only without keys")
     check(principal, action)  # keys mode: a root key
     return None

@@ -47,12 +47,14 @@ from daemon.replication.forwarding import decode_error
 
 HOP_HEADER: Final = "X-AI-Memory-Lane-Hop"
 SCHEME_HEADER: Final = "X-AI-Memory-Lane-Scheme"  # the scheme the client used (http, https)
+REMOTE_HEADER: Final = "X-AI-Memory-Lane-Remote"  # the client's address (loopback checks)
 RPC_PREFIX: Final = "/lane/v1/"
 # The Host header travels as the client sent it: with the scheme, it is the
 # request's origin, which the web inbox's checks compare with Origin.
+# (Expect: the receiving lane answered the client's 100-continue and read the body.)
 _SKIP_REQUEST: Final = frozenset({"content-length", "transfer-encoding", "connection",
-                                  "keep-alive", "upgrade", HOP_HEADER.lower(),
-                                  SCHEME_HEADER.lower()})
+                                  "keep-alive", "upgrade", "expect", HOP_HEADER.lower(),
+                                  SCHEME_HEADER.lower(), REMOTE_HEADER.lower()})
 _SKIP_RESPONSE: Final = frozenset({"content-length", "transfer-encoding", "connection",
                                    "keep-alive", "server", "date", "content-encoding"})
 _SKIP_REQUEST_RAW: Final = frozenset(h.encode() for h in _SKIP_REQUEST)
@@ -86,15 +88,17 @@ class _LinkConn(asyncio.Protocol):
         self._meta: tuple[int, list[tuple[str, str]]] = (0, [])
         self._length = 0
         self._chunks: asyncio.Queue[bytes | BaseException | None] | None = None
+        self._bodiless = False  # the answer to a HEAD: its Content-Length frames no body
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
 
-    def send(self, data: bytes) -> asyncio.Future[tuple[int, list[tuple[str, str]], bytes | None]]:
+    def send(self, data: bytes, *, bodiless: bool = False,
+             ) -> asyncio.Future[tuple[int, list[tuple[str, str]], bytes | None]]:
         if self.closed or self.transport is None:
             raise LinkError("connection closed")
         self._head = asyncio.get_running_loop().create_future()
-        self._mode, self._chunks = "", None
+        self._mode, self._chunks, self._bodiless = "", None, bodiless
         self.transport.write(data)
         return self._head
 
@@ -163,7 +167,9 @@ class _LinkConn(asyncio.Protocol):
                 self.reusable = False
             headers.append((name, value))
         self._meta = (status, headers)
-        if chunked or (length is None and status >= 200 and status not in (204, 304)):
+        if self._bodiless:
+            self._mode, self._length = "length", 0
+        elif chunked or (length is None and status >= 200 and status not in (204, 304)):
             self._mode = "chunked" if chunked else "eof"
             if not chunked:
                 self.reusable = False
@@ -226,6 +232,14 @@ def arrived_by_hop(request: web.Request) -> bool:
     """True for a request that came over a lane's Unix socket (from a sibling)."""
     transport = request.transport
     return transport is not None and isinstance(transport.get_extra_info("sockname"), str)
+
+
+def client_remote(request: web.Request) -> str | None:
+    """The client's address: a request handed over arrives over a Unix
+    socket, with the receiving lane's client address in a header."""
+    if arrived_by_hop(request):
+        return request.headers.get(REMOTE_HEADER) or None
+    return request.remote
 
 
 def client_scheme(request: web.Request) -> str:
@@ -308,7 +322,8 @@ class Siblings:
             if name.lower() not in _SKIP_REQUEST_RAW:
                 head.append(name + b": " + value + b"\r\n")
         head.append(f"{HOP_HEADER}: {self.lane}\r\n{SCHEME_HEADER}: "
-                    f"{client_scheme(request)}\r\n".encode())
+                    f"{client_scheme(request)}\r\n{REMOTE_HEADER}: "
+                    f"{request.remote or ''}\r\n".encode())
         if body or request.method not in ("GET", "HEAD", "OPTIONS"):
             head.append(b"Content-Length: %d\r\n" % len(body))
         head.append(b"\r\n")
@@ -321,7 +336,8 @@ class Siblings:
         try:
             async with asyncio.timeout(limits.lane_hop_timeout_secs):
                 conn = await self._acquire(lane)
-                status, raw_headers, answer = await conn.send(data)
+                status, raw_headers, answer = await conn.send(
+                    data, bodiless=request.method == "HEAD")
         except (TimeoutError, LinkError, OSError) as exc:
             if conn is not None:
                 self._drop(conn)

@@ -43,7 +43,8 @@ from daemon.identity import admin
 from daemon.lanes import rules, table  # noqa: F401  (table fills the rules)
 from daemon.lanes.hop import RPC_PREFIX, arrived_by_hop
 from daemon.replication.forwarding import decode_request, encode_error, encode_result
-from daemon.services import agents, notices, purge
+from daemon.services import agents, handoff, notices, purge
+from daemon.services.scope import EXPLICIT, Scope
 
 log = logging.getLogger("ai_memory.lanes")
 
@@ -72,6 +73,8 @@ async def lane_router(request: web.Request, handler: Handler) -> web.StreamRespo
     if lane is not None:
         node.metrics.inc("lane_handoffs_total")
         return await siblings.forward(request, lane, body)
+    if request.method == "HEAD":  # no bodies to merge: this lane's answer's head
+        return await handler(request)
     return await _everywhere(request, handler, rule, body)
 
 
@@ -209,6 +212,9 @@ async def rpc(request: web.Request) -> web.Response:
                                                  found.more_senders]
         elif name == "seen":  # an agent's last seen (daemon/services/agents.py)
             answer = await agents.refresh_seen(node, str(payload))
+        elif name == "brief":  # a project brief, from the memories (daemon/services/handoff.py)
+            ws, project, budget = str(payload[0]), str(payload[1]), int(payload[2])
+            answer = await handoff.brief(node, Scope(ws, project, EXPLICIT), budget)
         elif name == "webhooks":  # a subscription on every lane (daemon/webhooks/lanes.py)
             answer = await node.webhooks.lane_call(payload)
         else:

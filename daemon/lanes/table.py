@@ -27,7 +27,7 @@ from daemon.lanes.rules import (
 )
 from daemon.schemas.headers import SESSION_HEADER
 from daemon.services.inbox_view import inbox_agent
-from daemon.services.scope import resolve
+from daemon.services.mail import scope_for
 
 
 def _text(value: Any) -> str | None:
@@ -62,9 +62,8 @@ async def _scope_lane(view: View, workspace: Any, project: Any) -> int | None:
     named, else the caller's session, else inferred); sessions are on every lane."""
     node = view.node
     session = view.headers.get(SESSION_HEADER) or None
-    try:
-        scope = await resolve(node.store, node.settings.mail, _text(workspace), _text(project),
-                              session)
+    try:  # as the route: a session the caller may not use (keys mode) decides nothing
+        scope = await scope_for(node, _text(workspace), _text(project), session, view.principal)
     except Exception:  # the route refuses the same request with its own 4xx
         return None
     return lane_of(mailbox_key(scope.workspace, scope.project), view.lanes)
@@ -105,7 +104,7 @@ async def _pop_lane(view: View) -> int | None:
 
 async def _cancel_lane(view: View) -> int | None:
     body = view.json()
-    if body.get("workspace") is None and body.get("project") is None and _text(body.get("message_id")):
+    if _text(body.get("message_id")):  # in the recipient's mailbox, whatever the sender's scope
         return lane_of_id(body["message_id"], view.lanes)
     return await _scope_lane(view, body.get("workspace"), body.get("project"))
 

@@ -34,6 +34,7 @@ from common.errors import BadRequest, Conflict, NotFound
 from common.handoffs import box_key, box_project
 from common.lanes import mint
 from common.lifecycle import PENDING
+from common.ops import mem_key
 from common.policy import Principal, check
 from common.randomid import token_hex, uuid7
 from common.vocab import FROM_AGENT_UNNAMED, NATURE_DEFAULT, message_body
@@ -262,6 +263,9 @@ def _section(path: str, tags: list[str]) -> str:
 
 async def brief(node: HandoffPorts, scope: Scope, budget: int) -> dict[str, Any]:
     """The project brief of ``scope`` (pinned, then ``_rules/``, then ``_slots/``)."""
+    lane = node.lane_elsewhere(mem_key(""))  # the memories' lane (the home lane), if not this one
+    if lane is not None:
+        return dict(await node.lane_call(lane, "brief", [scope.workspace, scope.project, budget]))
     ws, proj, now = scope.workspace, scope.project, node.now_ms()
     rows = await brief_store.project_pages(node.store.reads, ws, proj, now_ms=now,
                                            limit=limits.brief_pages_max)
