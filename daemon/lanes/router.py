@@ -43,6 +43,7 @@ from daemon.identity import admin
 from daemon.lanes import rules, table  # noqa: F401  (table fills the rules)
 from daemon.lanes.hop import RPC_PREFIX, arrived_by_hop
 from daemon.replication.forwarding import decode_request, encode_error, encode_result
+from daemon.replication.joining import HELLO_PATH
 from daemon.services import agents, handoff, notices, purge
 from daemon.services.scope import EXPLICIT, Scope
 
@@ -55,9 +56,11 @@ async def lane_router(request: web.Request, handler: Handler) -> web.StreamRespo
     siblings = node.siblings
     if siblings is None or arrived_by_hop(request):
         return await handler(request)
-    if request.path.startswith("/peer/") and _local_port(request) == node.settings.server.port:
+    if (request.path.startswith("/peer/") and request.path != HELLO_PATH
+            and _local_port(request) == node.settings.server.port):
         # Lane i of the other members talks to this node's lane i on its own port;
-        # on the shared port a peer call would reach whichever lane took it.
+        # on the shared port a peer call would reach whichever lane took it. (The
+        # hello is answered: it tells a member of another lane count what this is.)
         raise ClusterMismatch(
             f"this node runs {siblings.lanes} lanes: peers reach lane i on port "
             f"{node.settings.server.port} + {node.settings.server.lane_port_offset} x (i + 1), "
