@@ -21,8 +21,11 @@ import signal
 
 from aiohttp import web
 
+from daemon.api import OPERATIONS
 from daemon.api.app import build_app
+from daemon.api.call import frame_runner
 from daemon.http.errors import BoundaryRunner
+from daemon.lanes.frames import FrameServer, ops_socket_path
 from daemon.lanes.layout import lane_settings, socket_path
 from daemon.replication.joining import prepare
 from daemon.runtime import collector, tls
@@ -69,11 +72,16 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
     # done before the socket listens, so its full collection delays no request.
     collector.freeze_startup()
     stop_watching = collector.watch(node.metrics)
+    frames = _frame_server(app, settings)
     try:
+        if frames is not None:
+            await frames.start()
         for site in _sites(runner, settings):
             await site.start()
     except OSError:
         stop_watching()
+        if frames is not None:
+            await frames.stop()
         await runner.cleanup()
         await node.stop()
         raise
@@ -92,6 +100,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
         log.info("shutting down")
         stop_watching()
         await notifier.stopping()
+        if frames is not None:
+            await frames.stop()
         await runner.cleanup()
         await node.stop()
 
@@ -110,6 +120,15 @@ def _sites(runner: web.AppRunner, settings: Settings) -> list[web.BaseSite]:
     if s.lane_dir:
         sites.append(web.UnixSite(runner, socket_path(s.lane_dir, s.lane)))
     return sites
+
+
+def _frame_server(app: web.Application, settings: Settings) -> FrameServer | None:
+    """With lanes, the socket on which this lane runs its siblings' operations
+    (daemon/lanes/frames.py)."""
+    s = settings.server
+    if not (s.laned and s.lane_dir):
+        return None
+    return FrameServer(ops_socket_path(s.lane_dir, s.lane), frame_runner(app, OPERATIONS))
 
 
 def run(settings: Settings, notifier: Notifier | None = None) -> None:

@@ -17,19 +17,22 @@ operations; :data:`daemon.api.OPERATIONS` gathers them, and that is what
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 import pydantic
 from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
 from common.errors import BadRequest
 from common.policy import Principal
 from daemon.http.appkeys import NODE
-from daemon.http.auth import acting_agent, principal_of
-from daemon.http.errors import Handler, read_body
-from daemon.http.jsonio import json_response
+from daemon.http.auth import PRINCIPAL, acting_agent, principal_of
+from daemon.http.errors import Handler, decode_json, read_body
+from daemon.http.jsonio import dumps, json_response
+from daemon.lanes.frames import HANDOFF, decode_principal, frame_of, register_operation
 from daemon.schemas.headers import session_id
 from daemon.schemas.ids import check_idempotency_key
 from daemon.schemas.validation import validate
@@ -101,14 +104,77 @@ class Route(NamedTuple):
     status: int = 200
 
 
-def http(op: Operation, status: int = 200) -> Handler:
-    """``op`` as an aiohttp handler answering ``status`` with its JSON."""
+# -- an operation handed to another lane (daemon/lanes/frames.py) ------------------------
+class _Standin:
+    """What an operation run from a frame sees of its request: exactly the
+    attributes operations and the services they call read (``app``,
+    ``headers``, the principal, ``body_exists``)."""
+
+    __slots__ = ("_principal", "app", "body_exists", "headers")
+
+    def __init__(self, app: web.Application, headers: CIMultiDictProxy[str],
+                 principal: Principal, body_exists: bool) -> None:
+        self.app = app
+        self.headers = headers
+        self._principal = principal
+        self.body_exists = body_exists
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._principal if key is PRINCIPAL else default
+
+
+def frame_runner(app: web.Application, routes: list[Route]
+                 ) -> Callable[[Any], Awaitable[tuple[int, bytes]]]:
+    """Runs a frame of :func:`frame_of` with the operation of ``routes`` it
+    names: its success status and JSON, or its refusal raised."""
+    table = {(r.method, r.path): r for r in routes}
+
+    async def run(frame: Any) -> tuple[int, bytes]:
+        (method, pattern, query, path, req_headers, call_headers, body, has_body,
+         principal, time_left) = frame
+        route = table.get((str(method), str(pattern)))
+        if route is None:
+            raise BadRequest(f"no operation {method} {pattern} on this lane", code="no_operation")
+        headers = CIMultiDictProxy(CIMultiDict(req_headers))
+        stand_in = _Standin(app, headers, decode_principal(principal), bool(has_body))
+
+        async def read() -> Any:
+            return body if has_body else decode_json(b"")
+        call = ApiCall(cast(web.Request, stand_in), MultiDictProxy(MultiDict(query)), path,
+                       headers if call_headers is None else CIMultiDictProxy(
+                           CIMultiDict(call_headers)), read)
+        async with asyncio.timeout(float(time_left)):
+            result = await route.op(call)
+        return route.status, dumps(result)
+    return run
+
+
+async def _handed(request: web.Request, route: Route, lane: int, body: Any) -> web.Response:
+    node: Node = request.app[NODE]
+    siblings = node.siblings
+    assert siblings is not None
+    left = siblings.frame_time_left()
+    frame = frame_of(route.method, route.path, list(request.query.items()), request.match_info,
+                     request.headers, None, body, body is not None, principal_of(request), left)
+    status, data = await siblings.frames.call(lane, frame, left)
+    return web.Response(body=data, status=status, content_type="application/json",
+                        charset="utf-8")
+
+
+def http(op: Operation, status: int = 200, route: Route | None = None) -> Handler:
+    """``op`` as an aiohttp handler answering ``status`` with its JSON (with
+    lanes, run by the lane the router names: :data:`HANDOFF`)."""
     async def handler(request: web.Request) -> web.StreamResponse:
+        handed = request.get(HANDOFF)
+        if handed is not None and route is not None:
+            return await _handed(request, route, handed[0], handed[1])
         return json_response(await op(ApiCall.of(request)), status=status)
+    if route is not None:
+        register_operation(handler, route)
     return handler
 
 
 def serve(app: web.Application, routes: list[Route]) -> None:
     """Route each of ``routes`` to its operation over HTTP."""
     for route in routes:
-        app.router.add_route(route.method, route.path, http(route.op, route.status))
+        app.router.add_route(route.method, route.path, http(route.op, route.status, route))

@@ -42,6 +42,7 @@ from multidict import CIMultiDict
 
 from common import limits
 from common.errors import AiMemoryError, Unavailable, from_body
+from daemon.lanes.frames import FrameLinks
 from daemon.lanes.layout import socket_path
 from daemon.replication.forwarding import decode_error
 
@@ -262,6 +263,12 @@ class Siblings:
                                               sock_read=limits.lane_hop_timeout_secs)
         self._idle: dict[int, list[_LinkConn]] = {i: [] for i in self._paths}
         self._links: set[_LinkConn] = set()
+        self.frames = FrameLinks(lane_dir, lane, lanes)  # operations handed over (frames.py)
+
+    @staticmethod
+    def frame_time_left() -> float:
+        """How long an operation handed to a sibling may run: the hop's limit."""
+        return float(limits.lane_hop_timeout_secs)
 
     @property
     def others(self) -> list[int]:
@@ -278,6 +285,7 @@ class Siblings:
         return session
 
     async def close(self) -> None:
+        self.frames.close()
         for session in self._sessions.values():
             await session.close()
         self._sessions.clear()

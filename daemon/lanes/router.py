@@ -38,9 +38,11 @@ from common.errors import AiMemoryError, ClusterMismatch, NotFound
 from common.ops import ALL_KEYS
 from daemon.http.appkeys import NODE
 from daemon.http.auth import PRINCIPAL
-from daemon.http.errors import BODY_READ, Handler
+from daemon.http.errors import BODY_READ, Handler, decode_json
+from daemon.http.jsonio import loads
 from daemon.identity import admin
 from daemon.lanes import rules, table  # noqa: F401  (table fills the rules)
+from daemon.lanes.frames import HANDOFF, frame_of, route_of
 from daemon.lanes.hop import RPC_PREFIX, arrived_by_hop
 from daemon.replication.forwarding import decode_request, encode_error, encode_result
 from daemon.replication.joining import HELLO_PATH
@@ -74,11 +76,23 @@ async def lane_router(request: web.Request, handler: Handler) -> web.StreamRespo
     if lane == siblings.lane:
         return await handler(request)
     if lane is not None:
-        node.metrics.inc("lane_handoffs_total")
+        if rule.where == rules.KEY and route_of(request.match_info.handler) is not None:
+            try:  # the operation goes as one frame; its body decoded here, once
+                decoded = decode_json(body) if body else None
+            except AiMemoryError:
+                decoded = UNREADABLE  # refused where it is run, as it is today
+            if decoded is not UNREADABLE:
+                node.metrics.inc("lane_handoffs_total", how="frame")
+                request[HANDOFF] = (lane, decoded)
+                return await handler(request)
+        node.metrics.inc("lane_handoffs_total", how="http")
         return await siblings.forward(request, lane, body)
     if request.method == "HEAD":  # no bodies to merge: this lane's answer's head
         return await handler(request)
     return await _everywhere(request, handler, rule, body)
+
+
+UNREADABLE: Any = object()
 
 
 def _local_port(request: web.Request) -> int | None:
@@ -145,10 +159,12 @@ _CALLER_HEADERS = ("X-API-Key", "Authorization", "X-Agent-Id", "X-Request-Id",
 async def run_call(request: web.Request, method: str, pattern: str, path: str,
                    match: Mapping[str, str], query: Mapping[str, Any],
                    headers: Mapping[str, str], body: dict[str, Any],
-                   here: Callable[[], Awaitable[Any]]) -> Any:
+                   here: Callable[[], Awaitable[Any]], operation: Any = None) -> Any:
     """An ``/mcp`` tool's API request (``method path``, of the route
     ``pattern``) served where its rule places it: ``here()`` on this lane,
-    or the same request, in the ``/mcp`` caller's name, on its lane."""
+    or the same request, in the ``/mcp`` caller's name, on its lane: as one
+    frame of ``operation`` (its :class:`daemon.api.call.Route`) when the
+    rule names the lane of a key, else as an HTTP request."""
     node = request.app[NODE]
     siblings = node.siblings
     if siblings is None:
@@ -165,7 +181,16 @@ async def run_call(request: web.Request, method: str, pattern: str, path: str,
         return await siblings.request_json(i, method, path, query=query,
                                            headers={**caller, **headers}, body=body)
     if lane is not None:
-        node.metrics.inc("lane_handoffs_total")
+        route = operation
+        principal = request.get(PRINCIPAL)
+        if rule.where == rules.KEY and route is not None and principal is not None:
+            node.metrics.inc("lane_handoffs_total", how="frame")
+            left = siblings.frame_time_left()
+            frame = frame_of(route.method, route.path, list(query.items()), match, caller,
+                             headers, body, True, principal, left)
+            _, data = await siblings.frames.call(lane, frame, left)
+            return loads(data)
+        node.metrics.inc("lane_handoffs_total", how="http")
         return await there(lane)
     node.metrics.inc("lane_fanouts_total")
     lanes = [siblings.lane, *siblings.others]

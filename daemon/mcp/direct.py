@@ -30,21 +30,21 @@ from common import limits
 from common.errors import ServerError
 from common.retry import retrying_once
 from daemon.api import OPERATIONS
-from daemon.api.call import ApiCall, Operation
+from daemon.api.call import ApiCall, Route
 from daemon.lanes.router import run_call
 
 T = TypeVar("T")
 
 _COMPILED = [(r.method, re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", r.path) + "$"),
-              r.op, r.path) for r in OPERATIONS]
+              r) for r in OPERATIONS]
 
 
-def _resolve(method: str, path: str) -> tuple[Operation, dict[str, str], str]:
-    """The operation serving ``method path``, the path's placeholders and the route's pattern."""
-    for m, pattern, op, route in _COMPILED:
+def _resolve(method: str, path: str) -> tuple[Route, dict[str, str]]:
+    """The operation route serving ``method path``, and the path's placeholders."""
+    for m, pattern, route in _COMPILED:
         found = pattern.match(path) if m == method else None
         if found is not None:
-            return op, found.groupdict(), route
+            return route, found.groupdict()
     raise ServerError(f"the MCP tools asked for {method} {path}, which /mcp does not serve")
 
 
@@ -56,7 +56,8 @@ class DirectClient:
 
     async def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
                       json_body: Any = None, headers: Mapping[str, str] | None = None) -> Any:
-        op, path_args, route = _resolve(method, path)
+        route, path_args = _resolve(method, path)
+        op = route.op
         body = dict(json_body or {})
 
         async def read() -> Any:
@@ -68,8 +69,8 @@ class DirectClient:
         async def here() -> Any:
             return await op(ApiCall(self.http_request, query, path_args, call_headers, read))
         # With lanes, on the lane its route's rule names (daemon/lanes/router.py).
-        return await run_call(self.http_request, method, route, path, path_args, query,
-                              call_headers, body, here)
+        return await run_call(self.http_request, method, route.path, path, path_args, query,
+                              call_headers, body, here, route)
 
     async def get(self, path: str, **params: Any) -> Any:
         return await self.request("GET", path, params=params)
