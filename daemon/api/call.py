@@ -26,7 +26,7 @@ import pydantic
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
-from common.errors import BadRequest
+from common.errors import BadRequest, Unavailable
 from common.policy import Principal
 from daemon.http.appkeys import NODE
 from daemon.http.auth import PRINCIPAL, acting_agent, principal_of
@@ -143,8 +143,12 @@ def frame_runner(app: web.Application, routes: list[Route]
         call = ApiCall(cast(web.Request, stand_in), MultiDictProxy(MultiDict(query)), path,
                        headers if call_headers is None else CIMultiDictProxy(
                            CIMultiDict(call_headers)), read)
-        async with asyncio.timeout(float(time_left)):
-            result = await route.op(call)
+        try:
+            async with asyncio.timeout(float(time_left)):
+                result = await route.op(call)
+        except TimeoutError:
+            raise Unavailable(f"{method} {pattern} took over {time_left} s on its lane; retry",
+                              retry_after=1) from None
         return route.status, dumps(result)
     return run
 

@@ -5,7 +5,12 @@ Every lane accepts on the node's port, so a request reaches any of them.
 and places the request:
 
 * on this lane: it is served here, as on a node without lanes;
-* on another lane: the whole request goes there over the local link
+* on another lane, by its key (``KEY``), a route served as an operation
+  (:mod:`daemon.api.call`): its operation goes there as one frame
+  (:mod:`daemon.lanes.frames`; the route's handler sends it, so this lane's
+  middlewares answer as for a request served here);
+* on another lane otherwise (a stream, ``/web``, a route that is no
+  operation, ``HOME``): the whole request goes there over the local link
   (:meth:`daemon.lanes.hop.Siblings.forward`) and its answer comes back as it was;
 * on every lane (``EVERY``, a write of records each lane keeps a copy of,
   such as a webhook subscription): served here and by every sibling; the

@@ -11,8 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import msgpack
 import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from common.errors import Unavailable
 from common.policy import Principal, ProjectGrant
@@ -25,6 +28,7 @@ from daemon.lanes.frames import (
 )
 from tests.cluster.harness import http
 from tests.daemon.lanes.test_lanes_node import LanedNode, _agent, _project, _session
+from tests.mcp.conftest import ok
 
 pytestmark = pytest.mark.slow
 
@@ -200,3 +204,20 @@ async def test_answers_are_matched_by_id(tmp_path: Path) -> None:
     finally:
         links.close()
         await server.stop()
+
+
+def test_mcp_tool_calls_go_as_frames(node: LanedNode) -> None:
+    agent = _agent("mcpf-", 1)
+
+    async def run() -> None:
+        async with httpx2.AsyncClient(headers={"X-Agent-Id": agent}, timeout=30.0) as h:
+            async with Client(streamable_http_client(node.lane_url(0) + "/mcp",
+                                                     http_client=h)) as mcp:
+                ok(await mcp.call_tool("memory_notify", {"target_agent_id": agent,
+                                                         "title": "self", "payload": "p"}))
+                inbox = ok(await mcp.call_tool("memory_inbox", {}))
+                assert inbox["count"] == 1
+    frames, hops = handoffs(node, 0, "frame"), handoffs(node, 0, "http")
+    asyncio.run(run())
+    assert handoffs(node, 0, "frame") >= frames + 2
+    assert handoffs(node, 0, "http") == hops
