@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import msgpack
+from daemon.lanes.frames import Framed
 
 HOST = "127.0.0.1"
 _LEN = struct.Struct(">I")
@@ -68,48 +68,8 @@ FRAME_MAX = 16 * 1024 * 1024
 # --- the hand-off link: length-prefixed msgpack frames over a unix socket ----------
 
 
-class _Framed(asyncio.Protocol):
-    """Splits a byte stream into msgpack frames (4-byte big-endian length first)."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self._buf = bytearray()
-        self._out: list[bytes] = []
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        buf = self._buf
-        buf += data
-        pos = 0
-        while len(buf) - pos >= 4:
-            (n,) = _LEN.unpack_from(buf, pos)
-            if n > FRAME_MAX:
-                raise ValueError("hand-off frame too large")
-            if len(buf) - pos - 4 < n:
-                break
-            self.frame(msgpack.unpackb(bytes(buf[pos + 4:pos + 4 + n]), raw=False))
-            pos += 4 + n
-        if pos:
-            del buf[:pos]
-
-    def send(self, obj: Any) -> None:
-        """Queue one frame; the frames queued in one pass of the loop go out
-        in one write (one syscall, one wakeup on the other side)."""
-        payload = msgpack.packb(obj, use_bin_type=True)
-        self._out.append(_LEN.pack(len(payload)))
-        self._out.append(payload)
-        if len(self._out) == 2:
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(out))
-
-    def frame(self, obj: Any) -> None:
-        raise NotImplementedError
+# The framing is the daemon's own (daemon/lanes/frames.py), which grew out of this prototype.
+_Framed = Framed
 
 
 class HandoffClient(_Framed):

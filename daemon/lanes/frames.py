@@ -106,7 +106,7 @@ class LinkClosed(Exception):
     """The link closed, or carried bytes that are no frame."""
 
 
-class _Framed(asyncio.Protocol):
+class Framed(asyncio.Protocol):
     """A byte stream cut into msgpack frames, each after its 4-byte big-endian length."""
 
     def __init__(self) -> None:
@@ -158,7 +158,7 @@ class _Framed(asyncio.Protocol):
         raise NotImplementedError
 
 
-class _Client(_Framed):
+class _Client(Framed):
     """This lane's end of a link: frames out, answers matched by id."""
 
     def __init__(self) -> None:
@@ -243,7 +243,7 @@ class FrameLinks:
         self._links.clear()
 
 
-class _Server(_Framed):
+class _Server(Framed):
     """The owning lane's end: runs each frame as a task, answers in any order."""
 
     def __init__(self, run: Runner, tasks: set[asyncio.Task[None]]) -> None:

@@ -16,6 +16,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +154,23 @@ def pause_lane(c: LaneCluster, nid: str, lane: int) -> int:
 
 def resume(pid: int) -> None:
     os.kill(pid, signal.SIGCONT)
+
+
+@contextmanager
+def started(tmp_path: Path, n: int) -> Iterator[LaneCluster]:
+    """``n`` members with two lanes each, stopped after (their logs printed on a failure)."""
+    c = LaneCluster(tmp_path, n=n)
+    try:
+        c.start()
+        yield c
+    except Exception:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
+
+
+def ok(result: tuple[int, Any], status: int = 200) -> Any:
+    code, body = result
+    assert code == status, body
+    return body

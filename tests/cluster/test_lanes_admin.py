@@ -8,33 +8,19 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from common import limits
-from tests.cluster.lanes_harness import LaneCluster, pause_lane, resume
+from tests.cluster.lanes_harness import LaneCluster, ok, pause_lane, resume, started
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.fixture
 def lanes(tmp_path: Path) -> Iterator[LaneCluster]:
-    c = LaneCluster(tmp_path, n=3)
-    try:
-        c.start()
+    with started(tmp_path, n=3) as c:
         yield c
-    except Exception:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
-
-
-def ok(result: tuple[int, Any], status: int = 200) -> Any:
-    code, body = result
-    assert code == status, body
-    return body
 
 
 def whoami(c: LaneCluster, nid: str, lane: int, key: str) -> int:

@@ -20,22 +20,15 @@ from typing import Any
 import pytest
 
 from tests.cluster.harness import ROOT
-from tests.cluster.lanes_harness import ROOT_KEY, LaneCluster
+from tests.cluster.lanes_harness import ROOT_KEY, LaneCluster, started
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[LaneCluster]:
-    c = LaneCluster(tmp_path, n=1)
-    try:
-        c.start()
+    with started(tmp_path, n=1) as c:
         yield c
-    except Exception:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -9,34 +9,20 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from common.lanes import lane_of
 from common.ops import mailbox_key
-from tests.cluster.lanes_harness import LaneCluster
+from tests.cluster.lanes_harness import LaneCluster, ok, started
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.fixture
 def lanes(tmp_path: Path) -> Iterator[LaneCluster]:
-    c = LaneCluster(tmp_path, n=2)
-    try:
-        c.start()
+    with started(tmp_path, n=2) as c:
         yield c
-    except Exception:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
-
-
-def ok(result: tuple[int, Any], status: int = 200) -> Any:
-    code, body = result
-    assert code == status, body
-    return body
 
 
 def on_lane(ws: str, lane: int, prefix: str) -> str:
