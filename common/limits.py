@@ -153,6 +153,14 @@ brief_recent_max = 10  # recent-page pointers
 # --- store -----------------------------------------------------------------
 writer_queue_max = 10_000  # pending write jobs before callers get 503 overloaded
 writer_batch_max = 512  # jobs folded into one SQLite transaction
+# A batch of at most this many ops (small writes only) commits on the event
+# loop itself: cheaper than the hop to the writer thread and back when the
+# node is not busy enough to group writes (store/writer.py).
+writer_inline_ops_max = 8
+# The write connection checkpoints its WAL on the writer thread after about
+# this many ops (SQLite's own autocheckpoint, off on that connection, would
+# run inside whichever commit crossed 1,000 pages, on the event loop too).
+wal_checkpoint_ops = 200
 store_read_connections = 2  # pooled read-only SQLite connections per node
 known_projects_cached_max = 100_000  # projects a node remembers exist (beyond: read from SQLite)
 store_busy_timeout_ms = 5000  # SQLite busy_timeout on every connection

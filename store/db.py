@@ -166,6 +166,8 @@ class Store(DomainReads):
     async def open(cls, path: str | os.PathLike[str], node_id: str, *,
                    queue_max: int = limits.writer_queue_max,
                    batch_max: int = limits.writer_batch_max,
+                   inline_ops_max: int = limits.writer_inline_ops_max,
+                   checkpoint_ops: int = limits.wal_checkpoint_ops,
                    read_connections: int = limits.store_read_connections) -> Store:
         """Open (creating and migrating as needed) the database at ``path``."""
         path = os.fspath(path)
@@ -177,7 +179,8 @@ class Store(DomainReads):
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        writer = Writer(conn, executor, seen, max_hlc, queue_max=queue_max, batch_max=batch_max)
+        writer = Writer(conn, executor, seen, max_hlc, queue_max=queue_max, batch_max=batch_max,
+                        inline_ops_max=inline_ops_max, checkpoint_ops=checkpoint_ops)
         try:
             reads = await ReadPool.open(path, read_connections)
         except BaseException:
@@ -416,7 +419,7 @@ class Store(DomainReads):
         def run(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO promises (mailbox, epoch) VALUES (?, ?) ON CONFLICT (mailbox)"
                          " DO UPDATE SET epoch = max(epoch, excluded.epoch)", (mailbox, epoch))
-        await self._writer.call(run)
+        await self._writer.call(run, small=True)
 
     async def get_promised(self, mailbox: str) -> int:
         row = await self._reads.fetchone("SELECT epoch FROM promises WHERE mailbox = ?", (mailbox,))

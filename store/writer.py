@@ -28,6 +28,19 @@ side of that order: a read connection can see a commit a moment before
 see), so a caller that needs both waits for the acknowledgement, not for
 the row to appear.
 
+A node that is not busy enough to group writes pays that hop for every
+commit: two wake-ups of another thread (the batch in, the answer back), each
+dear on a virtual machine. So a small batch (at most
+``limits.writer_inline_ops_max`` ops, of op applies and of calls marked
+``small``) commits on the event loop itself; the loop is blocked for that
+one short transaction, the thread is not woken. Larger batches, and any
+call not marked small (a GC or a purge may touch thousands of rows), still
+go to the thread, and both kinds run strictly one after the other on the one
+connection. Because a commit may now run on the loop, the connection's
+automatic checkpoint is off (it would copy up to 1,000 pages and sync the
+file inside whichever commit crossed the mark): the writer runs a passive
+checkpoint on its thread after about ``limits.wal_checkpoint_ops`` ops.
+
 A full queue raises :class:`common.errors.Unavailable` at submit time
 (``limits.writer_queue_max``); nothing is dropped silently.
 """
@@ -35,6 +48,7 @@ A full queue raises :class:`common.errors.Unavailable` at submit time
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import sqlite3
 from collections.abc import Callable
@@ -67,6 +81,11 @@ class _Job:
     def __init__(self, future: asyncio.Future[Any]) -> None:
         self.future = future
 
+    @property
+    def inline_ops(self) -> int | None:
+        """Ops this job writes, for the inline limit; None: never inline."""
+        return None
+
     def run(self, conn: sqlite3.Connection, seen: SeenSet, batch: _Batch) -> Any:
         raise NotImplementedError
 
@@ -82,6 +101,10 @@ class _ApplyJob(_Job):
         self.ops = ops
         self.now_ms = now_ms
         self.log_rows: list[tuple[str, int, int, str, str, int, bytes]] = []
+
+    @property
+    def inline_ops(self) -> int | None:
+        return len(self.ops)
 
     def run(self, conn: sqlite3.Connection, seen: SeenSet, batch: _Batch) -> list[Op]:
         fresh: list[Op] = []
@@ -106,12 +129,17 @@ class _ApplyJob(_Job):
 class _CallJob(_Job):
     """Any other write: ``fn(conn)`` inside the batch transaction."""
 
-    __slots__ = ("fn",)
+    __slots__ = ("fn", "small")
 
     def __init__(self, future: asyncio.Future[Any],
-                 fn: Callable[[sqlite3.Connection], Any]) -> None:
+                 fn: Callable[[sqlite3.Connection], Any], small: bool) -> None:
         super().__init__(future)
         self.fn = fn
+        self.small = small
+
+    @property
+    def inline_ops(self) -> int | None:
+        return 1 if self.small else None
 
     def run(self, conn: sqlite3.Connection, seen: SeenSet, batch: _Batch) -> Any:
         return self.fn(conn)
@@ -130,6 +158,10 @@ class WriterStats:
     jobs: int = 0
     largest_batch: int = 0
     failed_batches: int = 0
+    inline_batches: int = 0  # committed on the event loop
+    checkpoints: int = 0
+    checkpoint_frames: int = 0  # WAL frames at the last checkpoint
+    failed_checkpoints: int = 0
 
 
 class Writer:
@@ -137,17 +169,23 @@ class Writer:
 
     def __init__(self, conn: sqlite3.Connection, executor: ThreadPoolExecutor, seen: SeenSet,
                  max_hlc: int, *, queue_max: int = limits.writer_queue_max,
-                 batch_max: int = limits.writer_batch_max) -> None:
+                 batch_max: int = limits.writer_batch_max,
+                 inline_ops_max: int = limits.writer_inline_ops_max,
+                 checkpoint_ops: int = limits.wal_checkpoint_ops) -> None:
         self._conn = conn
+        conn.execute("PRAGMA wal_autocheckpoint = 0")  # the writer checkpoints (see above)
         self._executor = executor
         self.seen = seen
         self.max_hlc = max_hlc
         self._batch_max = batch_max
+        self._inline_ops_max = inline_ops_max
+        self._checkpoint_ops = checkpoint_ops
+        self._since_checkpoint = 0  # ops committed since the last checkpoint
         self._queue: asyncio.Queue[_Job | object] = asyncio.Queue(maxsize=queue_max)
         self._closing = False
         self._task: asyncio.Task[None] | None = None
-        # Batches for the writer thread: (the batch's future, its jobs), None to stop.
-        self._inbox: queue.SimpleQueue[tuple[asyncio.Future[Any], list[_Job]] | None] = (
+        # Work for the writer thread: (its future, what to run there), None to stop.
+        self._inbox: queue.SimpleQueue[tuple[asyncio.Future[Any], Callable[[], Any]] | None] = (
             queue.SimpleQueue())
         self._thread: Any = None  # the executor's future for the thread loop
         self.stats = WriterStats()
@@ -158,14 +196,14 @@ class Writer:
         self._task = loop.create_task(self._run(), name="store-writer")
 
     def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The writer thread: commit each batch, answer on the event loop."""
+        """The writer thread: run each piece of work, answer on the event loop."""
         while True:
             item = self._inbox.get()
             if item is None:
                 return
-            fut, jobs = item
+            fut, work = item
             try:
-                outcome = self._commit(jobs)
+                outcome = work()
             except BaseException as exc:  # handed to the awaiting task, whatever it is
                 loop.call_soon_threadsafe(_hand_back, fut, exc, None)
             else:
@@ -192,9 +230,10 @@ class Writer:
         result: list[Op] = await self._submit(lambda fut: _ApplyJob(fut, ops, now_ms))
         return result
 
-    async def call(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``fn(conn)`` inside a batch transaction; return its result."""
-        return await self._submit(lambda fut: _CallJob(fut, fn))
+    async def call(self, fn: Callable[[sqlite3.Connection], Any], *, small: bool = False) -> Any:
+        """Run ``fn(conn)`` inside a batch transaction; return its result.
+        ``small``: it writes a row or two, so it may commit on the event loop."""
+        return await self._submit(lambda fut: _CallJob(fut, fn, small))
 
     # -- the loop --------------------------------------------------------------
 
@@ -221,10 +260,13 @@ class Writer:
                     break
                 jobs.append(nxt)
             batch_jobs = [j for j in jobs if isinstance(j, _Job)]
+            ops = self._inline_ops(batch_jobs)
             try:
-                done: asyncio.Future[Any] = loop.create_future()
-                self._inbox.put((done, batch_jobs))
-                outcome = await done
+                if ops is not None:
+                    outcome = self._commit(batch_jobs)
+                    self.stats.inline_batches += 1
+                else:
+                    outcome = await self._on_thread(loop, functools.partial(self._commit, batch_jobs))
             except Exception as exc:
                 self.stats.failed_batches += 1
                 err: BaseException = exc
@@ -242,6 +284,40 @@ class Writer:
             self.stats.largest_batch = max(self.stats.largest_batch, len(batch_jobs))
             for job, (error, value) in zip(batch_jobs, results, strict=True):
                 _settle(job.future, error, value)
+            self._since_checkpoint += ops if ops is not None else len(batch_jobs)
+            if self._since_checkpoint >= self._checkpoint_ops:
+                self._since_checkpoint = 0
+                await self._checkpoint(loop)
+
+    def _inline_ops(self, jobs: list[_Job]) -> int | None:
+        """The ops of a batch small enough to commit on the event loop, else None."""
+        total = 0
+        for job in jobs:
+            n = job.inline_ops
+            if n is None:
+                return None
+            total += n
+            if total > self._inline_ops_max:
+                return None
+        return total
+
+    async def _on_thread(self, loop: asyncio.AbstractEventLoop, work: Callable[[], Any]) -> Any:
+        done: asyncio.Future[Any] = loop.create_future()
+        self._inbox.put((done, work))
+        return await done
+
+    async def _checkpoint(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Copy the WAL into the database on the writer thread (passive: it
+        never waits for readers; what they still use is copied next time)."""
+        def run() -> Any:
+            return self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        try:
+            row = await self._on_thread(loop, run)
+        except sqlite3.Error:  # the next one tries again; commits are unaffected
+            self.stats.failed_checkpoints += 1
+            return
+        self.stats.checkpoints += 1
+        self.stats.checkpoint_frames = int(row[1]) if row else 0
 
     def _commit(self, jobs: list[_Job]) -> tuple[
             list[tuple[BaseException | None, Any]], dict[str, tuple[int, set[int]]], int]:

@@ -229,3 +229,76 @@ async def test_the_byte_budget_counts_a_key_in_bytes_not_characters(tmp_path: Pa
         assert await store.ops_missing({}, 100, upto={"b": 5}) == []  # "a" not named: none
     finally:
         await store.close()
+
+
+async def test_a_small_batch_commits_on_the_event_loop(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "n.db", "n1", inline_ops_max=8)
+    try:
+        for i in range(1, 6):  # one at a time: each batch holds one op
+            await store.apply_ops([seen_op("o", i)], 0)
+        stats = (await store.stats())["writer"]
+        assert stats["batches"] == 5 and stats["inline_batches"] == 5
+        # a write the caller marks small commits there too; any other call goes to the thread
+        await store.set_promised("mbox:w/p", 3)
+        assert (await store.stats())["writer"]["inline_batches"] == 6
+        await store.gc({"o": 2})
+        stats = (await store.stats())["writer"]
+        assert stats["batches"] == 7 and stats["inline_batches"] == 6
+    finally:
+        await store.close()
+    reopened = await Store.open(tmp_path / "n.db", "n1")  # inline commits are as durable
+    try:
+        assert reopened.version_vector() == {"o": 5}
+        assert await reopened.get_promised("mbox:w/p") == 3
+    finally:
+        await reopened.close()
+
+
+async def test_a_batch_over_the_inline_limit_goes_to_the_writer_thread(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "n.db", "n1", inline_ops_max=4)
+    try:
+        await store.apply_ops([seen_op("o", i) for i in range(1, 5)], 0)  # 4 ops: inline
+        await store.apply_ops([seen_op("o", i) for i in range(5, 10)], 0)  # 5 ops: thread
+        stats = (await store.stats())["writer"]
+        assert stats["batches"] == 2 and stats["inline_batches"] == 1
+        assert store.version_vector() == {"o": 9}
+    finally:
+        await store.close()
+
+
+async def _checkpoints(store: Store, want: int) -> dict[str, int]:
+    """The writer's stats once it has run ``want`` checkpoints (each runs
+    just after the batch that crossed the mark was answered)."""
+    for _ in range(200):
+        stats: dict[str, int] = (await store.stats())["writer"]
+        if stats["checkpoints"] >= want:
+            return stats
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{want} checkpoints expected, {stats['checkpoints']} ran")
+
+
+async def test_the_writer_checkpoints_the_wal_itself(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "n.db", "n1", checkpoint_ops=10)
+    try:
+        probe = sqlite3.connect(tmp_path / "n.db")  # another connection keeps the default
+        assert probe.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
+        probe.close()
+        for i in range(1, 10):
+            await store.apply_ops([seen_op("o", i)], 0)
+        await asyncio.sleep(0.05)
+        assert (await store.stats())["writer"]["checkpoints"] == 0
+        await store.apply_ops([seen_op("o", 10)], 0)
+        assert (await _checkpoints(store, 1))["checkpoint_frames"] > 0
+        for i in range(11, 31):
+            await store.apply_ops([seen_op("o", i)], 0)
+        assert (await _checkpoints(store, 3))["checkpoints"] == 3
+        # the checkpoint copied the WAL into the database file itself
+        copy = tmp_path / "copy.db"
+        copy.write_bytes((tmp_path / "n.db").read_bytes())  # the file alone, without its WAL
+        conn = sqlite3.connect(copy)
+        try:
+            assert conn.execute("SELECT watermark FROM vv WHERE origin = 'o'").fetchone()[0] == 30
+        finally:
+            conn.close()
+    finally:
+        await store.close()
