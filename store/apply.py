@@ -323,7 +323,10 @@ def _msg_send(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
         # A lower copy may replace a known send with another approval gate:
         # the state follows the winning send's.
         c.execute(_SET_STATE, (row["id"],))
-    _purge_marked(c, "m.id = ?", (row["id"],))
+    if _under_mark(c, row["id"]):
+        _purge_marked(c, "m.id = ?", (row["id"],))
+    elif not cur.rowcount:
+        c.execute(_SET_STATE, (row["id"],))  # what _purge_marked's state update did
 
 
 # Messages (``m``) decided below their mailbox's mark, in the owners' order
@@ -342,6 +345,18 @@ _OLD_EDITS = ("DELETE FROM {table} WHERE id IN ({ids}) AND ({table}.epoch, {tabl
               " FROM msg_purge p WHERE (p.workspace, p.project) IN"
               " (SELECT to_workspace, to_project FROM messages WHERE id = {table}.id"
               " UNION ALL SELECT to_workspace, to_project FROM msg_purged WHERE id = {table}.id))")
+
+
+# Is the mailbox of message ?1 (known from its row or its purged record) under
+# a mark? Without one (no purge and no hiding bound there, the usual case) a
+# purge can drop nothing of the message, so the statements below are skipped.
+_MARK_OF_ID = ("SELECT 1 FROM msg_purge p WHERE (p.workspace, p.project) IN"
+               " (SELECT to_workspace, to_project FROM messages WHERE id = ?1"
+               " UNION ALL SELECT to_workspace, to_project FROM msg_purged WHERE id = ?1)")
+
+
+def _under_mark(c: sqlite3.Connection, msg_id: str) -> bool:
+    return c.execute(_MARK_OF_ID, (msg_id,)).fetchone() is not None
 
 
 def _drop_old_edits(c: sqlite3.Connection, ids: str, params: tuple[Any, ...]) -> None:
@@ -445,7 +460,8 @@ def _msg_terminal(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     msg_id = str(op.body["id"])
     _msg_decision(c, op)
     c.execute(_TERM_UPSERT, {**terminal_row(op), **_stamp(op), "id": msg_id})
-    _drop_old_edits(c, "?", (msg_id,))  # a decision made before the purge goes with it
+    if _under_mark(c, msg_id):
+        _drop_old_edits(c, "?", (msg_id,))  # a decision made before the purge goes with it
     c.execute(_SET_STATE, (msg_id,))
 
 
@@ -456,7 +472,8 @@ def _msg_hold(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     revision = revision_row(op)
     if revision is not None:
         c.execute(_REV_UPSERT, {**revision, **_stamp(op), "id": msg_id})
-    _drop_old_edits(c, "?", (msg_id,))  # one decided before the purge goes with it
+    if _under_mark(c, msg_id):
+        _drop_old_edits(c, "?", (msg_id,))  # one decided before the purge goes with it
     c.execute(_SET_STATE, (msg_id,))
 
 
