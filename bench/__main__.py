@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, help="override the profile's client connections")
     parser.add_argument("--loadgen-procs", type=int, help="override the profile's load-generator processes")
     parser.add_argument("--client", choices=("raw", "aiohttp"),
-                        help="the load generator's HTTP client (default aiohttp; raw costs 30-44 % of its CPU per request)")
+                        help="the load generator's HTTP client (default aiohttp; raw costs 30-44 %% of its CPU per request)")
     parser.add_argument("--lanes", type=int, default=0, metavar="N",
                         help="start every node of the echo-to-paired phases with `ai-memory serve --lanes N` "
                              "(CPU summed over the supervisor and its lane processes); the lanes phase "

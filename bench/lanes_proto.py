@@ -696,8 +696,14 @@ def summarize_runs(results: list[dict[str, Any]], latencies: list[dict[str, Any]
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    usage = ("usage: python -m bench.lanes_proto {run,lane} ...\n"
+             "  run   the prototype's measurement (run --help for its options)\n"
+             "  lane  one lane process, started by run")
+    if args[:1] in (["-h"], ["--help"]):
+        print(usage)
+        return
     if not args or args[0] not in ("lane", "run"):
-        raise SystemExit("usage: python -m bench.lanes_proto {run,lane} ...")
+        raise SystemExit(usage)
     with contextlib.suppress(KeyboardInterrupt):
         (lane_command if args[0] == "lane" else run_command)(args[1:])
 
