@@ -13,7 +13,7 @@ from bench import lanes, report
 from bench.loadgen import LoadJob, run_job
 from bench.phases import result_dict
 from bench.procs import Cluster, running
-from bench.targets import evaluate
+from bench.targets import evaluate, two_core_bound
 from bench.workloads import WorkloadSpec
 
 PLAIN = "lanes: notify throughput, 1 node with 2 lanes vs 1 lane"
@@ -77,3 +77,18 @@ def test_the_lanes_targets_are_medians_of_pairs_of_rounds(tmp_path: Path) -> Non
     assert "**Lanes rounds**" in md and "CPU per handed notify" in md
     del results["lanes"]
     assert {t.name: t.verdict for t in evaluate(results)}[PLAIN] == "SKIP"
+
+
+def test_on_two_cores_the_report_names_the_cpu_bound_of_the_goal() -> None:
+    section = _section()
+    for r in section["rounds"]:  # one lane: 1 busy core, 0.2 ms per notify; client 0.05 ms
+        r["max"][lanes.ONE_LANE]["cpu"].update(server_cores=1.0, client_ms_per_op=0.05)
+    results: dict[str, Any] = {"meta": {"cores_usable": 2}, "lanes": section}
+    # 1.5x of 5,000/s = 7,500/s on 2 cores: 2 lanes at k x 0.2 ms plus the client's 0.05 ms
+    # fit 2 cores only for k <= 4/3 - 0.25
+    assert two_core_bound(results) == pytest.approx(4 / 3 - 0.05 / 0.2)
+    assert "at most x1.08 of one lane's CPU per notify" in \
+        {t.name: t for t in evaluate({**results, "workloads": [], "errors": []})}[PLAIN].measured
+    assert two_core_bound({**results, "meta": {"cores_usable": 16}}) is None
+    del section["rounds"][0]["max"][lanes.ONE_LANE]["cpu"]["client_ms_per_op"]
+    assert two_core_bound(results) is None
