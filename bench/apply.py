@@ -10,7 +10,9 @@ sharing writer batches, as several peers' requests do). Deterministic: the same 
 
 Reports, per op: the whole process's CPU (``time.process_time``: the event
 loop plus the writer thread) and the writer thread's own CPU
-(``time.thread_time`` read on that thread before and after), in
+(``time.thread_time`` read on that thread before and after; a batch of
+at most ``limits.writer_inline_ops_max`` ops commits on the event loop, so
+keep ``--batch`` above it to time the thread), in
 microseconds, plus wall time. The machine may be shared, so each figure is
 the median of ``--runs`` runs, each into its own fresh database.
 

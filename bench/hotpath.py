@@ -158,7 +158,7 @@ def _is_main_thread(stack: list[str]) -> bool:
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("store threads (SQLite writer, aiosqlite readers, executor)",
      ("Thread._bootstrap (threading.py", "_connection_worker_thread (aiosqlite")),
-    ("store on the event loop (writer task batching, executor hand-offs, reads)",
+    ("store on the event loop (small batches committed inline, writer task batching, executor hand-offs, reads)",
      ("Writer._run (", "(store/", "_chain_future")),
     ("peer client (sending batches/forwards to peers, reading their answers)",
      ("PeerLink.", "PeerClient.", "(aiohttp/client", "(aiohttp/connector.py", "Node._forward (")),

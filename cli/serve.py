@@ -81,6 +81,11 @@ def start(flags: dict[str, object]) -> None:
         sys.exit(2)
     notifier = Notifier.from_env(os.environ)
     if settings.server.laned and supervisor.INDEX_ENV not in os.environ:
+        try:
+            supervisor.refuse_another_count(settings)
+        except AiMemoryError as exc:
+            click.echo(f"ai-memory serve: {exc}", err=True)
+            sys.exit(exc.exit_code)
         sys.exit(supervisor.run(settings, flags, notifier))
     from daemon.server import run  # here: a supervisor serves nothing (and starts faster)
 

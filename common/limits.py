@@ -157,10 +157,15 @@ writer_batch_max = 512  # jobs folded into one SQLite transaction
 # loop itself: cheaper than the hop to the writer thread and back when the
 # node is not busy enough to group writes (store/writer.py).
 writer_inline_ops_max = 8
-# The write connection checkpoints its WAL on the writer thread after about
-# this many ops (SQLite's own autocheckpoint, off on that connection, would
-# run inside whichever commit crossed 1,000 pages, on the event loop too).
+# The write connection checkpoints its WAL on the writer thread (SQLite's own
+# autocheckpoint, off on that connection, would run inside whichever commit
+# crossed 1,000 pages, on the event loop too): first after this many ops,
+# then after as many as wrote about wal_checkpoint_frames WAL frames last
+# time, within the bounds below; and after any write of unbounded size.
 wal_checkpoint_ops = 200
+wal_checkpoint_frames = 1_000
+wal_checkpoint_ops_min = 16
+wal_checkpoint_ops_max = 4_096
 store_read_connections = 2  # pooled read-only SQLite connections per node
 known_projects_cached_max = 100_000  # projects a node remembers exist (beyond: read from SQLite)
 store_busy_timeout_ms = 5000  # SQLite busy_timeout on every connection

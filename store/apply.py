@@ -6,8 +6,8 @@ rank with the rank stored beside the row (``hlc, origin, seq`` columns) and
 only overwrites when the merge rule says so. Because every statement is a
 correct merge on its own, ops can be applied in any order and any grouping.
 
-Runs on the writer thread, inside the writer's transaction; nothing here
-commits. The op log and the seen-set are the writer's business
+Runs inside the writer's transaction (on its thread, or on the event loop
+for a small batch); nothing here commits. The op log and the seen-set are the writer's business
 (:mod:`store.writer`); this module touches only the state tables.
 """
 

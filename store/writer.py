@@ -2,10 +2,11 @@
 
 Every change to the database goes through :class:`Writer`. Callers submit
 jobs to a bounded queue and await a future; one task takes whatever jobs are
-waiting (up to ``writer_batch_max``) and runs the whole batch in ONE call
-on the writer's own thread: ``BEGIN``, the jobs, one op-log insert, the
-seen-set rows, ``COMMIT``. A batch of 500 callers therefore costs one
-thread hop and one WAL commit instead of 500 of each. Should a job fail (a
+waiting (up to ``writer_batch_max``) and runs the whole batch as ONE
+transaction: ``BEGIN``, the jobs, one op-log insert, the seen-set rows,
+``COMMIT``; a large batch on the writer's own thread, a small one on the
+event loop (below). A batch of 500 callers therefore costs one thread hop
+and one WAL commit instead of 500 of each. Should a job fail (a
 malformed op), the batch is rolled back and run again with a savepoint per
 job, so that job alone is refused and its neighbours still commit.
 
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import queue
 import sqlite3
 from collections.abc import Callable
@@ -57,15 +59,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common import limits
+from common import ops as K
 from common.errors import AiMemoryError, BadRequest, Unavailable
 from common.ops import Op, pack_body
 from store.apply import apply_ops
 from store.seen import SeenSet
 
+log = logging.getLogger(__name__)
+
+
+# Ops whose apply may touch any number of rows: never committed on the event
+# loop, and followed by a checkpoint (a purge scans its whole mailbox).
+_UNBOUNDED_KINDS = frozenset({K.MSG_PURGE})
+
+
+def _op_weight(op: Op) -> int | None:
+    """Rows an op writes, roughly, for the inline limit and the checkpoint
+    count; None where there is no bound."""
+    if op.kind in _UNBOUNDED_KINDS:
+        return None
+    if op.kind == K.NOTE_READ:  # one read mark per id (up to limits' cap)
+        return max(1, len(op.body.get("ids") or ()))
+    return 1
+
 
 @dataclass(slots=True)
 class _Batch:
-    """What the jobs of one batch have done so far (writer thread only)."""
+    """What the jobs of one batch have done so far (on whichever thread commits it)."""
 
     new_ids: dict[str, set[int]] = field(default_factory=dict)
     log_rows: list[tuple[str, int, int, str, str, int, bytes]] = field(default_factory=list)
@@ -82,8 +102,9 @@ class _Job:
         self.future = future
 
     @property
-    def inline_ops(self) -> int | None:
-        """Ops this job writes, for the inline limit; None: never inline."""
+    def weight(self) -> int | None:
+        """About how many rows this job writes (ops, for op applies); None:
+        no bound, so never on the event loop, and a checkpoint after it."""
         return None
 
     def run(self, conn: sqlite3.Connection, seen: SeenSet, batch: _Batch) -> Any:
@@ -94,17 +115,19 @@ class _Job:
 
 
 class _ApplyJob(_Job):
-    __slots__ = ("log_rows", "now_ms", "ops")
+    __slots__ = ("_weight", "log_rows", "now_ms", "ops")
 
     def __init__(self, future: asyncio.Future[Any], ops: list[Op], now_ms: int) -> None:
         super().__init__(future)
         self.ops = ops
         self.now_ms = now_ms
         self.log_rows: list[tuple[str, int, int, str, str, int, bytes]] = []
+        weights = [_op_weight(op) for op in ops]
+        self._weight = None if None in weights else sum(w for w in weights if w is not None)
 
     @property
-    def inline_ops(self) -> int | None:
-        return len(self.ops)
+    def weight(self) -> int | None:
+        return self._weight
 
     def run(self, conn: sqlite3.Connection, seen: SeenSet, batch: _Batch) -> list[Op]:
         fresh: list[Op] = []
@@ -138,7 +161,7 @@ class _CallJob(_Job):
         self.small = small
 
     @property
-    def inline_ops(self) -> int | None:
+    def weight(self) -> int | None:
         return 1 if self.small else None
 
     def run(self, conn: sqlite3.Connection, seen: SeenSet, batch: _Batch) -> Any:
@@ -179,7 +202,7 @@ class Writer:
         self.max_hlc = max_hlc
         self._batch_max = batch_max
         self._inline_ops_max = inline_ops_max
-        self._checkpoint_ops = checkpoint_ops
+        self._checkpoint_ops = checkpoint_ops  # adjusted after each checkpoint (see _checkpoint)
         self._since_checkpoint = 0  # ops committed since the last checkpoint
         self._queue: asyncio.Queue[_Job | object] = asyncio.Queue(maxsize=queue_max)
         self._closing = False
@@ -260,9 +283,10 @@ class Writer:
                     break
                 jobs.append(nxt)
             batch_jobs = [j for j in jobs if isinstance(j, _Job)]
-            ops = self._inline_ops(batch_jobs)
+            weights = [j.weight for j in batch_jobs]
+            ops = None if None in weights else sum(w for w in weights if w is not None)
             try:
-                if ops is not None:
+                if ops is not None and ops <= self._inline_ops_max:
                     outcome = self._commit(batch_jobs)
                     self.stats.inline_batches += 1
                 else:
@@ -284,44 +308,49 @@ class Writer:
             self.stats.largest_batch = max(self.stats.largest_batch, len(batch_jobs))
             for job, (error, value) in zip(batch_jobs, results, strict=True):
                 _settle(job.future, error, value)
-            self._since_checkpoint += ops if ops is not None else len(batch_jobs)
+            if ops is None:  # rows beyond count: copy them out of the WAL now
+                await self._checkpoint(loop, adjust=False)
+                continue
+            self._since_checkpoint += ops
             if self._since_checkpoint >= self._checkpoint_ops:
-                self._since_checkpoint = 0
-                await self._checkpoint(loop)
-
-    def _inline_ops(self, jobs: list[_Job]) -> int | None:
-        """The ops of a batch small enough to commit on the event loop, else None."""
-        total = 0
-        for job in jobs:
-            n = job.inline_ops
-            if n is None:
-                return None
-            total += n
-            if total > self._inline_ops_max:
-                return None
-        return total
+                await self._checkpoint(loop, adjust=True)
 
     async def _on_thread(self, loop: asyncio.AbstractEventLoop, work: Callable[[], Any]) -> Any:
         done: asyncio.Future[Any] = loop.create_future()
         self._inbox.put((done, work))
         return await done
 
-    async def _checkpoint(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _checkpoint(self, loop: asyncio.AbstractEventLoop, *, adjust: bool) -> None:
         """Copy the WAL into the database on the writer thread (passive: it
-        never waits for readers; what they still use is copied next time)."""
+        never waits for readers; what they still use is copied next time).
+
+        ``adjust``: the WAL held only the ops counted since the last one, so
+        its size in frames says how many frames an op writes now (about 4
+        with full batches, 11 with one op a commit); the next checkpoint
+        comes after as many ops as make ``limits.wal_checkpoint_frames``,
+        about SQLite's own 1,000-page mark."""
+        ops, self._since_checkpoint = self._since_checkpoint, 0
+
         def run() -> Any:
             return self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         try:
             row = await self._on_thread(loop, run)
-        except sqlite3.Error:  # the next one tries again; commits are unaffected
+        except sqlite3.Error as exc:  # commits are unaffected; the next one tries again
             self.stats.failed_checkpoints += 1
+            log.warning("WAL checkpoint failed (%s); the next is tried after %d more ops",
+                        exc, self._checkpoint_ops)
             return
+        frames = int(row[1]) if row else 0
         self.stats.checkpoints += 1
-        self.stats.checkpoint_frames = int(row[1]) if row else 0
+        self.stats.checkpoint_frames = frames
+        if adjust and frames > 0 and ops > 0:
+            self._checkpoint_ops = min(limits.wal_checkpoint_ops_max, max(
+                limits.wal_checkpoint_ops_min, ops * limits.wal_checkpoint_frames // frames))
 
     def _commit(self, jobs: list[_Job]) -> tuple[
             list[tuple[BaseException | None, Any]], dict[str, tuple[int, set[int]]], int]:
-        """One transaction for the whole batch (runs on the writer thread).
+        """One transaction for the whole batch (on the writer thread, or on the
+        event loop for a small batch; never both at once).
 
         Jobs first run back to back with no savepoints; if one of them fails,
         that transaction is rolled back and the batch runs again with a

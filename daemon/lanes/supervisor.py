@@ -37,6 +37,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import sys
 import tempfile
 import time
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from common import limits
+from daemon.lanes.layout import check_layout
 from daemon.runtime.systemd import Notifier
 from daemon.settings import Settings
 
@@ -230,6 +232,26 @@ class Supervisor:
             if lane.proc is not None and lane.proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     lane.proc.send_signal(sig)
+
+
+def refuse_another_count(settings: Settings) -> None:
+    """Before any lane starts: lane 0's database, recorded for another lane
+    count (or a node's without lanes), stops the node here with lane 0's own
+    refusal (:func:`daemon.lanes.layout.check_layout`), so that the lanes of
+    the new count never create their files beside it. A file this cannot
+    read is left to lane 0 to judge, as before."""
+    path = settings.store.db_path
+    if not os.path.exists(path):
+        return
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            row = conn.execute("SELECT value FROM store_meta WHERE name = 'lane_layout'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return
+    check_layout("" if row is None else str(row[0]), 0, settings.server.lanes, path, fresh=False)
 
 
 def run(settings: Settings, flags: Mapping[str, Any], notifier: Notifier) -> int:

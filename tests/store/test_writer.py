@@ -288,17 +288,52 @@ async def test_the_writer_checkpoints_the_wal_itself(tmp_path: Path) -> None:
         await asyncio.sleep(0.05)
         assert (await store.stats())["writer"]["checkpoints"] == 0
         await store.apply_ops([seen_op("o", 10)], 0)
-        assert (await _checkpoints(store, 1))["checkpoint_frames"] > 0
-        for i in range(11, 31):
-            await store.apply_ops([seen_op("o", i)], 0)
-        assert (await _checkpoints(store, 3))["checkpoints"] == 3
-        # the checkpoint copied the WAL into the database file itself
+        first = (await _checkpoints(store, 1))["checkpoint_frames"]
+        assert first > 0
+        # the next mark is as many ops as write about 1,000 frames at that rate
+        assert store._writer._checkpoint_ops == 10 * 1000 // first
+        # what was checkpointed is in the database file itself
         copy = tmp_path / "copy.db"
         copy.write_bytes((tmp_path / "n.db").read_bytes())  # the file alone, without its WAL
         conn = sqlite3.connect(copy)
         try:
-            assert conn.execute("SELECT watermark FROM vv WHERE origin = 'o'").fetchone()[0] == 30
+            assert conn.execute("SELECT watermark FROM vv WHERE origin = 'o'").fetchone()[0] == 10
         finally:
             conn.close()
+    finally:
+        await store.close()
+
+
+async def test_ops_committed_on_the_thread_count_towards_the_checkpoint(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "n.db", "n1", checkpoint_ops=50)
+    try:
+        await store.apply_ops([seen_op("o", i) for i in range(1, 61)], 0)  # one job, 60 ops
+        assert (await _checkpoints(store, 1))["inline_batches"] == 0
+    finally:
+        await store.close()
+
+
+def _note(seq: int) -> Op:
+    return Op("o", seq, seq * 10, K.NOTE_NEW, K.inbox_key("b"),
+              {"id": f"n{seq}", "from": "a", "to": "b", "title": "t", "priority": 5,
+               "created_at_ms": seq})
+
+
+async def test_writes_of_unbounded_size_go_to_the_thread_and_are_checkpointed(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "n.db", "n1", inline_ops_max=8)
+    try:
+        await store.apply_ops([_note(1)], 0)
+        purge = Op("o", 2, 20, K.MSG_PURGE, K.mailbox_key("w", "p"),
+                   {"workspace": "w", "project": "p", "id": "purge-1"})
+        await store.apply_ops([purge], 0)  # a purge scans its whole mailbox
+        stats = await _checkpoints(store, 1)
+        assert stats["batches"] == 2 and stats["inline_batches"] == 1
+        # a read mark per id: 9 ids are over the inline limit of 8 ops
+        read = Op("o", 3, 30, K.NOTE_READ, K.inbox_key("b"), {"to": "b", "ids": [f"n{i}" for i in range(9)]})
+        await store.apply_ops([read], 0)
+        stats = (await store.stats())["writer"]
+        assert stats["batches"] == 3 and stats["inline_batches"] == 1
+        await store.gc({"o": 1})  # GC: any number of rows
+        assert (await _checkpoints(store, 2))["inline_batches"] == 1
     finally:
         await store.close()

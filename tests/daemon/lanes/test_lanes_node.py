@@ -324,10 +324,17 @@ def test_a_killed_lane_is_restarted(tmp_path: Path) -> None:
     assert not any(Path(f"/proc/{pid}").exists() for pid in lanes)  # SIGTERM stopped them all
 
 
+def _db_files(where: Path) -> list[str]:
+    """The files of a node's directory, less SQLite's -wal and -shm (reading
+    a database's recorded lane count opens them)."""
+    return sorted(p.name for p in where.iterdir() if not p.name.endswith(("-wal", "-shm")))
+
+
 def test_another_lane_count_is_refused(tmp_path: Path) -> None:
     n = LanedNode(tmp_path)
     n.start()
     n.stop()
+    files = _db_files(n.db.parent)
     again = subprocess.run(
         [sys.executable, "-m", "cli", "serve", "--port", str(n.port), "--db", str(n.db),
          "--lanes", "3"], cwd=ROOT, capture_output=True, text=True, timeout=60,
@@ -335,12 +342,42 @@ def test_another_lane_count_is_refused(tmp_path: Path) -> None:
     assert again.returncode == 4, again.stderr  # as for another cluster's database
     assert "of 2 (partition 1); this process is lane" in again.stderr
     assert "changes only offline" in again.stderr
+    assert _db_files(n.db.parent) == files  # no lane2 database left behind
     plain = subprocess.run(
         [sys.executable, "-m", "cli", "serve", "--port", str(n.port), "--db", str(n.db)],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert plain.returncode == 4, plain.stderr
     assert "is lane 0 of 2" in plain.stderr and "lane 0 of 1" in plain.stderr, plain.stderr
+
+
+def test_a_node_without_lanes_is_refused_lanes_before_any_lane_starts(tmp_path: Path) -> None:
+    db = tmp_path / "plain.db"
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    plain = subprocess.Popen(
+        [sys.executable, "-m", "cli", "serve", "--port", str(port), "--db", str(db)],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if http("GET", f"http://127.0.0.1:{port}/api/v1/health", timeout=1)[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline and plain.poll() is None, "the plain node did not start"
+            time.sleep(0.1)
+    finally:
+        plain.terminate()
+        plain.wait(timeout=30)
+    files = _db_files(tmp_path)
+    laned = subprocess.run(
+        [sys.executable, "-m", "cli", "serve", "--port", str(port), "--db", str(db), "--lanes", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert laned.returncode == 4, laned.stderr
+    assert "is lane 0 of 1" in laned.stderr and "lane 0 of 2" in laned.stderr, laned.stderr
+    assert _db_files(tmp_path) == files  # no lane1 database created
 
 
 def test_the_official_sdk_against_a_node_with_lanes(node: LanedNode) -> None:
