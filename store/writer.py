@@ -40,7 +40,9 @@ go to the thread, and both kinds run strictly one after the other on the one
 connection. Because a commit may now run on the loop, the connection's
 automatic checkpoint is off (it would copy up to 1,000 pages and sync the
 file inside whichever commit crossed the mark): the writer runs a passive
-checkpoint on its thread after about ``limits.wal_checkpoint_ops`` ops.
+checkpoint on its thread after any write of unbounded size (a GC, a purge)
+and otherwise after about ``limits.wal_checkpoint_frames`` frames' worth of
+ops (see :meth:`Writer._checkpoint`).
 
 A full queue raises :class:`common.errors.Unavailable` at submit time
 (``limits.writer_queue_max``); nothing is dropped silently.
