@@ -71,6 +71,33 @@ class _Lane:
     sock: socket.socket | None = field(default=None, repr=False)
 
 
+DIR_PREFIX = "ai-memory-lanes-"  # + the supervisor's pid + "-" + a random part
+
+
+def sweep_stale_dirs(root: str) -> list[str]:
+    """Remove the private directories (sockets only) that supervisors killed
+    without their cleanup left in ``root``: ours (same uid), named after a
+    pid that no longer runs. A live pid keeps its directory, even a reused
+    one. Returns what was removed."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            name = entry.name
+            if not name.startswith(DIR_PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            pid_text = name[len(DIR_PREFIX):].partition("-")[0]
+            if not pid_text.isdigit() or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            try:
+                os.kill(int(pid_text), 0)
+            except ProcessLookupError:
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+            except OSError:  # alive, another user's
+                continue
+    return removed
+
+
 class Supervisor:
     def __init__(self, settings: Settings, flags: Mapping[str, Any], notifier: Notifier,
                  env: Mapping[str, str]) -> None:
@@ -78,7 +105,8 @@ class Supervisor:
         self.flags = {k: v for k, v in flags.items() if v is not None}
         self.notifier = notifier
         self.env = dict(env)
-        self.dir = tempfile.mkdtemp(prefix="ai-memory-lanes-")  # mode 0700
+        sweep_stale_dirs(tempfile.gettempdir())
+        self.dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")  # mode 0700
         self.lanes = [_Lane(i, str(Path(self.dir) / f"notify{i}.sock"))
                       for i in range(settings.server.lanes)]
         self.stopping = asyncio.Event()
