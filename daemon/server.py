@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -64,45 +65,46 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
     settings = joining.result()
     node = await build_node(settings)
     await node.start()
-    app = build_app(node)
-    runner = BoundaryRunner(app, access_log=None,
-                            shutdown_timeout=settings.server.shutdown_grace_secs)
-    await runner.setup()
-    # What is alive now (the built node) is kept out of later collections;
-    # done before the socket listens, so its full collection delays no request.
-    collector.freeze_startup()
-    stop_watching = collector.watch(node.metrics)
-    frames = _frame_server(app, settings)
+    # From here on, whatever stops the start (a file a lane cannot open, a
+    # port in use) stops the node too: its writer thread would otherwise keep
+    # the process alive, a lane that neither serves nor exits.
+    runner: BoundaryRunner | None = None
+    frames: FrameServer | None = None
+    stop_watching: Callable[[], None] | None = None
     try:
+        app = build_app(node)
+        runner = BoundaryRunner(app, access_log=None,
+                                shutdown_timeout=settings.server.shutdown_grace_secs)
+        await runner.setup()
+        # What is alive now (the built node) is kept out of later collections;
+        # done before the socket listens, so its full collection delays no request.
+        collector.freeze_startup()
+        stop_watching = collector.watch(node.metrics)
+        frames = _frame_server(app, settings)
         if frames is not None:
             await frames.start()
         for site in _sites(runner, settings):
             await site.start()
-    except OSError:
-        stop_watching()
-        if frames is not None:
-            await frames.stop()
-        await runner.cleanup()
-        await node.stop()
-        raise
-    log.info("ai-memory %s serving on %s://%s:%s as %s%s (members: %s, W=%s)",
-             settings.version, "https" if settings.tls.enabled else "http", settings.server.host,
-             settings.server.port, node.node_id,
-             f" lane {settings.server.lane} of {settings.server.lanes} (port "
-             f"{settings.server.peer_port})" if settings.server.laned else "",
-             ",".join(settings.cluster.member_ids), settings.cluster.w)
-    if ready is not None:
-        ready.set()
-    notifier.ready(f"serving on {settings.server.host}:{settings.server.port} as {node.node_id}")
-    try:
+        log.info("ai-memory %s serving on %s://%s:%s as %s%s (members: %s, W=%s)",
+                 settings.version, "https" if settings.tls.enabled else "http",
+                 settings.server.host, settings.server.port, node.node_id,
+                 f" lane {settings.server.lane} of {settings.server.lanes} (port "
+                 f"{settings.server.peer_port})" if settings.server.laned else "",
+                 ",".join(settings.cluster.member_ids), settings.cluster.w)
+        if ready is not None:
+            ready.set()
+        notifier.ready(f"serving on {settings.server.host}:{settings.server.port} as "
+                       f"{node.node_id}")
         await stop.wait()
     finally:
         log.info("shutting down")
-        stop_watching()
+        if stop_watching is not None:
+            stop_watching()
         await notifier.stopping()
         if frames is not None:
             await frames.stop()
-        await runner.cleanup()
+        if runner is not None:
+            await runner.cleanup()
         await node.stop()
 
 

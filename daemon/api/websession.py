@@ -141,6 +141,34 @@ CREATE INDEX IF NOT EXISTS web_sessions_last_used ON web_sessions (last_used);
 """
 
 
+_OPEN_RETRY_SECS = 10.0
+
+
+def _open_shared(path: str) -> sqlite3.Connection:
+    """The lanes' sessions file, created (mode 0600) in WAL mode with its table.
+
+    Every lane opens it as it starts, at about the same moment. Turning a new
+    file to WAL, or creating the table, takes the write lock from a read
+    lock; when two lanes do that at once SQLite refuses one at once with
+    SQLITE_BUSY instead of waiting (waiting could deadlock), so a busy open
+    is tried again, for up to ``_OPEN_RETRY_SECS``."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    deadline = time.monotonic() + _OPEN_RETRY_SECS
+    while True:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=5.0, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = OFF")  # sessions need not survive a crash
+            conn.executescript(_SCHEMA)
+            return conn
+        except sqlite3.OperationalError as e:
+            conn.close()
+            if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+        time.sleep(0.005 + secrets.randbelow(20) / 1000)
+
+
 def _derive(sid: str, label: bytes, size: int) -> bytes:
     """``size`` bytes only the holder of session id ``sid`` can compute."""
     out = b""
@@ -176,13 +204,7 @@ class SharedWebSessions(WebSessions):
     def __init__(self, path: str, node_id: str = "", max_sessions: int = limits.web_sessions_max,
                  idle_secs: float = limits.web_session_idle_secs) -> None:
         super().__init__(node_id, max_sessions, idle_secs)
-        with contextlib.suppress(FileExistsError):
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        self._conn = sqlite3.connect(path, isolation_level=None, timeout=5.0,
-                                     check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = OFF")  # sessions need not survive a crash
-        self._conn.executescript(_SCHEMA)
+        self._conn = _open_shared(path)
 
     @staticmethod
     def _row_id(sid: str) -> str:

@@ -73,7 +73,12 @@ class LanedNode:
                  str(self.db), "--lanes", str(self.lanes), *extra],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONPATH": str(ROOT)})
-        self.wait_serving()
+        try:
+            self.wait_serving()
+        except BaseException:
+            self.proc.kill()  # a start that failed leaves no process behind
+            self.proc.wait()
+            raise
 
     def wait_serving(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
