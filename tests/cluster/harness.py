@@ -382,7 +382,38 @@ class Cluster:
             if all(all(v == vvs[0] for v in vvs) for vvs in by_lane):
                 return time.monotonic() - start
             time.sleep(0.1)
-        raise TimeoutError(f"no convergence in {timeout}s: {last}")
+        raise TimeoutError(f"no convergence in {timeout}s: {last}; {self.diagnosis(nodes)}")
+
+    def diagnosis(self, nodes: list[str] | None = None) -> str:
+        """A short account of each node for a failure message (CI shows the
+        summary line whole, a node's log only in part): whether it
+        recovers and from whom it waits, how it sees its peers, its
+        writer's failures, and its last warnings."""
+        parts = []
+        for nid in nodes or self.ids:
+            for lane in range(self.lanes):
+                try:
+                    st = self.status(nid, lane)
+                except (OSError, AssertionError) as exc:
+                    parts.append(f"{nid}/lane{lane}: no status ({exc})")
+                    continue
+                peers = {p: "".join(f for f, on in (("A", v.get("alive")),
+                                                    ("R", v.get("reachable")),
+                                                    ("r", v.get("recovering")),
+                                                    ("s", v.get("reseeding")),
+                                                    ("M", v.get("membership_mismatch"))) if on)
+                         for p, v in (st.get("peers") or {}).items()}
+                writer = (st.get("oplog") or {}).get("writer") or {}
+                parts.append(f"{nid}/lane{lane}: recovering={st.get('recovering')} "
+                             f"waiting_for={st.get('recovery_waiting_for')} peers={peers} "
+                             f"failed_batches={writer.get('failed_batches')}")
+            log = self.procs[nid].log
+            warned = [line for line in (log.read_text(errors="replace").splitlines()
+                                        if log.exists() else [])
+                      if " WARNING " in line or " ERROR " in line]
+            if warned:
+                parts.append(f"{nid} last warnings: {[w[-240:] for w in warned[-3:]]}")
+        return "; ".join(parts)
 
     def logs(self) -> str:
         return "\n".join(f"--- {nid}\n{p.log.read_text()[-4000:]}"
