@@ -227,6 +227,7 @@ join_retry_first_secs = 0.2  # the first wait between rounds of probes ...
 join_retry_max_secs = 5.0  # ... doubling up to this
 join_log_every_secs = 30.0  # the same wait is logged again after this long
 join_systemd_extend_secs = 60.0  # each round extends systemd's start timeout by this
+hello_collected_origins_max = 1_024  # origins a /peer/v1/hello answer's "collected" may name
 mailbox_requests_max = 512  # requests waiting at one mailbox owner; beyond it: 503 + Retry-After (sheds load before clients give up)
 
 # --- webhooks --------------------------------------------------------------

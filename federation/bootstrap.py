@@ -32,17 +32,29 @@ or, for members started with upstream's flags only, from the member list
 (:func:`derived_cluster_id`), which every member computes alike. It is
 stored in every database, so a member can refuse a peer of another cluster.
 
+A member that starts on a copy that must recover (put in place by
+``ai-memory restore``, or seeded and not yet recovered) asks the same
+question differently: can the others still give it what the copy lacks?
+Anti-entropy streams only ops still in a log, and while the copy sat on a
+shelf the others may have collected ops it lacks: the floors they
+collected by were offers of the member's previous disk, which held them.
+:func:`lost_to_collection` says which, from the floors the members that
+took its ``Reseeding`` report (they collect nothing more over it until it
+has recovered); a copy that lacks any is set aside and the member is seeded
+instead, as if its disk were lost.
+
 This module decides; :mod:`daemon.replication.joining` asks, waits and carries out.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 WAITING = "waiting"  # no database yet: deciding, like us
 SERVING = "serving"  # a database of its cluster, serving it
+CHECKING = "checking"  # a copy that must recover: asking whether it can (decide_copy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +67,9 @@ class PeerView:
     cluster_id: str = ""  # its stored (serving) or configured (waiting) id; "" unknown
     why: str = ""  # why it did not answer, for the log and /health
     fresh: bool = False  # SERVING a database with nothing of other members (NodeCore.pristine)
+    # SERVING: per origin, the ops its op log no longer holds (1..floor were
+    # collected, store.db.Store.collected_floor); None: it did not say (an older build)
+    collected: dict[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +124,10 @@ def decide(views: Sequence[PeerView], *, cluster_id: str, member_ids: Iterable[s
     if silent:
         return Wait("waiting for every member to answer before deciding whether the cluster "
                     "is new: " + ", ".join(_why(v) for v in views if not v.answered), silent)
+    checking = [v for v in views if v.state == CHECKING]
+    if checking:  # it holds a copy of the cluster's data: never bootstrap beside it
+        return Wait("waiting for " + ", ".join(v.node_id for v in checking) + " to finish "
+                    "checking the database it starts on", tuple(v.node_id for v in checking))
     odd = [v for v in views if v.state not in (WAITING, SERVING)]
     if odd:
         return Wait("unexpected answers: " + ", ".join(f"{v.node_id} is {v.state!r}"
@@ -125,9 +144,70 @@ def decide(views: Sequence[PeerView], *, cluster_id: str, member_ids: Iterable[s
     return Bootstrap(ids.pop() if ids else derived_cluster_id(member_ids))
 
 
+def lost_to_collection(copy_vv: Mapping[str, int], views: Sequence[PeerView],
+                       took: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """Per origin, the ops ``(have, floor]`` a copy with vector ``copy_vv``
+    lacks and no member in ``took`` still holds in its log: every one of
+    them has collected past ``have``. Those members (the ones that took the
+    copy's ``Reseeding``) collect nothing more over the member until it
+    has recovered, so one whose floor is at most ``have`` can give it every
+    op of that origin it holds. Empty: the copy can catch up (or no member
+    that took the message said what it collected, and nothing is known)."""
+    holders = [v.collected for v in views
+               if v.node_id in set(took) and v.answered and v.state == SERVING
+               and v.collected is not None]
+    if not holders:
+        return {}
+    lost: dict[str, tuple[int, int]] = {}
+    for origin in sorted(set().union(*holders)):
+        have = copy_vv.get(origin, 0)
+        floor = min(h.get(origin, 0) for h in holders)
+        if floor > have:
+            lost[origin] = (have, floor)
+    return lost
+
+
+@dataclass(frozen=True, slots=True)
+class KeepCopy:
+    """Recover from the copy: the others can give it what it lacks."""
+
+
+@dataclass(frozen=True, slots=True)
+class SetAside:
+    """The copy lacks ops no member still logs: per origin, ``(have, floor]``."""
+
+    lost: dict[str, tuple[int, int]]
+
+
+def decide_copy(copy_vv: Mapping[str, int], views: Sequence[PeerView],
+                took: Iterable[str]) -> KeepCopy | SetAside | Wait:
+    """What a member whose database must recover does before it serves.
+
+    A member serving its database that took the ``Reseeding`` and said what
+    it collected settles it (:func:`lost_to_collection`). Without one, a
+    silent member might be the one that collected past the copy: wait for
+    it. Every other member answering without a database of its own to
+    serve (deciding at a first start, or checking a copy too: a whole
+    cluster put back from backups) collected nothing it could lack, and an
+    older build serving without saying lets nothing be known: keep it."""
+    took = set(took)
+    holders = [v for v in views if v.node_id in took and v.answered and v.state == SERVING
+               and v.collected is not None]
+    if holders:
+        lost = lost_to_collection(copy_vv, holders, took)
+        return SetAside(lost) if lost else KeepCopy()
+    silent = tuple(sorted(v.node_id for v in views if not v.answered))
+    if silent:
+        return Wait("this member's database must recover: waiting for a member that can say "
+                    "whether the others still hold what it lacks: "
+                    + ", ".join(_why(v) for v in views if not v.answered), silent)
+    return KeepCopy()
+
+
 def _why(v: PeerView) -> str:
     return f"{v.node_id} ({v.why or 'no answer'})"
 
 
-__all__ = ["SERVING", "WAITING", "Bootstrap", "Decision", "PeerView", "Refuse", "Seed",
-           "Wait", "decide", "derived_cluster_id"]
+__all__ = ["CHECKING", "SERVING", "WAITING", "Bootstrap", "Decision", "KeepCopy", "PeerView",
+           "Refuse", "Seed", "SetAside", "Wait", "decide", "decide_copy", "derived_cluster_id",
+           "lost_to_collection"]

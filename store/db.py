@@ -131,6 +131,25 @@ def holds_data(path: str | os.PathLike[str]) -> bool:
     return row is None
 
 
+def copy_to_recover(path: str | os.PathLike[str]) -> dict[str, int] | None:
+    """The version vector of the database at ``path`` if it must still
+    recover before its member votes (``ai-memory restore`` marked it, or it
+    was seeded and has not recovered yet); None for any other file."""
+    if not holds_data(path):
+        return None
+    conn = sqlite3.connect(f"file:{os.fspath(path)}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT value FROM store_meta WHERE name = 'recovering'").fetchone()
+        if row is None or row[0] != "1":
+            return None
+        return {str(o): int(w) for o, w in conn.execute(
+            "SELECT origin, watermark FROM vv WHERE watermark > 0")}
+    except sqlite3.DatabaseError:
+        return None  # not one of ours, or older than store_meta: let the open say
+    finally:
+        conn.close()
+
+
 def _op(row: sqlite3.Row) -> Op:
     return Op(origin=row["origin"], seq=row["seq"], hlc=row["hlc"], kind=row["kind"],
               key=row["key"], body=unpack_body(row["body"]), epoch=row["epoch"])
@@ -244,6 +263,29 @@ class Store(DomainReads):
         origins, whose watermark is still 0, included)."""
         seen = self._writer.seen
         return {origin: seen.max_seq(origin) for origin in seen.origins()}
+
+    async def collected_floor(self) -> dict[str, int]:
+        """Per origin, the seq up to which this op log no longer holds ops
+        (GC collected them, :meth:`gc`): anti-entropy can give a member
+        every op of the origin past that, none at or below it. Origins with
+        nothing collected are left out. One index seek per origin."""
+        marks = self._writer.seen.version_vector()
+        if not marks:
+            return {}
+        origins = sorted(marks)
+        rows: list[Any] = []
+        for at in range(0, len(origins), 100):  # SQLite joins at most 500 SELECTs in one
+            part = origins[at:at + 100]
+            sql = " UNION ALL ".join("SELECT ?, min(seq) FROM oplog WHERE origin = ?"
+                                     for _ in part)
+            rows += await self._reads.fetchall(sql, [x for o in part for x in (o, o)])
+        floors = {}
+        for origin, least in rows:
+            # 1..mark are held; what the log still has of them starts at its least seq.
+            floor = marks[origin] if least is None else min(marks[origin], int(least) - 1)
+            if floor > 0:
+                floors[str(origin)] = floor
+        return floors
 
     async def ops_missing(self, vv: dict[str, int], limit: int,
                           bytes_max: int | None = None,

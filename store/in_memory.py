@@ -515,6 +515,20 @@ class Replica:
             del self._log[oid]
         return len(doomed)
 
+    def collected_floor(self) -> dict[str, int]:
+        """Per origin, the seq up to which the log no longer holds ops
+        (``Store.collected_floor``); origins with nothing collected left out."""
+        least: dict[str, int] = {}
+        for origin, seq in self._log:
+            if seq < least.get(origin, seq + 1):
+                least[origin] = seq
+        floors = {}
+        for origin, mark in self.seen.version_vector().items():
+            floor = min(mark, least[origin] - 1) if origin in least else mark
+            if floor > 0:
+                floors[origin] = floor
+        return floors
+
     def set_recovering(self, recovering: bool) -> None:
         """The durable "must recover first" mark (``Store.set_recovering``)."""
         self.recovering_mark = recovering

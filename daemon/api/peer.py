@@ -208,7 +208,8 @@ async def hello(request: web.Request) -> web.Response:
     node = request.app[NODE]
     await _peer_body(request)
     return _packed(hello_answer(SERVING, node.node_id, node.settings.cluster.cluster_id,
-                                fresh=node.core.pristine), node)
+                                fresh=node.core.pristine,
+                                collected=await service.collected(node)), node)
 
 
 async def pull(request: web.Request) -> web.Response:

@@ -48,13 +48,13 @@ from daemon.http.errors import refuse_unread
 from daemon.http.jsonio import json_response
 from daemon.peer.auth import BOOT_HEADER, BootMismatch, Verifier
 from daemon.peer.client import PeerClient, PeerUnreachable
-from daemon.replication.seeding import seed_from_peers
+from daemon.replication.seeding import announce, seed_from_peers
 from daemon.runtime import tls
 from daemon.runtime.systemd import Notifier
 from daemon.runtime.tls import check_peer_cert
 from daemon.settings import Settings
 from federation import bootstrap as rule
-from store.db import holds_data
+from store.db import copy_to_recover, holds_data
 
 log = logging.getLogger("ai_memory.node")
 
@@ -62,11 +62,25 @@ HELLO_PATH = "/peer/v1/hello"
 WAITING_STATE = "waiting_for_peers"
 
 
-def hello_answer(state: str, node_id: str, cluster_id: str, fresh: bool = False
-                 ) -> dict[str, Any]:
+def hello_answer(state: str, node_id: str, cluster_id: str, fresh: bool = False,
+                 collected: dict[str, int] | None = None) -> dict[str, Any]:
     """What ``/peer/v1/hello`` answers, waiting or serving (``fresh``: a
-    database with nothing of other members, :attr:`NodeCore.pristine`)."""
-    return {"node_id": node_id, "state": state, "cluster_id": cluster_id, "fresh": fresh}
+    database with nothing of other members, :attr:`NodeCore.pristine`;
+    ``collected``: per origin, the seq its op log was collected up to,
+    :meth:`store.db.Store.collected_floor`)."""
+    out: dict[str, Any] = {"node_id": node_id, "state": state, "cluster_id": cluster_id,
+                           "fresh": fresh}
+    if collected is not None:
+        out["collected"] = collected
+    return out
+
+
+def _collected(raw: Any) -> dict[str, int] | None:
+    """A hello's ``collected`` map, or None if absent or malformed."""
+    if not (isinstance(raw, dict) and len(raw) <= limits.hello_collected_origins_max
+            and all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in raw.items())):
+        return None
+    return dict(raw)
 
 
 def needs_join(settings: Settings) -> bool:
@@ -77,8 +91,9 @@ def needs_join(settings: Settings) -> bool:
 class _Waiting:
     """What the waiting app shows: the last decision's reason."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, state: str = rule.WAITING) -> None:
         self.settings = settings
+        self.state = state  # what its hello answers: WAITING, or CHECKING a copy
         self.reason = "asking the other members what they hold"
         self.waiting_for: tuple[str, ...] = tuple(p.node_id for p in settings.cluster.peers)
         self.since = time.time()
@@ -128,7 +143,7 @@ def _waiting_app(w: _Waiting) -> web.Application:
         except AiMemoryError as exc:
             extra = {BOOT_HEADER: w.verifier.boot} if isinstance(exc, BootMismatch) else {}
             return await refuse_unread(request, exc, extra)
-        body = msgpack.packb(hello_answer(rule.WAITING, c.node_id, c.cluster_id),
+        body = msgpack.packb(hello_answer(w.state, c.node_id, c.cluster_id),
                              use_bin_type=True)
         if checked.node in w.silent:
             w.silent.discard(checked.node)
@@ -155,11 +170,13 @@ async def _probe(peers: PeerClient, peer: str) -> rule.PeerView:
             # A build from before this probe: it serves a database.
             return rule.PeerView(peer, True, rule.SERVING)
         return rule.PeerView(peer, False, why=exc.reason)
-    if not isinstance(answer, dict) or answer.get("state") not in (rule.WAITING, rule.SERVING):
+    if not isinstance(answer, dict) or answer.get("state") not in (rule.WAITING, rule.SERVING,
+                                                                   rule.CHECKING):
         return rule.PeerView(peer, False, why=f"odd answer {str(answer)[:80]}")
     return rule.PeerView(peer, True, str(answer["state"]),
                          cluster_id=str(answer.get("cluster_id") or "")[:limits.cluster_id_max_chars],
-                         fresh=answer.get("fresh") is True)
+                         fresh=answer.get("fresh") is True,
+                         collected=_collected(answer.get("collected")))
 
 
 async def probe_all(peers: PeerClient, settings: Settings) -> list[rule.PeerView]:
@@ -180,22 +197,91 @@ def check_lane_count(views: list[rule.PeerView], lanes: int) -> None:
                 "docs/lanes.md)")
 
 
+async def _check_copy(peers: PeerClient, settings: Settings, copy_vv: dict[str, int],
+                      waiting: _Waiting) -> rule.KeepCopy | rule.SetAside | rule.Wait:
+    """One round for a database that must still recover (restored, or seeded
+    and not yet recovered): ``Reseeding`` to every member first, so that those
+    that take it collect nothing more over this member until it has
+    recovered, then ``/peer/v1/hello`` for what each has collected, and
+    :func:`federation.bootstrap.decide_copy`. Anti-entropy streams only
+    logged ops: a copy that lacks ops every such member has collected could
+    never catch up."""
+    took = await announce(peers, settings, donor="", timeout_s=limits.join_probe_timeout_secs)
+    views = await probe_all(peers, settings)
+    check_lane_count(views, settings.server.lanes)
+    waiting.silent = {v.node_id for v in views if not v.answered}
+    return rule.decide_copy(copy_vv, views, took)
+
+
+def _set_aside(settings: Settings, lost: dict[str, tuple[int, int]]) -> Path:
+    """Rename the database ``<db>.too-old-<UTC time>`` (kept for the operator)."""
+    db = Path(settings.store.db_path)
+    aside = db.with_name(f"{db.name}.too-old-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    for suffix in ("-wal", "-shm", ""):  # the main file last
+        part = Path(f"{db}{suffix}")
+        if part.exists():
+            part.rename(f"{aside}{suffix}")
+    log.warning("this member's database lacks ops that every other member has already "
+                "collected from its log (%s), so it could never catch up: moved it to %s; "
+                "the member starts as one that lost its disk, from a member's copy",
+                ", ".join(f"{o} {have + 1}..{floor}" for o, (have, floor) in lost.items()),
+                aside)
+    return aside
+
+
+async def _join(peers: PeerClient, settings: Settings, waiting: _Waiting
+                ) -> Settings | rule.Wait:
+    """One round for a member without a database: bootstrap, seed, or wait."""
+    c = settings.cluster
+    views = await probe_all(peers, settings)
+    check_lane_count(views, settings.server.lanes)
+    waiting.silent = {v.node_id for v in views if not v.answered}
+    decision = rule.decide(views, cluster_id=c.cluster_id,
+                           member_ids=c.member_ids, mode=c.initial_state)
+    if isinstance(decision, rule.Refuse):
+        raise ClusterMismatch(decision.reason)
+    if isinstance(decision, rule.Bootstrap):
+        log.warning("every member answered and none holds data: bootstrapping a new "
+                    "cluster (id %s) together with %s", decision.cluster_id,
+                    ", ".join(p.node_id for p in c.peers))
+        return replace(settings, cluster=replace(c, initial_state="new",
+                                                 cluster_id=decision.cluster_id))
+    if isinstance(decision, rule.Seed):
+        try:
+            await seed_from_peers(settings, donors=decision.donors)
+            return settings
+        except Unavailable as exc:
+            return rule.Wait(f"seeding failed: {exc}", decision.donors)
+    return decision
+
+
 async def prepare(settings: Settings, notifier: Notifier | None = None) -> Settings:
     """The settings to build the node with, once this member has a database
-    or knows it bootstraps one. Returns at once for a member with data."""
-    Path(settings.store.db_path).parent.mkdir(parents=True, exist_ok=True)
-    if not needs_join(settings):
-        return settings
+    it can serve or knows it bootstraps one. Returns at once for a member
+    with data, unless its database must still recover: then it first asks
+    whether the others can still give it what it lacks (:func:`_check_copy`),
+    and one that lacks ops no member logs any more is set aside and the
+    member joins as one without a database."""
+    db = Path(settings.store.db_path)
+    db.parent.mkdir(parents=True, exist_ok=True)
     c = settings.cluster
+    copy_vv = (await asyncio.to_thread(copy_to_recover, db)
+               if c.peers and c.initial_state != "new" else None)
+    if copy_vv is None and not needs_join(settings):
+        return settings
     notifier = notifier or Notifier(None)
-    waiting = _Waiting(settings)
+    waiting = _Waiting(settings, rule.WAITING if copy_vv is None else rule.CHECKING)
     runner = web.AppRunner(_waiting_app(waiting), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.server.host, settings.server.peer_port, reuse_address=True,
                        ssl_context=tls.server_context(settings))
     await site.start()
-    log.info("no database at %s: asking the other members (%s) whether this cluster is new "
-             "or holds data", settings.store.db_path, ", ".join(p.node_id for p in c.peers))
+    if copy_vv is None:
+        log.info("no database at %s: asking the other members (%s) whether this cluster is new "
+                 "or holds data", db, ", ".join(p.node_id for p in c.peers))
+    else:
+        log.info("the database at %s must recover: asking the other members (%s) whether they "
+                 "still hold what it lacks", db, ", ".join(p.node_id for p in c.peers))
     peers = PeerClient(c.node_id, {p.node_id: p.url for p in c.peers}, c.secret,
                        now_s=waiting.now_s, tls=lambda peer: tls.client_context(settings, peer))
     await peers.start()
@@ -203,25 +289,20 @@ async def prepare(settings: Settings, notifier: Notifier | None = None) -> Setti
     logged, logged_at = "", 0.0
     try:
         while True:
-            views = await probe_all(peers, settings)
-            check_lane_count(views, settings.server.lanes)
-            waiting.silent = {v.node_id for v in views if not v.answered}
-            decision = rule.decide(views, cluster_id=c.cluster_id,
-                                   member_ids=c.member_ids, mode=c.initial_state)
-            if isinstance(decision, rule.Refuse):
-                raise ClusterMismatch(decision.reason)
-            if isinstance(decision, rule.Bootstrap):
-                log.warning("every member answered and none holds data: bootstrapping a new "
-                            "cluster (id %s) together with %s", decision.cluster_id,
-                            ", ".join(p.node_id for p in c.peers))
-                return replace(settings, cluster=replace(c, initial_state="new",
-                                                         cluster_id=decision.cluster_id))
-            if isinstance(decision, rule.Seed):
-                try:
-                    await seed_from_peers(settings, donors=decision.donors)
+            if copy_vv is not None:
+                checked = await _check_copy(peers, settings, copy_vv, waiting)
+                if isinstance(checked, rule.KeepCopy):
                     return settings
-                except Unavailable as exc:
-                    decision = rule.Wait(f"seeding failed: {exc}", decision.donors)
+                if isinstance(checked, rule.SetAside):
+                    await asyncio.to_thread(_set_aside, settings, checked.lost)
+                    copy_vv, waiting.state = None, rule.WAITING
+                    continue
+                decision = checked
+            else:
+                joined = await _join(peers, settings, waiting)
+                if isinstance(joined, Settings):
+                    return joined
+                decision = joined
             waiting.reason, waiting.waiting_for = decision.reason, decision.waiting_for
             now = time.monotonic()
             if decision.reason != logged or now - logged_at >= limits.join_log_every_secs:

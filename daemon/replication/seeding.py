@@ -89,7 +89,7 @@ async def seed_from_peers(settings: Settings, donors: tuple[str, ...] | None = N
                 try:
                     # Every peer first drops the GC floor it holds for us;
                     # the donor must have, before its copy is made.
-                    if member.node_id not in await _announce(peers, settings, member.node_id):
+                    if member.node_id not in await announce(peers, settings, member.node_id):
                         raise Unavailable("it did not take the Reseeding message")
                     await _download(session, settings, member.node_id,
                                     member.url.rstrip("/"), part)
@@ -110,12 +110,15 @@ async def seed_from_peers(settings: Settings, donors: tuple[str, ...] | None = N
                       + "; ".join(errors) + ")")
 
 
-async def _announce(peers: PeerClient, settings: Settings, donor: str) -> set[str]:
+async def announce(peers: PeerClient, settings: Settings, donor: str,
+                   timeout_s: float | None = None) -> set[str]:
     """Send ``Reseeding(donor)`` to every peer at once; the peers that took it
-    (a peer older than protocol 4 takes it too, and skips it)."""
+    (a peer older than protocol 4 takes it too, and skips it). ``peers``
+    names no incarnation: the new one is not the peers' to fence by yet."""
     ids = [m.node_id for m in settings.cluster.peers]
     msg = [Reseeding(donor).to_wire()]
-    got = await asyncio.gather(*(peers.call(p, "/peer/v1/msgs", msg) for p in ids),
+    got = await asyncio.gather(*(peers.call(p, "/peer/v1/msgs", msg, timeout_s=timeout_s)
+                                 for p in ids),
                                return_exceptions=True)
     for p, r in zip(ids, got, strict=True):
         if isinstance(r, PeerUnreachable):

@@ -6,7 +6,8 @@ with no peers, only stores replication pushed at it; see
 ``NodeCore.on_foreign_push``); ``pull`` answers a read-quorum pull with the
 ops for one key that the caller's version vector lacks, or for
 :data:`common.ops.ALL_KEYS` every op it lacks (at most
-``limits.all_keys_pull_max``; reads that span records, such as a search).
+``limits.all_keys_pull_max``; reads that span records, such as a search);
+``collected`` is what the first-start probe's answer says GC took.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ async def receive(node: PeerPorts, peer: str, msgs: list[Any], incarnation: str 
         await node.run(node.core.on_foreign_push(peer, msg, node.now_ms()),
                        reply_peer=peer, replies=replies)
     return replies
+
+
+async def collected(node: PeerPorts) -> dict[str, int]:
+    """What this node's op log has collected, per origin, for the hello: a
+    member starting on a copy asks (daemon/replication/joining.py)."""
+    return await node.store.collected_floor()
 
 
 async def pull(node: PeerPorts, key: str, vv: dict[str, int]) -> list[Op]:

@@ -6,15 +6,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from federation.bootstrap import (
+    CHECKING,
     SERVING,
     WAITING,
     Bootstrap,
+    KeepCopy,
     PeerView,
     Refuse,
     Seed,
+    SetAside,
     Wait,
     decide,
+    decide_copy,
     derived_cluster_id,
+    lost_to_collection,
 )
 
 MEMBERS = ("n1", "n2", "n3")
@@ -122,3 +127,80 @@ def test_never_bootstraps_beside_data_or_silence(vs: list[PeerView], mode: str,
     if isinstance(d, Refuse):
         ids = {v.cluster_id for v in vs if v.answered and v.cluster_id} | {cid}
         assert len(ids - {""}) > 1
+
+
+# -- a copy that must recover: can the others still give it what it lacks? ------------
+
+def logged(nid: str, collected: dict[str, int] | None) -> PeerView:
+    return PeerView(nid, True, SERVING, cluster_id="c-1", collected=collected)
+
+
+def test_a_copy_behind_what_every_holder_collected_lacks_those_ops() -> None:
+    copy = {"n1": 100, "n2": 90, "n3": 80}
+    views = [logged("n1", {"n1": 700, "n2": 650, "n3": 60}),
+             logged("n2", {"n1": 500, "n2": 640, "n3": 70})]
+    assert lost_to_collection(copy, views, took={"n1", "n2"}) == {
+        "n1": (100, 500), "n2": (90, 640)}
+
+
+def test_one_holder_that_still_logs_the_ops_is_enough() -> None:
+    copy = {"n1": 100}
+    views = [logged("n1", {"n1": 700}), logged("n2", {"n1": 100})]
+    assert lost_to_collection(copy, views, took={"n1", "n2"}) == {}
+    # ... but only if it took Reseeding: else it may collect them next.
+    assert lost_to_collection(copy, views, took={"n1"}) == {"n1": (100, 700)}
+
+
+def test_nothing_known_without_a_holder_that_said() -> None:
+    views = [logged("n1", None), PeerView("n2", False, why="timeout"),
+             PeerView("n3", True, WAITING)]
+    assert lost_to_collection({}, views, took={"n1", "n2", "n3"}) == {}
+    assert lost_to_collection({}, [logged("n1", {"n2": 5})], took=set()) == {}
+
+
+def test_an_origin_the_copy_never_saw_counts_from_zero() -> None:
+    assert lost_to_collection({}, [logged("n1", {"n9": 3})], took={"n1"}) == {"n9": (0, 3)}
+
+
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50)), min_size=1, max_size=4),
+       st.integers(0, 60), st.data())
+def test_empty_exactly_when_the_holders_logs_cover_what_the_copy_lacks(
+        peers: list[tuple[int, int]], have: int, data: st.DataObject) -> None:
+    # One origin; each holder logs (floor, vv]. A floor is at most every
+    # member's vector (collection needs every member's offer), and no
+    # member's vector is below what the copy held (the old disk offered it).
+    least_vv = min(vv for vv, _ in peers)
+    floors = [min(f, least_vv) for _, f in peers]
+    vvs = [max(vv, have) for vv, _ in peers]
+    took = data.draw(st.sets(st.integers(0, len(peers) - 1), min_size=1))
+    views = [logged(f"p{i}", {"o": floor}) for i, floor in enumerate(floors)]
+    needed = set(range(have + 1, max(vvs[i] for i in took) + 1))  # what they hold, it lacks
+    covered: set[int] = set()
+    for i in took:
+        covered |= set(range(floors[i] + 1, vvs[i] + 1))
+    lost = lost_to_collection({"o": have}, views, took={f"p{i}" for i in took})
+    assert (lost == {}) == (needed <= covered)
+
+
+def test_a_copy_waits_for_a_silent_member_unless_a_holder_settles_it() -> None:
+    copy = {"n1": 10}
+    silent = PeerView("n3", False, why="timeout")
+    assert isinstance(decide_copy(copy, [logged("n2", {"n1": 3}), silent], {"n2"}), KeepCopy)
+    assert decide_copy(copy, [logged("n2", {"n1": 30}), silent], {"n2"}) == SetAside(
+        {"n1": (10, 30)})
+    waits = decide_copy(copy, [logged("n2", {"n1": 3}), silent], set())  # n2 did not take it
+    assert isinstance(waits, Wait) and waits.waiting_for == ("n3",)
+
+
+def test_a_copy_among_members_without_a_database_to_serve_is_kept() -> None:
+    # A whole cluster put back from backups: every member checks its copy.
+    views = [PeerView("n2", True, CHECKING), PeerView("n3", True, WAITING)]
+    assert isinstance(decide_copy({"n1": 10}, views, set()), KeepCopy)
+    # An older build serving without saying what it collected: nothing known.
+    assert isinstance(decide_copy({"n1": 10}, [logged("n2", None)], {"n2"}), KeepCopy)
+
+
+def test_a_member_checking_its_copy_is_never_taken_for_an_empty_one() -> None:
+    views = [PeerView("n2", True, CHECKING, cluster_id="c-1"), waiting("n3")]
+    got = decide(views, cluster_id="c-1", member_ids=MEMBERS)
+    assert isinstance(got, Wait) and got.waiting_for == ("n2",)

@@ -36,6 +36,11 @@ class SimConfig:
     client_every_ms: int = 15  # mean gap between client requests
     hold_pop_p: float = 0.05  # a forwarded pop's link is held (one-way, loses nothing)
     wipe_p: float = 0.3  # a crashed member comes back without its disk (when that loses no ack)
+    # A crashed member comes back on an old backup of its own disk, put back
+    # with `ai-memory restore` (when a lost disk would lose no ack). Drawn,
+    # with the backups' times, from a stream of its own: a seed without
+    # restores runs as it did before them.
+    restore_p: float = 0.0
     mailboxes: int = 2
     pending_cap: int = 6
     read_hedge_ms: int = 100  # a read's pull not answered by then: ask the next peer too
@@ -105,4 +110,5 @@ class SimConfig:
                    first_start=rng.random() < 0.5,
                    start_spread_ms=rng.choice((0, 300, 1500)),
                    purge_p=random.Random(f"purge:{seed}").choice((0.0, 0.0, 0.01, 0.03)),
-                   lease_tail_restart=random.Random(f"leases:{seed}").random() < 0.5)
+                   lease_tail_restart=random.Random(f"leases:{seed}").random() < 0.5,
+                   restore_p=random.Random(f"restore:{seed}").choice((0.0, 0.0, 0.5)))

@@ -15,6 +15,8 @@ ops included, and an owner rebuilds a mailbox from the merged state
 
 from __future__ import annotations
 
+import copy
+
 from store.in_memory import Replica
 
 
@@ -25,3 +27,8 @@ class SimDisk(Replica):
         out = super().seed_copy()
         assert isinstance(out, SimDisk)
         return out
+
+    def backup(self) -> SimDisk:
+        """``ai-memory backup`` of this member's own database: everything,
+        its promises included (a restore marks it to recover)."""
+        return copy.deepcopy(self)

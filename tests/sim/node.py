@@ -127,6 +127,14 @@ class SimNode:
             recovery_grace_ms=2 * cfg.delay_max_ms + cfg.tick_ms)
         self.entry = Entry(self)
 
+    def put_back(self, copy: SimDisk) -> None:
+        """``ai-memory restore`` of a backup while the member is down: a new
+        incarnation of its database, marked to recover before it votes."""
+        self.disk = copy
+        self.recovering = True
+        self.disk_serial += 1
+        self.has_disk = True
+
     def bootstrap(self) -> None:
         """Start on a new, empty disk as a member of a new cluster."""
         self.disk = SimDisk()

@@ -47,12 +47,25 @@ from typing import Any
 from common.errors import AiMemoryError
 from common.ops import mailbox_key
 from federation.batching import fold, mailbox_of
-from federation.bootstrap import SERVING, WAITING, Bootstrap, PeerView, Refuse, Seed, decide
+from federation.bootstrap import (
+    CHECKING,
+    SERVING,
+    WAITING,
+    Bootstrap,
+    KeepCopy,
+    PeerView,
+    Refuse,
+    Seed,
+    Wait,
+    decide,
+    decide_copy,
+)
 from federation.membership import EPOCH_STRIDE
 from federation.messages import Accept, Message, Reseeding
 from federation.requests import MailExpire
 from tests.sim import checker
 from tests.sim.config import SimConfig
+from tests.sim.disk import SimDisk
 from tests.sim.entry import Answer, Forward, Pull, Pulled
 from tests.sim.network import Network
 from tests.sim.node import SimNode
@@ -125,6 +138,13 @@ class Sim:
         self._joining: set[str] = set()  # processes without a database, deciding (they answer probes)
         self._join_gen: Counter[str] = Counter()  # per member: its joining process (a crash ends one)
         self._had_data: set[str] = set()  # wiped members whose lost disk held the cluster's data
+        # Backups of members' own disks (the latest per member), and the
+        # crashed members that come back on theirs (ai-memory restore).
+        self._restore_rng = random.Random(f"restores:{cfg.seed}")
+        self._backups: dict[str, SimDisk] = {}
+        self._restoring: dict[str, SimDisk] = {}
+        self._checking: set[str] = set()  # processes whose disk must recover, asking if it can
+        self._check_gen: Counter[str] = Counter()
         if cfg.first_start:
             for i in self.ids:
                 self.later(self.now + self.rng.randint(0, cfg.start_spread_ms), self._restart, i)
@@ -379,16 +399,21 @@ class Sim:
                 node.crash()
                 self.stats["crashes"] += 1
                 wipe = rng.random() < cfg.wipe_p and self._may_wipe()
-                if wipe:
+                restore = (not wipe and victim in self._backups and self._may_wipe()
+                           and self._restore_rng.random() < cfg.restore_p)
+                if wipe or restore:
                     self._wiping.add(victim)
                     if _holds_cluster_data(node):
                         self._had_data.add(victim)
                     self.monitor.disk_lost()
-                    self.stats["disks_lost"] += 1
+                    self.stats["disks_lost" if wipe else "restores"] += 1
+                if restore:
+                    self._restoring[victim] = self._backups.pop(victim)
                 self.later(now_ms + rng.randint(50, 1000), self._restart, victim)
-            elif victim in self._joining:
+            elif victim in self._joining or victim in self._checking:
                 # A crash while it decides: a later process starts deciding anew.
                 self._joining.discard(victim)
+                self._checking.discard(victim)
                 self.stats["join_crashes"] += 1
                 self.later(now_ms + rng.randint(50, 1000), self._restart, victim)
         elif r < 0.77:
@@ -405,6 +430,10 @@ class Sim:
                     if a != b:
                         self.net.loss[(a, b)] = rng.random() * cfg.loss_max
                         self.net.dup[(a, b)] = rng.random() * cfg.dup_max
+        if cfg.restore_p and self._restore_rng.random() < 0.3:  # a member backs itself up
+            nid = self._restore_rng.choice(self.ids)
+            if self.nodes[nid].up:
+                self._backups[nid] = self.nodes[nid].disk.backup()
         self.later(now_ms + rng.randint(1, 2 * cfg.fault_every_ms), self._fault_if_running)
 
     def _fault_if_running(self, now_ms: int) -> None:
@@ -419,17 +448,65 @@ class Sim:
         the writes acknowledged meanwhile are on the other two disks only;
         losing one of those is two faults, beyond what the design covers)."""
         return (self.cfg.write_quorum >= 2 and not self._wiping and not self._joining
+                and not self._checking
                 and not any(n.recovering for n in self.nodes.values()))
 
     def _restart(self, node_id: str, now_ms: int) -> None:
         node = self.nodes[node_id]
         if node.up:
             return
+        copy = self._restoring.pop(node_id, None)
+        if copy is not None:  # ai-memory restore put the backup in place
+            self._wiping.discard(node_id)
+            self.monitor.forget(node_id)
+            node.put_back(copy)
+        if node_id not in self._wiping and node.has_disk and node.recovering:
+            # A database that must still recover is checked at every start.
+            self._check_gen[node_id] += 1
+            self._checking.add(node_id)
+            self._check(node_id, self._check_gen[node_id], now_ms)
+            return
         if node_id not in self._wiping and node.has_disk:
             node.restart()
             self.stats["restarts"] += 1
             return
         # No database (a first start, or a lost disk): a new process joins.
+        self._join_gen[node_id] += 1
+        self._joining.add(node_id)
+        self._join(node_id, self._join_gen[node_id], now_ms)
+
+    def _check(self, node_id: str, gen: int, now_ms: int) -> None:
+        """One round of a process whose disk must still recover, as
+        daemon/replication/joining.py's ``_check_copy``: Reseeding to every
+        member that answers (the daemon waits for their answers), what each
+        collected, and :func:`federation.bootstrap.decide_copy`."""
+        node = self.nodes[node_id]
+        if node.up or node_id not in self._checking or gen != self._check_gen[node_id]:
+            return  # started already, or that process crashed
+        views, took = [], set()
+        for peer in self.ids:
+            if peer == node_id:
+                continue
+            view = self._probe(node_id, peer)
+            p = self.nodes[peer]
+            if view.answered and view.state == SERVING and p.core is not None:
+                p.run(p.core.on_message(node_id, Reseeding(""), p.clock(now_ms)), now_ms)
+                took.add(peer)
+                view = replace(view, collected=p.disk.collected_floor())
+            views.append(view)
+        decision = decide_copy(node.disk.version_vector(), views, took)
+        if isinstance(decision, Wait):
+            self.stats["check_waits"] += 1
+            self.later(now_ms + self._restore_rng.randint(50, 200), self._check, node_id, gen)
+            return
+        self._checking.discard(node_id)
+        if isinstance(decision, KeepCopy):
+            node.restart()
+            self.stats["restarts"] += 1
+            return
+        # Set aside: it starts as a member that lost its disk.
+        self.stats["copies_set_aside"] += 1
+        node.has_disk = False
         self._join_gen[node_id] += 1
         self._joining.add(node_id)
         self._join(node_id, self._join_gen[node_id], now_ms)
@@ -443,6 +520,8 @@ class Sim:
             return PeerView(peer, True, SERVING, SIM_CLUSTER_ID, fresh=p.core.pristine)
         if peer in self._joining:
             return PeerView(peer, True, WAITING)
+        if peer in self._checking:
+            return PeerView(peer, True, CHECKING)
         return PeerView(peer, False, why="down")
 
     def _join(self, node_id: str, gen: int, now_ms: int) -> None:

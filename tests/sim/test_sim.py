@@ -80,8 +80,9 @@ def test_invariants_hold_on_many_seeds(pool: ProcessPoolExecutor, first: int) ->
     for key in ("leased_pops_acked", "expiries", "redeliveries", "renews_acked",
                 "completions_acked", "sweep_requests"):
         assert totals.get(key, 0) > len(seeds) // 10, key
-    for key in ("completes_refused", "renews_refused"):  # 9 in seeds 400-499
-        assert totals.get(key, 0) > len(seeds) // 50, key
+    # 9 in seeds 400-499; 2 in seeds 0-99 once members checked their copies at a start
+    for key in ("completes_refused", "renews_refused"):
+        assert totals.get(key, 0) >= len(seeds) // 50, key
     assert totals.get("two_holder_violations", -1) == 0
 
 
@@ -95,3 +96,16 @@ def test_five_node_runs_hold() -> None:
     for seed in range(40):
         r = run_seed(seed, nodes=5)
         assert r.ok, f"{r.violations[:3]} (replay: {r.replay()})"
+
+
+@pytest.mark.parametrize("seed", [196, 332, 392])
+def test_a_member_put_back_on_a_backup_older_than_what_was_collected_is_seeded(
+        seed: int) -> None:
+    """Seeds in which a crashed member comes back on an old backup of its own
+    disk (ai-memory restore) that lacks ops every other member had already
+    collected: the copy is set aside and the member seeded, and the run
+    holds. With the copy kept, each of them never converges (it waits for
+    ops no log holds)."""
+    r = run_seed(seed)
+    assert r.ok, f"{r.violations[:3]} (replay: {r.replay()})"
+    assert r.stats.get("restores", 0) >= 1 and r.stats.get("copies_set_aside", 0) >= 1

@@ -122,3 +122,31 @@ async def test_restore_counts_the_ops_the_copy_holds_not_the_op_log_rows_left(
                                        str(tmp_path / "b.db")])
     assert printed.exit_code == 0, printed.output
     assert ": restored 42 ops in its version vector as incarnation " in printed.output
+
+
+async def test_collected_floor_says_what_the_log_no_longer_holds_and_a_restore_must_recover(
+        tmp_path: Path) -> None:
+    """What a member's hello reports (daemon/replication/joining.py): per origin,
+    the seq up to which GC emptied the op log; and the vector of a copy that
+    must recover (store.db.copy_to_recover), None for a live database."""
+    from store.db import copy_to_recover
+
+    def op(origin: str, seq: int) -> Op:
+        return Op(origin=origin, seq=seq, hlc=1000 + seq, kind=AGENT_SEEN,
+                  key=agent_key(f"{origin}{seq}"), body={"agent_id": "a", "at_ms": 1000 + seq})
+
+    store = await Store.open(tmp_path / "live.db", "n1")
+    try:
+        ops = [op("n1", i) for i in range(1, 11)] + [op("n2", i) for i in range(1, 6)]
+        await store.apply_ops([*ops, op("n3", 7)], now_ms=2000)  # n3: held past a gap only
+        assert await store.collected_floor() == {}
+        assert await store.gc({"n1": 4, "n2": 5}) == 9
+        assert await store.collected_floor() == {"n1": 4, "n2": 5}  # n2: all of it
+        await store.set_recovering(False)  # a member that has recovered
+        online_backup(store.path, str(tmp_path / "copy.db"), "n1")
+    finally:
+        await store.close()
+    assert copy_to_recover(tmp_path / "live.db") is None
+    assert copy_to_recover(tmp_path / "nothing.db") is None
+    restore(tmp_path / "copy.db", tmp_path / "restored.db")
+    assert copy_to_recover(tmp_path / "restored.db") == {"n1": 10, "n2": 5}

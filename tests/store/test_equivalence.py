@@ -127,6 +127,7 @@ async def _check(ops: list[Op], batches: list[list[Op]], floor: dict[str, int]) 
             assert_same(await views(store, ops), await views(replica, ops))
 
             assert await store.gc(floor) == replica.gc(floor)
+            assert await store.collected_floor() == replica.collected_floor()
             assert (await store.purge_expired(30_000, empty_before_ms=5)
                     == replica.purge_expired(30_000, empty_before_ms=5))
             assert await store.apply_ops(ops, APPLY_NOW) == replica.apply(ops, APPLY_NOW) == []
