@@ -65,17 +65,25 @@ def _is_free(port: int) -> bool:
         return True
 
 
+_HANDED_OUT: set[int] = set()  # every port free_port gave this process
+
+
 def free_port(offsets: tuple[int, ...] = (0,)) -> int:
     """A port P below the kernel's ephemeral range with P + o free for every
     ``o`` of ``offsets`` (a node's lane ports), so that no socket bound to
     port 0 (a proxy, a client) can take one between our check and the
-    daemon's bind."""
+    daemon's bind. A port is handed out once per process: a node's port is
+    chosen before the node binds it, so a later choice (the proxies of a
+    cluster with lanes bind theirs at once) could otherwise take it first
+    ("address already in use", 1 cluster start in about 100)."""
     lo, _ = _ephemeral_range()
     top = lo - max(offsets)
     rng = random.Random()
     for _ in range(200):
         port = rng.randrange(max(1024, top - 12000), top)
-        if all(_is_free(port + o) for o in offsets):
+        ports = {port + o for o in offsets}
+        if not ports & _HANDED_OUT and all(_is_free(p) for p in ports):
+            _HANDED_OUT.update(ports)
             return port
     raise RuntimeError("no free port below the ephemeral range")
 
