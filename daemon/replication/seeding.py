@@ -122,7 +122,7 @@ async def announce(peers: PeerClient, settings: Settings, donor: str,
                                return_exceptions=True)
     for p, r in zip(ids, got, strict=True):
         if isinstance(r, PeerUnreachable):
-            log.info("seeding: %s did not take Reseeding (%s)", p, r.reason)
+            log.info("%s did not take Reseeding (%s)", p, r.reason)
         elif isinstance(r, BaseException):
             raise r
     return {p for p, r in zip(ids, got, strict=True) if not isinstance(r, BaseException)}

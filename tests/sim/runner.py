@@ -501,6 +501,7 @@ class Sim:
             return
         self._checking.discard(node_id)
         if isinstance(decision, KeepCopy):
+            self._had_data.discard(node_id)  # it has its data back
             node.restart()
             self.stats["restarts"] += 1
             return
