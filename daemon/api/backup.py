@@ -30,11 +30,12 @@ from common.policy import KEYS, check
 from daemon.http.appkeys import NODE
 from daemon.http.auth import NOBODY, principal_of
 from daemon.http.errors import error_response
+from daemon.lanes.hop import client_cert_member
 from daemon.peer.auth import BOOT_HEADER, BootMismatch
 from daemon.peer.client import BACKUP_PATH
 from daemon.runtime.logs import HEADER as REQUEST_ID_HEADER
 from daemon.runtime.logs import request_id
-from daemon.runtime.tls import check_peer_cert
+from daemon.runtime.tls import check_peer_member
 from daemon.services import backup as svc
 
 BUSY: web.AppKey[asyncio.Lock] = web.AppKey("backup_lock")
@@ -50,7 +51,7 @@ def _authorize(request: web.Request, body: bytes) -> None:
         checked = node.verifier.verify_headers(request.headers, request.method, request.path,
                                                request.content_length, node.now_ms() / 1000)
         if checked.node in node.settings.cluster.member_ids:  # signed as a member: mutual TLS
-            check_peer_cert(node.settings, request.transport, checked.node)
+            check_peer_member(node.settings, client_cert_member(request), checked.node)
         node.verifier.check_body(checked, body)
         return
     try:

@@ -28,9 +28,9 @@ from daemon.http.appkeys import NODE
 from daemon.http.auth import NOBODY, principal_of
 from daemon.http.errors import Handler, decode_json, error_response, query_model, read_json
 from daemon.http.jsonio import json_response
-from daemon.lanes.hop import client_remote
+from daemon.lanes.hop import client_cert_member, client_remote
 from daemon.peer.auth import BOOT_HEADER, BootMismatch
-from daemon.runtime.tls import check_peer_cert
+from daemon.runtime.tls import check_peer_member
 from daemon.schemas.memories import MemoryFields, Source
 from daemon.schemas.validation import AgentId, Lenient, Strict, text, validate
 from daemon.services import sync
@@ -87,7 +87,7 @@ async def _operator(request: web.Request, action: str) -> bytes | None:
         checked = node.verifier.verify_headers(request.headers, request.method, request.path,
                                                length, node.now_ms() / 1000)
         if checked.node in node.settings.cluster.member_ids:  # signed as a member: mutual TLS
-            check_peer_cert(node.settings, request.transport, checked.node)
+            check_peer_member(node.settings, client_cert_member(request), checked.node)
         raw = await request.read()
         node.verifier.check_body(checked, raw)
         return raw

@@ -41,6 +41,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from common import limits
+from common.certs import member_of
 from common.errors import AiMemoryError, Unavailable, from_body
 from daemon.lanes.frames import FrameLinks
 from daemon.lanes.layout import socket_path
@@ -49,13 +50,17 @@ from daemon.replication.forwarding import decode_error
 HOP_HEADER: Final = "X-AI-Memory-Lane-Hop"
 SCHEME_HEADER: Final = "X-AI-Memory-Lane-Scheme"  # the scheme the client used (http, https)
 REMOTE_HEADER: Final = "X-AI-Memory-Lane-Remote"  # the client's address (loopback checks)
+# The member the client's TLS certificate names ("" for none): the receiving
+# lane's handshake checked it against the cluster CA (mutual TLS of member-signed calls).
+CERT_HEADER: Final = "X-AI-Memory-Lane-Client-Cert"
 RPC_PREFIX: Final = "/lane/v1/"
 # The Host header travels as the client sent it: with the scheme, it is the
 # request's origin, which the web inbox's checks compare with Origin.
 # (Expect: the receiving lane answered the client's 100-continue and read the body.)
 _SKIP_REQUEST: Final = frozenset({"content-length", "transfer-encoding", "connection",
                                   "keep-alive", "upgrade", "expect", HOP_HEADER.lower(),
-                                  SCHEME_HEADER.lower(), REMOTE_HEADER.lower()})
+                                  SCHEME_HEADER.lower(), REMOTE_HEADER.lower(),
+                                  CERT_HEADER.lower()})
 _SKIP_RESPONSE: Final = frozenset({"content-length", "transfer-encoding", "connection",
                                    "keep-alive", "server", "date", "content-encoding"})
 _SKIP_REQUEST_RAW: Final = frozenset(h.encode() for h in _SKIP_REQUEST)
@@ -243,6 +248,17 @@ def client_remote(request: web.Request) -> str | None:
     return request.remote
 
 
+def client_cert_member(request: web.Request) -> str | None:
+    """The member the client's TLS certificate names (one of the cluster CA:
+    the handshake checked it), or None. A request handed over arrives over
+    a Unix socket, with what the receiving lane's handshake found in a
+    header (a client's own such header is dropped before the hop)."""
+    if arrived_by_hop(request):
+        return request.headers.get(CERT_HEADER) or None
+    transport = request.transport
+    return member_of(transport.get_extra_info("peercert") if transport is not None else None)
+
+
 def client_scheme(request: web.Request) -> str:
     """The scheme the client used: a request handed over arrives over a
     Unix socket (plain HTTP), with the receiving lane's scheme in a header."""
@@ -331,7 +347,8 @@ class Siblings:
                 head.append(name + b": " + value + b"\r\n")
         head.append(f"{HOP_HEADER}: {self.lane}\r\n{SCHEME_HEADER}: "
                     f"{client_scheme(request)}\r\n{REMOTE_HEADER}: "
-                    f"{request.remote or ''}\r\n".encode())
+                    f"{request.remote or ''}\r\n{CERT_HEADER}: "
+                    f"{client_cert_member(request) or ''}\r\n".encode())
         if body or request.method not in ("GET", "HEAD", "OPTIONS"):
             head.append(b"Content-Length: %d\r\n" % len(body))
         head.append(b"\r\n")

@@ -174,10 +174,16 @@ def check_peer_cert(settings: Settings, transport: Any, claimed: str) -> None:
     certificate of the cluster CA that names ``claimed`` (the sender's
     ``X-AIM-Node``). A node serving plain HTTP (loopback development)
     checks nothing here."""
+    peercert = transport.get_extra_info("peercert") if transport is not None else None
+    check_peer_member(settings, member_of(peercert), claimed)
+
+
+def check_peer_member(settings: Settings, named: str | None, claimed: str) -> None:
+    """:func:`check_peer_cert` given the member the client's certificate names
+    (``None``: no certificate of the cluster CA), as a request handed to
+    another lane carries it (:func:`daemon.lanes.hop.client_cert_member`)."""
     if not settings.tls.enabled:
         return
-    peercert = transport.get_extra_info("peercert") if transport is not None else None
-    named = member_of(peercert)
     if named is None:
         raise Unauthorized("peer request without a client certificate of the cluster CA "
                            "(mutual TLS): peers present their member certificate")

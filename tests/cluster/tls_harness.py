@@ -23,7 +23,7 @@ from typing import Any
 
 from cryptography import x509
 
-from tests.cluster.harness import ROOT, free_port
+from tests.cluster.harness import ROOT, free_port, lane_offsets
 
 IDS = ("node1", "node2", "node3")
 
@@ -37,18 +37,10 @@ def cli(*args: str, env: dict[str, str] | None = None,
                           env={**base, "PYTHONPATH": str(ROOT), **(env or {})})
 
 
-def free_base(n: int = 3) -> int:
-    """A port with the next ``n - 1`` free too (cluster init numbers them in a row)."""
-    for _ in range(100):
-        base = free_port()
-        try:
-            for port in range(base, base + n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no run of free ports")
+def free_base(n: int = 3, lanes: int = 1) -> int:
+    """A port with the next ``n - 1`` free too (cluster init numbers them in a
+    row), and with ``lanes``, each one's lane ports."""
+    return free_port(tuple(i + o for i in range(n) for o in lane_offsets(lanes)))
 
 
 def served_serial(port: int, ca: Path) -> int:
@@ -62,10 +54,11 @@ def served_serial(port: int, ca: Path) -> int:
 
 
 class TlsTrio:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, lanes: int = 1) -> None:
         self.conf = tmp / "conf"
         self.data = tmp / "data"
-        self.base = free_base()
+        self.lanes = lanes  # ports are kept free for this many lanes per node
+        self.base = free_base(lanes=lanes)
         done = cli("cluster", "init", "--nodes", "3", "--base-port", str(self.base),
                    "--host", "127.0.0.1", "--tls", "--out", str(self.conf),
                    "--data", str(self.data))
