@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from cli.backup import fetch_backup
 from cli.main import cli
@@ -38,6 +38,18 @@ def notes(db: Path) -> dict[str, str]:
         return dict(conn.execute("SELECT title, payload FROM notes"))
     finally:
         conn.close()
+
+
+def _lose_disk_and_restore(c: Cluster, nid: str, backup: Path) -> tuple[Path, Result]:
+    """kill -9 of ``nid``, its database files gone, ``ai-memory restore`` of
+    ``backup`` in their place (the node stays down)."""
+    c.kill9(nid)
+    db = c.procs[nid].db
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    result = CliRunner().invoke(cli, ["restore", str(backup), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    return db, result
 
 
 # One file of one node: a node with lanes is backed up lane by lane, each on its
@@ -82,12 +94,7 @@ def test_backup_under_load_then_restore_into_a_node_that_rejoins(cluster: Cluste
     assert later and not later & set(held)  # nothing from the future
 
     # node3 loses its disk; the backup comes back under a new incarnation.
-    c.kill9("node3")
-    db = c.procs["node3"].db
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
-    result = CliRunner().invoke(cli, ["restore", str(out), "--db", str(db)])
-    assert result.exit_code == 0, result.output
+    db, result = _lose_disk_and_restore(c, "node3", out)
     again = CliRunner().invoke(cli, ["restore", str(out), "--db", str(db)])
     assert again.exit_code == 4 and "--force" in again.output  # never overwrites by accident
     c.restart("node3")
@@ -150,12 +157,7 @@ def test_a_copy_older_than_what_the_others_collected_is_set_aside_and_the_member
         assert time.monotonic() < deadline, "the others never collected past the copy"
         time.sleep(0.2)
 
-    c.kill9("node3")
-    db = c.procs["node3"].db
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
-    result = CliRunner().invoke(cli, ["restore", str(out), "--db", str(db)])
-    assert result.exit_code == 0, result.output
+    db, result = _lose_disk_and_restore(c, "node3", out)
     c.start("node3", wait=False)
     c.wait_serving("node3", timeout=60)
     c.wait_converged(timeout=30)

@@ -9,8 +9,6 @@ import signal
 import ssl
 import time
 import tomllib
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,22 +20,15 @@ from ai_memory import AiMemoryClient
 
 from daemon.peer.auth import BOOT_HEADER, sign
 from tests.cluster.harness import free_port
-from tests.cluster.tls_harness import IDS, TlsTrio, cli, served_serial
+from tests.cluster.tls_harness import IDS, TlsTrio, cli, running, served_serial, signed_request
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.fixture
 def trio(tmp_path: Path) -> Iterator[TlsTrio]:
-    t = TlsTrio(tmp_path)
-    try:
-        t.start_all()
+    with running(TlsTrio(tmp_path)) as t:
         yield t
-    except Exception:
-        print(t.logs())
-        raise
-    finally:
-        t.stop()
 
 
 def _name(prefix: str) -> str:
@@ -67,28 +58,9 @@ def _peer_request(trio: TlsTrio, target: str, claimed: str, cert_of: str | None,
                   secret: str) -> tuple[int, str]:
     """A correctly signed POST /peer/v1/msgs to ``target`` from ``claimed``,
     over a connection presenting ``cert_of``'s member certificate."""
-    ctx = trio.context()
-    if cert_of is not None:
-        ctx.load_cert_chain(trio.conf / f"{cert_of}.crt", trio.conf / f"{cert_of}.key")
-    body = msgpack.packb([], use_bin_type=True)
-    boot = ""
-    for _ in range(2):
-        headers = {"Content-Type": "application/msgpack",
-                   **sign(secret, claimed, target, "POST", "/peer/v1/msgs", body, time.time(),
-                          boot)}
-        req = urllib.request.Request(trio.url(target) + "/peer/v1/msgs", data=body,
-                                     method="POST", headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
-                return resp.status, ""
-        except urllib.error.HTTPError as exc:
-            with exc:
-                text = exc.read().decode(errors="replace")
-            if exc.code == 401 and exc.headers.get(BOOT_HEADER) and not boot:
-                boot = exc.headers[BOOT_HEADER]
-                continue
-            return exc.code, text
-    raise AssertionError("boot id not learned")
+    return signed_request(trio, trio.url(target), "/peer/v1/msgs",
+                          msgpack.packb([], use_bin_type=True), "application/msgpack",
+                          claimed=claimed, target=target, cert_of=cert_of, secret=secret)
 
 
 def test_a_peer_whose_certificate_names_another_member_is_refused(trio: TlsTrio) -> None:

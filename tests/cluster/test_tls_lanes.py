@@ -10,20 +10,15 @@ a client certificate" before; a client cannot claim a certificate by header.
 from __future__ import annotations
 
 import json
-import ssl
-import time
 import tomllib
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from daemon.lanes.hop import CERT_HEADER
-from daemon.peer.auth import BOOT_HEADER, sign
 from tests.cluster.harness import LANE_PORT_OFFSET
-from tests.cluster.tls_harness import IDS, TlsTrio
+from tests.cluster.tls_harness import IDS, TlsTrio, running, signed_request
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -39,14 +34,8 @@ def trio(tmp_path: Path) -> Iterator[TlsTrio]:
         assert "lanes = 1\n" in text and 'mode = "anonymous"\n' in text
         conf.write_text(text.replace("lanes = 1\n", "lanes = 2\n")
                         .replace('mode = "anonymous"\n', 'mode = "keys"\n'))
-    try:
-        t.start_all()
+    with running(t):
         yield t
-    except Exception:
-        print(t.logs())
-        raise
-    finally:
-        t.stop()
 
 
 def _signed_push(trio: TlsTrio, lane: int, claimed: str, cert_of: str | None,
@@ -54,27 +43,10 @@ def _signed_push(trio: TlsTrio, lane: int, claimed: str, cert_of: str | None,
     """A sync push signed as ``claimed`` to node1's lane ``lane`` (its own
     port), over a connection presenting ``cert_of``'s member certificate."""
     secret = tomllib.loads((trio.conf / "node1.toml").read_text())["cluster"]["secret"]
-    ctx = ssl.create_default_context(cafile=str(trio.ca))
-    if cert_of is not None:
-        ctx.load_cert_chain(trio.conf / f"{cert_of}.crt", trio.conf / f"{cert_of}.key")
     body = json.dumps({"sender_agent_id": "tool", "memories": [], "deletions": []}).encode()
-    url = f"https://127.0.0.1:{trio.port('node1') + LANE_PORT_OFFSET * (lane + 1)}{PATH}"
-    boot = ""
-    for _ in range(2):
-        headers = {"Content-Type": "application/json", **(extra or {}),
-                   **sign(secret, claimed, "node1", "POST", PATH, body, time.time(), boot)}
-        req = urllib.request.Request(url, data=body, method="POST", headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
-                return resp.status, resp.read().decode()
-        except urllib.error.HTTPError as exc:
-            with exc:
-                text = exc.read().decode(errors="replace")
-            if exc.code == 401 and exc.headers.get(BOOT_HEADER) and not boot:
-                boot = exc.headers[BOOT_HEADER]
-                continue
-            return exc.code, text
-    raise AssertionError("boot id not learned")
+    url = f"https://127.0.0.1:{trio.port('node1') + LANE_PORT_OFFSET * (lane + 1)}"
+    return signed_request(trio, url, PATH, body, "application/json", claimed=claimed,
+                          target="node1", cert_of=cert_of, secret=secret, headers=extra)
 
 
 def test_a_member_signed_sync_handed_to_the_home_lane_keeps_its_certificate_check(

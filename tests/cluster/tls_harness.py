@@ -18,11 +18,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from cryptography import x509
 
+from daemon.peer.auth import BOOT_HEADER, sign
 from tests.cluster.harness import ROOT, free_port, lane_offsets
 
 IDS = ("node1", "node2", "node3")
@@ -165,3 +168,45 @@ class TlsTrio:
                 return
             time.sleep(0.1)
         raise TimeoutError(f"no convergence in {timeout}s: {last}")
+
+
+@contextmanager
+def running(trio: TlsTrio) -> Iterator[TlsTrio]:
+    """Every node of ``trio`` started and healthy; their logs printed if the
+    test fails; stopped after."""
+    try:
+        trio.start_all()
+        yield trio
+    except Exception:
+        print(trio.logs())
+        raise
+    finally:
+        trio.stop()
+
+
+def signed_request(trio: TlsTrio, url: str, path: str, body: bytes, content_type: str, *,
+                   claimed: str, target: str, cert_of: str | None, secret: str,
+                   headers: dict[str, str] | None = None) -> tuple[int, str]:
+    """A POST of ``body`` to ``url + path`` signed with ``secret`` as member
+    ``claimed`` for ``target``, over a connection presenting ``cert_of``'s
+    member certificate (None: none); the status and the body's text. A
+    first 401 that names the target's boot id is signed again with it."""
+    ctx = trio.context()
+    if cert_of is not None:
+        ctx.load_cert_chain(trio.conf / f"{cert_of}.crt", trio.conf / f"{cert_of}.key")
+    boot = ""
+    for _ in range(2):
+        sent = {"Content-Type": content_type, **(headers or {}),
+                **sign(secret, claimed, target, "POST", path, body, time.time(), boot)}
+        req = urllib.request.Request(url + path, data=body, method="POST", headers=sent)
+        try:
+            with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+                return resp.status, resp.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            with exc:
+                text = exc.read().decode(errors="replace")
+            if exc.code == 401 and exc.headers.get(BOOT_HEADER) and not boot:
+                boot = exc.headers[BOOT_HEADER]
+                continue
+            return exc.code, text
+    raise AssertionError("boot id not learned")
