@@ -223,7 +223,15 @@ def main(rounds: int, notifies: int, claims: int) -> int:
         plain = statistics.median(got["plain"][kind])
         tls = statistics.median(got["tls"][kind])
         # each round's TLS figure against the plain one measured right next to it
-        pairs = sorted(t / p for t, p in zip(got["tls"][kind], got["plain"][kind], strict=True))
-        print(f"| {kind} | {plain * 1e3:.2f} ms | {tls * 1e3:.2f} ms | {tls / plain:.2f} | "
-              f"{pairs[0]:.2f}-{statistics.median(pairs):.2f}-{pairs[-1]:.2f} |")
+        pairs = sorted(t / p for t, p in zip(got["tls"][kind], got["plain"][kind], strict=True)
+                       if p > 0)
+        ratio = f"{tls / plain:.2f}" if plain > 0 else "-"
+        spread = (f"{pairs[0]:.2f}-{statistics.median(pairs):.2f}-{pairs[-1]:.2f}" if pairs
+                  else "-")
+        print(f"| {kind} | {plain * 1e3:.2f} ms | {tls * 1e3:.2f} ms | {ratio} | {spread} |")
+    if any(0 in got[t.name][kind] for t in trios for kind in ("notify", "claim")):
+        # /proc counts CPU in ticks of 1/CLK_TCK s: a window shorter than a few
+        # ticks of server CPU may read 0 (30 notifies of 0.3 ms on 3 nodes).
+        print(f"(a round measured no CPU tick at all: too few operations for ticks of "
+              f"{1e3 / CLK_TCK:.0f} ms; raise --tls-notifies / --tls-claims)")
     return 0
