@@ -211,6 +211,7 @@ read_hedge_ms = 100  # a read-quorum pull not answered by then: ask the next pee
 peer_down_after_secs = 3.0  # no contact this long and a peer counts as down
 recovery_query_interval_ms = 200  # a recovering member asks the others for their state this often
 recovery_grace_ms = 3000  # ... first after this long, so its previous process's messages have landed
+reseeding_hold_ms = 300_000  # a Reseeding stops GC over its member until its query, or this long at most
 retired_incarnations_max = 16  # per member: replaced disks whose late messages a node still drops
 claim_timeout_ms = 2000  # waiting for a majority to accept a claim or an epoch
 # A forwarded mailbox request waits for the owner's claim round plus one peer call.

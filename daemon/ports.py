@@ -241,6 +241,8 @@ class Settler(Protocol):
 
 class ForeignPush(Protocol):
     def on_foreign_push(self, peer: str, msg: Any, now_ms: int) -> Iterable[Any]: ...
+    @property
+    def collect_floor(self) -> dict[str, int]: ...
 
 
 class PeerPorts(Clock, Protocol):

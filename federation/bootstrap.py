@@ -185,8 +185,9 @@ def decide_copy(copy_vv: Mapping[str, int], views: Sequence[PeerView],
 
     A member serving its database that took the ``Reseeding`` and said what
     it collected settles it (:func:`lost_to_collection`). Without one, a
-    silent member might be the one that collected past the copy: wait for
-    it. Every other member answering without a database of its own to
+    silent member, or one serving that did not take the message, might be
+    one that collected past the copy: wait for it. Every other member
+    answering without a database of its own to
     serve (deciding at a first start, or checking a copy too: a whole
     cluster put back from backups) collected nothing it could lack, and an
     older build serving without saying lets nothing be known: keep it."""
@@ -196,11 +197,16 @@ def decide_copy(copy_vv: Mapping[str, int], views: Sequence[PeerView],
     if holders:
         lost = lost_to_collection(copy_vv, holders, took)
         return SetAside(lost) if lost else KeepCopy()
-    silent = tuple(sorted(v.node_id for v in views if not v.answered))
-    if silent:
+    # A member that answers but did not take the message may be serving
+    # and collecting over the copy still: as good as silent.
+    unknown = [v for v in views if not v.answered or (v.state == SERVING
+                                                       and v.node_id not in took)]
+    if unknown:
         return Wait("this member's database must recover: waiting for a member that can say "
                     "whether the others still hold what it lacks: "
-                    + ", ".join(_why(v) for v in views if not v.answered), silent)
+                    + ", ".join(_why(v) if not v.answered else f"{v.node_id} (did not take "
+                                "Reseeding)" for v in unknown),
+                    tuple(sorted(v.node_id for v in unknown)))
     return KeepCopy()
 
 

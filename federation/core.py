@@ -105,7 +105,8 @@ class NodeCore:
                  gc_interval_ms: int = int(limits.gc_interval_secs * 1000),
                  down_after_ms: int = int(limits.peer_down_after_secs * 1000),
                  recovering: bool = False, incarnation: str = "",
-                 recovery_grace_ms: int = limits.recovery_grace_ms) -> None:
+                 recovery_grace_ms: int = limits.recovery_grace_ms,
+                 reseeding_hold_ms: int = limits.reseeding_hold_ms) -> None:
         self.node_id = node_id
         self.membership = Membership(node_id, members)
         if not 1 <= write_quorum <= self.membership.n:
@@ -114,6 +115,7 @@ class NodeCore:
         self.quorum_timeout_ms = quorum_timeout_ms
         self.catchup_interval_ms = max(1, catchup_interval_ms)
         self.gc_interval_ms = gc_interval_ms
+        self.reseeding_hold_ms = reseeding_hold_ms
         self.rng = rng
         self._seen = VersionVector(vv)
         # Own ops are persisted in seq order, so 1..own_max_seq are all held --
@@ -149,10 +151,16 @@ class NodeCore:
         # Members being seeded from a copy (they sent Reseeding): their last
         # offer describes a lost disk, and until their new process announces
         # itself (RecoveryQuery) no offer of theirs sets a GC floor.
-        self._reseeded: set[str] = set()
+        self._reseeded: dict[str, int] = {}  # member -> when its Reseeding was taken (ms)
         self.fence = IncarnationFence()
 
     # -- small accessors ------------------------------------------------------
+    @property
+    def collect_floor(self) -> dict[str, int]:
+        """The floor of the last ``Collect`` this core emitted: what its op
+        log holds no more once that GC has run (it may not have yet)."""
+        return dict(self._collected)
+
     @property
     def vv(self) -> dict[str, int]:
         """This node's version vector (contiguous watermark per origin)."""
@@ -320,7 +328,7 @@ class NodeCore:
             return [StaleSender(peer, msg.incarnation, self.fence.current(peer),
                                 type(msg).__name__)]
         self.peers_recovering[peer] = now_ms
-        self._reseeded.discard(peer)
+        self._reseeded.pop(peer, None)
         if self.fence.adopt(peer, msg.incarnation):
             # A new process on a new or restored disk: the offer held for
             # the member may be its previous process's and claim ops this
@@ -357,7 +365,7 @@ class NodeCore:
         its copy lacks until the member's own offers show it, so no member
         can collect it either: their floors need the donor's offer too."""
         self.peer_vv.pop(peer, None)
-        self._reseeded.add(peer)
+        self._reseeded[peer] = now_ms
         return []
 
     def _start_recovery(self, reason: str) -> list[Effect]:
@@ -429,7 +437,14 @@ class NodeCore:
             return [MembershipMismatch(peer, msg.fingerprint, self._fingerprint)]
         self._mismatched.discard(peer)
         self.detector.heard(peer, now_ms)
-        if peer not in self._reseeded:  # else maybe its previous process's offer (_on_reseeding)
+        since = self._reseeded.get(peer)
+        if since is not None and now_ms - since >= self.reseeding_hold_ms:
+            # A Reseeding that arrived after the member's query (sent before
+            # it, delivered late) would otherwise stop this node's GC for
+            # good; by now no offer of a lost disk is still in flight.
+            del self._reseeded[peer]
+            since = None
+        if since is None:  # else maybe its previous process's offer (_on_reseeding)
             self.peer_vv[peer] = dict(msg.vv)
         if not self.recovering and msg.vv.get(self.node_id, 0) > self._seq:
             # The peer holds ops of ours we do not: our disk was lost or

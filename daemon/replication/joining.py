@@ -265,29 +265,29 @@ async def prepare(settings: Settings, notifier: Notifier | None = None) -> Setti
     db = Path(settings.store.db_path)
     db.parent.mkdir(parents=True, exist_ok=True)
     c = settings.cluster
-    copy_vv = (await asyncio.to_thread(copy_to_recover, db)
-               if c.peers and c.initial_state != "new" else None)
+    # (--initial-cluster-state new changes nothing for a member with a database.)
+    copy_vv = await asyncio.to_thread(copy_to_recover, db) if c.peers else None
     if copy_vv is None and not needs_join(settings):
         return settings
     notifier = notifier or Notifier(None)
     waiting = _Waiting(settings, rule.WAITING if copy_vv is None else rule.CHECKING)
     runner = web.AppRunner(_waiting_app(waiting), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.server.host, settings.server.peer_port, reuse_address=True,
-                       ssl_context=tls.server_context(settings))
-    await site.start()
-    if copy_vv is None:
-        log.info("no database at %s: asking the other members (%s) whether this cluster is new "
-                 "or holds data", db, ", ".join(p.node_id for p in c.peers))
-    else:
-        log.info("the database at %s must recover: asking the other members (%s) whether they "
-                 "still hold what it lacks", db, ", ".join(p.node_id for p in c.peers))
     peers = PeerClient(c.node_id, {p.node_id: p.url for p in c.peers}, c.secret,
                        now_s=waiting.now_s, tls=lambda peer: tls.client_context(settings, peer))
-    await peers.start()
     delay = limits.join_retry_first_secs
     logged, logged_at = "", 0.0
     try:
+        await runner.setup()
+        site = web.TCPSite(runner, settings.server.host, settings.server.peer_port,
+                           reuse_address=True, ssl_context=tls.server_context(settings))
+        await site.start()
+        if copy_vv is None:
+            log.info("no database at %s: asking the other members (%s) whether this cluster is "
+                     "new or holds data", db, ", ".join(p.node_id for p in c.peers))
+        else:
+            log.info("the database at %s must recover: asking the other members (%s) whether "
+                     "they still hold what it lacks", db, ", ".join(p.node_id for p in c.peers))
+        await peers.start()
         while True:
             if copy_vv is not None:
                 checked = await _check_copy(peers, settings, copy_vv, waiting)

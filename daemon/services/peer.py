@@ -35,8 +35,14 @@ async def receive(node: PeerPorts, peer: str, msgs: list[Any], incarnation: str 
 
 async def collected(node: PeerPorts) -> dict[str, int]:
     """What this node's op log has collected, per origin, for the hello: a
-    member starting on a copy asks (daemon/replication/joining.py)."""
-    return await node.store.collected_floor()
+    member starting on a copy asks (daemon/replication/joining.py). A GC
+    the core has handed over but the writer has not yet run counts too:
+    what it deletes is gone as far as the asker is concerned."""
+    floors = await node.store.collected_floor()
+    for origin, seq in node.core.collect_floor.items():
+        if seq > floors.get(origin, 0):
+            floors[origin] = seq
+    return floors
 
 
 async def pull(node: PeerPorts, key: str, vv: dict[str, int]) -> list[Op]:

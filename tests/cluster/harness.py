@@ -402,8 +402,8 @@ class Cluster:
             for lane in range(self.lanes):
                 try:
                     st = self.status(nid, lane)
-                except (OSError, AssertionError) as exc:
-                    parts.append(f"{nid}/lane{lane}: no status ({exc})")
+                except Exception as exc:  # a diagnosis never hides the failure it explains
+                    parts.append(f"{nid}/lane{lane}: no status ({exc!r})")
                     continue
                 peers = {p: "".join(f for f, on in (("A", v.get("alive")),
                                                     ("R", v.get("reachable")),

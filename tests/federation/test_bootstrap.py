@@ -189,7 +189,17 @@ def test_a_copy_waits_for_a_silent_member_unless_a_holder_settles_it() -> None:
     assert decide_copy(copy, [logged("n2", {"n1": 30}), silent], {"n2"}) == SetAside(
         {"n1": (10, 30)})
     waits = decide_copy(copy, [logged("n2", {"n1": 3}), silent], set())  # n2 did not take it
-    assert isinstance(waits, Wait) and waits.waiting_for == ("n3",)
+    assert isinstance(waits, Wait) and waits.waiting_for == ("n2", "n3")
+
+
+def test_a_serving_member_that_did_not_take_the_message_is_waited_for() -> None:
+    # Its Reseeding timed out, its hello did not: it may still collect over
+    # the copy, so what it says settles nothing (review, 2026-12-05).
+    views = [logged("n2", {"n1": 100}), logged("n3", {"n1": 100})]
+    waits = decide_copy({"n1": 5}, views, set())
+    assert isinstance(waits, Wait) and waits.waiting_for == ("n2", "n3")
+    assert "did not take Reseeding" in waits.reason
+    assert decide_copy({"n1": 5}, views, {"n2"}) == SetAside({"n1": (5, 100)})
 
 
 def test_a_copy_among_members_without_a_database_to_serve_is_kept() -> None:

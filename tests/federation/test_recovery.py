@@ -10,7 +10,7 @@ from common.errors import MemberRecovering
 from common.ops import mailbox_key
 from common.randomid import incarnation_id
 from federation.effects import Recovered, Recovering, StaleSender
-from federation.messages import Accept, Prepare, RecoveryQuery, Replicate, SyncOffer
+from federation.messages import Accept, Prepare, RecoveryQuery, Replicate, Reseeding, SyncOffer
 from federation.requests import MailPop, MailSend
 from tests.federation.cluster import Cluster
 
@@ -226,6 +226,23 @@ def test_an_offer_of_the_members_previous_process_sets_no_floor_after_reseeding(
     new_offer = SyncOffer(cl.cores[m].durable_vv, cl.cores[m]._fingerprint)
     cl.run(b, cl.cores[b].on_message(m, new_offer, cl.now))
     assert cl.cores[b].peer_vv[m] == cl.cores[m].durable_vv
+
+
+def test_a_late_reseeding_stops_taking_the_members_offers_for_the_hold_only() -> None:
+    # A Reseeding sent before the member's query can arrive after it (a
+    # check round whose call timed out, review 2026-12-05); without a bound
+    # the peer would take none of the member's offers, and so collect
+    # nothing, until the member's next query, which a recovered member never sends.
+    cl = Cluster()
+    m, b, _c = cl.ids
+    core = cl.cores[b]
+    cl.run(b, core.on_message(m, Reseeding(""), cl.now))
+    offer = SyncOffer(cl.cores[m].durable_vv, cl.cores[m]._fingerprint)
+    cl.run(b, core.on_message(m, offer, cl.now + core.reseeding_hold_ms - 1))
+    assert m not in core.peer_vv and core.status(cl.now)["peers"][m]["reseeding"] is True
+    cl.run(b, core.on_message(m, offer, cl.now + core.reseeding_hold_ms))
+    assert core.peer_vv[m] == cl.cores[m].durable_vv
+    assert core.status(cl.now)["peers"][m]["reseeding"] is False
 
 
 def test_a_recovery_query_of_a_new_incarnation_drops_the_floor_held_for_it() -> None:

@@ -478,8 +478,9 @@ class Sim:
     def _check(self, node_id: str, gen: int, now_ms: int) -> None:
         """One round of a process whose disk must still recover, as
         daemon/replication/joining.py's ``_check_copy``: Reseeding to every
-        member that answers (the daemon waits for their answers), what each
-        collected, and :func:`federation.bootstrap.decide_copy`."""
+        member that answers (the daemon waits for their answers; one in ten
+        times out, and that member is not counted as having taken it), what
+        each collected, and :func:`federation.bootstrap.decide_copy`."""
         node = self.nodes[node_id]
         if node.up or node_id not in self._checking or gen != self._check_gen[node_id]:
             return  # started already, or that process crashed
@@ -490,9 +491,13 @@ class Sim:
             view = self._probe(node_id, peer)
             p = self.nodes[peer]
             if view.answered and view.state == SERVING and p.core is not None:
-                p.run(p.core.on_message(node_id, Reseeding(""), p.clock(now_ms)), now_ms)
-                took.add(peer)
-                view = replace(view, collected=p.disk.collected_floor())
+                if self._restore_rng.random() >= 0.1:  # else its Reseeding timed out
+                    p.run(p.core.on_message(node_id, Reseeding(""), p.clock(now_ms)), now_ms)
+                    took.add(peer)
+                floors = p.disk.collected_floor()  # and a GC the core handed over, not yet run
+                for origin, seq in p.core.collect_floor.items():
+                    floors[origin] = max(floors.get(origin, 0), seq)
+                view = replace(view, collected=floors)
             views.append(view)
         decision = decide_copy(node.disk.version_vector(), views, took)
         if isinstance(decision, Wait):

@@ -26,3 +26,18 @@ def test_anything_but_a_map_of_origins_to_seqs_reads_as_unknown(raw: Any) -> Non
 
 def test_a_well_formed_map_is_read_as_is() -> None:
     assert _collected({"n1": 0, "n2": 10}) == {"n1": 0, "n2": 10}
+
+
+async def test_the_answer_counts_a_gc_the_core_handed_over_and_the_writer_has_not_run() -> None:
+    # Between the core's Collect and the writer's DELETE the log still holds
+    # those ops, but they are gone for the asker (review, 2026-12-05).
+    from types import SimpleNamespace
+
+    from daemon.services.peer import collected
+
+    class Store:
+        async def collected_floor(self) -> dict[str, int]:
+            return {"n1": 4, "n2": 7}
+
+    node = SimpleNamespace(store=Store(), core=SimpleNamespace(collect_floor={"n1": 9, "n3": 2}))
+    assert await collected(node) == {"n1": 9, "n2": 7, "n3": 2}  # type: ignore[arg-type]
