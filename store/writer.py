@@ -213,6 +213,7 @@ class Writer:
         self._inbox: queue.SimpleQueue[tuple[asyncio.Future[Any], Callable[[], Any]] | None] = (
             queue.SimpleQueue())
         self._thread: Any = None  # the executor's future for the thread loop
+        self._current: list[_Job] = []  # the batch in hand (settled if the task is cancelled)
         self.stats = WriterStats()
 
     def start(self) -> None:
@@ -266,6 +267,16 @@ class Writer:
         try:
             await self._batches()
         finally:
+            # Cancelled (the loop torn down before close()): nobody would ever
+            # answer the callers of the batch in hand or of the queued jobs.
+            self._closing = True
+            gone = Unavailable("store closing", reason="shutting_down")
+            for job in self._current:
+                _settle(job.future, gone, None)
+            while not self._queue.empty():
+                queued = self._queue.get_nowait()
+                if isinstance(queued, _Job):
+                    _settle(queued.future, gone, None)
             self._inbox.put(None)  # the writer thread's loop ends; the executor is free again
             if self._thread is not None:
                 await asyncio.wrap_future(self._thread)
@@ -285,6 +296,7 @@ class Writer:
                     break
                 jobs.append(nxt)
             batch_jobs = [j for j in jobs if isinstance(j, _Job)]
+            self._current = batch_jobs
             weights = [j.weight for j in batch_jobs]
             ops = None if None in weights else sum(w for w in weights if w is not None)
             try:

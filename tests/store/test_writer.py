@@ -337,3 +337,35 @@ async def test_writes_of_unbounded_size_go_to_the_thread_and_are_checkpointed(tm
         assert (await _checkpoints(store, 2))["inline_batches"] == 1
     finally:
         await store.close()
+
+
+async def test_a_cancelled_writer_answers_the_batch_in_hand_and_the_queued_jobs(
+        tmp_path: Path) -> None:
+    # The writer task cancelled (a loop torn down before close()) while a
+    # batch runs on its thread: its callers and those still queued got no
+    # answer at all and waited for good (review, 2026-12-04).
+    import time
+
+    store = await Store.open(tmp_path / "n.db", "n1")
+    writer = store._writer
+    started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def slow(conn: sqlite3.Connection) -> int:
+        loop.call_soon_threadsafe(started.set)
+        time.sleep(0.3)
+        return 1
+    in_hand = asyncio.ensure_future(writer.call(slow))  # not small: on the thread
+    await started.wait()
+    queued = asyncio.ensure_future(store.apply_ops([seen_op("o", 1)], 0))
+    await asyncio.sleep(0)
+    assert writer._task is not None
+    writer._task.cancel()
+    try:
+        for fut in (in_hand, queued):
+            with pytest.raises(Unavailable):
+                await asyncio.wait_for(fut, 5)
+        with pytest.raises(Unavailable):  # and nothing new is taken
+            await store.apply_ops([seen_op("o", 2)], 0)
+    finally:
+        await store.close()
