@@ -31,7 +31,7 @@ from typing import Any
 
 from common import limits
 from common.errors import QuorumNotMet, ServerError, Unavailable
-from common.lanes import lane_of
+from common.lanes import GLOBAL_KINDS, lane_of
 from common.ops import ALL_KEYS, IDENT_KEY, Op
 from common.policy import Directory
 from common.vocab import CONSISTENCY_DEFAULT, Consistency
@@ -164,6 +164,7 @@ class Node:
         write, and a retry with the same ids completes it."""
         if self.siblings is None:
             return await self.write_here(items)
+        items = self.ranked(items)
         shares = split_items(items, self.siblings.lanes)
         if len(shares) == 1 and self.siblings.lane in shares:
             return await self.write_here(items)
@@ -195,6 +196,21 @@ class Node:
                 if lane == own or i not in out:
                     out[i] = op
         return [out[i] for i in range(len(items))]
+
+    def ranked(self, items: list[tuple[str, str, dict[str, Any]]]
+               ) -> list[tuple[str, str, dict[str, Any]]]:
+        """``items``, each record every lane keeps given one stamp of this
+        lane's clock as its ``rank`` (once: a retry keeps it), so that every
+        lane's group ranks the body alike (``store.records.body_rank``)."""
+        if self.siblings is None:
+            return items
+        out = []
+        for kind, key, body in items:
+            if kind in GLOBAL_KINDS and "rank" not in body:
+                stamp = self.core.mint_stamp(self.now_ms())
+                body = {**body, "rank": [stamp, f"{self.node_id}/{self.siblings.lane}"]}
+            out.append((kind, key, body))
+        return out
 
     async def write_here(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Op]:
         """A quorum write of this lane's group (the node's, without lanes)."""

@@ -55,6 +55,7 @@ from typing import Any, ClassVar
 
 from common import limits
 from common.errors import BadRequest
+from common.lanes import GLOBAL_KINDS
 from common.ops import MAILBOX_KINDS, OP_GAP, Op, known_kind
 from federation.claim import Claims
 from federation.detector import FailureDetector
@@ -214,11 +215,13 @@ class NodeCore:
         self.detector.observe_time(now_ms)
         if self.recovering:
             return self._refuse_recovering(token, now_ms)
-        for kind, _key, _body in items:
+        for kind, _key, body in items:
             if not known_kind(kind) or kind in MAILBOX_KINDS:
                 return [Reply(token, BadRequest(
                     f"op kind {kind!r} cannot be written directly"
                     + (" (mailbox ops go through the owner)" if kind in MAILBOX_KINDS else "")))]
+            if kind in GLOBAL_KINDS:
+                self._observe_rank(body.get("rank"), now_ms)
         if not items:
             return [Reply(token, [])]
         ops = tuple(self._new_op(kind, key, dict(body), 0, now_ms) for kind, key, body in items)
@@ -232,6 +235,18 @@ class NodeCore:
                                  now_ms + self.quorum_timeout_ms,
                                  down=self._mismatched)
         return out + self._complete(done)
+
+    def mint_stamp(self, now_ms: int) -> int:
+        """A stamp of this node's clock for a body that other clocks write
+        too: a record every lane keeps carries one as its ``rank``
+        (``store.records.body_rank``), so every lane's group ranks it alike."""
+        return self.hlc.now(now_ms)
+
+    def _observe_rank(self, rank: Any, now_ms: int) -> None:
+        """Move the clock past a body's ``rank`` (minted by a sibling lane's
+        clock), so that what this lane mints after it ranks above it."""
+        if isinstance(rank, (list, tuple)) and rank and type(rank[0]) is int:
+            self.hlc.observe(rank[0], now_ms)
 
     def _complete(self, done: list[Completion]) -> list[Effect]:
         out: list[Effect] = []

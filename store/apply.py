@@ -29,6 +29,7 @@ from store.records import (
     MESSAGE_FIELDS,
     TERMINAL_COLS,
     apikey_row,
+    body_rank,
     completion_below,
     completion_row,
     decision_row,
@@ -251,6 +252,13 @@ def _stamp(op: Op) -> dict[str, Any]:
     return {"hlc": op.hlc, "origin": op.origin, "seq": op.seq}
 
 
+def _body_stamp(op: Op) -> dict[str, Any]:
+    """A record every lane keeps is ranked by the stamp minted with its body
+    (:func:`store.records.body_rank`)."""
+    hlc, origin, seq = body_rank(op)
+    return {"hlc": hlc, "origin": origin, "seq": seq}
+
+
 def _mem_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     row = memory_row(op)
     params = {**row, **_stamp(op), "tags": to_json(row["tags"]),
@@ -306,7 +314,7 @@ def _session_start(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     at_ms = int(b["at_ms"])
     ws, proj, harness = str(b["workspace"]), str(b["project"]), str(b["harness"])
     c.execute(_SESSION_UPSERT, (str(b["session_id"]), ws, proj, harness, b.get("owner_user"),
-                                at_ms, at_ms, op.hlc, op.origin, op.seq))
+                                at_ms, at_ms, *body_rank(op)))
     c.execute(_HARNESS_UPSERT, (ws, proj, harness, at_ms, at_ms))
 
 
@@ -511,18 +519,18 @@ def _nsub_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
 
 def _user_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     row = user_row(op)
-    c.execute(_USER_UPSERT, {**row, **_stamp(op), "root": int(row["root"]),
+    c.execute(_USER_UPSERT, {**row, **_body_stamp(op), "root": int(row["root"]),
                              "removed": int(row["removed"])})
 
 
 def _apikey_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     row = apikey_row(op)
-    c.execute(_KEY_UPSERT, {**row, **_stamp(op), "revoked": int(row["revoked"])})
+    c.execute(_KEY_UPSERT, {**row, **_body_stamp(op), "revoked": int(row["revoked"])})
 
 
 def _pgrant_put(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
     row = pgrant_row(op)
-    c.execute(_PGRANT_UPSERT, {**row, **_stamp(op), "project": row["project"] or "",
+    c.execute(_PGRANT_UPSERT, {**row, **_body_stamp(op), "project": row["project"] or "",
                                "granted": int(row["granted"])})
 
 

@@ -77,6 +77,7 @@ from store.records import (
     Rank,
     TerminalRank,
     apikey_row,
+    body_rank,
     claim_op,
     completion_below,
     completion_op,
@@ -289,8 +290,8 @@ class Replica:
             pg = pgrant_row(op)
             pkey = (pg["user"], pg["workspace"], pg["project"] or "")
             cur_pg = self._pgrants.get(pkey)
-            if cur_pg is None or lww_rank(op) > cur_pg.rank:
-                self._pgrants[pkey] = _Ranked(lww_rank(op), pg)
+            if cur_pg is None or body_rank(op) > cur_pg.rank:
+                self._pgrants[pkey] = _Ranked(body_rank(op), pg)
         else:
             raise ValueError(f"unknown op kind {kind!r}")
 
@@ -426,12 +427,12 @@ class Replica:
         row = user_row(op)
         cur = self._users.get(row["name"])
         if cur is None:
-            self._users[row["name"]] = _Ranked(lww_rank(op), row)
+            self._users[row["name"]] = _Ranked(body_rank(op), row)
             return
         removed = cur.row["removed"] or row["removed"]
         created = min(cur.row["created_at_ms"], row["created_at_ms"])
-        if lww_rank(op) > cur.rank:
-            cur.rank = lww_rank(op)
+        if body_rank(op) > cur.rank:
+            cur.rank = body_rank(op)
             cur.row.update(root=row["root"], password_hash=row["password_hash"])
         cur.row.update(removed=removed, created_at_ms=created)
 
@@ -439,11 +440,11 @@ class Replica:
         row = apikey_row(op)
         cur = self._apikeys.get(row["id"])
         if cur is None:
-            self._apikeys[row["id"]] = _Ranked(lww_rank(op), row)
+            self._apikeys[row["id"]] = _Ranked(body_rank(op), row)
             return
         revoked = cur.row["revoked"] or row["revoked"]
-        if lww_rank(op) < cur.rank:
-            self._apikeys[row["id"]] = cur = _Ranked(lww_rank(op), row)
+        if body_rank(op) < cur.rank:
+            self._apikeys[row["id"]] = cur = _Ranked(body_rank(op), row)
         cur.row["revoked"] = revoked
 
     def _decide(self, op: Op) -> None:
@@ -482,11 +483,11 @@ class Replica:
         if cur is None:
             row = {"workspace": ws, "project": proj, "harness": harness, "session_id": sid,
                    "owner_user": b.get("owner_user"), "started_at_ms": at_ms, "last_at_ms": at_ms}
-            self._sessions[sid] = _Ranked(lww_rank(op), row)
+            self._sessions[sid] = _Ranked(body_rank(op), row)
             return
         row = cur.row
-        if lww_rank(op) < cur.rank:
-            cur.rank = lww_rank(op)
+        if body_rank(op) < cur.rank:
+            cur.rank = body_rank(op)
             row.update(workspace=ws, project=proj, harness=harness, owner_user=b.get("owner_user"))
         row["started_at_ms"] = min(row["started_at_ms"], at_ms)
         row["last_at_ms"] = max(row["last_at_ms"], at_ms)

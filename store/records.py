@@ -69,6 +69,22 @@ def lww_rank(op: Op) -> Rank:
     return (op.hlc, op.origin, op.seq)
 
 
+def body_rank(op: Op) -> Rank:
+    """The rank of a record every lane keeps (sessions, users, keys, grants:
+    :data:`common.lanes.GLOBAL_KINDS`): the stamp minted once with its body
+    (``rank``: ``[hlc, clock]``) where it has one, else its op's.
+
+    With lanes each lane writes its own op of the one body, stamped by that
+    lane's clock when its share arrives, so two conflicting writes ranked by
+    their ops could settle one way in one lane's group and the other way in
+    another's, for good (docs/lanes.md, "The admin side")."""
+    rank = op.body.get("rank")
+    if (isinstance(rank, (list, tuple)) and len(rank) == 2 and type(rank[0]) is int
+            and isinstance(rank[1], str)):
+        return (rank[0], rank[1], 0)
+    return lww_rank(op)
+
+
 def terminal_rank(op: Op) -> TerminalRank:
     return (op.epoch, op.hlc, op.origin, op.seq)
 

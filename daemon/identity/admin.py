@@ -91,6 +91,7 @@ async def _write_refused(node: Node, items: list[Item]) -> None:
     if siblings is None:
         await refused_everywhere(node, await node.write(items))
         return
+    items = node.ranked(items)  # one stamp for every lane's copy
     wire = [list(item) for item in items]
     done = await asyncio.gather(write_refused_here(node, items),
                                 *(siblings.call(i, "refuse", wire) for i in siblings.others),

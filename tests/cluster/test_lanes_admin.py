@@ -5,9 +5,11 @@ every lane once acknowledged."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +85,49 @@ def test_a_revocation_waits_for_a_lane_that_does_not_confirm(lanes: LaneCluster)
     assert waited >= (limits.identity_lease_ms + limits.identity_lease_margin_ms) / 1000, waited
     for nid, lane in c.everywhere():
         assert whoami(c, nid, lane, made["key"]) == 401, (nid, lane)
+
+
+def _views(c: LaneCluster, user: str) -> dict[tuple[str, int], list[tuple[str, str, str]]]:
+    """``user``'s grants as each lane of each member reads them."""
+    out = {}
+    for nid, lane in c.everywhere():
+        got = ok(c.call(nid, "GET", f"/api/v1/admin/grants?user={user}", lane=lane))
+        out[(nid, lane)] = sorted((g["workspace"], g["project"] or "", g["access"])
+                                  for g in got["grants"])
+    return out
+
+
+def test_conflicting_grants_through_two_lanes_settle_alike_on_every_lane(
+        lanes: LaneCluster) -> None:
+    """A write grant sent through lane 0 of node 1 while that node's lane 1
+    is paused, then a read grant of the same project through lane 1 of node
+    2: the first grant's copy for the lane-1 group is written only once the
+    lane resumes, after the second. Ranked by each lane's own op stamps, the
+    lane-0 group kept the read grant and the lane-1 group the write grant,
+    for good. Ranked by the one stamp minted with each body, every lane of
+    every member keeps the later write: read."""
+    c = lanes
+    ok(c.call("node1", "POST", "/api/v1/admin/users", {"name": "racer"}), 201)
+    pid = pause_lane(c, "node1", 1)
+    answers: list[tuple[int, Any]] = []
+    try:
+        granting = threading.Thread(target=lambda: answers.append(c.call(
+            "node1", "POST", "/api/v1/admin/grants",
+            {"user": "racer", "workspace": "w", "project": "p", "access": "write"}, lane=0)))
+        granting.start()
+        time.sleep(0.5)  # the grant's lane-0 share is written; its lane-1 share waits
+        ok(c.call("node2", "POST", "/api/v1/admin/grants",
+                  {"user": "racer", "workspace": "w", "project": "p", "access": "read"},
+                  lane=1), 201)
+    finally:
+        resume(pid)
+    granting.join(30)
+    assert answers and answers[0][0] == 201, answers
+    deadline = time.monotonic() + 15
+    views = _views(c, "racer")
+    while time.monotonic() < deadline:
+        views = _views(c, "racer")
+        if all(v == [("w", "p", "read")] for v in views.values()):
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"the lanes keep different winners: {views}")

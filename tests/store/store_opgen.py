@@ -95,13 +95,24 @@ def _agent_seen(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
     return K.AGENT_SEEN, K.agent_key(agent), {"agent_id": agent, "at_ms": draw(st.integers(0, 40))}
 
 
+# A record every lane keeps may carry the stamp minted with its body (the
+# lane that took the request; store.records.body_rank), which ranks it.
+RANK_CLOCKS = ("n1/0", "n1/1", "n2/0")
+
+
+def _maybe_ranked(draw: st.DrawFn, body: dict[str, Any]) -> dict[str, Any]:
+    if draw(st.booleans()):
+        body["rank"] = [draw(st.integers(0, 12)), draw(st.sampled_from(RANK_CLOCKS))]
+    return body
+
+
 @st.composite
 def _session_start(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
     ws, proj = draw(st.sampled_from(SCOPES))
     body = {"workspace": ws, "project": proj, "harness": draw(st.sampled_from(HARNESSES)),
             "session_id": draw(st.sampled_from(SESSIONS)),
             "owner_user": draw(st.sampled_from((None, "u1"))), "at_ms": draw(st.integers(0, 40))}
-    return K.SESSION_START, K.project_key(ws, proj), body
+    return K.SESSION_START, K.project_key(ws, proj), _maybe_ranked(draw, body)
 
 
 # A message id names one mailbox (ids are uuid7, or uuid5 of the sender and
@@ -236,7 +247,7 @@ def _user_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
     body = {"name": draw(st.sampled_from(USERS)), "root": draw(st.booleans()),
             "password_hash": draw(st.sampled_from((None, "scrypt$a", "scrypt$b"))),
             "removed": draw(st.booleans()), "created_at_ms": draw(st.integers(0, 20))}
-    return K.USER_PUT, K.IDENT_KEY, body
+    return K.USER_PUT, K.IDENT_KEY, _maybe_ranked(draw, body)
 
 
 @st.composite
@@ -246,7 +257,7 @@ def _apikey_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
             "label": draw(st.sampled_from((None, "ci"))),
             "hash": draw(st.sampled_from(("h0", "h1"))), "created_at_ms": draw(st.integers(0, 20)),
             "revoked": draw(st.booleans())}
-    return K.APIKEY_PUT, K.IDENT_KEY, body
+    return K.APIKEY_PUT, K.IDENT_KEY, _maybe_ranked(draw, body)
 
 
 @st.composite
@@ -256,7 +267,7 @@ def _pgrant_put(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
             "project": draw(st.sampled_from((None, proj))),
             "access": draw(st.sampled_from(("read", "write"))), "granted": draw(st.booleans()),
             "at_ms": draw(st.integers(0, 20))}
-    return K.PGRANT_PUT, K.IDENT_KEY, body
+    return K.PGRANT_PUT, K.IDENT_KEY, _maybe_ranked(draw, body)
 
 
 op_content = st.one_of(_mem_put(), _mem_del(), _note_new(), _note_read(), _agent_reg(),
@@ -276,6 +287,8 @@ def histories(draw: st.DrawFn, max_per_origin: int = 10) -> list[Op]:
             hlc += draw(st.integers(1, 3))
             kind, key, body = draw(op_content)
             epoch = draw(st.integers(0, 2)) if kind in K.MAILBOX_KINDS else 0
+            if "rank" in body:  # minted once per body: no two ops share one
+                body["rank"] = [body["rank"][0], f"{body['rank'][1]}#{origin}.{seq}"]
             out.append(Op(origin=origin, seq=seq, hlc=hlc, kind=kind, key=key, body=body,
                           epoch=epoch))
     return out
