@@ -106,6 +106,26 @@ async def write_refused_here(node: Node, items: list[Item]) -> None:
     await refused_everywhere(node, await node.write_here(items))
 
 
+async def lane_view(node: Node, user: str, workspace: str | None = None,
+                    project: str | None = None) -> dict[str, Any]:
+    """What this lane holds of ``user``: the user row, its keys and, given a
+    workspace, its grant there (``/lane/v1/ident`` serves it to a sibling)."""
+    grant = None if workspace is None else await I.grant(node.store.reads, user, workspace,
+                                                         project)
+    return {"user": await I.user(node.store.reads, user),
+            "keys": await I.keys(node.store.reads, user=user), "grant": grant}
+
+
+async def lane_views(node: Node, user: str, workspace: str | None = None,
+                     project: str | None = None) -> list[dict[str, Any]]:
+    """:func:`lane_view` of this lane, then of every other lane (each after
+    its own quorum read of the identity records)."""
+    here = await lane_view(node, user, workspace, project)
+    if node.siblings is None:
+        return [here]
+    return [here, *await node.every_other_lane("ident", [user, workspace, project])]
+
+
 async def _outwait(node: Node) -> None:
     await node.identity.outwait_leases(node.identity.monotonic())
 
@@ -173,10 +193,17 @@ async def list_users(node: Node, *, include_removed: bool = False,
 
 
 async def remove_user(node: Node, name: str) -> dict[str, Any]:
+    """Remove ``name`` and revoke its keys. With lanes, what every lane holds
+    decides: a removal whose share failed on one lane (a 503) left the user
+    live there, and its retry removes it there too, whichever lane serves it."""
     await _sync(node)
-    row = await _live_user(node, name)
-    keys = [k for k in await I.keys(node.store.reads, user=name) if not k["revoked"]]
-    items: list[Item] = [(USER_PUT, IDENT_KEY, user_body(row, removed=True))]
+    views = await lane_views(node, name)
+    live = [v["user"] for v in views if v["user"] is not None and not v["user"]["removed"]]
+    if not live:
+        raise NotFound(f"no user {name!r}", user=name)
+    # a key still valid on any lane is revoked on every lane
+    keys = list({k["id"]: k for v in views for k in v["keys"] if not k["revoked"]}.values())
+    items: list[Item] = [(USER_PUT, IDENT_KEY, user_body(live[0], removed=True))]
     items += [(APIKEY_PUT, IDENT_KEY, key_body(k, revoked=True)) for k in keys]
     await _write_refused(node, items)
     return {"name": name, "removed": True, "keys_revoked": [k["id"] for k in keys]}
@@ -240,9 +267,15 @@ async def revoke(node: Node, user: str, workspace: str, project: str | None,
     """Take ``access`` away: revoking write leaves read; revoking read
     removes the grant (write implies read)."""
     await _sync(node)
-    cur = await I.grant(node.store.reads, user, workspace, project)
-    if cur is None or not cur["granted"] or (access == "write" and cur["access"] == "read"):
-        if cur is not None:  # taken away by someone else, perhaps not yet acknowledged
+    views = await lane_views(node, user, workspace, project)
+    rows = [v["grant"] for v in views if v["grant"] is not None]
+    # With lanes, the most any lane still grants: a revocation whose share
+    # failed on one lane (a 503) left it granted there, and its retry takes
+    # it away there too, whichever lane serves it.
+    granted = [r for r in rows if r["granted"]]
+    cur = max(granted, key=lambda r: r["access"] == "write") if granted else None
+    if cur is None or (access == "write" and cur["access"] == "read"):
+        if rows:  # taken away by someone else, perhaps not yet acknowledged
             await _outwait(node)
         return {"user": user, "workspace": workspace, "project": project, "access": None,
                 "changed": False}

@@ -40,7 +40,7 @@ import msgpack
 from aiohttp import web
 
 from common.errors import AiMemoryError, ClusterMismatch, NotFound
-from common.ops import ALL_KEYS
+from common.ops import ALL_KEYS, IDENT_KEY
 from daemon.http.appkeys import NODE
 from daemon.http.auth import PRINCIPAL
 from daemon.http.errors import BODY_READ, Handler, decode_json
@@ -229,6 +229,10 @@ async def rpc(request: web.Request) -> web.Response:
             await admin.write_refused_here(node, [(str(k), str(key), dict(p))
                                                   for k, key, p in payload])
             answer = None
+        elif name == "ident":  # a user's records on this lane (daemon/identity/admin.py)
+            await node.read_barrier(IDENT_KEY)
+            answer = await admin.lane_view(node, str(payload[0]),
+                                           *(None if x is None else str(x) for x in payload[1:3]))
         elif name == "purge_scan":  # a purge's look at this lane's mailboxes
             answer = await purge.mailbox_projects(node, str(payload[0]),
                                                   None if payload[1] is None else str(payload[1]))

@@ -5,16 +5,30 @@ every lane once acknowledged."""
 
 from __future__ import annotations
 
+import http.client
+import socket
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from common import limits
-from tests.cluster.lanes_harness import LaneCluster, ok, pause_lane, resume, started
+from common.ops import APIKEY_PUT, IDENT_KEY, PGRANT_PUT, USER_PUT
+from daemon.lanes.hop import HOP_HEADER, RPC_PREFIX
+from daemon.lanes.layout import socket_path
+from daemon.lanes.supervisor import DIR_ENV
+from tests.cluster.lanes_harness import (
+    LaneCluster,
+    lane_pid,
+    ok,
+    pause_lane,
+    resume,
+    started,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -131,3 +145,72 @@ def test_conflicting_grants_through_two_lanes_settle_alike_on_every_lane(
             return
         time.sleep(0.25)
     raise AssertionError(f"the lanes keep different winners: {views}")
+
+
+def _write_on_one_lane(c: LaneCluster, nid: str, lane: int, items: list[list[Any]]) -> None:
+    """Write identity records that take rights away on lane ``lane``'s group
+    only (the lanes' own ``/lane/v1/refuse`` call, over the lane's Unix
+    socket): the state a revocation leaves when its share failed on every
+    other lane (that lane was down, or restarting, when it was written)."""
+    pid = lane_pid(c, nid, lane)
+    env = dict(e.split("=", 1) for e in Path(f"/proc/{pid}/environ").read_text().split("\0")
+               if "=" in e)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(socket_path(env[DIR_ENV], lane))
+    conn = http.client.HTTPConnection("lane", timeout=30)
+    conn.sock = sock
+    conn.request("POST", RPC_PREFIX + "refuse", body=msgpack.packb(items),
+                 headers={HOP_HEADER: str(1 - lane), "Content-Type": "application/msgpack"})
+    answer = conn.getresponse()
+    assert answer.status == 200, (answer.status, answer.read())
+    conn.close()
+
+
+def test_a_retried_revocation_reaches_the_lane_whose_share_failed(lanes: LaneCluster) -> None:
+    """A grant revocation and a user removal whose share failed on lane 1
+    (that lane down or restarting when they were written; the client got a
+    503) are written on lane 0's group only: lane 1's group still grants,
+    and the user's key still works there. Retried through lane 0, which
+    already shows them taken away, each is written again (what every lane
+    holds decides), and every lane of every member refuses them."""
+    c = lanes
+    ok(c.call("node1", "POST", "/api/v1/admin/users", {"name": "carol"}), 201)
+    key = ok(c.call("node1", "POST", "/api/v1/admin/keys", {"user": "carol"}), 201)["key"]
+    ok(c.call("node1", "POST", "/api/v1/admin/grants",
+              {"user": "carol", "workspace": "w", "project": "p", "access": "write"}), 201)
+    for nid, lane in c.everywhere():
+        assert grants(c, nid, lane, key) == [("w", "p", "write")], (nid, lane)
+    revoke = "/api/v1/admin/grants?user=carol&workspace=w&project=p&access=write"
+
+    # a revocation of write whose lane-1 share failed
+    narrowed = {"user": "carol", "workspace": "w", "project": "p", "access": "read",
+                "granted": True, "at_ms": 1}
+    _write_on_one_lane(c, "node1", 0, [[PGRANT_PUT, IDENT_KEY, narrowed]])
+    # the failed share: lane 1's group still grants write on every member
+    assert {grants(c, nid, 1, key)[0][2] for nid in c.ids} == {"write"}
+    assert {grants(c, nid, 0, key)[0][2] for nid in c.ids} == {"read"}
+    done = ok(c.call("node1", "DELETE", revoke, lane=0))
+    assert done["changed"] is True and done["access"] == "read", done
+    for nid, lane in c.everywhere():
+        assert grants(c, nid, lane, key) == [("w", "p", "read")], (nid, lane)
+
+    # a user removal whose lane-1 share failed: retried, it removes there too
+    # a user removal whose lane-1 share failed
+    user = ok(c.call("node1", "GET", "/api/v1/admin/users"))
+    assert [u["name"] for u in user["users"] if u["name"] == "carol"] == ["carol"]
+    keys = ok(c.call("node1", "GET", "/api/v1/admin/keys?user=carol"))["keys"]
+    _write_on_one_lane(c, "node1", 0, [
+        [USER_PUT, IDENT_KEY, {"name": "carol", "root": False, "password_hash": None,
+                               "removed": True, "created_at_ms": 1}],
+        # the key's fields stay the older copy's: only ``revoked`` counts here
+        *([APIKEY_PUT, IDENT_KEY, {"id": k["id"], "user": "carol", "agent": None,
+                                   "label": None, "hash": "-", "created_at_ms": 0,
+                                   "revoked": True}] for k in keys)])
+    assert {whoami(c, nid, 0, key) for nid in c.ids} == {401}
+    assert {whoami(c, nid, 1, key) for nid in c.ids} == {200}
+    done = ok(c.call("node1", "DELETE", "/api/v1/admin/users/carol", lane=0))
+    assert done["removed"] is True and len(done["keys_revoked"]) == 1, done
+    for nid, lane in c.everywhere():
+        assert whoami(c, nid, lane, key) == 401, (nid, lane)
+    # removed everywhere now: a further removal is a 404, as on one lane
+    assert c.call("node1", "DELETE", "/api/v1/admin/users/carol", lane=1)[0] == 404
