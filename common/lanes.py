@@ -11,8 +11,8 @@ op keys                                       partition token
 ``inbox:<agent>``, ``agent:<agent>``          the agent
 ``proj:<ws>/<p>``, ``mbox:<ws>/<p>``,         the project ``<ws>/<p>`` (a
 ``mbox:<ws>/<p>#handoff``                     project's handoff box with it)
-``mem:<id>`` (memories, their links and       :data:`HOME_LANE`: memory search
-grants)                                       and listing stay on one lane
+``mem:<id>`` (a memory, its grants, the      the lane its id names
+links from and to it)                         (:func:`lane_of_id`)
 :data:`common.ops.IDENT_KEY`                  :data:`HOME_LANE`
 any other key                                 the whole key
 ===========================================  ===============================
@@ -26,7 +26,13 @@ to every lane (:func:`lanes_of_item`). Namespace subscriptions
 
 A message's id names its lane too: ids are minted so that
 :func:`lane_of_id` of the id is the lane of its mailbox (:func:`id_fits`),
-so a request that names only a message id is placed without a lookup.
+so a request that names only a message id is placed without a lookup. A
+memory's id is its key: ``mem:<id>`` is on the lane :func:`lane_of_id`
+names, and a new memory's id is minted to name the lane of its namespace
+(:func:`memory_placement`), so the memories of one namespace start on one
+lane; one moved to another namespace later stays where its id says, which
+is why memory listing and search fan out. A link is written under both
+ends' keys, so each end's lane keeps it.
 
 The token is hashed with BLAKE2b (never Python's salted ``hash``), and the
 64-bit digest is placed with jump consistent hashing (Lamping and Veach,
@@ -58,7 +64,9 @@ from common.ops import (
     USER_PUT,
 )
 
-PARTITION_VERSION: Final = 1  # recorded beside the lane count; a new rule gets a new number
+# Recorded beside the lane count; a new rule gets a new number. 2: memories
+# by id over every lane (1 kept them all on the home lane).
+PARTITION_VERSION: Final = 2
 HOME_LANE: Final = 0  # the lane that owns the identity records (IDENT_KEY)
 LANES_MAX: Final = 1024  # lanes per cluster, a sanity bound on configuration
 
@@ -67,6 +75,7 @@ _JUMP_MUL: Final = 2862933555777941757  # the 64-bit LCG multiplier of jump hash
 GLOBAL_KINDS: Final = frozenset({SESSION_START, PROJ_HIDE, USER_PUT, APIKEY_PUT, PGRANT_PUT})
 HOME_KINDS: Final = frozenset({NSUB_PUT})
 _AGENT_PREFIXES: Final = ("inbox:", "agent:")
+_MEM_PREFIX: Final = "mem:"
 _PROJECT_PREFIXES: Final = ("proj:", "mbox:")
 
 
@@ -110,9 +119,17 @@ def lane_of(key: str, lanes: int) -> int:
         raise ValueError(f"lanes must be 1..{LANES_MAX}, got {lanes}")
     if key == ALL_KEYS:
         raise ValueError("ALL_KEYS spans every lane: fan the read out instead")
-    if lanes == 1 or key == IDENT_KEY or key.startswith("mem:"):
+    if lanes == 1 or key == IDENT_KEY:
         return HOME_LANE
+    if key.startswith(_MEM_PREFIX):
+        return lane_of_id(key[len(_MEM_PREFIX):], lanes)
     return jump_hash(_digest(partition_token(key)), lanes)
+
+
+def memory_placement(namespace: str) -> str:
+    """The key whose lane a new memory in ``namespace`` is minted for (its
+    id is drawn until :func:`lane_of_id` names that lane: :func:`mint`)."""
+    return "memns:" + namespace
 
 
 def lanes_of_item(kind: str, key: str, lanes: int) -> range | tuple[int]:

@@ -224,7 +224,7 @@ class MailPorts(Clock, QuorumWriter, ReadBarrier, MailboxRouter, LaneCalls, Prot
     def admission(self) -> AdmissionCheck | None: ...
 
 
-class PurgePorts(Clock, QuorumWriter, ReadBarrier, MailboxRouter, Protocol):
+class PurgePorts(Clock, QuorumWriter, ReadBarrier, MailboxRouter, LaneCalls, Protocol):
     @property
     def store(self) -> PurgeReads: ...
     @property

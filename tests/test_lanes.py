@@ -16,7 +16,8 @@ GOLDEN = {
     ("inbox:alice", 2): 1,
     ("inbox:alice", 8): 1,
     ("mbox:default/project-a", 4): 3,
-    ("mem:0193c3b6-1f2e-7000-8000-000000000001", 16): 0,  # memories: the home lane
+    # memories: the lane their id names (partition 2; partition 1 had them on lane 0)
+    ("mem:0193c3b6-1f2e-7000-8000-000000000001", 16): 15,
 }
 
 
@@ -69,6 +70,18 @@ def test_identity_lives_on_the_home_lane_and_all_keys_on_none() -> None:
     assert all(lane_of(IDENT_KEY, n) == HOME_LANE for n in (1, 2, 9))
     with pytest.raises(ValueError):
         lane_of(ALL_KEYS, 2)
+
+
+def test_a_memory_is_on_the_lane_its_id_names_and_new_ids_follow_the_namespace() -> None:
+    from common.lanes import lane_of_id, memory_placement, mint
+
+    for lanes in (2, 3, 8):
+        for ns in ("global", "w/p", "w/p/_rules", "x"):
+            home = lane_of(memory_placement(ns), lanes)
+            made = mint(memory_placement(ns), lanes, lambda n, ns=ns: f"m-{ns}-{n}")
+            assert lane_of(mem_key(made), lanes) == lane_of_id(made, lanes) == home
+    # one namespace's memories start on one lane; many namespaces use every lane
+    assert {lane_of(memory_placement(f"ns{i}"), 4) for i in range(64)} == {0, 1, 2, 3}
 
 
 def test_lane_count_bounds() -> None:

@@ -51,8 +51,7 @@ from daemon.lanes.frames import HANDOFF, frame_of, route_of
 from daemon.lanes.hop import RPC_PREFIX, arrived_by_hop
 from daemon.replication.forwarding import decode_request, encode_error, encode_result
 from daemon.replication.joining import HELLO_PATH
-from daemon.services import agents, handoff, notices, purge
-from daemon.services.scope import EXPLICIT, Scope
+from daemon.services import agents, memory_lanes, notices, purge
 
 log = logging.getLogger("ai_memory.lanes")
 
@@ -249,9 +248,8 @@ async def rpc(request: web.Request) -> web.Response:
                                                  found.more_senders]
         elif name == "seen":  # an agent's last seen (daemon/services/agents.py)
             answer = await agents.refresh_seen(node, str(payload))
-        elif name == "brief":  # a project brief, from the memories (daemon/services/handoff.py)
-            ws, project, budget = str(payload[0]), str(payload[1]), int(payload[2])
-            answer = await handoff.brief(node, Scope(ws, project, EXPLICIT), budget)
+        elif name == "mem":  # a memory read on this lane (daemon/services/memory_lanes.py)
+            answer = await memory_lanes.here(node, str(payload[0]), dict(payload[1]))
         elif name == "webhooks":  # a subscription on every lane (daemon/webhooks/lanes.py)
             answer = await node.webhooks.lane_call(payload)
         else:

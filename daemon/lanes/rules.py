@@ -5,8 +5,8 @@ A :class:`Rule` per route says where a request is served:
 * ``HERE``: where it arrived (peer and lane calls, which arrive at the
   right lane by their port; this lane's health; a route that reads and
   writes only records every lane keeps);
-* ``HOME``: by the home lane (lane 0): memories, their links, grants and
-  namespace subscriptions; the identity admin;
+* ``HOME``: by the home lane (lane 0): namespace subscriptions, purges,
+  signed sync calls, the SDK's cluster call;
 * ``KEY``: by the lane of a key its request names (:attr:`Rule.lane`), or,
   where that answers :data:`ALL_LANES`, by every lane, the answers merged
   by :attr:`Rule.merge` (a route that reads one key or many by its query);

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.lanes import lane_of, lane_of_id
+from common.lanes import lane_of, lane_of_id, memory_placement
 from common.ops import agent_key, inbox_key, mailbox_key
 from daemon.lanes.rules import (
     EVERYWHERE,
@@ -26,6 +26,7 @@ from daemon.lanes.rules import (
     register,
 )
 from daemon.schemas.headers import SESSION_HEADER
+from daemon.schemas.memories import NAMESPACE_DEFAULT
 from daemon.services.inbox_view import inbox_agent
 from daemon.services.mail import scope_for
 
@@ -125,13 +126,20 @@ async def _cancel_all_lane(view: View) -> int | None:
 
 
 def _by_namespace(*, in_body: bool) -> LaneOf:
-    """Memories are on the home lane; an agent's inbox read as memories
-    (``_inbox/<agent>``) is on the agent's."""
+    """Memories are on every lane (the service fans the read out from the
+    lane it reached); an agent's inbox read as memories (``_inbox/<agent>``)
+    is on the agent's."""
     async def lane(view: View) -> int | None:
         src = view.json() if in_body else view.query
         agent = inbox_agent(_text(src.get("namespace")))
-        return 0 if agent is None else lane_of(inbox_key(agent), view.lanes)
+        return None if agent is None else lane_of(inbox_key(agent), view.lanes)
     return lane
+
+
+async def _create_memory_lane(view: View) -> int | None:
+    """A new memory is made on the lane of its namespace, which its id will name."""
+    namespace = _text(view.json().get("namespace")) or NAMESPACE_DEFAULT
+    return lane_of(memory_placement(namespace), view.lanes)
 
 
 async def _register_lane(view: View) -> int | None:
@@ -234,20 +242,26 @@ _HERE = [
     ("GET", "/api/v1/admin/grants"), ("DELETE", "/api/v1/admin/grants"), ("GET", "/api/v1/whoami"),
     ("POST", "/api/v1/admin/backup"),  # a lane's own database (seeding asks a lane's port)
 ]
-_HOME = [
-    ("POST", "/api/v1/memories"), ("GET", "/api/v1/memories"), ("GET", "/api/v1/memories/{id}"),
-    ("PUT", "/api/v1/memories/{id}"), ("DELETE", "/api/v1/memories/{id}"),
-    ("POST", "/api/v1/memories/{id}/promote"), ("POST", "/api/v1/memories/bulk"),
-    ("GET", "/api/v1/search"), ("POST", "/api/v1/search"), ("GET", "/api/v1/recall"),
-    ("POST", "/api/v1/recall"), ("POST", "/api/v1/forget"), ("POST", "/api/v1/gc"),
-    ("POST", "/api/v1/links"), ("GET", "/api/v1/links/{id}"),
-    ("GET", "/api/v1/memories/{id}/lineage"), ("GET", "/api/v1/stats"),
-    ("GET", "/api/v1/namespaces"), ("GET", "/api/v1/export"), ("POST", "/api/v1/import"),
-    ("POST", "/api/v1/consolidate"), ("POST", "/api/v1/memories/{id}/grant"),
-    ("POST", "/api/v1/memories/{id}/revoke"), ("GET", "/api/v1/memories/{id}/grants"),
-    ("POST", "/api/v1/cluster"),
+_HOME = [("POST", "/api/v1/cluster")]
+# Reads and writes that span memories: served where they arrive, each lane
+# asked for its own (daemon/services/memory_lanes.py).
+_MEMORIES_HERE = [
+    ("POST", "/api/v1/memories/bulk"), ("GET", "/api/v1/recall"), ("POST", "/api/v1/recall"),
+    ("POST", "/api/v1/forget"), ("POST", "/api/v1/gc"), ("POST", "/api/v1/links"),
+    ("GET", "/api/v1/stats"), ("GET", "/api/v1/namespaces"), ("GET", "/api/v1/export"),
+    ("POST", "/api/v1/import"), ("POST", "/api/v1/consolidate"),
+]
+# One memory: the lane its id names.
+_MEMORY_BY_ID = [
+    ("GET", "/api/v1/memories/{id}"), ("PUT", "/api/v1/memories/{id}"),
+    ("DELETE", "/api/v1/memories/{id}"), ("POST", "/api/v1/memories/{id}/promote"),
+    ("POST", "/api/v1/memories/{id}/grant"), ("POST", "/api/v1/memories/{id}/revoke"),
+    ("GET", "/api/v1/memories/{id}/grants"), ("GET", "/api/v1/memories/{id}/lineage"),
+    ("GET", "/api/v1/links/{id}"),
 ]
 _KEYED: list[tuple[str, str, LaneOf]] = [
+    ("POST", "/api/v1/memories", _create_memory_lane),
+    *((m, p, _by_id("id", where="path")) for m, p in _MEMORY_BY_ID),
     ("GET", "/api/v1/memories", _by_namespace(in_body=False)),
     ("GET", "/api/v1/search", _by_namespace(in_body=False)),
     ("POST", "/api/v1/search", _by_namespace(in_body=True)),
@@ -285,7 +299,7 @@ _MERGES: dict[tuple[str, str], Any] = {
     ("POST", "/api/v1/messages/cancel"): _cancelled,
 }
 
-for _m, _p in _HERE:
+for _m, _p in (*_HERE, *_MEMORIES_HERE):
     register(_m, _p, HERE_RULE)
 for _m, _p in _HOME:
     register(_m, _p, HOME_RULE)

@@ -12,7 +12,7 @@ never both; without either, the tier's default applies (service side).
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, model_validator
 
@@ -61,6 +61,9 @@ Timestamp = Annotated[str, AfterValidator(_check_time)]
 Metadata = Annotated[dict[str, Any], AfterValidator(_check_metadata)]
 
 
+
+NAMESPACE_DEFAULT: Final = "global"  # a new memory's namespace when it names none
+
 class MemoryFields(Strict):
     """The fields of a memory and their rules, as every body that carries one
     takes them: a create, an import (:class:`daemon.schemas.search.ImportMemory`)
@@ -71,7 +74,7 @@ class MemoryFields(Strict):
     title: Title  # type: ignore[valid-type]
     content: Content  # type: ignore[valid-type]
     tier: Tier = "mid"
-    namespace: Namespace = "global"
+    namespace: Namespace = NAMESPACE_DEFAULT
     tags: Tags = Field(default_factory=list)
     priority: Priority = 5
     confidence: Confidence = 1.0

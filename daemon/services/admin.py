@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from common import limits
 from common.errors import BadRequest, ClientError, NotFound, PayloadTooLarge
-from common.ops import ALL_KEYS, GRANT_PUT, LINK_PUT, MEM_DEL, MEM_PUT, mem_key
+from common.lanes import memory_placement
+from common.ops import GRANT_PUT, MEM_DEL, MEM_PUT, mem_key
 from daemon.schemas.ids import check_record_id, record_id
 from daemon.schemas.memories import memory_json
 from daemon.schemas.search import (
@@ -41,6 +42,7 @@ from daemon.schemas.search import (
 )
 from daemon.schemas.timefmt import parse_rfc3339, rfc3339
 from daemon.schemas.validation import validate
+from daemon.services import memory_lanes
 from daemon.services.links import link_json
 from store import search as S
 
@@ -61,9 +63,10 @@ async def _tombstone(node: AdminPorts, ids: list[str]) -> None:
 # -- forget / gc -------------------------------------------------------------------
 
 async def forget(node: AdminPorts, f: ForgetFilter) -> dict[str, Any]:
-    await node.read_barrier(ALL_KEYS)
-    ids = await S.matching_ids(node.store.reads, now_ms=node.now_ms(), limit=limits.forget_max + 1,
-                               namespace=f.namespace, tier=f.tier, pattern=f.pattern)
+    kw = {"now_ms": node.now_ms(), "limit": limits.forget_max + 1, "namespace": f.namespace,
+          "tier": f.tier, "pattern": f.pattern}
+    ids = sorted(i for found in await memory_lanes.every_lane(node, "matching", {"kw": kw})
+                 for i in found)
     if len(ids) > limits.forget_max:
         raise PayloadTooLarge(f"the filter selects more than {limits.forget_max} memories "
                               "(limits.forget_max); narrow it", limit="forget_max")
@@ -73,40 +76,58 @@ async def forget(node: AdminPorts, f: ForgetFilter) -> dict[str, Any]:
 
 async def gc(node: AdminPorts) -> dict[str, Any]:
     """Tombstone expired memories cluster-wide (they are already invisible)."""
-    ids = await S.expired_ids(node.store.reads, now_ms=node.now_ms(), limit=limits.gc_batch_max)
+    found = await memory_lanes.every_lane(node, "expired", {"now": node.now_ms(),
+                                                             "limit": limits.gc_batch_max})
+    ids = [i for lane in found for i in lane][:limits.gc_batch_max]
     await _tombstone(node, ids)
     return {"expired_deleted": len(ids)}
 
 
 # -- stats / namespaces --------------------------------------------------------------
 
+def _merge_counts(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:
+    """Rows of ``{field, count}`` from every lane, one per ``field`` value, counts summed."""
+    counts: dict[Any, int] = {}
+    for r in rows:
+        counts[r[field]] = counts.get(r[field], 0) + int(r["count"])
+    return [{field: k, "count": counts[k]} for k in sorted(counts)]
+
+
 async def stats(node: AdminPorts) -> dict[str, Any]:
-    await node.read_barrier(ALL_KEYS)
     now = node.now_ms()
-    out = await S.stats(node.store.reads, now_ms=now,
-                        soon_ms=now + limits.expiring_soon_secs * 1000)
-    out["db_size_bytes"] = (await node.store.stats())["db_bytes"]
+    lanes = await memory_lanes.every_lane(node, "stats", {
+        "now": now, "soon": now + limits.expiring_soon_secs * 1000,
+        "lanes": node.settings.server.lanes})
+    out = dict(lanes[0])
+    for field in ("total", "expiring_soon", "links_count", "db_size_bytes"):
+        out[field] = sum(int(s[field]) for s in lanes)
+    out["by_tier"] = _merge_counts([r for s in lanes for r in s["by_tier"]], "tier")
+    out["by_namespace"] = _merge_counts([r for s in lanes for r in s["by_namespace"]],
+                                        "namespace")
     out["node_id"] = node.node_id
     return out
 
 
 async def namespaces(node: AdminPorts) -> dict[str, Any]:
-    await node.read_barrier(ALL_KEYS)
-    ns = await S.namespaces(node.store.reads, now_ms=node.now_ms())
+    found = await memory_lanes.every_lane(node, "namespaces", {"now": node.now_ms()})
+    ns = _merge_counts([r for lane in found for r in lane], "namespace")
     return {"namespaces": ns, "count": len(ns)}
 
 
 # -- export / import -----------------------------------------------------------------
 
 async def export(node: AdminPorts) -> dict[str, Any]:
-    await node.read_barrier(ALL_KEYS)
     now = node.now_ms()
-    rows = await S.all_memories(node.store.reads, now_ms=now,
-                                limit=limits.export_memories_max + 1)
+    found = await memory_lanes.every_lane(node, "export", {
+        "now": now, "limit": limits.export_memories_max + 1})
+    rows = sorted((r for lane in found for r in lane["memories"]),
+                  key=lambda r: (int(r["created_at_ms"]), str(r["id"])))
     if len(rows) > limits.export_memories_max:
         raise PayloadTooLarge(f"more than {limits.export_memories_max} memories to export "
                               "(limits.export_memories_max)", limit="export_memories_max")
-    links = [link_json(r) for r in await S.all_links(node.store.reads)]
+    unique = {(r["created_at_ms"], r["source_id"], r["target_id"], r["relation"]): r
+              for lane in found for r in lane["links"]}  # a link between two lanes: both
+    links = [link_json(unique[k]) for k in sorted(unique)]
     return {"memories": [memory_json(r) for r in rows], "links": links, "count": len(rows),
             "exported_at": rfc3339(now)}
 
@@ -151,18 +172,18 @@ async def import_(node: AdminPorts, body: ImportBody) -> dict[str, Any]:
         links.append({"source_id": link.source_id, "target_id": link.target_id,
                       "relation": link.relation,
                       "created_at_ms": parse_rfc3339(link.created_at) if link.created_at else now})
-    await node.read_barrier(ALL_KEYS)
-    gone = await S.tombstoned(node.store.reads, [b["id"] for b in bodies])
+    gone = await memory_lanes.tombstoned(node, [b["id"] for b in bodies])
+    live = await memory_lanes.rows(node, [b["id"] for b in bodies], now_ms=now)
     to_write: list[tuple[str, str, dict[str, Any]]] = []
     unchanged = 0
     for b in bodies:
-        held = await node.store.get_memory(b["id"], now_ms=now)
+        held = live.get(b["id"])
         if b["id"] in gone or (held is not None and held["updated_at_ms"] >= b["updated_at_ms"]):
             unchanged += 1
             continue
         to_write.append((MEM_PUT, mem_key(b["id"]), b))
     imported = len(to_write)
-    to_write += [(LINK_PUT, mem_key(lk["source_id"]), lk) for lk in links]
+    to_write += [item for lk in links for item in memory_lanes.link_items(node, lk)]
     await _write_chunked(node, to_write)
     return {"imported": imported, "unchanged": unchanged, "links": len(links), "errors": errors}
 
@@ -174,22 +195,23 @@ async def consolidate(node: AdminPorts, req: ConsolidateBody, *, agent: str | No
     if len(ids) < 2:
         raise BadRequest("consolidate needs at least two distinct memory ids")
     now = node.now_ms()
+    live = await memory_lanes.rows(node, ids, now_ms=now)
     sources = []
     for i in ids:
-        await node.read_barrier(mem_key(i))
-        row = await node.store.get_memory(i, now_ms=now)
-        if row is None:
+        if i not in live:
             raise NotFound(f"memory {i} not found")
-        sources.append(row)
+        sources.append(live[i])
     tags = list(req.tags) if req.tags is not None else list(
         dict.fromkeys(t for s in sources for t in s["tags"]))[:limits.tags_max]
-    new_id = record_id("mem", agent, None)
+    namespace = req.namespace or sources[0]["namespace"]
+    new_id = record_id("mem", agent, None, key=memory_placement(namespace),
+                       lanes=node.settings.server.lanes)
     meta: dict[str, Any] = {"consolidated_from": ids}
     if agent is not None:
         meta["agent_id"] = agent
     body = {
         "id": new_id, "title": req.title, "content": req.summary, "tier": req.tier,
-        "namespace": req.namespace or sources[0]["namespace"], "tags": tags,
+        "namespace": namespace, "tags": tags,
         "priority": max(int(s["priority"]) for s in sources),
         "confidence": min(float(s["confidence"]) for s in sources),
         "source": "consolidation", "metadata": meta, "agent_id": agent,
@@ -198,9 +220,8 @@ async def consolidate(node: AdminPorts, req: ConsolidateBody, *, agent: str | No
             (s["expires_at_ms"] for s in sources if s.get("expires_at_ms")), default=None),
     }
     items: list[tuple[str, str, dict[str, Any]]] = [(MEM_PUT, mem_key(new_id), body)]
-    items += [(LINK_PUT, mem_key(new_id), {"source_id": new_id, "target_id": i,
-                                           "relation": "derived_from", "created_at_ms": now})
-              for i in ids]
+    items += [item for i in ids for item in memory_lanes.link_items(node, {
+        "source_id": new_id, "target_id": i, "relation": "derived_from", "created_at_ms": now})]
     items += [(MEM_DEL, mem_key(i), {"id": i}) for i in ids]
     await node.write(items)
     return {"id": new_id, "consolidated": len(ids), "sources": ids,

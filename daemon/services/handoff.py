@@ -34,13 +34,12 @@ from common.errors import BadRequest, Conflict, NotFound
 from common.handoffs import box_key, box_project
 from common.lanes import mint
 from common.lifecycle import PENDING
-from common.ops import mem_key
 from common.policy import Principal, check
 from common.randomid import token_hex, uuid7
 from common.vocab import FROM_AGENT_UNNAMED, NATURE_DEFAULT, message_body
 from daemon.ports import MailPorts, MailReads, MemoryReads
 from daemon.schemas.timefmt import rfc3339 as iso_ms
-from daemon.services import mail, scrub
+from daemon.services import mail, memory_lanes, scrub
 from daemon.services.scope import Scope
 from federation.requests import MailCancel, MailPop, MailSend
 from store import brief as brief_store
@@ -262,21 +261,25 @@ def _section(path: str, tags: list[str]) -> str:
 
 
 async def brief(node: HandoffPorts, scope: Scope, budget: int) -> dict[str, Any]:
-    """The project brief of ``scope`` (pinned, then ``_rules/``, then ``_slots/``)."""
-    lane = node.lane_elsewhere(mem_key(""))  # the memories' lane (the home lane), if not this one
-    if lane is not None:
-        return dict(await node.lane_call(lane, "brief", [scope.workspace, scope.project, budget]))
+    """The project brief of ``scope`` (pinned, then ``_rules/``, then ``_slots/``),
+    from the memories of every lane."""
     ws, proj, now = scope.workspace, scope.project, node.now_ms()
-    rows = await brief_store.project_pages(node.store.reads, ws, proj, now_ms=now,
-                                           limit=limits.brief_pages_max)
+    answers = await memory_lanes.every_lane(node, "brief", {
+        "workspace": ws, "project": proj, "now": now, "pages": limits.brief_pages_max,
+        "recent": limits.brief_recent_max + limits.brief_pages_max})
+    # the query's order on each lane, merged: priority, then newest, then id
+    rows = sorted((r for a in answers for r in a["pages"]),
+                  key=lambda r: (-int(r["priority"]), -int(r["updated_at_ms"]), str(r["id"])))
+    rows = rows[:limits.brief_pages_max]
     order = {PINNED: 0, RULES: 1, SLOTS: 2}
     pages = [Page(str(r["id"]), _section(path, list(r.get("tags") or ())), path,
                   str(r.get("content") or ""))
              for r in rows for path in [brief_store.page_path(r, ws, proj)]]
     # pinned: priority, then newest (the query's order); rules and slots by path
     pages.sort(key=lambda p: (order[p.section], p.path if p.section != PINNED else ""))
-    recent_rows = await brief_store.recent_memories(
-        node.store.reads, ws, proj, now_ms=now, limit=limits.brief_recent_max + len(pages))
+    recent_rows = sorted((r for a in answers for r in a["recent"]),
+                         key=lambda r: (int(r["updated_at_ms"]), str(r["id"])), reverse=True)
+    recent_rows = recent_rows[:limits.brief_recent_max + len(pages)]
     recent = [Pointer(str(r["id"]), brief_store.page_path(r, ws, proj),
                       iso_ms(r.get("updated_at_ms"))) for r in recent_rows]
     return compile_brief(scope.name, pages, recent, budget)

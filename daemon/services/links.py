@@ -1,7 +1,8 @@
 """Links between memories and the lineage walk over them.
 
 A link is a ``link.put`` op (source, target, relation), replicated like any
-write and merged as a grow-only set (store/ops.py). Both ends must be live
+write and merged as a grow-only set (store/ops.py); with lanes it is written
+under both ends' keys, so each end's lane keeps it. Both ends must be live
 memories when the link is made; a link survives a later delete of either
 end, so lineage still shows a tombstoned ancestor (marked ``tombstoned``).
 
@@ -17,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from common import limits
 from common.errors import NotFound
-from common.ops import ALL_KEYS, LINK_PUT, mem_key
+from common.ops import ALL_KEYS
 from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.schemas.ids import check_record_id
 from daemon.schemas.search import LineageQuery, LinkBody
 from daemon.schemas.timefmt import rfc3339
+from daemon.services import memory_lanes
 from store import search as S
 
 if TYPE_CHECKING:
@@ -35,19 +37,14 @@ def link_json(row: dict[str, Any]) -> dict[str, Any]:
             "relation": row["relation"], "created_at": rfc3339(row["created_at_ms"])}
 
 
-async def _live(node: RecordPorts, memory_id: str) -> None:
-    if await node.store.get_memory(memory_id, now_ms=node.now_ms()) is None:
-        raise NotFound(f"memory {memory_id} not found")
-
-
 async def link(node: RecordPorts, req: LinkBody) -> dict[str, Any]:
-    await node.read_barrier(mem_key(req.source_id))
-    await _live(node, req.source_id)
-    await node.read_barrier(mem_key(req.target_id))
-    await _live(node, req.target_id)
+    live = await memory_lanes.rows(node, [req.source_id, req.target_id], now_ms=node.now_ms())
+    for memory_id in (req.source_id, req.target_id):
+        if memory_id not in live:
+            raise NotFound(f"memory {memory_id} not found")
     body = {"source_id": req.source_id, "target_id": req.target_id, "relation": req.relation,
             "created_at_ms": node.now_ms()}
-    await node.write([(LINK_PUT, mem_key(req.source_id), body)])
+    await node.write(memory_lanes.link_items(node, body))
     return {"linked": True, **link_json(body)}
 
 
@@ -63,6 +60,19 @@ async def get_links(node: RecordPorts, memory_id: str) -> dict[str, Any]:
     return {"id": memory_id, "links": links, "count": len(links)}
 
 
+async def _edges(node: RecordPorts, frontier: list[str], outgoing: bool) -> list[dict[str, Any]]:
+    """The provenance links leaving (``outgoing``) or entering ``frontier``:
+    with lanes each memory's lane keeps its links, so each lane is asked for
+    its own memories' (a link between two lanes comes from both: once here)."""
+    if node.settings.server.lanes == 1:
+        return await S.link_edges(node.store.reads, frontier, outgoing=outgoing,
+                                  relations=PROVENANCE)
+    found = await memory_lanes.by_lane(node, "edges", frontier,
+                                       {"outgoing": outgoing, "relations": list(PROVENANCE)})
+    unique = {(e["source_id"], e["target_id"], e["relation"]): e for a in found for e in a}
+    return [unique[k] for k in sorted(unique)]
+
+
 async def lineage(node: RecordPorts, memory_id: str, q: LineageQuery) -> dict[str, Any]:
     check_record_id(memory_id, "memory id")
     await node.read_barrier(ALL_KEYS)
@@ -71,8 +81,7 @@ async def lineage(node: RecordPorts, memory_id: str, q: LineageQuery) -> dict[st
     frontier = [memory_id]
     nodes: list[dict[str, Any]] = []
     for depth in range(1, q.max_depth + 1):
-        edges = await S.link_edges(node.store.reads, frontier, outgoing=outgoing,
-                                   relations=PROVENANCE)
+        edges = await _edges(node, frontier, outgoing)
         nxt: list[str] = []
         for e in edges:
             other = e["target_id"] if outgoing else e["source_id"]
@@ -84,7 +93,7 @@ async def lineage(node: RecordPorts, memory_id: str, q: LineageQuery) -> dict[st
         if not nxt:
             break
         frontier = nxt
-    gone = await S.tombstoned(node.store.reads, [n["id"] for n in nodes])
+    gone = await memory_lanes.tombstoned(node, [n["id"] for n in nodes])
     for n in nodes:
         n["tombstoned"] = n["id"] in gone
     return {"id": memory_id, "direction": q.direction, "nodes": nodes, "count": len(nodes)}

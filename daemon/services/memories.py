@@ -27,12 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from common import limits
 from common.errors import BadRequest, ClientError, Conflict, NotFound, PayloadTooLarge
+from common.lanes import memory_placement
 from common.ops import MEM_DEL, MEM_PUT, mem_key
 from common.policy import Principal, check_author
 from daemon.schemas.ids import check_record_id, record_id
 from daemon.schemas.memories import CreateMemory, ListMemoriesQuery, UpdateMemory, memory_json
 from daemon.schemas.timefmt import parse_rfc3339
 from daemon.schemas.validation import validate
+from daemon.services import memory_lanes
 from daemon.services.links import link_json
 from store import search as search_store
 
@@ -114,10 +116,10 @@ def _later(row: dict[str, Any], now_ms: int) -> int:
 
 async def _load(node: RecordPorts, memory_id: str) -> dict[str, Any]:
     check_record_id(memory_id, "memory id")
-    row = await node.store.get_memory(memory_id, now_ms=node.now_ms())
+    row = await _fresh(node, memory_id)
     if row is None:
         raise NotFound(f"memory {memory_id} not found")
-    return dict(row)
+    return row
 
 
 async def _settle(node: RecordPorts, bodies: list[dict[str, Any]],
@@ -142,23 +144,32 @@ async def _settle(node: RecordPorts, bodies: list[dict[str, Any]],
 async def _existing(node: RecordPorts, ids: list[str], keyed: bool) -> dict[str, dict[str, Any]]:
     if not keyed:
         return {}
-    out = {}
-    for memory_id in ids:
+    return await memory_lanes.rows(node, ids, now_ms=node.now_ms())
+
+
+async def _fresh(node: RecordPorts, memory_id: str) -> dict[str, Any] | None:
+    """The memory as its lane holds it now (this lane's store, without lanes)."""
+    if node.lane_elsewhere(mem_key(memory_id)) is None:
         row = await node.store.get_memory(memory_id, now_ms=node.now_ms())
-        if row is not None:
-            out[memory_id] = dict(row)
-    return out
+        return None if row is None else dict(row)
+    return (await memory_lanes.rows(node, [memory_id], now_ms=node.now_ms())).get(memory_id)
+
+
+def _new_id(node: RecordPorts, agent: str | None, key: str | None, namespace: str) -> str:
+    """A new memory's id: with lanes, one that names the lane of its namespace."""
+    return record_id("mem", agent, key, key=memory_placement(namespace),
+                     lanes=node.settings.server.lanes)
 
 
 async def create(node: RecordPorts, req: CreateMemory, *, agent: str | None,
                  idempotency_key: str | None = None) -> dict[str, Any]:
     now = node.now_ms()
-    memory_id = record_id("mem", agent, idempotency_key)
+    memory_id = _new_id(node, agent, idempotency_key, req.namespace)
     body = _new_body(req, memory_id, agent, now)
     to_write, _ = await _settle(node, [body], await _existing(node, [memory_id], idempotency_key is not None))
     if to_write:
         await node.write([(MEM_PUT, mem_key(memory_id), to_write[0])])
-    row = await node.store.get_memory(memory_id, now_ms=node.now_ms())
+    row = await _fresh(node, memory_id)
     if row is None:
         if idempotency_key is not None:
             raise Conflict(f"memory {memory_id} created with this Idempotency-Key has been deleted",
@@ -177,9 +188,18 @@ async def get(node: RecordPorts, memory_id: str) -> dict[str, Any]:
 
 
 async def list_memories(node: RecordPorts, q: ListMemoriesQuery) -> dict[str, Any]:
-    rows = await node.store.list_memories(
-        namespace=q.namespace, tier=q.tier, tags=q.tags, min_priority=q.min_priority,
-        agent_id=q.agent_id, limit=q.limit, offset=q.offset, now_ms=node.now_ms())
+    """With lanes, each lane's first ``offset + limit`` in the store's order
+    (priority, newest, id; all descending), merged and cut."""
+    kw: dict[str, Any] = {"namespace": q.namespace, "tier": q.tier, "tags": q.tags,
+          "min_priority": q.min_priority, "agent_id": q.agent_id, "now_ms": node.now_ms()}
+    if node.settings.server.lanes == 1:
+        rows = await node.store.list_memories(**kw, limit=q.limit, offset=q.offset)
+    else:
+        answers = await memory_lanes.every_lane(
+            node, "list", {"kw": {**kw, "limit": q.offset + q.limit, "offset": 0}})
+        rows = sorted((r for a in answers for r in a),
+                      key=lambda r: (int(r["priority"]), int(r["created_at_ms"]), str(r["id"])),
+                      reverse=True)[q.offset:q.offset + q.limit]
     memories = [memory_json(r) for r in rows]
     return {"memories": memories, "count": len(memories)}
 
@@ -212,7 +232,7 @@ async def update(node: RecordPorts, memory_id: str, req: UpdateMemory, *,
         body["expires_at_ms"] = tier_expiry_ms(body["tier"], now)
     body["updated_at_ms"] = _later(row, now)
     await node.write([(MEM_PUT, mem_key(memory_id), body)])
-    fresh = await node.store.get_memory(memory_id, now_ms=node.now_ms())
+    fresh = await _fresh(node, memory_id)
     return memory_json(fresh if fresh is not None else {**body, "access_count": row["access_count"]})
 
 
@@ -221,7 +241,7 @@ async def promote(node: RecordPorts, memory_id: str) -> dict[str, Any]:
     body = _body_of(row)
     body.update(tier="long", expires_at_ms=None, updated_at_ms=_later(row, node.now_ms()))
     await node.write([(MEM_PUT, mem_key(memory_id), body)])
-    fresh = await node.store.get_memory(memory_id, now_ms=node.now_ms())
+    fresh = await _fresh(node, memory_id)
     out = memory_json(fresh if fresh is not None else {**body, "access_count": row["access_count"]})
     out["promoted"] = True
     return out
@@ -260,7 +280,7 @@ async def bulk_create(node: RecordPorts, items: list[Any], *, agent: str | None,
             req = validate(CreateMemory, raw)
             owner = _item_agent(agent, req.agent_id)
             key = None if idempotency_key is None else f"{idempotency_key}#{index}"
-            bodies.append(_new_body(req, record_id("mem", owner, key), owner, now))
+            bodies.append(_new_body(req, _new_id(node, owner, key, req.namespace), owner, now))
         except ClientError as exc:
             errors.append({"index": index, "error": exc.message})
     existing = await _existing(node, [b["id"] for b in bodies], idempotency_key is not None)

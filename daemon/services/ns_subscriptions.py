@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from common.ops import NSUB_PUT, agent_key
+from common.ops import ALL_KEYS, NSUB_PUT, agent_key
 from common.vocab import CONSISTENCY_DEFAULT, Consistency
 from daemon.schemas.timefmt import rfc3339
 from store import search as S
@@ -30,8 +30,15 @@ async def subscribe(node: RecordPorts, agent_id: str, namespace: str) -> dict[st
             "created_at": rfc3339(now)}
 
 
+def _key(node: RecordPorts, agent_id: str) -> str:
+    """The read barrier's key: with lanes these records are on the home lane
+    whatever the agent's lane (``common.lanes.HOME_KINDS``), so the barrier
+    covers the home lane's keys."""
+    return agent_key(agent_id) if node.settings.server.lanes == 1 else ALL_KEYS
+
+
 async def unsubscribe(node: RecordPorts, agent_id: str, namespace: str) -> dict[str, Any]:
-    await node.read_barrier(agent_key(agent_id))
+    await node.read_barrier(_key(node, agent_id))
     held = {s["namespace"] for s in await S.namespace_subscriptions(node.store.reads, agent_id)}
     if namespace in held:
         await node.write([(NSUB_PUT, agent_key(agent_id), {
@@ -41,7 +48,7 @@ async def unsubscribe(node: RecordPorts, agent_id: str, namespace: str) -> dict[
 
 
 async def list_for(node: RecordPorts, agent_id: str, consistency: Consistency = CONSISTENCY_DEFAULT) -> dict[str, Any]:
-    await node.read_barrier(agent_key(agent_id), consistency)
+    await node.read_barrier(_key(node, agent_id), consistency)
     rows = await S.namespace_subscriptions(node.store.reads, agent_id)
     subs = [{"agent_id": r["agent_id"], "namespace": r["namespace"],
              "created_at": rfc3339(r["at_ms"])} for r in rows]

@@ -47,6 +47,7 @@ from common.ops import ALL_KEYS, MEM_DEL, MEM_PUT, PROJ_HIDE, mailbox_key, mem_k
 from common.policy import Principal, check
 from common.randomid import uuid7
 from daemon.ports import PurgePorts
+from daemon.services import memory_lanes
 from federation.requests import MailPurge
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,9 @@ def purge_id(scope: str, user: str | None, target: str, idempotency_key: str | N
     return str(uuid.uuid5(PURGE_NS, f"{scope}:{user or ''}:{target}:{idempotency_key}"))
 
 
-# -- lanes (docs/lanes.md): a purge runs on the home lane (the memories and
-# the audit are there); a mailbox is on its project's lane, asked over the
+# -- lanes (docs/lanes.md): a purge runs on the home lane; the memories it
+# tombstones and its audit memory are on the lanes their ids name (every lane
+# is asked for its own); a mailbox is on its project's lane, asked over the
 # local link; the hiding of the project goes to every lane (proj.hide).
 def _siblings(node: PurgePorts) -> Any:
     return getattr(node, "siblings", None)
@@ -144,8 +146,9 @@ async def _purge_mailbox(node: PurgePorts, principal: Principal | None, workspac
 
 async def _delete_memories(node: PurgePorts, namespace: str) -> tuple[int, bool]:
     """Tombstone the memories under ``namespace``; (how many, more left?)."""
-    ids = [i for i in await node.store.memory_ids_under(
-        namespace, limit=limits.purge_memories_max + 1)]
+    found = await memory_lanes.every_lane(node, "under", {
+        "namespace": namespace, "limit": limits.purge_memories_max + 1})
+    ids = sorted(i for lane in found for i in lane)
     more = len(ids) > limits.purge_memories_max
     ids = ids[:limits.purge_memories_max]
     step = limits.bulk_create_max
@@ -158,7 +161,7 @@ async def _audit(node: PurgePorts, principal: Principal, pid: str,
                  record: dict[str, Any]) -> str:
     """Write the purge's audit memory once (a retry finds it and keeps it)."""
     audit_id = str(uuid.uuid5(PURGE_NS, f"audit:{pid}"))
-    if await node.store.get_memory(audit_id, now_ms=node.now_ms()) is not None:
+    if await memory_lanes.rows(node, [audit_id], now_ms=node.now_ms()):
         return audit_id
     now = node.now_ms()
     target = record["workspace"] + ("" if record.get("project") is None

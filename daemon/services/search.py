@@ -4,7 +4,9 @@ Both are reads that span records, so before querying they pass the node's
 read barrier for :data:`common.ops.ALL_KEYS`: R-1 peers (R + W > N, the same
 read quorum the inbox uses) hand over every op this node lacks, so a memory
 acknowledged on any node is found on every node at once. ``consistency=local``
-skips the barrier.
+skips the barrier. With lanes each lane searches its own memories (and
+ranks them by its own index's statistics) and the best of every lane are
+merged (:mod:`daemon.services.memory_lanes`).
 
 ``search`` requires every word of ``q`` (AND) and answers the SDK's shape
 (``memories``) plus upstream's (``results``, ``query``); ``recall`` accepts
@@ -22,6 +24,7 @@ from common.ops import ALL_KEYS
 from daemon.schemas.memories import memory_json
 from daemon.schemas.search import RecallBody, SearchBody
 from daemon.schemas.timefmt import parse_rfc3339
+from daemon.services import memory_lanes
 from store import search as S
 
 if TYPE_CHECKING:
@@ -46,11 +49,18 @@ async def _matching(node: RecordPorts, match: str | None, req: SearchBody | Reca
     (none when the text had no words)."""
     if match is None:
         return []
-    await node.read_barrier(ALL_KEYS, req.consistency)
-    rows = await S.search(
-        node.store.reads, match, limit=req.limit, now_ms=node.now_ms(),
-        namespace=req.namespace, tier=req.tier, tags=req.tags, min_priority=req.min_priority,
-        agent_id=agent_id, since_ms=_ms(req.since), until_ms=_ms(req.until))
+    kw: dict[str, Any] = {"limit": req.limit, "now_ms": node.now_ms(), "namespace": req.namespace,
+          "tier": req.tier, "tags": req.tags, "min_priority": req.min_priority,
+          "agent_id": agent_id, "since_ms": _ms(req.since), "until_ms": _ms(req.until)}
+    if node.settings.server.lanes == 1:
+        await node.read_barrier(ALL_KEYS, req.consistency)
+        rows = await S.search(node.store.reads, match, **kw)
+    else:  # every lane's best, merged in the query's order (each lane ranks by its own index)
+        answers = await memory_lanes.every_lane(
+            node, "search", {"match": match, "kw": kw, "consistency": req.consistency})
+        rows = sorted((r for a in answers for r in a),
+                      key=lambda r: (-float(r["score"]), -int(r["priority"]), str(r["id"])))
+        rows = rows[:req.limit]
     return [_scored(r) for r in rows]
 
 

@@ -23,6 +23,7 @@ from common.errors import BadRequest
 from common.ops import MEM_DEL, MEM_PUT, mem_key
 from daemon.schemas.memories import memory_json
 from daemon.schemas.timefmt import parse_rfc3339, rfc3339
+from daemon.services import memory_lanes
 
 if TYPE_CHECKING:
     from daemon.ports import RecordPorts
@@ -41,9 +42,11 @@ async def push(node: RecordPorts, memories: Sequence[Any], deletions: Sequence[s
     """Apply what is newer than this node holds; returns how many items."""
     now = node.now_ms()
     items: list[tuple[str, str, dict[str, Any]]] = []
+    held = (await memory_lanes.rows(node, [m.id for m in memories], now_ms=now)
+            if memories else {})
     for m in memories:
         updated = _ms(m.updated_at, "updated_at") or now
-        current = await node.store.get_memory(m.id, now_ms=now)
+        current = held.get(m.id)
         if current is not None and current["updated_at_ms"] >= updated:
             continue  # insert-if-newer, as upstream does
         agent = m.metadata.get("agent_id") if isinstance(m.metadata.get("agent_id"), str) else None
@@ -61,16 +64,28 @@ async def push(node: RecordPorts, memories: Sequence[Any], deletions: Sequence[s
     return len(items)
 
 
+async def _since(node: RecordPorts, since_ms: int, limit: int,
+                 now_ms: int) -> list[dict[str, Any]]:
+    """The first ``limit`` memories changed after ``since_ms``, in the
+    store's order (oldest change first), from every lane."""
+    if node.settings.server.lanes == 1:
+        return [dict(r) for r in await node.store.memories_since(since_ms, limit=limit,
+                                                                  now_ms=now_ms)]
+    found = await memory_lanes.every_lane(node, "since", {"since": since_ms, "limit": limit,
+                                                          "now": now_ms})
+    return sorted((r for lane in found for r in lane),
+                  key=lambda r: (int(r["updated_at_ms"]), str(r["id"])))[:limit]
+
+
 async def since(node: RecordPorts, since: str | None, limit: int) -> dict[str, Any]:
     given = _ms(since, "since")
     since_ms = -1 if given is None else given  # none given: from the beginning
     now = node.now_ms()
-    rows = await node.store.memories_since(since_ms, limit=limit, now_ms=now)
+    rows = await _since(node, since_ms, limit, now)
     if rows and len(rows) == limit:
         # Finish the last millisecond: the next page starts strictly after it.
         last = rows[-1]["updated_at_ms"]
-        tail = await node.store.memories_since(last - 1, limit=limits.sync_since_limit_max,
-                                               now_ms=now)
+        tail = await _since(node, last - 1, limits.sync_since_limit_max, now)
         rows = ([r for r in rows if r["updated_at_ms"] < last]
                 + [r for r in tail if r["updated_at_ms"] == last])
     next_since = rfc3339(rows[-1]["updated_at_ms"]) if rows else since

@@ -296,5 +296,7 @@ def classify(op: Op, prior: MemoryVersion | None, node_id: str) -> Event | None:
     if op.kind in MEMORY_KINDS:
         return _memory_event(op, prior, node_id)
     if op.kind == K.LINK_PUT:
+        if op.key != K.mem_key(str(op.body.get("source_id"))):
+            return None  # the copy a lane keeps for the link's target (docs/lanes.md)
         return _link_event(op, prior, node_id)
     return _other_event(op, node_id)

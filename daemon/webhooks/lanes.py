@@ -1,7 +1,8 @@
 """Webhook subscriptions on a node with lanes (docs/lanes.md): every lane holds every one.
 
 Each lane applies the ops of its own keys (notifications on the agent's
-lane, mail on the project's, memories on lane 0), and the webhook intake of
+lane, mail on the project's, a memory on the lane its id names), and the
+webhook intake of
 the lane that applies an op makes its event (ops every lane applies, such
 as sessions and identity records, make none: :mod:`daemon.webhooks.events`).
 So each subscription is installed on every lane, the same row everywhere,

@@ -107,10 +107,11 @@ class LaneCluster:
                     p.wait(timeout=5)
 
     def call(self, nid: str, method: str, path: str, body: Any = None, *,
-             lane: int | None = None, key: str = ROOT_KEY,
-             timeout: float = 15.0) -> tuple[int, Any]:
+             lane: int | None = None, key: str = ROOT_KEY, timeout: float = 15.0,
+             headers: dict[str, str] | None = None) -> tuple[int, Any]:
         base = self.url(nid) if lane is None else self.lane_url(nid, lane)
-        return http(method, base + path, body, bearer(key) if key else {}, timeout)
+        return http(method, base + path, body,
+                    {**(bearer(key) if key else {}), **(headers or {})}, timeout)
 
     def everywhere(self) -> list[tuple[str, int]]:
         """Every (member, lane)."""

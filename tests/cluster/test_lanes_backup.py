@@ -56,14 +56,14 @@ def test_backup_every_lane_and_restore_the_same_count(node: LaneCluster, tmp_pat
     meta = json.loads(Path(f"{out}.json").read_text())
     lane1 = out.with_name("copy.lane1.db")
     assert meta["lanes"] == 2 and meta["lane_files"] == [str(out), str(lane1)], meta
-    assert layout(out) == "0/2/1" and layout(lane1) == "1/2/1"
+    assert layout(out) == "0/2/2" and layout(lane1) == "1/2/2"  # partition 2
     db = tmp_path / "restored" / "node.db"
     refused = cli("restore", str(out), "--db", str(db))  # lanes 1 by default
     assert refused.returncode != 0 and "2 lane(s)" in refused.stderr, refused.stderr
     assert not db.exists()
     done = cli("restore", str(out), "--db", str(db), "--lanes", "2")
     assert done.returncode == 0, done.stderr
-    assert layout(db) == "0/2/1" and layout(db.with_name("node.lane1.db")) == "1/2/1"
+    assert layout(db) == "0/2/2" and layout(db.with_name("node.lane1.db")) == "1/2/2"
 
 
 def _signed_since(c: LaneCluster, boot: str) -> tuple[int, Any, str]:

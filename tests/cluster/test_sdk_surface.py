@@ -34,9 +34,13 @@ def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture(scope="module")
-def trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("sdk3"))
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-lane", "two-lanes"])
+def trio(request: pytest.FixtureRequest,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three nodes, run once with one lane each and once with two (every
+    memory, mail and notify route of the SDK through a node's one port: with
+    two lanes about half of them land on a lane that does not own their key)."""
+    c = Cluster(tmp_path_factory.mktemp("sdk3"), lanes=request.param)
     for p in c.procs.values():  # subscriptions below point at a closed loopback port
         p.extra_env["AI_MEMORY_ALLOW_LOOPBACK_WEBHOOKS"] = "1"
     try:
@@ -227,7 +231,7 @@ def test_export_import_into_fresh_cluster(trio: Cluster, tmp_path: Path) -> None
         dump = c.export()
     mine = {m["id"]: m for m in dump["memories"] if m["namespace"] == ns}
     assert set(mine) == set(ids)
-    fresh = Cluster(tmp_path)
+    fresh = Cluster(tmp_path, lanes=trio.lanes)
     try:
         fresh.start()
         with AiMemoryClient(fresh.url("node2")) as f:

@@ -189,3 +189,15 @@ def test_the_design_note_lists_every_event_the_code_makes() -> None:
              for m in [re.match(r"\|[^|]*\| `(\w+)` \|", line)] if m}
     assert drawn == set(E.EVENTS)
 
+
+
+def test_a_link_is_an_event_once_the_copy_for_its_target_lane_none() -> None:
+    """With lanes a link is written under both ends' keys (each end's lane
+    keeps it); the op under its source's key is the event, the copy under
+    the target's key makes none, so a subscriber hears of it once."""
+    body = {"source_id": "m1", "target_id": "m2", "relation": "derived_from",
+            "created_at_ms": T0}
+    source = MemoryVersion((hlc(T0), "n1", 1), "mid", "team/a", "alice", None)
+    own = classify(Op("n1", 2, hlc(T0 + 1), K.LINK_PUT, "mem:m1", body), source, "node1")
+    assert own is not None and own.name == E.MEMORY_LINK_CREATED
+    assert classify(Op("n1", 3, hlc(T0 + 1), K.LINK_PUT, "mem:m2", body), None, "node1") is None

@@ -25,7 +25,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from common.lanes import lane_of
+from common.lanes import PARTITION_VERSION, lane_of
 from common.ops import inbox_key, mailbox_key
 from tests.cluster.harness import ROOT, free_port, http
 from tests.mcp.conftest import ok
@@ -334,7 +334,7 @@ def test_another_lane_count_is_refused(tmp_path: Path) -> None:
          "--lanes", "3"], cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert again.returncode == 4, again.stderr  # as for another cluster's database
-    assert "of 2 (partition 1); this process is lane" in again.stderr
+    assert f"of 2 (partition {PARTITION_VERSION}); this process is lane" in again.stderr
     assert "changes only offline" in again.stderr
     assert _db_files(n.db.parent) == files  # no lane2 database left behind
     plain = subprocess.run(

@@ -68,6 +68,9 @@ def test_a_bad_lane_count_is_refused(bad: int) -> None:
 def test_the_layout_check() -> None:
     check_layout("", 1, 2, "x.db", fresh=True)  # a new database takes its place
     check_layout("", 0, 1, "x.db", fresh=False)  # a node's from before lanes
+    check_layout("0/1/1", 0, 1, "x.db", fresh=False)  # one lane: no partition to differ
+    with pytest.raises(ClusterMismatch, match=r"is lane 1 of 2 \(partition 1\)"):
+        check_layout("1/2/1", 1, 2, "x.db", fresh=False)  # memories moved in partition 2
     check_layout(layout_value(1, 2), 1, 2, "x.db", fresh=False)
     with pytest.raises(ClusterMismatch, match="lane 0 of 1"):
         check_layout("", 0, 2, "x.db", fresh=False)
@@ -80,7 +83,7 @@ def test_which_lanes_a_write_goes_to() -> None:
         assert list(lanes_of_item(kind, "proj:ws/p", 3)) == [0, 1, 2]
     assert lanes_of_item(NSUB_PUT, agent_key("a"), 4) == (0,)
     assert lanes_of_item(MSG_SEND, mailbox_key("w", "p"), 4) == (lane_of(mailbox_key("w", "p"), 4),)
-    assert lane_of(mem_key("x"), 8) == 0
+    assert lane_of(mem_key("x"), 8) == lane_of_id("x", 8)  # a memory: where its id says
     items = [(NOTE_NEW, inbox_key(f"a{i}"), {}) for i in range(20)]
     items.append((SESSION_START, "proj:w/p", {}))
     items.append((APIKEY_PUT, "ident:dir", {}))
