@@ -166,14 +166,31 @@ def mint(key: str, lanes: int, make: Callable[[int], str]) -> str:
     return found
 
 
+def _lane_id_parts(cluster_id: str) -> tuple[int, int] | None:
+    """(lane count, partition version) of ``<cluster>.lane<i>of<L>[p<V>]``;
+    None for the id of a node without lanes."""
+    head, sep, tail = cluster_id.rpartition(".lane")
+    lane, of, rest = tail.partition("of")
+    count, p, version = rest.partition("p")
+    if (head and sep and of and lane.isdigit() and count.isdigit()
+            and (not p or version.isdigit())):
+        return int(count), int(version) if p else 1
+    return None
+
+
 def lanes_of_cluster_id(cluster_id: str) -> int | None:
     """The lane count a lane's cluster id names (``<cluster>.lane<i>of<L>``,
     :func:`daemon.lanes.layout.lane_cluster_id`): ``L``; 1 for the id of a
     node without lanes; None for no id."""
     if not cluster_id:
         return None
-    head, sep, tail = cluster_id.rpartition(".lane")
-    lane, of, count = tail.partition("of")
-    if head and sep and of and lane.isdigit() and count.isdigit():
-        return int(count)
-    return 1
+    parts = _lane_id_parts(cluster_id)
+    return 1 if parts is None else parts[0]
+
+
+def partition_of_cluster_id(cluster_id: str) -> int | None:
+    """The partition rule a laned member's cluster id names (``p<V>``; 1
+    where it names none, the ids of partition 1); None for a node without
+    lanes (one partition whatever the rule) or no id."""
+    parts = _lane_id_parts(cluster_id) if cluster_id else None
+    return None if parts is None else parts[1]

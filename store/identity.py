@@ -84,3 +84,12 @@ async def grant(reads: ReadPool, user: str, workspace: str,
         f"SELECT {_GRANT} FROM project_grants WHERE user = ? AND workspace = ? AND project = ?",
         (user, workspace, project or ""))
     return None if r is None else _grant(r)
+
+
+async def ranked_grant(reads: ReadPool, user: str, workspace: str,
+                       project: str | None) -> dict[str, Any] | None:
+    """:func:`grant`, with ``rank``: the stamp it won by (``[hlc, origin, seq]``)."""
+    r = await reads.fetchone(
+        f"SELECT {_GRANT}, hlc, origin, seq FROM project_grants"
+        " WHERE user = ? AND workspace = ? AND project = ?", (user, workspace, project or ""))
+    return None if r is None else {**_grant(r), "rank": [r["hlc"], r["origin"], r["seq"]]}

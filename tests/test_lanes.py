@@ -107,16 +107,27 @@ def test_a_lane_cluster_id_names_its_lane_count() -> None:
     assert lanes_of_cluster_id("m-abc") == 1
     assert lanes_of_cluster_id("team.lanes") == 1
     assert lanes_of_cluster_id("") is None
+    # the partition rule: named from partition 2 on, 1 where an id names none
+    from common.lanes import PARTITION_VERSION, partition_of_cluster_id
+    assert lane_cluster_id("m-abc", 1, 2) == f"m-abc.lane1of2p{PARTITION_VERSION}"
+    assert partition_of_cluster_id(lane_cluster_id("m-abc", 1, 2)) == PARTITION_VERSION
+    assert partition_of_cluster_id("m-abc.lane1of2") == 1  # a member of partition 1
+    assert lanes_of_cluster_id("m-abc.lane1of2") == 2
+    assert partition_of_cluster_id("m-abc") is None
 
 
 def test_joining_members_of_another_lane_count_is_refused() -> None:
     from common.errors import ClusterMismatch
+    from common.lanes import PARTITION_VERSION
     from daemon.replication.joining import check_lane_count
     from federation.bootstrap import SERVING, WAITING, PeerView
 
-    views = [PeerView("node1", True, SERVING, cluster_id="m-abc.lane0of2"),
+    views = [PeerView("node1", True, SERVING, cluster_id=f"m-abc.lane0of2p{PARTITION_VERSION}"),
              PeerView("node2", False, why="unreachable")]
     check_lane_count(views, 2)
+    # a laned member of partition 1 (memories all on lane 0) is refused too
+    with pytest.raises(ClusterMismatch, match="partition rule 1 and this member by rule"):
+        check_lane_count([PeerView("node1", True, SERVING, cluster_id="m-abc.lane0of2")], 2)
     with pytest.raises(ClusterMismatch, match="node1 runs 2 lanes and this member 1"):
         check_lane_count(views, 1)
     with pytest.raises(ClusterMismatch, match="node1 runs 1 lane and this member 3"):

@@ -110,8 +110,8 @@ async def lane_view(node: Node, user: str, workspace: str | None = None,
                     project: str | None = None) -> dict[str, Any]:
     """What this lane holds of ``user``: the user row, its keys and, given a
     workspace, its grant there (``/lane/v1/ident`` serves it to a sibling)."""
-    grant = None if workspace is None else await I.grant(node.store.reads, user, workspace,
-                                                         project)
+    grant = None if workspace is None else await I.ranked_grant(node.store.reads, user,
+                                                                workspace, project)
     return {"user": await I.user(node.store.reads, user),
             "keys": await I.keys(node.store.reads, user=user), "grant": grant}
 
@@ -262,6 +262,13 @@ async def grant(node: Node, user: str, workspace: str, project: str | None,
     return grant_json(row)
 
 
+def _level(row: dict[str, Any] | None) -> int:
+    """What a grant row allows: 0 nothing, 1 read, 2 write."""
+    if row is None or not row["granted"]:
+        return 0
+    return 2 if row["access"] == "write" else 1
+
+
 async def revoke(node: Node, user: str, workspace: str, project: str | None,
                  access: str) -> dict[str, Any]:
     """Take ``access`` away: revoking write leaves read; revoking read
@@ -269,19 +276,23 @@ async def revoke(node: Node, user: str, workspace: str, project: str | None,
     await _sync(node)
     views = await lane_views(node, user, workspace, project)
     rows = [v["grant"] for v in views if v["grant"] is not None]
-    # With lanes, the most any lane still grants: a revocation whose share
-    # failed on one lane (a 503) left it granted there, and its retry takes
-    # it away there too, whichever lane serves it.
-    granted = [r for r in rows if r["granted"]]
-    cur = max(granted, key=lambda r: r["access"] == "write") if granted else None
-    if cur is None or (access == "write" and cur["access"] == "read"):
+    # What this revocation leaves: the latest decision (the best-ranked row
+    # of any lane), capped by what it takes away. It is written when any lane
+    # grants more than that: with lanes, a revocation whose share failed on
+    # one lane (a 503) left it granted there, and its retry, through any
+    # lane, takes it away there too; a lane granting less is left alone.
+    newest = max(rows, key=lambda r: tuple(r["rank"])) if rows else None
+    left = min(_level(newest), 1 if access == "write" else 0)
+    if not any(_level(r) > left for r in rows):
         if rows:  # taken away by someone else, perhaps not yet acknowledged
             await _outwait(node)
         return {"user": user, "workspace": workspace, "project": project, "access": None,
                 "changed": False}
-    keep = "read" if access == "write" else None
+    assert newest is not None
+    keep = "read" if left == 1 else None
     body = {"user": user, "workspace": workspace, "project": project,
-            "access": keep or cur["access"], "granted": keep is not None, "at_ms": node.now_ms()}
+            "access": keep or newest["access"], "granted": keep is not None,
+            "at_ms": node.now_ms()}
     await _write_refused(node, [(PGRANT_PUT, IDENT_KEY, body)])
     return {"user": user, "workspace": workspace, "project": project, "access": keep,
             "changed": True}

@@ -11,9 +11,10 @@ node's with:
   members' lane ports from their one URL the same way, so the member list
   stays one URL per member;
 * peers that are lane ``i`` of the other members;
-* a cluster id that names the lane (``<cluster>.lane<i>of<L>``), so a lane
-  never joins or replicates with another lane, nor with a node of another
-  lane count (the existing cluster id checks refuse it).
+* a cluster id that names the lane (``<cluster>.lane<i>of<L>p<V>``, V the
+  partition rule), so a lane never joins or replicates with another lane,
+  nor with a node of another lane count or rule (the existing cluster id
+  checks refuse it).
 
 The client port stays the node's one port: every lane accepts on it.
 """
@@ -51,7 +52,11 @@ def lane_db_path(path: str, lane: int) -> str:
 
 
 def lane_cluster_id(cluster_id: str, lane: int, lanes: int) -> str:
-    return f"{cluster_id}.lane{lane}of{lanes}"
+    """Lane ``lane``'s cluster id: it names the lane count and, from partition
+    2 on, the partition rule, so members that would place keys on other
+    lanes refuse each other."""
+    version = f"p{PARTITION_VERSION}" if PARTITION_VERSION > 1 else ""
+    return f"{cluster_id}.lane{lane}of{lanes}{version}"
 
 
 def layout_value(lane: int, lanes: int) -> str:

@@ -43,7 +43,7 @@ from aiohttp import web
 
 from common import limits
 from common.errors import AiMemoryError, ClusterMismatch, Unavailable
-from common.lanes import lanes_of_cluster_id
+from common.lanes import PARTITION_VERSION, lanes_of_cluster_id, partition_of_cluster_id
 from daemon.http.errors import refuse_unread
 from daemon.http.jsonio import json_response
 from daemon.peer.auth import BOOT_HEADER, BootMismatch, Verifier
@@ -195,6 +195,12 @@ def check_lane_count(views: list[rule.PeerView], lanes: int) -> None:
                 f"{v.node_id} runs {theirs} lane{'s' if theirs != 1 else ''} and this member "
                 f"{lanes}: every member of a cluster runs the same lane count (--lanes; "
                 "docs/lanes.md)")
+        rule_of = partition_of_cluster_id(v.cluster_id) if v.answered else None
+        if lanes > 1 and rule_of is not None and rule_of != PARTITION_VERSION:
+            raise ClusterMismatch(
+                f"{v.node_id} places keys on its lanes by partition rule {rule_of} and this "
+                f"member by rule {PARTITION_VERSION}: every member of a laned cluster runs "
+                "one rule (docs/lanes.md, \"Memories over the lanes\")")
 
 
 async def _check_copy(peers: PeerClient, settings: Settings, copy_vv: dict[str, int],

@@ -125,9 +125,15 @@ async def export(node: AdminPorts) -> dict[str, Any]:
     if len(rows) > limits.export_memories_max:
         raise PayloadTooLarge(f"more than {limits.export_memories_max} memories to export "
                               "(limits.export_memories_max)", limit="export_memories_max")
-    unique = {(r["created_at_ms"], r["source_id"], r["target_id"], r["relation"]): r
-              for lane in found for r in lane["links"]}  # a link between two lanes: both
-    links = [link_json(unique[k]) for k in sorted(unique)]
+    # A link between two lanes comes from both, each copy with the time its
+    # lane kept (the earliest of its writes): once, at the earliest.
+    unique: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in (r for lane in found for r in lane["links"]):
+        k = (r["source_id"], r["target_id"], r["relation"])
+        if k not in unique or r["created_at_ms"] < unique[k]["created_at_ms"]:
+            unique[k] = r
+    links = [link_json(r) for r in sorted(unique.values(), key=lambda r: (
+        r["created_at_ms"], r["source_id"], r["target_id"], r["relation"]))]
     return {"memories": [memory_json(r) for r in rows], "links": links, "count": len(rows),
             "exported_at": rfc3339(now)}
 
@@ -172,7 +178,7 @@ async def import_(node: AdminPorts, body: ImportBody) -> dict[str, Any]:
         links.append({"source_id": link.source_id, "target_id": link.target_id,
                       "relation": link.relation,
                       "created_at_ms": parse_rfc3339(link.created_at) if link.created_at else now})
-    gone = await memory_lanes.tombstoned(node, [b["id"] for b in bodies])
+    gone = await memory_lanes.tombstoned(node, [b["id"] for b in bodies], barrier=True)
     live = await memory_lanes.rows(node, [b["id"] for b in bodies], now_ms=now)
     to_write: list[tuple[str, str, dict[str, Any]]] = []
     unchanged = 0
@@ -195,7 +201,7 @@ async def consolidate(node: AdminPorts, req: ConsolidateBody, *, agent: str | No
     if len(ids) < 2:
         raise BadRequest("consolidate needs at least two distinct memory ids")
     now = node.now_ms()
-    live = await memory_lanes.rows(node, ids, now_ms=now)
+    live = await memory_lanes.rows(node, ids, now_ms=now, barrier=True)
     sources = []
     for i in ids:
         if i not in live:
@@ -222,8 +228,15 @@ async def consolidate(node: AdminPorts, req: ConsolidateBody, *, agent: str | No
     items: list[tuple[str, str, dict[str, Any]]] = [(MEM_PUT, mem_key(new_id), body)]
     items += [item for i in ids for item in memory_lanes.link_items(node, {
         "source_id": new_id, "target_id": i, "relation": "derived_from", "created_at_ms": now})]
-    items += [(MEM_DEL, mem_key(i), {"id": i}) for i in ids]
-    await node.write(items)
+    deletes = [(MEM_DEL, mem_key(i), {"id": i}) for i in ids]
+    if node.settings.server.lanes == 1:
+        await node.write(items + deletes)  # one quorum write: all or nothing
+    else:
+        # The lanes' shares of one write land independently: the summary
+        # and its links first, so a failure leaves the sources in place
+        # (never deleted without their summary), then the sources' deletes.
+        await node.write(items)
+        await node.write(deletes)
     return {"id": new_id, "consolidated": len(ids), "sources": ids,
             "memory": memory_json({**body, "access_count": 0})}
 

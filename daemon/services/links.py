@@ -38,7 +38,8 @@ def link_json(row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def link(node: RecordPorts, req: LinkBody) -> dict[str, Any]:
-    live = await memory_lanes.rows(node, [req.source_id, req.target_id], now_ms=node.now_ms())
+    live = await memory_lanes.rows(node, [req.source_id, req.target_id], now_ms=node.now_ms(),
+                                   barrier=True)
     for memory_id in (req.source_id, req.target_id):
         if memory_id not in live:
             raise NotFound(f"memory {memory_id} not found")
@@ -93,7 +94,8 @@ async def lineage(node: RecordPorts, memory_id: str, q: LineageQuery) -> dict[st
         if not nxt:
             break
         frontier = nxt
-    gone = await memory_lanes.tombstoned(node, [n["id"] for n in nodes])
+    gone = await memory_lanes.tombstoned(node, [n["id"] for n in nodes],
+                                         barrier=node.settings.server.lanes > 1)
     for n in nodes:
         n["tombstoned"] = n["id"] in gone
     return {"id": memory_id, "direction": q.direction, "nodes": nodes, "count": len(nodes)}

@@ -189,16 +189,22 @@ async def get(node: RecordPorts, memory_id: str) -> dict[str, Any]:
 
 async def list_memories(node: RecordPorts, q: ListMemoriesQuery) -> dict[str, Any]:
     """With lanes, each lane's first ``offset + limit`` in the store's order
-    (priority, newest, id; all descending), merged and cut."""
+    (last change, then id; both descending), merged and cut."""
     kw: dict[str, Any] = {"namespace": q.namespace, "tier": q.tier, "tags": q.tags,
           "min_priority": q.min_priority, "agent_id": q.agent_id, "now_ms": node.now_ms()}
     if node.settings.server.lanes == 1:
         rows = await node.store.list_memories(**kw, limit=q.limit, offset=q.offset)
     else:
+        if q.offset + q.limit > limits.memory_list_fanout_max:
+            raise BadRequest(
+                f"offset + limit is over {limits.memory_list_fanout_max} on a node with lanes "
+                "(limits.memory_list_fanout_max): each lane would read that many; narrow the "
+                "listing (namespace, tags, tier) or page through /api/v1/sync/since",
+                limit="memory_list_fanout_max")
         answers = await memory_lanes.every_lane(
             node, "list", {"kw": {**kw, "limit": q.offset + q.limit, "offset": 0}})
         rows = sorted((r for a in answers for r in a),
-                      key=lambda r: (int(r["priority"]), int(r["created_at_ms"]), str(r["id"])),
+                      key=lambda r: (int(r["updated_at_ms"]), str(r["id"])),
                       reverse=True)[q.offset:q.offset + q.limit]
     memories = [memory_json(r) for r in rows]
     return {"memories": memories, "count": len(memories)}

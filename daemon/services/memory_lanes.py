@@ -7,9 +7,9 @@ names one memory is served by that lane (``daemon/lanes/table.py``); a read
 that spans memories (list, search, recall, stats, namespaces, export,
 forget, gc, sync, a purge's scan, a project brief, the memories a bulk
 create, an import, a consolidation or a link names) runs here: each lane
-answers a named query (:data:`QUERIES`) over its own store after its own
-read barrier (this lane directly, the others as ``/lane/v1/mem``), and the
-caller merges. A link is kept by both ends' lanes (:func:`link_items`), so
+answers a named query (:data:`QUERIES`) over its own store, after its own
+read barrier where the read it replaces took one (this lane directly, the
+others as ``/lane/v1/mem``), and the caller merges. A link is kept by both ends' lanes (:func:`link_items`), so
 the links of one memory are read on its lane.
 
 Without lanes every function here is the one local read.
@@ -36,9 +36,9 @@ async def _barrier(node: Any, a: dict[str, Any]) -> None:
 
 async def _rows(node: Any, a: dict[str, Any]) -> dict[str, Row]:
     ids = [str(i) for i in a["ids"]]
-    if len(ids) == 1:
+    if a.get("barrier") and len(ids) == 1:
         await node.read_barrier(mem_key(ids[0]))
-    else:
+    elif a.get("barrier"):
         await _barrier(node, a)
     out = {}
     for memory_id in ids:
@@ -49,7 +49,8 @@ async def _rows(node: Any, a: dict[str, Any]) -> dict[str, Row]:
 
 
 async def _tombstoned(node: Any, a: dict[str, Any]) -> list[str]:
-    await _barrier(node, a)
+    if a.get("barrier"):
+        await _barrier(node, a)
     return sorted(await S.tombstoned(node.store.reads, [str(i) for i in a["ids"]]))
 
 
@@ -99,7 +100,8 @@ async def _since(node: Any, a: dict[str, Any]) -> list[Row]:
 
 
 async def _under(node: Any, a: dict[str, Any]) -> list[str]:
-    await _barrier(node, a)
+    if a.get("barrier"):
+        await _barrier(node, a)
     return list(await node.store.memory_ids_under(a["namespace"], limit=a["limit"]))
 
 
@@ -110,7 +112,6 @@ async def _edges(node: Any, a: dict[str, Any]) -> list[Row]:
 
 
 async def _brief(node: Any, a: dict[str, Any]) -> Row:
-    await _barrier(node, a)
     ws, proj, now = a["workspace"], a["project"], a["now"]
     return {"pages": await brief_store.project_pages(node.store.reads, ws, proj, now_ms=now,
                                                      limit=a["pages"]),
@@ -155,17 +156,20 @@ async def by_lane(node: Any, name: str, ids: Iterable[str], args: dict[str, Any]
     return list(await asyncio.gather(*(ask(lane, share) for lane, share in shares.items())))
 
 
-async def rows(node: Any, ids: Iterable[str], *, now_ms: int) -> dict[str, Row]:
-    """The live memories of ``ids`` that exist, by id, wherever their lanes are."""
+async def rows(node: Any, ids: Iterable[str], *, now_ms: int,
+               barrier: bool = False) -> dict[str, Row]:
+    """The live memories of ``ids`` that exist, by id, wherever their lanes
+    are; with ``barrier``, each lane reads after its read barrier."""
     out: dict[str, Row] = {}
-    for found in await by_lane(node, "rows", ids, {"now": now_ms}):
+    for found in await by_lane(node, "rows", ids, {"now": now_ms, "barrier": barrier}):
         out.update(found)
     return out
 
 
-async def tombstoned(node: Any, ids: Iterable[str]) -> set[str]:
+async def tombstoned(node: Any, ids: Iterable[str], *, barrier: bool = False) -> set[str]:
     """Which of ``ids`` were deleted (their lanes hold a tombstone)."""
-    return {str(i) for found in await by_lane(node, "tombstoned", ids, {}) for i in found}
+    return {str(i) for found in await by_lane(node, "tombstoned", ids, {"barrier": barrier})
+            for i in found}
 
 
 def link_items(node: Any, body: Row) -> list[tuple[str, str, Row]]:

@@ -146,8 +146,9 @@ async def _purge_mailbox(node: PurgePorts, principal: Principal | None, workspac
 
 async def _delete_memories(node: PurgePorts, namespace: str) -> tuple[int, bool]:
     """Tombstone the memories under ``namespace``; (how many, more left?)."""
-    found = await memory_lanes.every_lane(node, "under", {
-        "namespace": namespace, "limit": limits.purge_memories_max + 1})
+    found = await memory_lanes.every_lane(node, "under", {  # (this lane passed its barrier)
+        "namespace": namespace, "limit": limits.purge_memories_max + 1,
+        "barrier": node.settings.server.lanes > 1})
     ids = sorted(i for lane in found for i in lane)
     more = len(ids) > limits.purge_memories_max
     ids = ids[:limits.purge_memories_max]

@@ -33,9 +33,10 @@ from tests.cluster.lanes_harness import (
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
-@pytest.fixture
-def lanes(tmp_path: Path) -> Iterator[LaneCluster]:
-    with started(tmp_path, n=3) as c:
+@pytest.fixture(scope="module")
+def lanes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaneCluster]:
+    """One cluster for the module (each test names its own users)."""
+    with started(tmp_path_factory.mktemp("laneadmin"), n=3) as c:
         yield c
 
 

@@ -74,7 +74,7 @@ def test_memories_spread_over_the_lanes_and_every_read_finds_them(lanes: LaneClu
         assert len(whole["memories"]) == 6
     listed = ok(c.call("node2", "GET", "/api/v1/memories?limit=100", lane=1))["memories"]
     assert {m["id"] for m in listed} >= set(made)
-    order = [(m["priority"], m["created_at"], m["id"]) for m in listed]
+    order = [(m["updated_at"], m["id"]) for m in listed]  # the store's: last change first
     assert order == sorted(order, reverse=True)
     pages = [ok(c.call("node1", "GET", f"/api/v1/memories?limit=5&offset={o}", lane=o % 2))
              ["memories"] for o in range(0, len(listed), 5)]

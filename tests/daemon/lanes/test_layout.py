@@ -10,7 +10,15 @@ import pytest
 from aiohttp import web
 
 from common.errors import ClusterMismatch
-from common.lanes import GLOBAL_KINDS, id_fits, lane_of, lane_of_id, lanes_of_item, mint
+from common.lanes import (
+    GLOBAL_KINDS,
+    PARTITION_VERSION,
+    id_fits,
+    lane_of,
+    lane_of_id,
+    lanes_of_item,
+    mint,
+)
 from common.ops import (
     APIKEY_PUT,
     MSG_SEND,
@@ -53,8 +61,8 @@ def test_lane_settings() -> None:
     assert one.server.lane == 1 and one.server.peer_port == 9077 + 200
     assert one.store.db_path == "/d/n.lane1.db"
     assert [p.url for p in one.cluster.peers] == ["http://127.0.0.1:9278", "http://127.0.0.1:9279"]
-    assert one.cluster.cluster_id.endswith(".lane1of2")
-    assert lane_settings(s, 0).cluster.cluster_id.endswith(".lane0of2")
+    assert one.cluster.cluster_id.endswith(f".lane1of2p{PARTITION_VERSION}")
+    assert lane_settings(s, 0).cluster.cluster_id.endswith(f".lane0of2p{PARTITION_VERSION}")
     plain = load_settings({"port": 9077}, env={})
     assert lane_settings(plain, 0) is plain and plain.server.peer_port == 9077
 
