@@ -20,10 +20,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from common.lanes import lane_of
+from common.lanes import lane_of, memory_placement
 from common.ops import inbox_key
 
-WORKLOADS = ("echo", "notify", "inbox", "sendpop", "mix")
+WORKLOADS = ("echo", "notify", "inbox", "sendpop", "mix", "memory", "memlist")
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,31 @@ async def op_sendpop(r: Requester, spec: WorkloadSpec, rng: random.Random) -> in
     return status
 
 
+def _namespace(spec: WorkloadSpec, rng: random.Random) -> str:
+    return f"bench-ns-{rng.randrange(spec.agents)}"
+
+
+async def op_memory(r: Requester, spec: WorkloadSpec, rng: random.Random) -> int:
+    """Store one memory in one of ``agents`` namespaces (with ``direct_lanes``,
+    at the port of the lane the namespace's new memories are made on)."""
+    ns = _namespace(spec, rng)
+    body = {"title": f"bench memory {rng.getrandbits(32):08x}", "content": _payload(spec, rng),
+            "namespace": ns, "tier": "mid", "priority": 1 + rng.randrange(9)}
+    offset = 0
+    if spec.direct_lanes > 0:
+        offset = spec.lane_port_offset * (lane_of(memory_placement(ns), spec.direct_lanes) + 1)
+    status, _ = await r.call("memory", "POST", "/api/v1/memories", json=body,
+                             headers={"X-Agent-Id": "bench-writer"}, port_offset=offset)
+    return status
+
+
+async def op_memlist(r: Requester, spec: WorkloadSpec, rng: random.Random) -> int:
+    """List the newest 20 memories of one namespace (with lanes: every lane asked)."""
+    status, _ = await r.call("memlist", "GET", "/api/v1/memories",
+                             params={"namespace": _namespace(spec, rng), "limit": "20"})
+    return status
+
+
 async def op_mix(r: Requester, spec: WorkloadSpec, rng: random.Random) -> int:
     names = [n for n, _ in spec.mix]
     weights = [w for _, w in spec.mix]
@@ -163,4 +188,6 @@ OPERATIONS = {
     "inbox": op_inbox,
     "sendpop": op_sendpop,
     "mix": op_mix,
+    "memory": op_memory,
+    "memlist": op_memlist,
 }

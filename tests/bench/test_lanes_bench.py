@@ -36,9 +36,21 @@ def test_a_two_lane_node_is_measured_over_every_process(tmp_path: Path) -> None:
             res = result_dict(r)
             assert res["ok"] == 120
             assert set(res["cpu"]["process_ms_per_op"]) == set(pids)
+        # memories (bench.lanes_memory): a store is made on its namespace's
+        # lane, a listing asks every lane
+        for name, s in (("memory", WorkloadSpec("memory")),
+                        ("memory direct", WorkloadSpec("memory", direct_lanes=2)),
+                        ("memlist", WorkloadSpec("memlist"))):
+            before = lanes.handoffs(cluster.lane_urls())
+            r = run_job(LoadJob(s, cluster.urls, mode="count", total=120, concurrency=8,
+                                cpu_pids=cluster.pids(), client="raw"))
+            counts[name] = lanes.handoffs(cluster.lane_urls()) - before
+            assert result_dict(r)["ok"] == 120, name
     # through the node's port about half go to the other lane; never on the owning lane's port
     assert 20 <= counts["plain"] <= 100
     assert counts["direct"] == 0
+    assert 20 <= counts["memory"] <= 100 and counts["memory direct"] == 0
+    assert counts["memlist"] == 0  # served where it arrives, each lane asked for its share
 
 
 def _burst(rps: float, cpu: float, share: float) -> dict[str, Any]:
