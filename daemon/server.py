@@ -28,6 +28,7 @@ from daemon.api.call import frame_runner
 from daemon.http.errors import BoundaryRunner
 from daemon.lanes.frames import FrameServer, ops_socket_path
 from daemon.lanes.layout import lane_settings, socket_path
+from daemon.lanes.router import call_runner
 from daemon.replication.joining import prepare
 from daemon.runtime import collector, tls
 from daemon.runtime.logs import configure as configure_logs
@@ -130,7 +131,8 @@ def _frame_server(app: web.Application, settings: Settings) -> FrameServer | Non
     s = settings.server
     if not (s.laned and s.lane_dir):
         return None
-    return FrameServer(ops_socket_path(s.lane_dir, s.lane), frame_runner(app, OPERATIONS))
+    return FrameServer(ops_socket_path(s.lane_dir, s.lane),
+                       call_runner(app, frame_runner(app, OPERATIONS)))
 
 
 def run(settings: Settings, notifier: Notifier | None = None) -> None:

@@ -9,7 +9,9 @@ and the time left) on a persistent link, and the owner runs the operation
 and answers its JSON and status, or its refusal encoded as
 :func:`daemon.replication.forwarding.encode_error`. Streams, the web inbox,
 routes that are no operation and the fan-outs keep the whole-HTTP hop
-(:mod:`daemon.lanes.hop`).
+(:mod:`daemon.lanes.hop`). The lanes' own calls to each other (a write's
+share, a memory query, a user's records: ``Siblings.call``) go on the same
+link as ``[CALL_FRAME, name, payload]``.
 
 The link is one Unix stream socket per pair of lanes (``lane<i>.ops.sock``
 in the supervisor's private directory, served by each lane), carrying
@@ -44,6 +46,13 @@ log = logging.getLogger("ai_memory.lanes")
 OPS_SOCKET_NAME: Final = "lane{}.ops.sock"
 _LEN: Final = struct.Struct(">I")
 _FRAME_MAX: Final = 64 * 1024 * 1024
+# A sibling's call (``Siblings.call``, the lanes' own reads and writes) as a
+# frame: ``[CALL_FRAME, name, payload]``, answered (200, its answer as
+# msgpack). An answer over CALL_FRAME_MAX is refused with TOO_BIG_CODE and
+# the caller asks again over the lanes' HTTP socket, which has no such bound.
+CALL_FRAME: Final = "call"
+CALL_FRAME_MAX: Final = _FRAME_MAX // 2
+TOO_BIG_CODE: Final = "too_big_for_a_frame"
 _CONNECT_TIMEOUT_S: Final = 5.0
 
 Runner = Callable[[Any], Awaitable[tuple[int, bytes]]]

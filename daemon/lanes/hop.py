@@ -42,8 +42,8 @@ from multidict import CIMultiDict
 
 from common import limits
 from common.certs import member_of
-from common.errors import AiMemoryError, Unavailable, from_body
-from daemon.lanes.frames import FrameLinks
+from common.errors import AiMemoryError, PayloadTooLarge, Unavailable, from_body
+from daemon.lanes.frames import CALL_FRAME, TOO_BIG_CODE, FrameLinks
 from daemon.lanes.layout import socket_path
 from daemon.replication.forwarding import decode_error
 
@@ -413,7 +413,21 @@ class Siblings:
         return answer
 
     async def call(self, lane: int, name: str, payload: Any) -> Any:
-        """Run ``/lane/v1/<name>`` on lane ``lane`` with ``payload``; its answer, or its error raised."""
+        """Run the lanes' call ``name`` on lane ``lane`` with ``payload``: its
+        answer, or its error raised. It goes as a frame on the lanes' link
+        (:data:`daemon.lanes.frames.CALL_FRAME`); an answer too large for a
+        frame is asked for again as ``/lane/v1/<name>`` on the HTTP socket."""
+        try:
+            _, data = await self.frames.call(lane, [CALL_FRAME, name, payload],
+                                             self.frame_time_left())
+        except PayloadTooLarge as exc:
+            if exc.code != TOO_BIG_CODE:
+                raise
+            return await self.http_call(lane, name, payload)
+        return msgpack.unpackb(data, raw=False)
+
+    async def http_call(self, lane: int, name: str, payload: Any) -> Any:
+        """``/lane/v1/<name>`` on lane ``lane`` over the HTTP socket."""
         try:
             async with self._session(lane).post(
                     "http://lane" + RPC_PREFIX + name, data=msgpack.packb(payload),

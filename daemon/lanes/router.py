@@ -39,7 +39,7 @@ from typing import Any
 import msgpack
 from aiohttp import web
 
-from common.errors import AiMemoryError, ClusterMismatch, NotFound
+from common.errors import AiMemoryError, ClusterMismatch, NotFound, PayloadTooLarge
 from common.ops import ALL_KEYS, IDENT_KEY
 from daemon.http.appkeys import NODE
 from daemon.http.auth import PRINCIPAL
@@ -47,7 +47,14 @@ from daemon.http.errors import BODY_READ, Handler, decode_json
 from daemon.http.jsonio import loads
 from daemon.identity import admin
 from daemon.lanes import rules, table  # noqa: F401  (table fills the rules)
-from daemon.lanes.frames import HANDOFF, frame_of, route_of
+from daemon.lanes.frames import (
+    CALL_FRAME,
+    CALL_FRAME_MAX,
+    HANDOFF,
+    TOO_BIG_CODE,
+    frame_of,
+    route_of,
+)
 from daemon.lanes.hop import RPC_PREFIX, arrived_by_hop
 from daemon.replication.forwarding import decode_request, encode_error, encode_result
 from daemon.replication.joining import HELLO_PATH
@@ -211,49 +218,69 @@ async def run_call(request: web.Request, method: str, pattern: str, path: str,
 
 
 # -- the lanes' own calls -------------------------------------------------------------
+async def serve_call(node: Any, name: str, payload: Any) -> Any:
+    """A sibling's call ``name`` on this lane (``Siblings.call``: a frame on
+    the lanes' link, or ``/lane/v1/<name>`` over their HTTP socket): its answer,
+    or an :class:`AiMemoryError` raised."""
+    if name == "write":
+        ops = await node.write_here([(str(k), str(key), dict(p)) for k, key, p in payload])
+        return [op.to_wire() for op in ops]
+    if name == "mailbox":
+        return encode_result(await node.router.route(decode_request(payload)))
+    if name == "refuse":  # identity records taken away: write, confirm on every member
+        await admin.write_refused_here(node, [(str(k), str(key), dict(p)) for k, key, p in payload])
+        return None
+    if name == "ident":  # a user's records on this lane (daemon/identity/admin.py)
+        await node.read_barrier(IDENT_KEY)
+        return await admin.lane_view(node, str(payload[0]),
+                                     *(None if x is None else str(x) for x in payload[1:3]))
+    if name == "purge_scan":  # a purge's look at this lane's mailboxes
+        return await purge.mailbox_projects(node, str(payload[0]),
+                                            None if payload[1] is None else str(payload[1]))
+    if name == "purge_sent":  # the cleanup's: projects that sent mail this lane holds
+        return await purge.sent_from(node, [(str(w), str(p)) for w, p in payload])
+    if name == "status":
+        return node.status()
+    if name == "agents":  # a broadcast's recipients (daemon/services/notify.py)
+        await node.read_barrier(ALL_KEYS)
+        return await node.store.list_agents()
+    if name == "unread":  # an agent's unread count for a notice (services/notices.py)
+        found = await notices.unread(node, str(payload))
+        return None if found is None else [found.agent, found.count, found.senders,
+                                           found.more_senders]
+    if name == "seen":  # an agent's last seen (daemon/services/agents.py)
+        return await agents.refresh_seen(node, str(payload))
+    if name == "mem":  # a memory read on this lane (daemon/services/memory_lanes.py)
+        return await memory_lanes.here(node, str(payload[0]), dict(payload[1]))
+    if name == "webhooks":  # a subscription on every lane (daemon/webhooks/lanes.py)
+        return await node.webhooks.lane_call(payload)
+    raise NotFound(f"no lane call {name!r}")
+
+
+def call_runner(app: web.Application, operations: Callable[[Any], Awaitable[tuple[int, bytes]]]
+                ) -> Callable[[Any], Awaitable[tuple[int, bytes]]]:
+    """What this lane's frame socket runs: a sibling's call (``[CALL_FRAME,
+    name, payload]``: its answer as msgpack), else an operation handed over
+    (``operations``, :func:`daemon.api.call.frame_runner`)."""
+    async def run(frame: Any) -> tuple[int, bytes]:
+        if isinstance(frame, list) and len(frame) == 3 and frame[0] == CALL_FRAME:
+            answer = msgpack.packb(await serve_call(app[NODE], str(frame[1]), frame[2]),
+                                   use_bin_type=True)
+            if len(answer) > CALL_FRAME_MAX:
+                raise PayloadTooLarge(f"{len(answer)} bytes: over a frame", code=TOO_BIG_CODE)
+            return 200, answer
+        return await operations(frame)
+    return run
+
+
 async def rpc(request: web.Request) -> web.Response:
-    """``/lane/v1/<name>``: a sibling's call, on the local socket only."""
+    """``/lane/v1/<name>``: a sibling's call over the HTTP socket, on the local
+    socket only (a call whose answer is too large for a frame comes this way)."""
     if not arrived_by_hop(request):
         raise NotFound("no such route")
-    node = request.app[NODE]
-    name = request.match_info["name"]
     try:
         payload = msgpack.unpackb(await request.read(), raw=False)
-        if name == "write":
-            ops = await node.write_here([(str(k), str(key), dict(p)) for k, key, p in payload])
-            answer: Any = [op.to_wire() for op in ops]
-        elif name == "mailbox":
-            answer = encode_result(await node.router.route(decode_request(payload)))
-        elif name == "refuse":  # identity records taken away: write, confirm on every member
-            await admin.write_refused_here(node, [(str(k), str(key), dict(p))
-                                                  for k, key, p in payload])
-            answer = None
-        elif name == "ident":  # a user's records on this lane (daemon/identity/admin.py)
-            await node.read_barrier(IDENT_KEY)
-            answer = await admin.lane_view(node, str(payload[0]),
-                                           *(None if x is None else str(x) for x in payload[1:3]))
-        elif name == "purge_scan":  # a purge's look at this lane's mailboxes
-            answer = await purge.mailbox_projects(node, str(payload[0]),
-                                                  None if payload[1] is None else str(payload[1]))
-        elif name == "purge_sent":  # the cleanup's: projects that sent mail this lane holds
-            answer = await purge.sent_from(node, [(str(w), str(p)) for w, p in payload])
-        elif name == "status":
-            answer = node.status()
-        elif name == "agents":  # a broadcast's recipients (daemon/services/notify.py)
-            await node.read_barrier(ALL_KEYS)
-            answer = await node.store.list_agents()
-        elif name == "unread":  # an agent's unread count for a notice (services/notices.py)
-            found = await notices.unread(node, str(payload))
-            answer = None if found is None else [found.agent, found.count, found.senders,
-                                                 found.more_senders]
-        elif name == "seen":  # an agent's last seen (daemon/services/agents.py)
-            answer = await agents.refresh_seen(node, str(payload))
-        elif name == "mem":  # a memory read on this lane (daemon/services/memory_lanes.py)
-            answer = await memory_lanes.here(node, str(payload[0]), dict(payload[1]))
-        elif name == "webhooks":  # a subscription on every lane (daemon/webhooks/lanes.py)
-            answer = await node.webhooks.lane_call(payload)
-        else:
-            raise NotFound(f"no lane call {name!r}")
+        answer = await serve_call(request.app[NODE], request.match_info["name"], payload)
     except AiMemoryError as exc:
         return web.Response(status=exc.status, body=msgpack.packb({"error": encode_error(exc)}),
                             content_type="application/msgpack")

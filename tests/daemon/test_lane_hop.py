@@ -138,3 +138,58 @@ async def test_a_lane_that_is_down_is_a_retryable_503(tmp_path: Path) -> None:
     finally:
         await siblings.close()
         await runner.cleanup()
+
+
+class _StatusNode:
+    """Enough of a node for the lanes' ``status`` call."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.asked = 0
+
+    def status(self) -> dict[str, object]:
+        self.asked += 1
+        return {"lane": 1, "filler": "y" * self.size}
+
+
+async def test_a_sibling_call_goes_as_a_frame_and_a_too_large_answer_over_http(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Siblings.call`` sends the lanes' own calls on the frame link; an
+    answer over ``CALL_FRAME_MAX`` is refused there (it would close the link
+    for every call on it) and asked for again over the HTTP socket."""
+    from daemon.api.call import frame_runner
+    from daemon.http.appkeys import NODE
+    from daemon.lanes import router
+    from daemon.lanes.frames import FrameServer, ops_socket_path
+
+    monkeypatch.setattr(router, "CALL_FRAME_MAX", 4096)
+    node = _StatusNode(10)
+    app = web.Application()
+    app[NODE] = node  # type: ignore[assignment]
+    over_http: list[str] = []
+
+    async def rpc(request: web.Request) -> web.StreamResponse:
+        over_http.append(request.match_info["name"])
+        return await router.rpc(request)
+    app.router.add_post("/lane/v1/{name}", rpc)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.UnixSite(runner, socket_path(str(tmp_path), 1)).start()
+    frames = FrameServer(ops_socket_path(str(tmp_path), 1),
+                         router.call_runner(app, frame_runner(app, [])))
+    await frames.start()
+    siblings = Siblings(str(tmp_path), 0, 2)
+    try:
+        small = await siblings.call(1, "status", None)
+        assert small == {"lane": 1, "filler": "y" * 10} and node.asked == 1
+        assert over_http == []  # a frame
+        node.size = 100_000  # over the (lowered) bound: refused as a frame, then over HTTP
+        big = await siblings.call(1, "status", None)
+        assert len(big["filler"]) == 100_000 and node.asked == 3
+        assert over_http == ["status"]
+        with pytest.raises(Exception, match="no lane call"):  # a refusal crosses as itself
+            await siblings.call(1, "nonsense", None)
+    finally:
+        await siblings.close()
+        await frames.stop()
+        await runner.cleanup()
