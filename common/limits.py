@@ -226,6 +226,8 @@ mailbox_owner_idle_secs = 300.0  # an owner drops an idle mailbox's model (re-ac
 # A member with no database asks the others what they hold before it serves
 # (federation/bootstrap.py, daemon/replication/joining.py).
 cluster_id_max_chars = 64
+# A lane's cluster id is the cluster's plus ".lane<i>of<L>p<V>" (daemon/lanes/layout.py).
+lane_cluster_id_max_chars = cluster_id_max_chars + 24
 join_probe_timeout_secs = 2.0  # one probe of one member
 join_retry_first_secs = 0.2  # the first wait between rounds of probes ...
 join_retry_max_secs = 5.0  # ... doubling up to this

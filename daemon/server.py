@@ -103,7 +103,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None,
             stop_watching()
         await notifier.stopping()
         if frames is not None:
-            await frames.stop()
+            await frames.stop(settings.server.shutdown_grace_secs)
         if runner is not None:
             await runner.cleanup()
         await node.stop()

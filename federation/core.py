@@ -242,6 +242,11 @@ class NodeCore:
         (``store.records.body_rank``), so every lane's group ranks it alike."""
         return self.hlc.now(now_ms)
 
+    def observe_stamp(self, stamp: int, now_ms: int) -> None:
+        """Move the clock past ``stamp`` (one read from a record, such as the
+        rank of the latest grant a revocation must outrank)."""
+        self.hlc.observe(stamp, now_ms)
+
     def _observe_rank(self, rank: Any, now_ms: int) -> None:
         """Move the clock past a body's ``rank`` (minted by a sibling lane's
         clock), so that what this lane mints after it ranks above it."""

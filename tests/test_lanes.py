@@ -114,6 +114,12 @@ def test_a_lane_cluster_id_names_its_lane_count() -> None:
     assert partition_of_cluster_id("m-abc.lane1of2") == 1  # a member of partition 1
     assert lanes_of_cluster_id("m-abc.lane1of2") == 2
     assert partition_of_cluster_id("m-abc") is None
+    # the longest id a member may configure, on the most lanes, is read whole
+    # from a peer's answer (joining cuts it at lane_cluster_id_max_chars)
+    from common import limits
+    longest = lane_cluster_id("c" * limits.cluster_id_max_chars, 1023, 1024)
+    assert len(longest) <= limits.lane_cluster_id_max_chars
+    assert lanes_of_cluster_id(longest[:limits.lane_cluster_id_max_chars]) == 1024
 
 
 def test_joining_members_of_another_lane_count_is_refused() -> None:

@@ -282,6 +282,8 @@ async def revoke(node: Node, user: str, workspace: str, project: str | None,
     # one lane (a 503) left it granted there, and its retry, through any
     # lane, takes it away there too; a lane granting less is left alone.
     newest = max(rows, key=lambda r: tuple(r["rank"])) if rows else None
+    if newest is not None:  # what this writes must outrank it, whichever clock made it
+        node.core.observe_stamp(int(newest["rank"][0]), node.now_ms())
     left = min(_level(newest), 1 if access == "write" else 0)
     if not any(_level(r) > left for r in rows):
         if rows:  # taken away by someone else, perhaps not yet acknowledged

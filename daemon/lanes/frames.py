@@ -255,10 +255,16 @@ class FrameLinks:
 class _Server(Framed):
     """The owning lane's end: runs each frame as a task, answers in any order."""
 
-    def __init__(self, run: Runner, tasks: set[asyncio.Task[None]]) -> None:
+    def __init__(self, run: Runner, tasks: set[asyncio.Task[None]],
+                 conns: set[_Server]) -> None:
         super().__init__()
         self._run_frame = run
         self._tasks = tasks
+        self._conns = conns
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._conns.add(self)
 
     def frame(self, obj: Any) -> None:
         rid, frame = obj
@@ -281,6 +287,7 @@ class _Server(Framed):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._conns.discard(self)
 
 
 def _remove(path: str) -> None:
@@ -295,17 +302,28 @@ class FrameServer:
         self._run = run
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._conns: set[_Server] = set()
 
     async def start(self) -> None:
         _remove(self.path)
         self._server = await asyncio.get_running_loop().create_unix_server(
-            lambda: _Server(self._run, self._tasks), self.path)
+            lambda: _Server(self._run, self._tasks, self._conns), self.path)
 
-    async def stop(self) -> None:
+    async def stop(self, grace_s: float = 0.0) -> None:
+        """Take no more links; let the frames that run finish and answer for
+        up to ``grace_s`` (a write's share in flight lands and says so), then
+        cancel what is left and close the links, so that their callers fail
+        at once (a retryable 503) instead of waiting out their timeout."""
         if self._server is not None:
             self._server.close()
             self._server = None
         _remove(self.path)
+        if self._tasks and grace_s > 0:
+            await asyncio.wait(list(self._tasks), timeout=grace_s)
         for task in list(self._tasks):
             task.cancel()
+        await asyncio.sleep(0)  # the answers just queued go out in this pass's write
+        for conn in list(self._conns):
+            if conn.transport is not None:
+                conn.transport.close()
 

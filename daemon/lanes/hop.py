@@ -24,7 +24,10 @@ write, and the answer's head is parsed once; an answer framed by
 ``Content-Length`` comes back whole, a chunked one (a push stream) is
 relayed chunk by chunk. aiohttp's client cost about as much CPU as the
 owning lane's whole notify (docs/performance.md, "Lanes v1 measured").
-The lanes' own calls (:meth:`Siblings.call`, msgpack) stay on aiohttp.
+The lanes' own calls (:meth:`Siblings.call`) go as frames on the
+operations' link (:data:`daemon.lanes.frames.CALL_FRAME`); a read whose
+answer is too large for a frame comes again as ``/lane/v1/<name>`` here,
+through aiohttp.
 """
 
 from __future__ import annotations
@@ -416,7 +419,8 @@ class Siblings:
         """Run the lanes' call ``name`` on lane ``lane`` with ``payload``: its
         answer, or its error raised. It goes as a frame on the lanes' link
         (:data:`daemon.lanes.frames.CALL_FRAME`); an answer too large for a
-        frame is asked for again as ``/lane/v1/<name>`` on the HTTP socket."""
+        frame is asked for again as ``/lane/v1/<name>`` on the HTTP socket
+        (only a call that reads: ``daemon.lanes.router.READ_CALLS``)."""
         try:
             _, data = await self.frames.call(lane, [CALL_FRAME, name, payload],
                                              self.frame_time_left())

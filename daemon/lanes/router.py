@@ -257,6 +257,15 @@ async def serve_call(node: Any, name: str, payload: Any) -> Any:
     raise NotFound(f"no lane call {name!r}")
 
 
+# The lanes' calls that only read: one whose answer is too large for a frame
+# is refused there and asked for again over HTTP (run twice: harmless). The
+# others (a write's share, a refusal, a mailbox request, a last-seen refresh,
+# a webhook change) are answered as a frame whatever their size, so that none
+# runs twice; their answers are bounded by the request body limit far below.
+READ_CALLS = frozenset({"ident", "purge_scan", "purge_sent", "status", "agents", "unread",
+                        "mem"})
+
+
 def call_runner(app: web.Application, operations: Callable[[Any], Awaitable[tuple[int, bytes]]]
                 ) -> Callable[[Any], Awaitable[tuple[int, bytes]]]:
     """What this lane's frame socket runs: a sibling's call (``[CALL_FRAME,
@@ -264,9 +273,10 @@ def call_runner(app: web.Application, operations: Callable[[Any], Awaitable[tupl
     (``operations``, :func:`daemon.api.call.frame_runner`)."""
     async def run(frame: Any) -> tuple[int, bytes]:
         if isinstance(frame, list) and len(frame) == 3 and frame[0] == CALL_FRAME:
-            answer = msgpack.packb(await serve_call(app[NODE], str(frame[1]), frame[2]),
+            name = str(frame[1])
+            answer = msgpack.packb(await serve_call(app[NODE], name, frame[2]),
                                    use_bin_type=True)
-            if len(answer) > CALL_FRAME_MAX:
+            if len(answer) > CALL_FRAME_MAX and name in READ_CALLS:  # asked again over HTTP
                 raise PayloadTooLarge(f"{len(answer)} bytes: over a frame", code=TOO_BIG_CODE)
             return 200, answer
         return await operations(frame)

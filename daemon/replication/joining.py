@@ -173,8 +173,8 @@ async def _probe(peers: PeerClient, peer: str) -> rule.PeerView:
     if not isinstance(answer, dict) or answer.get("state") not in (rule.WAITING, rule.SERVING,
                                                                    rule.CHECKING):
         return rule.PeerView(peer, False, why=f"odd answer {str(answer)[:80]}")
-    return rule.PeerView(peer, True, str(answer["state"]),
-                         cluster_id=str(answer.get("cluster_id") or "")[:limits.cluster_id_max_chars],
+    cluster_id = str(answer.get("cluster_id") or "")[:limits.lane_cluster_id_max_chars]
+    return rule.PeerView(peer, True, str(answer["state"]), cluster_id=cluster_id,
                          fresh=answer.get("fresh") is True,
                          collected=_collected(answer.get("collected")))
 

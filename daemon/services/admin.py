@@ -229,8 +229,8 @@ async def consolidate(node: AdminPorts, req: ConsolidateBody, *, agent: str | No
     items += [item for i in ids for item in memory_lanes.link_items(node, {
         "source_id": new_id, "target_id": i, "relation": "derived_from", "created_at_ms": now})]
     deletes = [(MEM_DEL, mem_key(i), {"id": i}) for i in ids]
-    if node.settings.server.lanes == 1:
-        await node.write(items + deletes)  # one quorum write: all or nothing
+    if len({node.lane_elsewhere(key) for _, key, _ in items + deletes}) == 1:
+        await node.write(items + deletes)  # one lane: one quorum write, all or nothing
     else:
         # The lanes' shares of one write land independently: the summary
         # and its links first, so a failure leaves the sources in place

@@ -9,7 +9,8 @@ forget, gc, sync, a purge's scan, a project brief, the memories a bulk
 create, an import, a consolidation or a link names) runs here: each lane
 answers a named query (:data:`QUERIES`) over its own store, after its own
 read barrier where the read it replaces took one (this lane directly, the
-others as ``/lane/v1/mem``), and the caller merges. A link is kept by both ends' lanes (:func:`link_items`), so
+others by the lanes' call ``mem``, a frame: ``Siblings.call``), and the
+caller merges. A link is kept by both ends' lanes (:func:`link_items`), so
 the links of one memory are read on its lane.
 
 Without lanes every function here is the one local read.
@@ -127,7 +128,7 @@ QUERIES: Final[dict[str, Query]] = {
 
 
 async def here(node: Any, name: str, args: dict[str, Any]) -> Any:
-    """Query ``name`` on this lane (and the ``/lane/v1/mem`` call of a sibling)."""
+    """Query ``name`` on this lane (and a sibling's call ``mem``)."""
     query = QUERIES.get(name)
     if query is None:
         raise NotFound(f"no memory query {name!r}")

@@ -187,9 +187,68 @@ async def test_a_sibling_call_goes_as_a_frame_and_a_too_large_answer_over_http(
         big = await siblings.call(1, "status", None)
         assert len(big["filler"]) == 100_000 and node.asked == 3
         assert over_http == ["status"]
+        # a call that writes is answered as a frame whatever its size: it
+        # must not run twice (a frame, then again over HTTP)
+        ran: list[str] = []
+        real = router.serve_call
+
+        async def serve(node: object, name: str, payload: object) -> object:
+            if name == "write":
+                ran.append(name)
+                return ["op" * 10_000]
+            return await real(node, name, payload)
+        monkeypatch.setattr(router, "serve_call", serve)
+        assert await siblings.call(1, "write", []) == ["op" * 10_000]
+        assert ran == ["write"] and over_http == ["status"]
         with pytest.raises(Exception, match="no lane call"):  # a refusal crosses as itself
             await siblings.call(1, "nonsense", None)
     finally:
         await siblings.close()
         await frames.stop()
         await runner.cleanup()
+
+
+async def test_a_stopping_lane_answers_the_frames_it_runs_then_closes_its_links(
+        tmp_path: Path) -> None:
+    """At a graceful stop a lane takes no more frames, lets those it runs
+    finish and answer (a write's share in flight lands and says so, up to
+    the grace), and closes its links: a call still running past the grace
+    fails at once (a retryable 503), not after its whole timeout."""
+    from daemon.lanes.frames import CALL_FRAME, FrameLinks, FrameServer, ops_socket_path
+
+    release = asyncio.Event()
+
+    async def run(frame: object) -> tuple[int, bytes]:
+        assert isinstance(frame, list) and frame[0] == CALL_FRAME
+        if frame[1] == "slow":
+            await release.wait()
+        return 200, b"\xa2ok"
+
+    server = FrameServer(ops_socket_path(str(tmp_path), 1), run)
+    await server.start()
+    links = FrameLinks(str(tmp_path), 0, 2)
+    try:
+        call = asyncio.create_task(links.call(1, [CALL_FRAME, "share", None], 30.0))
+        slow = asyncio.create_task(links.call(1, [CALL_FRAME, "slow", None], 30.0))
+        await asyncio.sleep(0.05)
+        assert (await call) == (200, b"\xa2ok")
+        loop = asyncio.get_running_loop()
+        asyncio.get_running_loop().call_later(0.1, release.set)  # finishes within the grace
+        started = loop.time()
+        await server.stop(grace_s=5.0)
+        assert (await slow) == (200, b"\xa2ok") and loop.time() - started < 2.0
+        # a new server, a call that outlives the grace: failed at once, as a 503
+        release.clear()
+        server = FrameServer(ops_socket_path(str(tmp_path), 1), run)
+        await server.start()
+        links.close()
+        stuck = asyncio.create_task(links.call(1, [CALL_FRAME, "slow", None], 30.0))
+        await asyncio.sleep(0.05)
+        started = loop.time()
+        await server.stop(grace_s=0.2)
+        with pytest.raises(Unavailable):
+            await stuck
+        assert loop.time() - started < 2.0
+    finally:
+        links.close()
+        await server.stop()

@@ -206,8 +206,12 @@ def test_a_revocation_leaves_at_most_the_latest_decision(
     monkeypatch.setattr(identity_admin, "_outwait", nothing)
     monkeypatch.setattr(identity_admin, "lane_views", views)
     monkeypatch.setattr(identity_admin, "_write_refused", write_refused)
-    node = SimpleNamespace(now_ms=lambda: 300)
+    seen: list[int] = []
+    node = SimpleNamespace(now_ms=lambda: 300, core=SimpleNamespace(
+        observe_stamp=lambda stamp, now: seen.append(stamp)))
     answer = asyncio.run(identity_admin.revoke(node, "u", "w", None, access))  # type: ignore[arg-type]
     assert answer["changed"] is (written is not None)
     assert [(b["granted"], b["access"]) for _, _, b in wrote] == (
         [] if written is None else [written])
+    # the clock moved past the latest decision it read, whichever clock made it
+    assert seen == [max(r["rank"][0] for r in (lane0, lane1) if r is not None)]
