@@ -48,6 +48,13 @@ def event_env(event: Mapping[str, Any], attempt: int) -> dict[str, str]:
            "AI_MEMORY_CLAIMED": "1" if event.get("claimed") else "0"}
     note = data.get("notification") if isinstance(data, dict) else None
     msg = data.get("message") if isinstance(data, dict) else None
+    # A claimed message's details are the pop's (a requeued message's event,
+    # live, names only its id and delivery: its subject and sender come
+    # from the claim).
+    popped = (event.get("claimed") or {}).get("message") if isinstance(
+        event.get("claimed"), dict) else None
+    if isinstance(popped, dict):
+        msg = popped
     if isinstance(note, dict):
         env.update(AI_MEMORY_FROM=_text(note.get("from")), AI_MEMORY_TO=_text(note.get("to")),
                    AI_MEMORY_SUBJECT=_text(note.get("title")),

@@ -216,6 +216,16 @@ def test_event_env_names_the_main_fields() -> None:
     assert env["AI_MEMORY_FROM"] == "alice" and env["AI_MEMORY_SUBJECT"] == "hi"
     assert env["AI_MEMORY_EVENT"] == "notify" and env["AI_MEMORY_MESSAGE_ID"] == "n1"
     assert not any("KEY" in k for k in env)
+    # a requeued message's live event names its id and delivery only: a
+    # claimed one's details come from the claim
+    requeued = {"event": "message", "id": "m1", "data": {
+        "workspace": "w", "project": "p",
+        "message": {"id": "m1", "state": "pending", "deliveries": 2, "requeued": True}},
+        "claimed": {"message": {"id": "m1", "subject": "the task", "from_agent": "alice",
+                                "from_workspace_id": "w", "from_project_id": "q"}}}
+    env = event_env(requeued, 1)
+    assert env["AI_MEMORY_SUBJECT"] == "the task" and env["AI_MEMORY_FROM"] == "alice"
+    assert env["AI_MEMORY_FROM_PROJECT"] == "w/q" and env["AI_MEMORY_WORKSPACE"] == "w"
 
 
 def test_a_listener_killed_after_its_claim_gets_the_message_back(cluster: Cluster,
@@ -251,12 +261,15 @@ def test_a_leased_claim_of_a_killed_listener_goes_to_the_other_listener(
     one message kills its own listener (kill -9 of $PPID) mid-lease, without
     finishing. The lease runs out, the stream announces the message again
     (requeued, delivery 2), and the surviving listener claims it, runs the
-    command and completes it; every other message is run once and
-    completed by whoever claimed it."""
+    command (with the message's subject, from its claim: the requeue's event
+    names only the id) and completes it; every message sent after is run
+    once and completed by the survivor. (Sent before the kill, a message the
+    killed listener had run but not yet completed would be run again: a
+    lease is at least once.)"""
     c, out, marker = cluster, tmp_path / "ran.txt", tmp_path / "killed-once"
     _start_sessions(c)
     cmd = ('if [ "$AI_MEMORY_SUBJECT" = "doomed" ] && [ ! -e ' + str(marker) + ' ]; then '
-           f'touch {marker}; kill -9 "$PPID"; sleep 30; fi; '
+           f'touch {marker}; kill -9 "$PPID"; exit 0; fi; '
            'printf "%s %s\\n" "$AI_MEMORY_EVENT_ID" "$AI_MEMORY_SUBJECT" >> "$LISTEN_OUT"')
     listeners = [Listener(tmp_path, f"l{i}", [
         "listen", "--url", urls(c), "--workspace", PROJ["workspace"], "--project",
@@ -264,9 +277,11 @@ def test_a_leased_claim_of_a_killed_listener_goes_to_the_other_listener(
         str(tmp_path / f"l{i}.json")], out) for i in range(2)]
     for lst in listeners:
         lst.wait_following()
-    ids = [_send(c, ("node1", "node2", "node3")[i % 3], f"mail-{i}") for i in range(6)]
     doomed = _send(c, "node1", "doomed")
     wait_for(lambda: marker.exists(), 30, lambda: "\n".join(x.err() for x in listeners))
+    wait_for(lambda: any(x.proc.poll() is not None for x in listeners), 10,
+             lambda: "\n".join(x.err() for x in listeners))
+    ids = [_send(c, ("node1", "node2", "node3")[i % 3], f"mail-{i}") for i in range(6)]
     wait_for(lambda: len(lines(out)) >= 7, 60, lambda: "\n".join(x.err() for x in listeners))
     time.sleep(1.0)
     killed = [x for x in listeners if x.proc.poll() is not None]
@@ -274,6 +289,7 @@ def test_a_leased_claim_of_a_killed_listener_goes_to_the_other_listener(
     for lst in listeners:
         lst.stop()
     assert_once(out, [*ids, doomed])
+    assert f"{doomed} doomed" in lines(out)  # delivery 2 ran with the message's subject
     code, box = c.call("node2", "GET", "/api/v1/messages?box=outbox&workspace=default"
                        "&project=listen-sender&all=true&limit=100")
     assert code == 200, box
