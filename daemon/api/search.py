@@ -25,6 +25,7 @@ from daemon.http.appkeys import NODE
 from daemon.http.auth import acting_agent, principal_of
 from daemon.http.errors import decode_json, query_model, read_body, read_json
 from daemon.http.jsonio import json_response
+from daemon.schemas.ids import check_idempotency_key
 from daemon.schemas.search import (
     ConsolidateBody,
     ForgetFilter,
@@ -162,8 +163,9 @@ async def import_(request: web.Request) -> web.Response:
 async def consolidate(request: web.Request) -> web.Response:
     req = await read_json(request, ConsolidateBody)
     agent = _who(request, req.agent_id)
-    return json_response(await admin.consolidate(request.app[NODE], req, agent=agent),
-                             status=201)
+    key = check_idempotency_key(request.headers.get("Idempotency-Key"))
+    return json_response(await admin.consolidate(request.app[NODE], req, agent=agent,
+                                                 idempotency_key=key), status=201)
 
 
 async def grant(request: web.Request) -> web.Response:

@@ -196,22 +196,43 @@ async def import_(node: AdminPorts, body: ImportBody) -> dict[str, Any]:
 
 # -- consolidate --------------------------------------------------------------------
 
-async def consolidate(node: AdminPorts, req: ConsolidateBody, *, agent: str | None) -> dict[str, Any]:
+async def _done_before(node: AdminPorts, new_id: str, ids: list[str],
+                       now: int) -> dict[str, Any] | None:
+    """The answer of a consolidation that already happened under this
+    Idempotency-Key (its summary stands, every source is deleted), or None."""
+    summary = (await memory_lanes.rows(node, [new_id], now_ms=now, barrier=True)).get(new_id)
+    if summary is None or await memory_lanes.tombstoned(node, ids, barrier=True) != set(ids):
+        return None
+    return {"id": new_id, "consolidated": len(ids), "sources": ids,
+            "memory": memory_json(summary)}
+
+
+async def consolidate(node: AdminPorts, req: ConsolidateBody, *, agent: str | None,
+                      idempotency_key: str | None = None) -> dict[str, Any]:
+    """One summary memory of ``req.ids``, linked to each (``derived_from``),
+    which are deleted. With an Idempotency-Key the summary's id is derived
+    from it, so a retry writes the same summary (never a second one) and one
+    after the whole consolidation answers as it did."""
     ids = list(dict.fromkeys(req.ids))
     if len(ids) < 2:
         raise BadRequest("consolidate needs at least two distinct memory ids")
     now = node.now_ms()
+    # placed by the namespace asked for (the sources' may be gone at a retry)
+    new_id = record_id("mem", agent, idempotency_key, key=memory_placement(req.namespace or ""),
+                       lanes=node.settings.server.lanes)
     live = await memory_lanes.rows(node, ids, now_ms=now, barrier=True)
     sources = []
     for i in ids:
         if i not in live:
+            done = (None if idempotency_key is None
+                    else await _done_before(node, new_id, ids, now))
+            if done is not None:
+                return done
             raise NotFound(f"memory {i} not found")
         sources.append(live[i])
     tags = list(req.tags) if req.tags is not None else list(
         dict.fromkeys(t for s in sources for t in s["tags"]))[:limits.tags_max]
     namespace = req.namespace or sources[0]["namespace"]
-    new_id = record_id("mem", agent, None, key=memory_placement(namespace),
-                       lanes=node.settings.server.lanes)
     meta: dict[str, Any] = {"consolidated_from": ids}
     if agent is not None:
         meta["agent_id"] = agent

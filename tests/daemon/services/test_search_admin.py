@@ -115,6 +115,26 @@ async def test_consolidate_merges_and_tombstones(client: Any) -> None:
     assert all(n["tombstoned"] and n["depth"] == 1 for n in lineage["nodes"])
 
 
+async def test_a_consolidation_retried_with_its_idempotency_key_makes_one_summary(
+        client: Any) -> None:
+    """With an Idempotency-Key the summary's id is derived from it: a retry
+    after the whole consolidation answers as it did (its sources are gone),
+    and none makes a second summary; without a key a source that is gone is
+    a 404."""
+    a = await create(client, title="a", content="first")
+    b = await create(client, title="b", content="second")
+    body = {"ids": [a["id"], b["id"]], "title": "a+b", "summary": "both"}
+    key = {**AGENT, "Idempotency-Key": "merge-1"}
+    first = await ok(await client.post(f"{V1}/consolidate", json=body, headers=key), 201)
+    again = await ok(await client.post(f"{V1}/consolidate", json=body, headers=key), 201)
+    assert again["id"] == first["id"] and again["sources"] == [a["id"], b["id"]]
+    assert again["memory"]["content"] == "both"
+    summaries = await ok(await client.get(f"{V1}/memories?limit=100"))
+    assert [m["id"] for m in summaries["memories"] if m["title"] == "a+b"] == [first["id"]]
+    resp = await client.post(f"{V1}/consolidate", json=body, headers=AGENT)
+    assert resp.status == 404
+
+
 async def test_grants_are_stored(client: Any) -> None:
     m = await create(client)
     await ok(await client.post(f"{V1}/memories/{m['id']}/grant", json={"agent_id": "bob"}))
