@@ -25,7 +25,9 @@ through. Any other member without data:
    agreed one. On ``Refuse`` it raises :class:`ClusterMismatch`.
 
 The waiting app is closed before the node's own app listens, so a peer
-that probes in between finds nothing listening and probes again.
+that probes in between finds nothing listening and probes again. Each of its
+answers closes the connection, so no client keeps talking to it after the
+node serves.
 """
 
 from __future__ import annotations
@@ -155,7 +157,18 @@ def _waiting_app(w: _Waiting) -> web.Application:
             {"error": f"this member is starting: {w.reason}", "code": "starting",
              "state": WAITING_STATE}, status=503, headers={"Retry-After": "1"})
 
+    async def one_answer_per_connection(request: web.Request,
+                                        response: web.StreamResponse) -> None:
+        # Every answer closes its connection. A TLS connection this app
+        # accepted whose handshake ends after the app closed is still served
+        # by it (aiohttp counts a connection only once its handshake is done,
+        # so the close never sees it); kept alive, a client polling health
+        # would be told "waiting" for ever while the node serves beside it.
+        response.force_close()
+        response.headers["Connection"] = "close"
+
     app = web.Application(client_max_size=limits.request_body_max_bytes)
+    app.on_response_prepare.append(one_answer_per_connection)
     app.router.add_get("/api/v1/health", health)
     app.router.add_post(HELLO_PATH, hello)
     app.router.add_route("*", "/{tail:.*}", starting)

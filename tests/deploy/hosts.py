@@ -175,17 +175,20 @@ class Deployment:
         ``serving`` (a seeded member first recovers, refusing writes); seconds taken."""
         t0 = time.monotonic()
         waiting = list(hosts or self.nodes)
+        last: dict[str, tuple[int, Any]] = {}
         while waiting:
             for h in list(waiting):
                 node = self.nodes[h]
                 if node.popen and node.popen.poll() is not None:
                     raise RuntimeError(f"{node.name} on {h} exited "
                                        f"({node.popen.returncode}):\n{node.text()[-3000:]}")
-                code, body = self.health(h)
+                code, body = last[h] = self.health(h)
                 if code == 200 and isinstance(body, dict) and body.get("state") == "serving":
                     waiting.remove(h)
             if waiting and time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"not serving after {timeout}s: {waiting}\n" + self.logs())
+                answers = {h: last.get(h) for h in waiting}
+                raise TimeoutError(f"not serving after {timeout}s: {waiting}; last health "
+                                   f"answers {answers}\n" + self.logs())
             if waiting:
                 time.sleep(0.1)
         return time.monotonic() - t0
