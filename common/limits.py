@@ -36,9 +36,11 @@ memory_content_max_chars = 1_000_000
 memory_metadata_max_bytes = 64 * 1024
 memory_list_limit_default = 50
 memory_list_limit_max = 1000
-# With lanes a listing asks every lane for its first offset + limit memories
-# and merges them: a deeper page is refused (400) rather than read whole.
+# With lanes a listing whose offset + limit is at most this asks every lane
+# for its first offset + limit memories and merges them; a deeper page first
+# finds where it starts by merging the lanes' keys, this many a read per lane.
 memory_list_fanout_max = 10_000
+memory_list_keys_chunk = 5_000
 memory_source_max_chars = 128
 memory_scope_max_chars = 64
 memory_ttl_secs_max = 100 * 365 * 24 * 3600  # ttl_secs beyond a century is a typo

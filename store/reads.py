@@ -44,14 +44,24 @@ class DomainReads:
     async def list_memories(self, *, namespace: str | None = None, tier: str | None = None,
                             tags: list[str] | None = None, min_priority: int | None = None,
                             agent_id: str | None = None, limit: int, offset: int = 0,
+                            below: tuple[int, str] | None = None, keys_only: bool = False,
                             now_ms: int) -> list[dict[str, Any]]:
+        """Live memories, last changed first (then id, descending). ``below``
+        (``(updated_at_ms, id)``) starts after that key: a keyset page. With
+        ``keys_only`` each row is just ``updated_at_ms`` and ``id``."""
         where = [Q.NOT_EXPIRED]
         params: dict[str, Any] = {"now": now_ms, "limit": limit, "offset": offset}
         Q.memory_filters(where, params, namespace=namespace, tier=tier, tags=tags,
                          min_priority=min_priority, agent_id=agent_id)
+        if below is not None:
+            where.append("(m.updated_at_ms, m.id) < (:below_at, :below_id)")
+            params["below_at"], params["below_id"] = int(below[0]), str(below[1])
+        cols = "m.updated_at_ms, m.id" if keys_only else Q.MEMORY_COLS
         rows = await self._reads.fetchall(
-            f"SELECT {Q.MEMORY_COLS} FROM memories m WHERE {' AND '.join(where)}"
-            " ORDER BY updated_at_ms DESC, id DESC LIMIT :limit OFFSET :offset", params)
+            f"SELECT {cols} FROM memories m WHERE {' AND '.join(where)}"
+            " ORDER BY m.updated_at_ms DESC, m.id DESC LIMIT :limit OFFSET :offset", params)
+        if keys_only:
+            return [{"updated_at_ms": r[0], "id": r[1]} for r in rows]
         return [Q.memory(r) for r in rows]
 
     async def memories_since(self, since_ms: int, *, limit: int,

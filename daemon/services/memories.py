@@ -188,24 +188,28 @@ async def get(node: RecordPorts, memory_id: str) -> dict[str, Any]:
 
 
 async def list_memories(node: RecordPorts, q: ListMemoriesQuery) -> dict[str, Any]:
-    """With lanes, each lane's first ``offset + limit`` in the store's order
-    (last change, then id; both descending), merged and cut."""
+    """The store's order (last change, then id; both descending). With lanes:
+    each lane's first ``offset + limit``, merged and cut; for a deeper page,
+    the key it starts below (:func:`memory_lanes.key_at`, from the lanes'
+    keys alone), then each lane's first ``limit`` below it, merged and cut."""
     kw: dict[str, Any] = {"namespace": q.namespace, "tier": q.tier, "tags": q.tags,
           "min_priority": q.min_priority, "agent_id": q.agent_id, "now_ms": node.now_ms()}
     if node.settings.server.lanes == 1:
         rows = await node.store.list_memories(**kw, limit=q.limit, offset=q.offset)
     else:
-        if q.offset + q.limit > limits.memory_list_fanout_max:
-            raise BadRequest(
-                f"offset + limit is over {limits.memory_list_fanout_max} on a node with lanes "
-                "(limits.memory_list_fanout_max): each lane would read that many; narrow the "
-                "listing (namespace, tags, tier) or page through /api/v1/sync/since",
-                limit="memory_list_fanout_max")
-        answers = await memory_lanes.every_lane(
-            node, "list", {"kw": {**kw, "limit": q.offset + q.limit, "offset": 0}})
+        args: dict[str, Any] = {"kw": {**kw, "limit": q.offset + q.limit, "offset": 0}}
+        skip = q.offset
+        if q.offset and q.offset + q.limit > limits.memory_list_fanout_max:
+            below = await memory_lanes.key_at(node, kw, q.offset)
+            if below is None:
+                return {"memories": [], "count": 0}
+            args = {"kw": {**kw, "limit": q.limit, "offset": 0, "below": list(below)},
+                    "consistency": "local"}  # the lanes took their barriers finding it
+            skip = 0
+        answers = await memory_lanes.every_lane(node, "list", args)
         rows = sorted((r for a in answers for r in a),
                       key=lambda r: (int(r["updated_at_ms"]), str(r["id"])),
-                      reverse=True)[q.offset:q.offset + q.limit]
+                      reverse=True)[skip:skip + q.limit]
     memories = [memory_json(r) for r in rows]
     return {"memories": memories, "count": len(memories)}
 

@@ -19,9 +19,13 @@ Without lanes every function here is the one local read.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import heapq
+import itertools
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
+from common import limits
 from common.errors import NotFound
 from common.ops import ALL_KEYS, LINK_PUT, mem_key
 from store import brief as brief_store
@@ -140,6 +144,99 @@ async def every_lane(node: Any, name: str, args: dict[str, Any]) -> list[Any]:
     mine, others = await asyncio.gather(here(node, name, args),
                                         node.every_other_lane("mem", [name, args]))
     return [mine, *others]
+
+
+async def on_lane(node: Any, lane: int, name: str, args: dict[str, Any]) -> Any:
+    """Query ``name`` on lane ``lane`` (this one or a sibling)."""
+    if lane == node.settings.server.lane:
+        return await here(node, name, args)
+    return await node.lane_call(lane, "mem", [name, args])
+
+
+Key = tuple[int, str]  # (updated_at_ms, id): the listing's order, descending
+
+
+def _key(row: Row) -> Key:
+    return int(row["updated_at_ms"]), str(row["id"])
+
+
+class KeyMerge:
+    """The merged order of every lane's listing, read a chunk of keys at a
+    time from each lane (descending ``(updated_at_ms, id)``), to find the key
+    a deep page starts below without any lane reading whole rows for the
+    pages before it. Pure: :func:`key_at` does the reads.
+
+    A lane's buffered keys are kept ascending (its next key last). Every key
+    not yet read from a lane is below the last key read from it, so the
+    buffered keys at or above the highest of those last keys (``floor``:
+    over the lanes not yet exhausted) come before anything unread, in any
+    lane: they can be counted off without sorting, and the lane whose last
+    key is that floor is emptied each time, so every step reads on."""
+
+    def __init__(self, lanes: int) -> None:
+        self.buffers: list[list[Key]] = [[] for _ in range(lanes)]
+        self.last: list[Key | None] = [None] * lanes  # the last key read from each lane
+        self.done = [False] * lanes
+
+    def feed(self, lane: int, keys: list[Key], chunk: int) -> None:
+        """The next ``keys`` of ``lane`` (descending), asked ``chunk`` at a time."""
+        self.buffers[lane] = list(reversed(keys)) + self.buffers[lane]
+        if keys:
+            self.last[lane] = keys[-1]
+        self.done[lane] = len(keys) < chunk
+
+    def needs(self) -> list[int]:
+        """The lanes to read next: emptied and not exhausted."""
+        return [i for i, b in enumerate(self.buffers) if not b and not self.done[i]]
+
+    def take(self, n: int) -> tuple[int, Key | None]:
+        """Count off up to ``n`` keys from the top of the merge: (how many,
+        and the key of the ``n``-th when it was among them)."""
+        live = [k for i, k in enumerate(self.last) if not self.done[i] and k is not None]
+        floor = max(live) if live else None
+        safe = [(i, len(b) if floor is None else len(b) - bisect.bisect_left(b, floor))
+                for i, b in enumerate(self.buffers)]
+        count = sum(c for _, c in safe)
+        if count >= n:
+            top = heapq.nlargest(n, itertools.chain.from_iterable(
+                self.buffers[i][len(self.buffers[i]) - c:] for i, c in safe if c))
+            return n, top[-1]
+        for i, c in safe:
+            if c:
+                del self.buffers[i][len(self.buffers[i]) - c:]
+        return count, None
+
+
+async def key_at(node: Any, kw: dict[str, Any], n: int, *,
+                 chunk: int | None = None) -> Key | None:
+    """The key of the ``n``-th memory (from 1) of the listing ``kw`` merged
+    over every lane; None if there are fewer. Each lane reads after its read
+    barrier once, then on from where it stopped."""
+    if n < 1:
+        raise ValueError(f"key_at counts from 1, not {n}")
+    chunk = chunk or limits.memory_list_keys_chunk
+    merge = KeyMerge(node.settings.server.lanes)
+    first = True
+    while True:
+        wanted = merge.needs() if not first else list(range(len(merge.buffers)))
+
+        async def read(lane: int, below: Key | None, consistency: str) -> tuple[int, list[Key]]:
+            rows = await on_lane(node, lane, "list", {
+                "kw": {**kw, "limit": chunk, "offset": 0, "keys_only": True,
+                       "below": None if below is None else list(below)},
+                "consistency": consistency})
+            return lane, [_key(r) for r in rows]
+        got = await asyncio.gather(*(read(i, merge.last[i], "quorum" if first else "local")
+                                     for i in wanted))
+        first = False
+        for lane, keys in got:
+            merge.feed(lane, keys, chunk)
+        counted, found = merge.take(n)
+        if found is not None:
+            return found
+        n -= counted
+        if not merge.needs() and not any(merge.buffers):
+            return None
 
 
 async def by_lane(node: Any, name: str, ids: Iterable[str], args: dict[str, Any]) -> list[Any]:

@@ -19,7 +19,7 @@ class FakeLane:
     def __init__(self, lane: int, lanes: int, store: Store) -> None:
         self.lane, self.lanes, self.store = lane, lanes, store
         self.siblings: list[FakeLane] = []
-        self.settings = SimpleNamespace(server=SimpleNamespace(lanes=lanes))
+        self.settings = SimpleNamespace(server=SimpleNamespace(lanes=lanes, lane=lane))
         self.node_id = "n1"
         self.calls: list[tuple[str, Any]] = []
 

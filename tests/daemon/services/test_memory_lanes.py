@@ -1,8 +1,8 @@
 """The memory services over lanes, in one process: each lane a real SQLite
 store behind a fake node (``memory_lanes_fakes``), every service the real
 one. What a review of the lanes' memory spread found, kept as tests: the
-merged listing is the one-lane listing, a deep page is refused rather than
-read whole from every lane, a consolidation whose summary's lane fails
+merged listing is the one-lane listing, a deep page is found from the lanes'
+keys rather than read whole from every lane, a consolidation whose summary's lane fails
 deletes nothing, a link kept by two lanes is exported once, a one-lane
 brief takes no read barrier, and a revocation never grants what the latest
 decision took away."""
@@ -15,9 +15,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from common import limits
-from common.errors import BadRequest, Unavailable
+from common.errors import Unavailable
 from common.lanes import lane_of, memory_placement
 from common.ops import LINK_PUT, MEM_DEL, MEM_PUT, Op, mem_key
 from daemon.identity import admin as identity_admin
@@ -67,17 +69,84 @@ def test_a_listing_over_lanes_is_the_one_lane_listing_and_pages_join(tmp_path: P
     assert len(paged) == len(set(paged)) == 4
 
 
-def test_a_deep_page_with_lanes_is_refused_before_any_lane_reads(tmp_path: Path) -> None:
-    async def run() -> list[Any]:
-        lanes = await open_lanes(tmp_path, 2)
-        with pytest.raises(BadRequest, match="memory_list_fanout_max"):
-            await memories.list_memories(lanes[0], ListMemoriesQuery(offset=10**9, limit=10))
-        last = ListMemoriesQuery(offset=limits.memory_list_fanout_max - 10, limit=10)
-        await memories.list_memories(lanes[0], last)  # the deepest page still served
-        await _close(*lanes)
-        return lanes[1].calls
-    calls = asyncio.run(run())
-    assert [c[1]["kw"]["limit"] for c in calls] == [limits.memory_list_fanout_max]
+def test_deep_pages_over_lanes_are_the_one_lane_pages(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page deeper than ``memory_list_fanout_max`` first finds the key it
+    starts below from the lanes' keys, read a chunk at a time, then reads
+    one page of rows from each lane: every offset gives the page one store
+    gives (ties of ``updated_at_ms`` ordered by id), past the end an empty
+    one, and no lane reads whole rows for the pages before it."""
+    monkeypatch.setattr(limits, "memory_list_fanout_max", 4)
+    monkeypatch.setattr(limits, "memory_list_keys_chunk", 3)
+
+    async def run() -> tuple[dict[tuple[int, int], list[str]], dict[tuple[int, int], list[str]],
+                             list[Any], str | None]:
+        (tmp_path / "three").mkdir()
+        (tmp_path / "one").mkdir()
+        laned = await open_lanes(tmp_path / "three", 3)
+        single = await open_lanes(tmp_path / "one", 1)
+        ids = ids_on(0, 3, 9, "a") + ids_on(1, 3, 2, "b") + ids_on(2, 3, 13, "c")
+        for i, mid in enumerate(ids):
+            fields = dict(updated_at_ms=1000 + (i * 7) % 5, created_at_ms=1)  # many ties
+            await put_memory(laned, mid, **fields)
+            await put_memory(single, mid, **fields)
+        one: dict[tuple[int, int], list[str]] = {}
+        got: dict[tuple[int, int], list[str]] = {}
+        for offset in range(len(ids) + 2):
+            for limit in (1, 2, 5):
+                q = ListMemoriesQuery(offset=offset, limit=limit)
+                one[offset, limit] = [m["id"] for m in
+                                      (await memories.list_memories(single[0], q))["memories"]]
+                got[offset, limit] = [m["id"] for m in (await memories.list_memories(
+                    laned[offset % 3], q))["memories"]]
+        for lane in laned:
+            lane.calls.clear()
+        await memories.list_memories(laned[0], ListMemoriesQuery(offset=10, limit=2))
+        calls = [c for lane in laned for c in lane.calls]
+        nothing = await memory_lanes.key_at(laned[1], {"now_ms": NOW, "namespace": "none"}, 1)
+        await _close(*laned, *single)
+        return one, got, calls, None if nothing is None else str(nothing)
+    one, got, calls, nothing = asyncio.run(run())
+    assert got == one
+    assert one[24, 5] == [] and len(one[20, 5]) == 4
+    assert nothing is None
+    # the rows the lanes read for offset 10: one page each, below the key found
+    rows = [c for c in calls if not c[1]["kw"].get("keys_only")]
+    assert rows and all(c[1]["kw"]["limit"] == 2 and c[1]["kw"]["below"] for c in rows)
+    assert all(c[1]["kw"]["limit"] == 3 for c in calls if c[1]["kw"].get("keys_only"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(lanes=st.lists(st.lists(st.tuples(st.integers(0, 6), st.text("abc", min_size=1,
+                                                                         max_size=3)),
+                               max_size=12), min_size=1, max_size=4),
+       chunk=st.integers(1, 5), n=st.integers(1, 40))
+def test_the_key_merge_finds_the_nth_key_of_the_merged_order(
+        lanes: list[list[tuple[int, str]]], chunk: int, n: int) -> None:
+    """KeyMerge, driven as key_at drives it over lists: the n-th key of the
+    merged descending order, or None past the end."""
+    seen: set[str] = set()
+    keys: list[list[tuple[int, str]]] = []
+    for i, lane in enumerate(lanes):  # ids are unique across lanes, as memory ids are
+        mine = sorted({(at, f"{i}{mid}") for at, mid in lane if f"{i}{mid}" not in seen},
+                      reverse=True)
+        seen.update(mid for _, mid in mine)
+        keys.append(mine)
+    merged = sorted((k for lane in keys for k in lane), reverse=True)
+    merge = memory_lanes.KeyMerge(len(keys))
+    wanted, left, found = list(range(len(keys))), n, None
+    while True:
+        for lane in wanted:
+            last = merge.last[lane]
+            rest = [k for k in keys[lane] if last is None or k < last]
+            merge.feed(lane, rest[:chunk], chunk)
+        counted, found = merge.take(left)
+        if found is not None or (not merge.needs() and not any(merge.buffers)):
+            break
+        left -= counted
+        wanted = merge.needs()
+        assert wanted  # each step empties a lane that still has keys to read
+    assert found == (merged[n - 1] if n <= len(merged) else None)
 
 
 class _SplitNode:
