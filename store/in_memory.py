@@ -601,6 +601,7 @@ class Replica:
     def list_memories(self, *, namespace: str | None = None, tier: str | None = None,
                       tags: list[str] | None = None, min_priority: int | None = None,
                       agent_id: str | None = None, limit: int, offset: int = 0,
+                      below: tuple[int, str] | None = None, keys_only: bool = False,
                       now_ms: int) -> list[dict[str, Any]]:
         want = set(tags or ())
         rows = [
@@ -611,9 +612,13 @@ class Replica:
             and (min_priority is None or r["priority"] >= min_priority)
             and (agent_id is None or r["agent_id"] == agent_id)
             and want <= set(r["tags"])
+            and (below is None or (r["updated_at_ms"], r["id"]) < (int(below[0]), str(below[1])))
         ]
         rows.sort(key=lambda r: (r["updated_at_ms"], r["id"]), reverse=True)
-        return [_copy_memory(r) for r in rows[offset:offset + limit]]
+        page = rows[offset:offset + limit]
+        if keys_only:
+            return [{"updated_at_ms": r["updated_at_ms"], "id": r["id"]} for r in page]
+        return [_copy_memory(r) for r in page]
 
     # -- inbox -------------------------------------------------------------------
 

@@ -96,6 +96,13 @@ async def views(s: Any, ops: list[Op]) -> dict[str, Any]:
             namespace="ns/a", tags=["t1"], min_priority=3, limit=2, offset=0, now_ms=now))
         out[f"memories page {now}"] = await v(s.list_memories(
             tier="mid", agent_id="alice", limit=1, offset=1, now_ms=now))
+        listed = await v(s.list_memories(limit=10, now_ms=now))
+        keys = [(r["updated_at_ms"], r["id"]) for r in listed]  # the same on both sides, or
+        for below in ((10**15, "~"), (0, ""), *keys):          # "memories" differs already
+            out[f"memories below {below} {now}"] = await v(s.list_memories(
+                limit=3, below=below, now_ms=now))
+            out[f"memory keys below {below} {now}"] = await v(s.list_memories(
+                limit=3, below=below, keys_only=True, now_ms=now))
         for a in AGENTS:
             for unread in (False, True):
                 out[f"inbox {a} {unread} {now}"] = await v(
