@@ -8,7 +8,8 @@ Node i reaches node j only through ``Link(i, j)``; the test flips its mode:
   (a crashed peer, fast failure);
 * ``blackhole``: connections are accepted and read, but nothing is forwarded
   or answered (a paused or partitioned peer, slow failure: timeouts);
-* ``delay``: every chunk waits ``delay_ms`` before it is forwarded.
+* ``delay``: every chunk is forwarded ``delay_ms`` after it arrived (a
+  slow link: latency, in order, without a cap on throughput).
 
 A link may carry more than one route (a listening port and the port it
 forwards to): a node with lanes is reached on one port per lane, and
@@ -93,22 +94,61 @@ class ProxyNet:
             link._conns.add(up_w)
 
             async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+                # Reading and forwarding are apart, so a delay is latency: each
+                # chunk leaves delay_ms after it came, in order, however many
+                # follow it (waiting out each chunk's delay in turn would
+                # also cap the link at one chunk per delay). In the other
+                # modes a chunk is forwarded before the next is read, so a
+                # blackholed link pushes back on its sender as before.
+                loop = asyncio.get_running_loop()
+                due: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
+                held = [0]  # chunks queued and not yet forwarded
+
+                async def passed(data: bytes) -> bool:
+                    """Forward ``data`` now; False once the link refuses."""
+                    while link.mode == BLACKHOLE:  # noqa: ASYNC110 - mode flips from another thread
+                        await asyncio.sleep(0.05)
+                    if link.mode == REFUSE:
+                        return False
+                    w.write(data)
+                    await w.drain()
+                    return True
+
+                async def forward() -> None:
+                    while (item := await due.get()) is not None:
+                        at, data = item
+                        if at > loop.time():
+                            await asyncio.sleep(at - loop.time())
+                        if not await passed(data):
+                            break
+                        held[0] -= 1
+                        due.task_done()
+
+                sender = asyncio.ensure_future(forward())
                 try:
-                    while True:
+                    while not sender.done():
                         data = await r.read(65536)
                         if not data:
                             break
-                        while link.mode == BLACKHOLE:  # noqa: ASYNC110 - mode flips from another thread
-                            await asyncio.sleep(0.05)
-                        if link.mode == REFUSE:
-                            break
-                        if link.mode == DELAY and link.delay_ms:
-                            await asyncio.sleep(link.delay_ms / 1000)
-                        w.write(data)
-                        await w.drain()
+                        late = link.delay_ms / 1000 if link.mode == DELAY else 0.0
+                        if not late and not held[0]:  # nothing delayed ahead of it
+                            if not await passed(data):
+                                break
+                            continue
+                        held[0] += 1
+                        due.put_nowait((loop.time() + late, data))
+                        if not late:  # forwarded (or the forwarder stopped) first
+                            joined = asyncio.ensure_future(due.join())
+                            await asyncio.wait({joined, sender},
+                                               return_when=asyncio.FIRST_COMPLETED)
+                            joined.cancel()
+                    due.put_nowait(None)
+                    await sender
                 except (ConnectionError, OSError):
                     pass
                 finally:
+                    if not loop.is_closed():
+                        sender.cancel()
                     with contextlib.suppress(Exception):
                         w.close()
 
@@ -148,6 +188,11 @@ class ProxyNet:
                     with contextlib.suppress(Exception):
                         w.close()
                 await self._stop(link)
+            # every connection's pumps end here, not as garbage of a closed loop
+            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             self._call(shutdown())

@@ -5,7 +5,11 @@ replicates the stored message to the others. If the owner's replication to
 the entry node is slow (here: delayed one way), a cancel by id sent right after
 the send, through the same entry node, must still find the message: the
 entry node applies the op the owner answered with before it answers the
-client (issue 12: 404 in 2 of ~31 tries before).
+client (issue 12: 404 in 2 of ~31 tries before). Two later changes also
+give it: the owner's accept of the send reaches the entry node on the same
+ordered link before its answer does, and a cancel reads a quorum first; so
+this test no longer fails with only the first of the three taken away
+(checked 2026-12-05), it checks the behaviour all three give.
 """
 
 from __future__ import annotations
