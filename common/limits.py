@@ -197,7 +197,10 @@ quorum_timeout_ms_default = 2000  # (setting) --quorum-timeout-ms
 catchup_interval_secs_default = 2.0  # (setting) --catchup-interval-secs
 replicate_batch_ops_max = 1000  # operations in one peer request
 replicate_queue_ops_max = 200_000  # operations queued for one peer before backpressure
-peer_link_inflight_max = 1  # batched requests in flight to one peer (what queues meanwhile is the next batch)
+peer_link_inflight_max = 1  # batched requests in flight to a near peer (what queues meanwhile is the next batch)
+peer_link_inflight_far_max = 32  # ... to a far peer (docs/federation.md, daemon/peer/pacing.py)
+peer_link_far_rtt_ms = 10.0  # a peer whose fastest recent request took this long is far
+peer_link_rtt_window_secs = 10.0  # the fastest request of the last one to two such windows is a link's floor
 peer_connections_per_host_max = 16  # pooled HTTP connections to one peer
 peer_keepalive_secs = 30.0  # idle pooled peer connections close after this
 tick_secs = 0.02  # how often the node ticks the core (timeouts, sync offers, GC)
@@ -320,6 +323,7 @@ assert forward_timeout_secs > claim_timeout_ms / 1000
 assert read_hedge_ms < quorum_timeout_ms_default
 # One batch never exceeds what a peer queue may hold; a push batch fits too.
 assert replicate_batch_ops_max <= replicate_queue_ops_max
+assert 1 <= peer_link_inflight_max <= peer_link_inflight_far_max
 assert sync_batch_ops_max <= replicate_queue_ops_max
 # The writer folds at most a batch of what its queue holds; backpressure
 # (half the queue) leaves room for the persists the core already counts on.

@@ -3,16 +3,22 @@
 The core emits one ``Send`` per message; a :class:`PeerLink` turns a burst
 of them into one signed HTTP request (up to ``limits.replicate_batch_ops_max``
 ops, with runs of quorum ``Replicate`` merged and each mailbox's ``Accept``
-rounds folded into one message (:mod:`federation.batching`)), keeps at
-most ``limits.peer_link_inflight_max`` requests in flight, and hands the
-replies the peer sends back in the HTTP response to the node.
+rounds folded into one message (:mod:`federation.batching`)), keeps a
+few requests in flight, and hands the replies the peer sends back in the
+HTTP response to the node.
 
 Batching policy: the link waits for a free request slot *before* it takes
 what is queued, so everything that arrives while the slots are busy leaves
-in the next request. With one slot (the default) a link sends at once when
-it is idle and otherwise gathers for exactly one round trip, the way Nagle's
-algorithm does: under load a request carries many messages (sends, accepts,
-forwards and their answers), and a lone message never waits for a timer. A failed
+in the next request. A near peer gets one slot (``limits.peer_link_inflight_max``):
+the link sends at once when it is idle and otherwise gathers for exactly
+one round trip, the way Nagle's algorithm does: under load a request
+carries many messages (sends, accepts, forwards and their answers), and a
+lone message never waits for a timer. A far peer (its fastest recent
+request took ``limits.peer_link_far_rtt_ms`` or more, :mod:`daemon.peer.pacing`)
+gets up to ``limits.peer_link_inflight_far_max``, so that across a WAN a
+queued message does not wait a whole round trip for the request ahead of
+it. Batches in flight together may arrive in any order; the protocol
+never relied on their order (a lost batch is the same case). A failed
 request is reported to the core like a lost packet (``on_send_failed``):
 quorum waits time out and anti-entropy repairs the rest.
 
@@ -35,11 +41,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from common import limits
 from daemon.peer.client import MSGS_PATH, PeerClient, PeerUnreachable, pack
+from daemon.peer.pacing import LinkPacer
 from daemon.runtime.metrics import Metrics
 from federation.batching import coalesce, halve, merge_accepts
 from federation.messages import decode_msg
@@ -61,7 +69,9 @@ class PeerLink:
                  on_failed: Callable[[str], Awaitable[None]],
                  on_replies: Callable[[str, list[Any], str], Awaitable[Any]],
                  queue_ops_max: int = limits.replicate_queue_ops_max,
-                 inflight_max: int = limits.peer_link_inflight_max) -> None:
+                 inflight_max: int = limits.peer_link_inflight_max,
+                 pacer: LinkPacer | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.peer = peer
         self._peers = peers
         self._metrics = metrics
@@ -72,7 +82,11 @@ class PeerLink:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.queued_ops = 0
         self._shedding = False
-        self._slots = asyncio.Semaphore(inflight_max)
+        self.pacer = pacer or LinkPacer(
+            near_max=inflight_max, far_max=max(inflight_max, limits.peer_link_inflight_far_max))
+        self._clock = clock
+        self.inflight = 0
+        self._slot_freed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -105,13 +119,25 @@ class PeerLink:
         self.queued_ops -= op_count(msg)
         return msg
 
+    async def _acquire(self) -> None:
+        while self.inflight >= self.pacer.slots():
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
+        self.inflight += 1
+        if self.inflight > 1:
+            self._metrics.inc("peer_batches_overlapped_total", peer=self.peer)
+
+    def _release(self) -> None:
+        self.inflight -= 1
+        self._slot_freed.set()
+
     async def _loop(self) -> None:
         while True:
             first = await self.queue.get()
             self.queued_ops -= op_count(first)
             # Wait for a free slot *before* taking the rest: whatever queues
             # while every slot is busy joins this batch instead of the next.
-            await self._slots.acquire()
+            await self._acquire()
             batch = [first]
             ops_in_batch = op_count(first)
             while not self.queue.empty() and ops_in_batch < limits.replicate_batch_ops_max:
@@ -136,17 +162,20 @@ class PeerLink:
                         self._metrics.inc("peer_batches_split_total", peer=self.peer)
                         parts += reversed(halves)
                         continue
+                started = self._clock()
                 try:
                     raw, incarnation = await self._peers.call_packed(self.peer, MSGS_PATH, body)
                 except PeerUnreachable:
                     released = True
-                    self._slots.release()
+                    self._release()
                     self._metrics.inc("peer_send_failures_total", peer=self.peer)
                     await self._on_failed(self.peer)  # what is left of the batch is lost too
                     return
+                now = self._clock()
+                self.pacer.sample(now, now - started)
                 if not parts:  # the last part is back: the next batch may go
                     released = True
-                    self._slots.release()
+                    self._release()
                 self._metrics.inc("peer_batches_total", peer=self.peer)
                 replies = [decode_msg(m) for m in raw or []]
                 if not parts:
@@ -159,4 +188,4 @@ class PeerLink:
                                   self.peer)
         finally:
             if not released:
-                self._slots.release()
+                self._release()

@@ -152,9 +152,15 @@ class ProxyNet:
                     with contextlib.suppress(Exception):
                         w.close()
 
-            await asyncio.gather(pump(reader, up_w), pump(up_r, writer))
-            link._conns.discard(writer)
-            link._conns.discard(up_w)
+            try:
+                await asyncio.gather(pump(reader, up_w), pump(up_r, writer))
+            except asyncio.CancelledError:
+                # The proxy's shutdown: end quietly (asyncio's server logs a
+                # cancelled connection task as an error in its callback).
+                return
+            finally:
+                link._conns.discard(writer)
+                link._conns.discard(up_w)
 
         return await asyncio.start_server(handle, "127.0.0.1", port)
 

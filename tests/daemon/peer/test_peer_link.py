@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestServer
 from common.ops import Op
 from daemon.peer.client import PeerClient
 from daemon.peer.link import PeerLink
+from daemon.peer.pacing import LinkPacer
 from daemon.runtime.metrics import Metrics
 from daemon.runtime.tasks import Background
 from federation.messages import Ack, Replicate, decode_msg
@@ -208,6 +209,102 @@ async def test_a_failed_part_reports_the_peer_once_and_sends_no_more(monkeypatch
         link.send(Replicate((_op(99),), ack=True))
         await _until(lambda: len(bodies) >= 4)
     finally:
+        await link.stop()
+        await background.stop()
+        await client.close()
+        await server.close()
+
+
+async def _link_to(handler: Any, pacer: LinkPacer) -> tuple[TestServer, PeerClient, PeerLink,
+                                                             Background, Metrics, list[Any]]:
+    app = web.Application()
+    app.router.add_post("/peer/v1/msgs", handler)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    client = PeerClient("node1", {"node2": str(server.make_url("")).rstrip("/")}, None,
+                        now_s=lambda: 0.0)
+    await client.start()
+    metrics, background, replies = Metrics(), Background(), []
+
+    async def on_replies(peer: str, got: list[Any], incarnation: str) -> None:
+        replies.extend(got)
+
+    async def on_failed(peer: str) -> None:
+        raise AssertionError(f"a request to {peer} failed")
+
+    link = PeerLink("node2", peers=client, metrics=metrics, spawn=background.spawn,
+                    on_failed=on_failed, on_replies=on_replies, pacer=pacer)
+    link.start()
+    return server, client, link, background, metrics, replies
+
+
+def _acking(arrived: list[int], hold: dict[int, asyncio.Event], delay_s: float) -> Any:
+    """A peer that answers each request after ``delay_s``, request ``i`` (from
+    0) only once ``hold[i]`` is set; ``arrived`` counts requests as they come."""
+    async def msgs(request: web.Request) -> web.Response:
+        batch = msgpack.unpackb(await request.read(), raw=False)
+        index = len(arrived)
+        arrived.append(index)
+        await asyncio.sleep(delay_s)
+        if index in hold:
+            await hold[index].wait()
+        acks = [Ack(tuple(op.op_id for op in decode_msg(m).ops)).to_wire() for m in batch]
+        return web.Response(body=msgpack.packb(acks), content_type="application/msgpack")
+    return msgs
+
+
+async def test_to_a_far_peer_a_queued_message_leaves_while_a_request_is_out() -> None:
+    """Every request to this peer takes 30 ms, over the 10 ms that makes a
+    peer far: once the link measured one, a message queued while a request
+    is out goes at once in a second request (not after that one's answer)."""
+    arrived: list[int] = []
+    held = asyncio.Event()
+    server, client, link, background, metrics, replies = await _link_to(
+        _acking(arrived, {1: held}, 0.03), LinkPacer(near_max=1, far_max=4, far_ms=10))
+    try:
+        link.send(Replicate((_op(1),), ack=True))
+        await _until(lambda: len(replies) == 1)  # one 30 ms round trip measured
+        assert link.pacer.slots() == 4
+        link.send(Replicate((_op(2),), ack=True))
+        await _until(lambda: len(arrived) == 2)  # request 1 is out, and held
+        link.send(Replicate((_op(3),), ack=True))
+        await _until(lambda: len(arrived) == 3)  # left beside it
+        await _until(lambda: len(replies) == 2)  # ... and came back first
+        assert {op_id for r in replies for op_id in r.op_ids} == {("node1", 1), ("node1", 3)}
+        assert metrics.counters["peer_batches_overlapped_total"][(("peer", "node2"),)] == 1
+        held.set()
+        await _until(lambda: len(replies) == 3)
+    finally:
+        held.set()
+        await link.stop()
+        await background.stop()
+        await client.close()
+        await server.close()
+
+
+async def test_to_a_near_peer_a_queued_message_waits_for_the_request_out() -> None:
+    """The same peer judged near (its requests are under the link's 1 s
+    threshold here): one request at a time, what queues meanwhile waits."""
+    arrived: list[int] = []
+    held = asyncio.Event()
+    server, client, link, background, metrics, replies = await _link_to(
+        _acking(arrived, {1: held}, 0.03), LinkPacer(near_max=1, far_max=4, far_ms=1000))
+    try:
+        link.send(Replicate((_op(1),), ack=True))
+        await _until(lambda: len(replies) == 1)
+        assert link.pacer.slots() == 1
+        link.send(Replicate((_op(2),), ack=True))
+        await _until(lambda: len(arrived) == 2)
+        link.send(Replicate((_op(3),), ack=True))
+        link.send(Replicate((_op(4),), ack=True))
+        await asyncio.sleep(0.2)
+        assert len(arrived) == 2 and len(replies) == 1
+        held.set()
+        await _until(lambda: len(replies) == 3)  # request 1's ack, then 3 and 4 in one
+        assert len(arrived) == 3
+        assert not metrics.counters["peer_batches_overlapped_total"]
+    finally:
+        held.set()
         await link.stop()
         await background.stop()
         await client.close()
