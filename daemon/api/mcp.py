@@ -51,6 +51,12 @@ async def _module(state: McpState) -> ModuleType:
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
+    if request.method != "POST":
+        # Stateless: no session to end (DELETE), and the server never has a
+        # message of its own to push, so the optional SSE stream (GET) is not
+        # offered, as the MCP specification allows. Served, it outlived its
+        # client and held the node's shutdown for its grace period.
+        raise web.HTTPMethodNotAllowed(request.method, ["POST"])
     module = await _module(request.app[MCP_STATE])
     response: web.StreamResponse = await module.handle(request)
     if response.status < 400 and ("X-Agent-Id" in request.headers

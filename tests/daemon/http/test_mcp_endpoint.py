@@ -80,3 +80,19 @@ async def test_memory_inbox_since_leaves_out_the_instant_itself(client) -> None:
 
     assert await ids(at) == []  # "after" the instant: not at it
     assert len(await ids(rfc3339(parse_rfc3339(at) - 1))) == 1
+
+
+async def test_the_standalone_stream_is_not_offered(client) -> None:  # type: ignore[no-untyped-def]
+    """The transport is stateless, so the server never has a message of its
+    own to push: ``GET /mcp`` (the optional SSE stream, which the MCP
+    Inspector opens) is a 405, as the specification allows. Served, it was
+    a stream that outlived its client and held the node's shutdown for its
+    whole grace period; DELETE (ending a session) has no session to end."""
+    for method in ("GET", "DELETE"):
+        answer = await asyncio.wait_for(client.request(method, "/mcp", headers={
+            **ACCEPT, "Accept": "text/event-stream"}), 5)
+        assert answer.status == 405, method
+        assert answer.headers["Allow"] == "POST"
+        assert (await answer.json())["code"] == "method_not_allowed"
+    listed = await client.post("/mcp", json=rpc("tools/list"), headers=ACCEPT)
+    assert listed.status == 200
