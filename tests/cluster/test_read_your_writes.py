@@ -29,8 +29,8 @@ def test_cancel_by_id_right_after_a_forwarded_send(cluster: Cluster) -> None:
     code, warm = send(cluster, entry, "take-ownership-first")
     assert code == 201, warm
     # The owner's pushes reach the entry node late; the cancel goes at once.
-    cluster.net.set(owner, entry, DELAY, delay_ms=1500)
-    for i in range(2):  # the delay makes each round the race (about 7 s a round)
+    cluster.net.set(owner, entry, DELAY, delay_ms=500)
+    for i in range(2):  # the delay makes each round the race (about 2.5 s a round)
         code, sent = cluster.call(entry, "POST", "/api/v1/messages", {
             "to_workspace": B["workspace"], "to_project": B["project"],
             "from_workspace": A["workspace"], "from_project": A["project"],
@@ -52,7 +52,7 @@ def test_cancel_through_another_node_right_after_a_send(cluster: Cluster) -> Non
     code, warm = send(cluster, entry, "take-ownership-first")
     assert code == 201, warm
     for src in (owner, entry):
-        cluster.net.set(src, third, DELAY, delay_ms=1500)
+        cluster.net.set(src, third, DELAY, delay_ms=500)
     for i in range(3):
         code, sent = cluster.call(entry, "POST", "/api/v1/messages", {
             "to_workspace": B["workspace"], "to_project": B["project"],
