@@ -18,8 +18,10 @@ network, so the core meets merged messages in both.
   refuses them all, as it would have refused each. An ``Accept`` moves
   ahead only past messages about other mailboxes: anything else about its
   mailbox (a ``Prepare``, a promise or refusal, another epoch's
-  ``Accept``) closes the group, so no receiver sees those in another order
-  than they were sent. Messages that name no mailbox may carry one inside
+  ``Accept``) closes the group, so within one batch no receiver sees those
+  in another order than they were sent (batches in flight together may be
+  overtaken by later ones, which the core tolerates: the simulator delivers
+  every message with its own delay). Messages that name no mailbox may carry one inside
   (a ``Forward``'s request, a ``Replicate`` of mailbox ops): an ``Accept``
   may pass those, which changes nothing, since accepting depends only on
   the receiver's promise. Only the sender merges: an owner of a

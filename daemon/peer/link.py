@@ -14,11 +14,14 @@ the link sends at once when it is idle and otherwise gathers for exactly
 one round trip, the way Nagle's algorithm does: under load a request
 carries many messages (sends, accepts, forwards and their answers), and a
 lone message never waits for a timer. A far peer (its fastest recent
-request took ``limits.peer_link_far_rtt_ms`` or more, :mod:`daemon.peer.pacing`)
-gets up to ``limits.peer_link_inflight_far_max``, so that across a WAN a
-queued message does not wait a whole round trip for the request ahead of
-it. Batches in flight together may arrive in any order; the protocol
-never relied on their order (a lost batch is the same case). A failed
+lone request took ``limits.peer_link_far_rtt_ms`` or more, :mod:`daemon.peer.pacing`
+says which requests it times) gets up to ``limits.peer_link_inflight_far_max``,
+so that across a WAN a queued message does not wait a whole round trip for
+the request ahead of it. On the peer channel the receiver still hands the
+frames to its core in the order they come; over plain HTTP (a peer without
+the channel), and for the parts of a split batch, a later request may
+overtake an earlier one. The core does not depend on that order: the
+simulator delivers every message of a link with its own random delay. A failed
 request is reported to the core like a lost packet (``on_send_failed``):
 quorum waits time out and anti-entropy repairs the rest.
 
@@ -87,6 +90,7 @@ class PeerLink:
         self._clock = clock
         self.inflight = 0
         self._slot_freed = asyncio.Event()
+        self._fresh = True  # the next request may open the channel: not a sample
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -120,7 +124,7 @@ class PeerLink:
         return msg
 
     async def _acquire(self) -> None:
-        while self.inflight >= self.pacer.slots():
+        while self.inflight >= self.pacer.slots(self._clock()):
             self._slot_freed.clear()
             await self._slot_freed.wait()
         self.inflight += 1
@@ -163,16 +167,22 @@ class PeerLink:
                         parts += reversed(halves)
                         continue
                 started = self._clock()
+                timed = (self.inflight == 1 and not self._fresh
+                         and len(body) <= limits.peer_link_sample_bytes_max)
+                self._fresh = False
                 try:
                     raw, incarnation = await self._peers.call_packed(self.peer, MSGS_PATH, body)
                 except PeerUnreachable:
+                    self._fresh = True
                     released = True
                     self._release()
                     self._metrics.inc("peer_send_failures_total", peer=self.peer)
                     await self._on_failed(self.peer)  # what is left of the batch is lost too
                     return
-                now = self._clock()
-                self.pacer.sample(now, now - started)
+                if timed and self.inflight == 1:  # alone all the way: the network's time
+                    now = self._clock()
+                    self.pacer.sample(now, now - started)
+                    self._slot_freed.set()  # the peer may have turned far: more slots
                 if not parts:  # the last part is back: the next batch may go
                     released = True
                     self._release()

@@ -8,17 +8,27 @@ costs a queued message up to one extra round trip (it waits for the
 request ahead of it to come back, then makes its own), and it caps a link
 at one batch per round trip.
 
-So the link measures how far its peer is: the fastest request of the last
-one to two windows (``limits.peer_link_rtt_window_secs``) is its floor. A
-request's time includes the peer's work on it, which grows with load, but
-the fastest one in a window is close to the network's round trip alone
-(the "minimum RTT" estimate of delay-based congestion control). While the
-floor is below ``limits.peer_link_far_rtt_ms`` the link keeps one request
-in flight; at or above it, up to ``limits.peer_link_inflight_far_max``, so
-a message queued while others are out leaves at once. A link with no
-measurement yet counts as near. An idle link keeps its last floor.
+So the link measures how far its peer is. A request's time is the network
+round trip plus the peer's work on it plus its wait behind the link's other
+requests at the peer; only the first should decide. The link therefore
+samples only requests that were alone in flight and small
+(``limits.peer_link_sample_bytes_max``), never the first one of a channel
+(it opens the connection, maybe with a TLS handshake), and keeps the
+fastest sample of the last one to two windows (``limits.peer_link_rtt_window_secs``)
+as its floor: the "minimum RTT" estimate of delay-based congestion control,
+which the peer's load hardly raises. At ``limits.peer_link_far_rtt_ms`` or
+more the peer is far and the link keeps up to
+``limits.peer_link_inflight_far_max`` requests in flight, so a message
+queued while others are out leaves at once; below it, one. A link with no
+sample yet counts as near; an idle link keeps its floor.
 
-Pure: the caller gives the time of each sample.
+A far link's requests are seldom alone, so it could stay far on samples
+that have aged, after the peer came nearer or a slow spell of the peer
+ended. Once a window has passed without a sample it drains, as BBR's
+PROBE_RTT does: one slot until the next request, now alone, is measured.
+That costs a queued message at most one round trip once a window.
+
+Pure: the caller gives the time.
 """
 
 from __future__ import annotations
@@ -29,7 +39,16 @@ from common import limits
 class LinkPacer:
     """The request slots a link may use, from the round trips it measured."""
 
-    __slots__ = ("_cur", "_prev", "_since", "far_max", "far_s", "near_max", "window_s")
+    __slots__ = (
+        "_cur",
+        "_last_sample",
+        "_prev",
+        "_since",
+        "far_max",
+        "far_s",
+        "near_max",
+        "window_s",
+    )
 
     def __init__(self, *, near_max: int = limits.peer_link_inflight_max,
                  far_max: int = limits.peer_link_inflight_far_max,
@@ -41,12 +60,14 @@ class LinkPacer:
         self.far_max = far_max
         self.far_s = far_ms / 1000
         self.window_s = window_s
-        self._cur: float | None = None  # the fastest request of the current window
+        self._cur: float | None = None  # the fastest sample of the current window
         self._prev: float | None = None  # ... and of the window before it
         self._since = 0.0  # when the current window began
+        self._last_sample = 0.0
 
     def sample(self, now: float, seconds: float) -> None:
-        """A request that took ``seconds`` came back at ``now``."""
+        """A request that was alone in flight took ``seconds``, back at ``now``."""
+        self._last_sample = now
         if self._cur is None or now - self._since >= self.window_s:
             if self._cur is not None:
                 self._prev = self._cur
@@ -55,13 +76,22 @@ class LinkPacer:
             self._cur = seconds
 
     def floor(self) -> float | None:
-        """The fastest round trip of the last one or two windows (None: none yet)."""
+        """The fastest sample of the last one or two windows (None: none yet)."""
         if self._prev is None:
             return self._cur
         if self._cur is None:
             return self._prev
         return min(self._cur, self._prev)
 
-    def slots(self) -> int:
+    def far(self) -> bool:
         floor = self.floor()
-        return self.far_max if floor is not None and floor >= self.far_s else self.near_max
+        return floor is not None and floor >= self.far_s
+
+    def probing(self, now: float) -> bool:
+        """A far link that has gone a window without a sample: it drains to measure."""
+        return self.far() and now - self._last_sample >= self.window_s
+
+    def slots(self, now: float) -> int:
+        if not self.far() or self.probing(now):
+            return self.near_max
+        return self.far_max

@@ -15,18 +15,18 @@ def _pacer() -> LinkPacer:
 
 def test_a_link_without_a_measurement_is_near() -> None:
     pacer = _pacer()
-    assert pacer.floor() is None and pacer.slots() == 1
+    assert pacer.floor() is None and pacer.slots(0.0) == 1 and not pacer.far()
 
 
 def test_slow_requests_make_a_peer_far_and_one_fast_one_near_again() -> None:
     pacer = _pacer()
     pacer.sample(0.0, 0.050)
     pacer.sample(1.0, 0.030)
-    assert pacer.floor() == 0.030 and pacer.slots() == 4
+    assert pacer.floor() == 0.030 and pacer.slots(1.0) == 4
     pacer.sample(2.0, 0.010)  # exactly the threshold: far
-    assert pacer.slots() == 4
+    assert pacer.slots(2.0) == 4
     pacer.sample(3.0, 0.002)  # one fast request: the network is near
-    assert pacer.slots() == 1
+    assert pacer.slots(3.0) == 1
 
 
 def test_a_slow_spell_on_a_near_link_changes_nothing_while_the_fast_request_is_recent() -> None:
@@ -36,22 +36,32 @@ def test_a_slow_spell_on_a_near_link_changes_nothing_while_the_fast_request_is_r
     pacer.sample(0.0, 0.001)
     for i in range(1, 100):
         pacer.sample(i * 0.1, 0.040)
-    assert pacer.slots() == 1
+    assert pacer.slots(10.0) == 1
 
 
 def test_a_floor_ages_out_after_two_windows() -> None:
     pacer = _pacer()
     pacer.sample(0.0, 0.001)
     pacer.sample(10.0, 0.050)  # a new window: the old one's floor still counts
-    assert pacer.slots() == 1
+    assert pacer.slots(10.0) == 1
     pacer.sample(20.0, 0.050)  # two windows on: the 1 ms request is forgotten
-    assert pacer.floor() == 0.050 and pacer.slots() == 4
+    assert pacer.floor() == 0.050 and pacer.slots(20.0) == 4
 
 
-def test_an_idle_link_keeps_its_last_floor() -> None:
+def test_a_far_link_without_a_sample_for_a_window_drains_to_measure() -> None:
     pacer = _pacer()
     pacer.sample(0.0, 0.050)
-    assert pacer.slots() == 4  # however long nothing is sent, no sample changes it
+    assert pacer.slots(9.9) == 4 and not pacer.probing(9.9)
+    assert pacer.probing(10.0) and pacer.slots(10.0) == 1  # one request alone, to be timed
+    pacer.sample(10.2, 0.048)  # still far: back to every slot for another window
+    assert pacer.slots(10.2) == 4 and pacer.slots(20.1) == 4
+    assert pacer.slots(20.2) == 1
+
+
+def test_a_near_link_never_drains() -> None:
+    pacer = _pacer()
+    pacer.sample(0.0, 0.001)
+    assert not pacer.probing(1e6) and pacer.slots(1e6) == 1
 
 
 def test_bad_slot_counts_are_refused() -> None:
@@ -78,5 +88,6 @@ def test_the_floor_is_the_fastest_sample_of_the_last_two_windows(
             start = now
         windows[-1].append(seconds)
         pacer.sample(now, seconds)
-        assert pacer.floor() == min(windows[-1] + (windows[-2] if len(windows) > 1 else []))
-        assert pacer.slots() == (4 if pacer.floor() >= 0.010 else 1)
+        floor = min(windows[-1] + (windows[-2] if len(windows) > 1 else []))
+        assert pacer.floor() == floor
+        assert pacer.slots(now) == (4 if floor >= 0.010 else 1)

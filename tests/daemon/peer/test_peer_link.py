@@ -8,6 +8,7 @@ the link's one request slot is busy leaves together in the next request
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import msgpack
@@ -260,20 +261,23 @@ async def test_to_a_far_peer_a_queued_message_leaves_while_a_request_is_out() ->
     arrived: list[int] = []
     held = asyncio.Event()
     server, client, link, background, metrics, replies = await _link_to(
-        _acking(arrived, {1: held}, 0.03), LinkPacer(near_max=1, far_max=4, far_ms=10))
+        _acking(arrived, {2: held}, 0.03), LinkPacer(near_max=1, far_max=4, far_ms=10))
     try:
-        link.send(Replicate((_op(1),), ack=True))
-        await _until(lambda: len(replies) == 1)  # one 30 ms round trip measured
-        assert link.pacer.slots() == 4
+        link.send(Replicate((_op(1),), ack=True))  # opens the channel: not timed
+        await _until(lambda: len(replies) == 1)
+        assert link.pacer.slots(time.monotonic()) == 1
         link.send(Replicate((_op(2),), ack=True))
-        await _until(lambda: len(arrived) == 2)  # request 1 is out, and held
+        await _until(lambda: len(replies) == 2)  # one 30 ms round trip measured
+        assert link.pacer.slots(time.monotonic()) == 4
         link.send(Replicate((_op(3),), ack=True))
-        await _until(lambda: len(arrived) == 3)  # left beside it
-        await _until(lambda: len(replies) == 2)  # ... and came back first
-        assert {op_id for r in replies for op_id in r.op_ids} == {("node1", 1), ("node1", 3)}
+        await _until(lambda: len(arrived) == 3)  # request 2 is out, and held
+        link.send(Replicate((_op(4),), ack=True))
+        await _until(lambda: len(arrived) == 4)  # left beside it
+        await _until(lambda: len(replies) == 3)  # ... and came back first
+        assert {op_id for r in replies for op_id in r.op_ids} == {("node1", s) for s in (1, 2, 4)}
         assert metrics.counters["peer_batches_overlapped_total"][(("peer", "node2"),)] == 1
         held.set()
-        await _until(lambda: len(replies) == 3)
+        await _until(lambda: len(replies) == 4)
     finally:
         held.set()
         await link.stop()
@@ -288,23 +292,130 @@ async def test_to_a_near_peer_a_queued_message_waits_for_the_request_out() -> No
     arrived: list[int] = []
     held = asyncio.Event()
     server, client, link, background, metrics, replies = await _link_to(
-        _acking(arrived, {1: held}, 0.03), LinkPacer(near_max=1, far_max=4, far_ms=1000))
+        _acking(arrived, {2: held}, 0.03), LinkPacer(near_max=1, far_max=4, far_ms=1000))
     try:
-        link.send(Replicate((_op(1),), ack=True))
-        await _until(lambda: len(replies) == 1)
-        assert link.pacer.slots() == 1
-        link.send(Replicate((_op(2),), ack=True))
-        await _until(lambda: len(arrived) == 2)
+        for seq in (1, 2):
+            link.send(Replicate((_op(seq),), ack=True))
+            await _until(lambda n=seq: len(replies) == n)  # type: ignore[misc]
+        assert link.pacer.floor() is not None and link.pacer.slots(time.monotonic()) == 1
         link.send(Replicate((_op(3),), ack=True))
+        await _until(lambda: len(arrived) == 3)
         link.send(Replicate((_op(4),), ack=True))
+        link.send(Replicate((_op(5),), ack=True))
         await asyncio.sleep(0.2)
-        assert len(arrived) == 2 and len(replies) == 1
+        assert len(arrived) == 3 and len(replies) == 2
         held.set()
-        await _until(lambda: len(replies) == 3)  # request 1's ack, then 3 and 4 in one
-        assert len(arrived) == 3
+        await _until(lambda: len(replies) == 4)  # request 2's ack, then 4 and 5 in one
+        assert len(arrived) == 4
         assert not metrics.counters["peer_batches_overlapped_total"]
     finally:
         held.set()
+        await link.stop()
+        await background.stop()
+        await client.close()
+        await server.close()
+
+
+def _acks(batch: list[Any]) -> web.Response:
+    acks = [Ack(tuple(op.op_id for op in decode_msg(m).ops)).to_wire() for m in batch]
+    return web.Response(body=msgpack.packb(acks), content_type="application/msgpack")
+
+
+async def test_a_split_batch_that_finds_the_peer_far_frees_a_slot_at_once(
+        monkeypatch: Any) -> None:
+    """The first part of a split batch measures the peer far while the batch
+    keeps its slot for the next part: a message queued meanwhile leaves at
+    once in a slot the new count allows (a review found it waiting for the
+    whole batch, nothing having woken the link)."""
+    monkeypatch.setattr("common.limits.peer_batch_bytes_max", 20_000)
+    arrived: list[list[int]] = []
+    hold_last = asyncio.Event()
+
+    async def msgs(request: web.Request) -> web.Response:
+        batch = msgpack.unpackb(await request.read(), raw=False)
+        seqs = [op.seq for m in batch for op in decode_msg(m).ops]
+        arrived.append(seqs)
+        await asyncio.sleep(0.03)  # every request takes 30 ms: far
+        if 12 in seqs:
+            await hold_last.wait()  # the batch's last part is held
+        return _acks(batch)
+
+    server, client, link, background, _metrics, replies = await _link_to(
+        msgs, LinkPacer(near_max=1, far_max=4, far_ms=10))
+    try:
+        link.send(Replicate((_op(100),), ack=True))  # opens the channel (not timed)
+        await _until(lambda: len(replies) == 1)
+        for s in range(1, 13):  # about 24 KB: two parts, one after the other in one slot
+            link.send(Replicate((_big_op(s, 2_000),), ack=True))
+        await _until(lambda: len(arrived) == 2)  # part 1 is out; the link is near
+        link.send(Replicate((_op(99),), ack=True))  # the loop waits for a slot
+        await _until(lambda: any(12 in a for a in arrived))  # part 1 back: far; part 2 held
+        await _until(lambda: any(99 in a for a in arrived), timeout_s=1.0)
+    finally:
+        hold_last.set()
+        await link.stop()
+        await background.stop()
+        await client.close()
+        await server.close()
+
+
+async def test_a_link_made_far_by_a_slow_spell_of_the_peer_comes_back_near() -> None:
+    """A loopback peer answers every request in 12 ms for two windows (a slow
+    disk, a CPU-starved host): the link turns far. Then the peer is well (1 ms
+    a request on its one loop), but far, the link's requests queue behind
+    each other there and none is alone to be timed. After a window without
+    a sample the link drains to one request, times it and is near again
+    (a review found it far for good while the load went on)."""
+    offset = [0.0]
+    slow = [True]
+    busy = asyncio.Lock()  # the peer's one event loop
+
+    async def msgs(request: web.Request) -> web.Response:
+        batch = msgpack.unpackb(await request.read(), raw=False)
+        async with busy:
+            await asyncio.sleep(0.012 if slow[0] else 0.001 + 0.0001 * len(batch))
+        return _acks(batch)
+
+    app = web.Application()
+    app.router.add_post("/peer/v1/msgs", msgs)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    client = PeerClient("node1", {"node2": str(server.make_url("")).rstrip("/")}, None,
+                        now_s=lambda: 0.0)
+    await client.start()
+    metrics, background = Metrics(), Background()
+
+    async def ignore(*_: Any) -> None:
+        pass
+
+    pacer = LinkPacer(near_max=1, far_max=32, far_ms=10, window_s=10)
+    link = PeerLink("node2", peers=client, metrics=metrics, spawn=background.spawn,
+                    on_failed=ignore, on_replies=ignore, pacer=pacer,
+                    clock=lambda: time.monotonic() + offset[0])
+    link.start()
+    seq = [1]
+
+    async def load(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for _ in range(2):
+                link.send(Replicate((_op(seq[0]),), ack=True))
+                seq[0] += 1
+            await asyncio.sleep(0.001)
+
+    try:
+        for _ in range(3):  # three windows of slow answers
+            await load(0.3)
+            offset[0] += 10.0
+        assert pacer.far()
+        slow[0] = False
+        for _ in range(3):  # the peer is well; the load goes on
+            await load(0.5)
+            offset[0] += 10.0
+        await load(0.5)
+        floor = pacer.floor()
+        assert not pacer.far() and floor is not None, floor
+    finally:
         await link.stop()
         await background.stop()
         await client.close()
