@@ -185,6 +185,7 @@ def rows(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[str, An
             row["contact"] = f"{int(_last_contact_ms(peer)) / 1000:.1f}s ago"
         else:
             row["contact"] = "never"
+        row["rtt"] = _round_trip(peer) if view.node_id != own_id else "self"
         if view.status is not None:
             lanes = _lanes(view.status)
             row["reachable"] = "yes"
@@ -208,6 +209,16 @@ def rows(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[str, An
     return table
 
 
+def _round_trip(peer: Mapping[str, Any]) -> str:
+    """The queried node's estimate of the round trip to a member (its peer
+    link's fastest lone request of the last 10-20 s), ``far`` when the link
+    keeps several requests in flight to it (docs/federation.md)."""
+    ms = peer.get("round_trip_ms")
+    if not isinstance(ms, (int, float)):
+        return "-"
+    return f"{ms:.1f} ms" + (" far" if peer.get("far") else "")
+
+
 def _mailboxes(owned: Mapping[str, Any]) -> str:
     if not owned:
         return "-"
@@ -226,6 +237,7 @@ COLUMNS = [
     ("position", "OPLOG POS"),
     ("lag", "LAG OPS"),
     ("contact", "LAST CONTACT"),
+    ("rtt", "RTT"),
     ("mailboxes", "OWNED MAILBOXES@EPOCH"),
     ("quorum", "QUORUM"),
 ]

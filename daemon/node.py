@@ -280,4 +280,6 @@ class Node:
         return await self.runner.receive(peer, msgs, incarnation)
 
     def status(self) -> dict[str, Any]:
-        return node_status(self.settings, self.core, self.now_ms(), self.started_at_ms)
+        return node_status(self.settings, self.core, self.now_ms(), self.started_at_ms,
+                           {peer: (link.pacer.floor(), link.pacer.far())
+                            for peer, link in self.links.items()})

@@ -26,8 +26,10 @@ def status(node_id: str, owned: dict[str, int]) -> dict[str, object]:
 
 def test_the_table_is_the_documented_one() -> None:
     first = {**status("node1", {}), "peers": {
-        "node2": {"last_contact_ms_ago": 200, "vv": {"node1": 10, "node2": 8}},
-        "node3": {"last_contact_ms_ago": 4100, "vv": {"node1": 10, "node2": 8}, "lag_ops": 0}}}
+        "node2": {"last_contact_ms_ago": 200, "vv": {"node1": 10, "node2": 8},
+                  "round_trip_ms": 0.42, "far": False},
+        "node3": {"last_contact_ms_ago": 4100, "vv": {"node1": 10, "node2": 8}, "lag_ops": 0,
+                  "round_trip_ms": 0.61, "far": False}}}
     views = [
         MemberView("node1", "http://127.0.0.1:9077", status=first),
         MemberView("node2", "http://127.0.0.1:9078",
@@ -61,3 +63,12 @@ def test_a_node_with_lanes_shows_them_and_counts_each_lanes_lag() -> None:
     assert shown[1]["mailboxes"] == "w/b@2"
     assert ("lanes", "LANES") in columns(shown)
     assert "LANES" in table(shown, columns(shown)).splitlines()[0]
+
+
+def test_rtt_is_the_queried_nodes_estimate_and_says_far() -> None:
+    first = {**status("node1", {}), "peers": {
+        "node2": {"round_trip_ms": 51.26, "far": True}, "node3": {"round_trip_ms": None}}}
+    shown = rows(first, [MemberView("node1", "http://a", status=first),
+                         MemberView("node2", "http://b", status=status("node2", {})),
+                         MemberView("node3", "http://c", status=status("node3", {}))])
+    assert [r["rtt"] for r in shown] == ["self", "51.3 ms far", "-"]
