@@ -199,6 +199,7 @@ replicate_batch_ops_max = 1000  # operations in one peer request
 replicate_queue_ops_max = 200_000  # operations queued for one peer before backpressure
 peer_link_inflight_max = 1  # batched requests in flight to a near peer (what queues meanwhile is the next batch)
 peer_link_inflight_far_max = 32  # ... to a far peer (docs/federation.md, daemon/peer/pacing.py)
+peer_link_inflight_http_max = 4  # ... to a far peer without the channel (each request takes a pooled connection)
 peer_link_far_rtt_ms = 20.0  # a peer whose fastest recent lone request took this long is far
 peer_link_sample_bytes_max = 64 * 1024  # only requests this small time the network (a big one times the peer's work)
 peer_link_rtt_window_secs = 10.0  # the fastest request of the last one to two such windows is a link's floor
@@ -325,6 +326,7 @@ assert read_hedge_ms < quorum_timeout_ms_default
 # One batch never exceeds what a peer queue may hold; a push batch fits too.
 assert replicate_batch_ops_max <= replicate_queue_ops_max
 assert 1 <= peer_link_inflight_max <= peer_link_inflight_far_max
+assert peer_link_inflight_http_max < peer_connections_per_host_max
 assert sync_batch_ops_max <= replicate_queue_ops_max
 # The writer folds at most a batch of what its queue holds; backpressure
 # (half the queue) leaves room for the persists the core already counts on.

@@ -235,6 +235,10 @@ class Channels:
         async with asyncio.timeout(timeout_s):
             return await asyncio.shield(task)
 
+    def plain(self, peer: str) -> bool:
+        """Is ``peer`` served over plain HTTP for now (it has no channel)?"""
+        return self._plain_until.get(peer, 0.0) > self._now()
+
     async def _open(self, peer: str, timeout_s: float) -> ClientChannel | None:
         opened = await self._open_ws(peer, timeout_s)
         if opened is None:

@@ -78,6 +78,11 @@ class PeerClient:
         self.channels: Channels | None = (
             Channels(self._open_channel) if limits.peer_channel_enabled else None)
 
+    def over_http(self, peer: str) -> bool:
+        """Do batches to ``peer`` go as HTTP requests (no channel), each
+        taking one of the pooled connections the node's other calls share?"""
+        return self.channels is None or self.channels.plain(peer)
+
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit_per_host=limits.peer_connections_per_host_max,
                                         keepalive_timeout=limits.peer_keepalive_secs)

@@ -123,8 +123,16 @@ class PeerLink:
         self.queued_ops -= op_count(msg)
         return msg
 
+    def _slots(self) -> int:
+        slots = self.pacer.slots(self._clock())
+        if slots > 1 and self._peers.over_http(self.peer):
+            # each request holds a pooled connection the node's reads and
+            # forwards to this peer also need
+            slots = min(slots, limits.peer_link_inflight_http_max)
+        return slots
+
     async def _acquire(self) -> None:
-        while self.inflight >= self.pacer.slots(self._clock()):
+        while self.inflight >= self._slots():
             self._slot_freed.clear()
             await self._slot_freed.wait()
         self.inflight += 1

@@ -420,3 +420,34 @@ async def test_a_link_made_far_by_a_slow_spell_of_the_peer_comes_back_near() -> 
         await background.stop()
         await client.close()
         await server.close()
+
+
+async def test_over_plain_http_a_far_link_keeps_a_few_requests_in_flight() -> None:
+    """A peer without the channel (this test peer serves no /peer/v1/link)
+    takes each batch as an HTTP request holding one of the pooled
+    connections the node's reads and forwards share: a far link keeps at
+    most ``limits.peer_link_inflight_http_max`` (4) in flight, not 32."""
+    arrived: list[int] = []
+    held = asyncio.Event()
+    hold = {i: held for i in range(2, 40)}
+    server, client, link, background, _metrics, replies = await _link_to(
+        _acking(arrived, hold, 0.03), LinkPacer(near_max=1, far_max=32, far_ms=10))
+    try:
+        for seq in (1, 2):  # the first opens (not timed), the second finds the peer far
+            link.send(Replicate((_op(seq),), ack=True))
+            await _until(lambda n=seq: len(replies) == n)  # type: ignore[misc]
+        assert client.over_http("node2") and link.pacer.slots(time.monotonic()) == 32
+        for seq in range(3, 11):
+            link.send(Replicate((_op(seq),), ack=True))
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+        assert len(arrived) == 2 + 4 and link.inflight == 4
+        held.set()
+        await _until(lambda: {op_id for r in replies for op_id in r.op_ids}
+                     == {("node1", s) for s in range(1, 11)})
+    finally:
+        held.set()
+        await link.stop()
+        await background.stop()
+        await client.close()
+        await server.close()
