@@ -270,6 +270,27 @@ def test_cluster_status_sees_a_healthy_quorum(cluster: Cluster) -> None:
     assert "quorum healthy as seen by node1" in result.stdout
 
 
+def test_cluster_status_shows_each_members_round_trip_as_near(cluster: Cluster) -> None:
+    """The peer links time their lone requests (anti-entropy offers alone
+    make some within seconds): on loopback each member is well under the
+    20 ms that makes a peer far."""
+    deadline = time.monotonic() + 15
+    while True:
+        shown = cluster.run(0, "cluster", "status", "--json")
+        assert shown.exit_code == 0, shown.output
+        first = json.loads(shown.stdout)["members"][0]["status"]
+        trips = {peer: view.get("round_trip_ms") for peer, view in first["peers"].items()}
+        if all(isinstance(ms, (int, float)) for ms in trips.values()) or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(trips) == 2 and all(isinstance(ms, (int, float)) and 0 < ms < 20
+                                   for ms in trips.values()), trips
+    assert not any(view["far"] for view in first["peers"].values())
+    table = cluster.run(0, "cluster", "status").stdout
+    assert " RTT " in table.splitlines()[0] and " ms " in table, table
+
+
 def test_a_refused_pop_of_a_project_that_does_not_exist_leaves_no_mailbox(
         cluster: Cluster) -> None:
     for node in (0, 1, 2):  # whichever member would own it, through whichever node
