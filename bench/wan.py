@@ -1,18 +1,21 @@
-"""Members far apart: notify and forwarded-send latency over delayed peer links.
+"""Members far apart: notify, forwarded-send and inbox-read latency over delayed peer links.
 
 Three real nodes on loopback whose peer links all go through the test
 proxy (``tests/cluster/proxy.py``) with ``--delay`` ms added each way, set
 before the nodes start, as between machines in different regions (50 ms
-round trip by default). ``--clients`` closed-loop clients then call one
-node (the entry) for ``--seconds`` each: first ``POST /notify`` (a quorum
-write: one round trip to the nearest peer at best), then ``POST /messages``
-to projects whose mailbox another member owns (forwarded to the owner,
-which writes it with a quorum: two round trips at best). It prints the
-rate and latency of each, and the entry's peer batches and how many of
-them left while another was in flight to the same peer
+round trip by default); with ``--layout two-sites`` only the links to and
+from node3 are delayed, node1 and node2 being 1 ms apart each way (two
+members in one site, one across the WAN). ``--clients`` closed-loop
+clients then call node1 (the entry) for ``--seconds`` each: ``POST
+/notify`` (a quorum write: one round trip to the nearest peer at best),
+``POST /messages`` to projects whose mailbox another member owns (forwarded
+to the owner, which writes it with a quorum: two round trips at best), and
+``GET /inbox`` (a quorum read: one pull from the nearest peer at best). It
+prints the rate and latency of each, and the entry's peer batches and how
+many of them left while another was in flight to the same peer
 (``peer_batches_overlapped_total``: daemon/peer/pacing.py).
 
-Run: ``python -m bench.wan [--delay 25] [--clients 8] [--seconds 12]``.
+Run: ``python -m bench.wan [--delay 25] [--layout even|two-sites] [--clients 8] [--seconds 12]``.
 The harness comes from the tests (the proxy is a test fixture), so run it
 from the repository root.
 """
@@ -60,16 +63,20 @@ def _drive(c: Cluster, kind: str, clients: int, seconds: float,
         i = 0
         while time.monotonic() < stop:
             i += 1
+            method = "POST"
             if kind == "notify":
                 path, body = "/api/v1/notify", {"agent_id": f"a{w}", "target_agent_id": f"b{w}",
                                                "title": "t", "payload": f"p{i}"}
+            elif kind == "inbox":
+                method, path, body = "GET", f"/api/v1/inbox?agent_id=b{w}&limit=5", None
             else:
-                path, body = "/api/v1/messages", {
-                    "to_workspace": B["workspace"], "to_project": projects[w],
+                path, body = "/api/v1/messages", {  # a mailbox keeps at most 256 pending
+                    "to_workspace": B["workspace"], "to_project": projects[(w + i * clients)
+                                                                           % len(projects)],
                     "from_workspace": A["workspace"], "from_project": A["project"],
                     "body": f"w{w}-{i}"}
             t = time.monotonic()
-            code, out = c.call(ENTRY, "POST", path, body, timeout=30)
+            code, out = c.call(ENTRY, method, path, body, timeout=30)
             if code not in (200, 201):
                 errors.append((code, out))
                 continue
@@ -104,6 +111,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.wan", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--delay", type=int, default=25, help="ms added each way on every peer link")
+    ap.add_argument("--layout", choices=("even", "two-sites"), default="even",
+                    help="every link delayed, or only those of node3 (node1-node2: 1 ms each way)")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=12.0, help="per workload")
     args = ap.parse_args()
@@ -113,13 +122,16 @@ def main() -> None:
             for src in c.ids:
                 for dst in c.ids:
                     if src != dst:
-                        c.net.set(src, dst, DELAY, delay_ms=args.delay)
+                        far = args.layout == "even" or "node3" in (src, dst)
+                        c.net.set(src, dst, DELAY, delay_ms=args.delay if far else 1)
             c.start()
             setup_projects(c)
-            projects = _far_projects(c, args.clients)
-            print(f"3 nodes, every peer link delayed {args.delay} ms each way, "
+            projects = _far_projects(c, 8 * args.clients)
+            where = ("every peer link" if args.layout == "even"
+                     else "node3's peer links (node1-node2: 1 ms)")
+            print(f"3 nodes, {where} delayed {args.delay} ms each way, "
                   f"{args.clients} closed-loop clients on {ENTRY}, {args.seconds:g} s each")
-            for kind in ("notify", "send"):
+            for kind in ("notify", "send", "inbox"):
                 before = _link_counters(c)
                 r = _drive(c, kind, args.clients, args.seconds, projects)
                 after = _link_counters(c)

@@ -193,7 +193,8 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
                     on_failed=link_failed, on_replies=link_replies,
                     grace_s=min(limits.sync_push_grace_secs, c.catchup_interval_secs / 2),
                     horizon_s=2 * c.catchup_interval_secs)
-    reads = ReadQuorum(c, runner=runner, peers=peers, metrics=metrics, now_ms=node_clock.now_ms)
+    reads = ReadQuorum(c, runner=runner, peers=peers, metrics=metrics, now_ms=node_clock.now_ms,
+                       round_trip=lambda p: links[p].pacer.floor() if p in links else None)
     webhooks = Webhooks(_WebhookHost(settings, c.node_id, metrics, node_clock.now_ms))
     runner.applied_listeners.append(webhooks.on_applied)
     identity = ReplicatedDirectory(lambda: store.reads, lambda: reads.barrier(IDENT_KEY),

@@ -6,9 +6,13 @@ daemon (``daemon/replication/read_quorum.py``, pulls over ``/peer/v1/pull``) and
 simulator (``tests/sim/entry.py``, pulls over the simulated network) both
 take these decisions from here, so the simulator's seeds cover them:
 
-* :func:`pull_order` -- peers believed alive first, in rotation;
+* :func:`pull_order` -- peers believed alive first, the nearer first (by
+  the round trips the daemon's peer links measured, in bands of
+  ``limits.read_near_band_ms``), in rotation among peers equally near;
 * :class:`ReadRound` -- ask ``need`` peers at once; a failure, or a hedge
-  timer (``limits.read_hedge_ms``) with no answer yet, asks the next one;
+  timer (:func:`hedge_delay`: ``limits.read_hedge_ms``, or twice the round
+  trip to the peers asked when that is longer) with no answer yet, asks the
+  next one;
   done when ``need`` answered or nobody is left to ask;
 * :func:`barriers_to_wait` -- after the pulls are applied, which persist
   barriers the local query waits for.
@@ -28,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from common import limits
 from common.errors import QuorumNotMet
 
 B = TypeVar("B")
@@ -38,11 +43,35 @@ def peers_needed(members: int, write_quorum: int) -> int:
     return members - write_quorum
 
 
-def pull_order(peers: Sequence[str], rotation: int, alive: Callable[[str], bool]) -> list[str]:
-    """``peers`` rotated by ``rotation``, those believed alive first."""
+RoundTrip = Callable[[str], float | None]  # a peer's round trip in seconds, None if unknown
+
+
+def _band(round_trip: float | None) -> int:
+    """Peers in one band count as equally near (unknown: the nearest band)."""
+    if round_trip is None:
+        return 0
+    return int(round_trip * 1000 // limits.read_near_band_ms)
+
+
+def pull_order(peers: Sequence[str], rotation: int, alive: Callable[[str], bool],
+               round_trip: RoundTrip | None = None) -> list[str]:
+    """``peers`` rotated by ``rotation``, those believed alive first, then the
+    nearer first: in a cluster across sites a read asks a member of its own
+    site before one across the WAN, and members of one site share the reads
+    in rotation (on one site every peer is in the nearest band)."""
     k = rotation % len(peers) if peers else 0
     rotated = list(peers[k:]) + list(peers[:k])
-    return sorted(rotated, key=lambda p: not alive(p))
+    trip = round_trip or (lambda _p: None)
+    return sorted(rotated, key=lambda p: (not alive(p), _band(trip(p))))
+
+
+def hedge_delay(asked: Sequence[str], round_trip: RoundTrip | None = None) -> float:
+    """Seconds to wait for the peers ``asked`` before asking the next one
+    beside them: ``limits.read_hedge_ms``, or twice the longest known round
+    trip among them if that is longer (a peer across a WAN is not slow for
+    taking its round trip)."""
+    trips = [t for t in (round_trip(p) for p in asked) if t is not None] if round_trip else []
+    return max(limits.read_hedge_ms / 1000, 2 * max(trips, default=0.0))
 
 
 def barriers_to_wait(at_start: list[B], now: list[B]) -> list[B]:

@@ -4,9 +4,10 @@ With R = N - W + 1, R + W > N, so at least one of the members heard from
 holds any write acknowledged anywhere. :meth:`ReadQuorum.barrier` sends the
 node's version vector to peers (``/peer/v1/pull``); each answers with the
 ops it holds for the key that this node lacks, and they are applied here.
-Peers believed alive are asked first, in rotation; one that has not
-answered within ``limits.read_hedge_ms`` (or fails) gets a second peer asked
-beside it. A pull is never cancelled: one that answers after the read
+Peers believed alive are asked first, the nearer first (by their links'
+round trips), in rotation among equally near ones; one that has not
+answered within ``limits.read_hedge_ms`` or twice its round trip (or fails)
+gets a second peer asked beside it. A pull is never cancelled: one that answers after the read
 finished is still applied, and a cancelled request would cost its pooled
 connection.
 
@@ -23,7 +24,6 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from common import limits
 from common.errors import QuorumNotMet
 from common.ops import Op
 from common.vocab import CONSISTENCY_DEFAULT, LOCAL, Consistency
@@ -43,8 +43,10 @@ def _consume(task: asyncio.Task[Any]) -> None:
 
 class ReadQuorum:
     def __init__(self, cluster: ClusterSettings, *, runner: EffectRunner, peers: PeerClient,
-                 metrics: Metrics, now_ms: Callable[[], int]) -> None:
+                 metrics: Metrics, now_ms: Callable[[], int],
+                 round_trip: read.RoundTrip | None = None) -> None:
         self.cluster = cluster
+        self.round_trip = round_trip  # a peer link's estimate (daemon/peer/pacing.py)
         self.runner = runner
         self.peers = peers
         self.metrics = metrics
@@ -61,7 +63,7 @@ class ReadQuorum:
         peers = [p.node_id for p in self.cluster.peers]
         self._rr = (self._rr + 1) % len(peers)
         return read.pull_order(peers, self._rr,
-                               lambda p: self.runner.core.detector.alive(p, now))
+                               lambda p: self.runner.core.detector.alive(p, now), self.round_trip)
 
     async def barrier(self, key: str, consistency: Consistency = CONSISTENCY_DEFAULT) -> None:
         need = self.peers_needed
@@ -89,7 +91,8 @@ class ReadQuorum:
 
         launch(rnd.start())
         while not rnd.done:
-            wait = limits.read_hedge_ms / 1000 if rnd.can_hedge else deadline - loop.time()
+            wait = (read.hedge_delay(sorted(rnd.inflight), self.round_trip) if rnd.can_hedge
+                    else deadline - loop.time())
             done, _ = await asyncio.wait(inflight, timeout=max(0.0, wait),
                                          return_when=asyncio.FIRST_COMPLETED)
             if not done:
