@@ -211,8 +211,9 @@ def rows(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[str, An
 
 def _round_trip(peer: Mapping[str, Any]) -> str:
     """The queried node's estimate of the round trip to a member (its peer
-    link's fastest lone request of the last 10-20 s), ``far`` when the link
-    keeps several requests in flight to it (docs/federation.md)."""
+    link's fastest lone request of the last 10-20 s), ``far`` at 20 ms or
+    more, where the link may keep several requests in flight to it
+    (docs/federation.md)."""
     ms = peer.get("round_trip_ms")
     if not isinstance(ms, (int, float)):
         return "-"

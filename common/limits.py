@@ -218,6 +218,7 @@ peer_channel_frames_serving_max = 64  # frames one peer channel serves at once; 
 peer_batch_bytes_max = 8 * 1024 * 1024  # op bytes one push, pull answer or peer batch carries (a larger batch is split)
 forward_hops_max = 2  # a forwarded mailbox request may be re-forwarded this often
 read_hedge_ms = 100  # a read-quorum pull not answered by then (or twice its round trip, if longer): ask the next peer too
+read_hedge_max_ms = 500  # ... but never later than this (a stale or huge round trip must not keep a stalled peer from being hedged)
 read_near_band_ms = 20  # read-quorum pulls ask peers nearer by this much first (federation/read.py)
 peer_down_after_secs = 3.0  # no contact this long and a peer counts as down
 recovery_query_interval_ms = 200  # a recovering member asks the others for their state this often
@@ -324,6 +325,7 @@ assert cli_wait_read_secs > stream_heartbeat_secs
 assert forward_timeout_secs > claim_timeout_ms / 1000
 # A read-quorum hedge fires before the quorum wait gives up.
 assert read_hedge_ms < quorum_timeout_ms_default
+assert read_hedge_ms <= read_hedge_max_ms <= quorum_timeout_ms_default / 4
 # One batch never exceeds what a peer queue may hold; a push batch fits too.
 assert replicate_batch_ops_max <= replicate_queue_ops_max
 assert 1 <= peer_link_inflight_max <= peer_link_inflight_far_max

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -281,5 +282,5 @@ class Node:
 
     def status(self) -> dict[str, Any]:
         return node_status(self.settings, self.core, self.now_ms(), self.started_at_ms,
-                           {peer: (link.pacer.floor(), link.pacer.far())
+                           {peer: (link.pacer.recent_floor(time.monotonic()), link.pacer.far())
                             for peer, link in self.links.items()})

@@ -136,6 +136,14 @@ def _admission(settings: Settings, metrics: Metrics, clock: Clock) -> Admission:
     return Admission(settings.mail.admission, policy, metrics, clock.now_ms)
 
 
+def _round_trips(links: dict[str, PeerLink]) -> Callable[[str], float | None]:
+    """Each peer's round trip as its link measured it lately (daemon/peer/pacing.py)."""
+    def round_trip(peer: str) -> float | None:
+        link = links.get(peer)
+        return None if link is None else link.pacer.recent_floor(time.monotonic())
+    return round_trip
+
+
 async def build_node(settings: Settings, *, clock: Callable[[], float] = time.time,
                      on_fatal: Callable[[], None] = _terminate_self,
                      directory: Directory | None = None) -> Node:
@@ -194,7 +202,7 @@ async def build_node(settings: Settings, *, clock: Callable[[], float] = time.ti
                     grace_s=min(limits.sync_push_grace_secs, c.catchup_interval_secs / 2),
                     horizon_s=2 * c.catchup_interval_secs)
     reads = ReadQuorum(c, runner=runner, peers=peers, metrics=metrics, now_ms=node_clock.now_ms,
-                       round_trip=lambda p: links[p].pacer.floor() if p in links else None)
+                       round_trip=_round_trips(links))
     webhooks = Webhooks(_WebhookHost(settings, c.node_id, metrics, node_clock.now_ms))
     runner.applied_listeners.append(webhooks.on_applied)
     identity = ReplicatedDirectory(lambda: store.reads, lambda: reads.barrier(IDENT_KEY),

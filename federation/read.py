@@ -4,15 +4,17 @@ Before an inbox or mailbox read a node hears from R - 1 peers (R = N - W + 1,
 so R + W > N and one of them holds any write acknowledged anywhere). The
 daemon (``daemon/replication/read_quorum.py``, pulls over ``/peer/v1/pull``) and the
 simulator (``tests/sim/entry.py``, pulls over the simulated network) both
-take these decisions from here, so the simulator's seeds cover them:
+take these decisions from here, so the simulator's seeds cover them (the
+simulator measures no round trips: for it every peer is in one band and
+the hedge is its configured delay):
 
 * :func:`pull_order` -- peers believed alive first, the nearer first (by
   the round trips the daemon's peer links measured, in bands of
   ``limits.read_near_band_ms``), in rotation among peers equally near;
 * :class:`ReadRound` -- ask ``need`` peers at once; a failure, or a hedge
   timer (:func:`hedge_delay`: ``limits.read_hedge_ms``, or twice the round
-  trip to the peers asked when that is longer) with no answer yet, asks the
-  next one;
+  trip to the peers asked when that is longer, at most
+  ``limits.read_hedge_max_ms``) with no answer yet, asks the next one;
   done when ``need`` answered or nobody is left to ask;
 * :func:`barriers_to_wait` -- after the pulls are applied, which persist
   barriers the local query waits for.
@@ -69,9 +71,11 @@ def hedge_delay(asked: Sequence[str], round_trip: RoundTrip | None = None) -> fl
     """Seconds to wait for the peers ``asked`` before asking the next one
     beside them: ``limits.read_hedge_ms``, or twice the longest known round
     trip among them if that is longer (a peer across a WAN is not slow for
-    taking its round trip)."""
+    taking its round trip), never more than ``limits.read_hedge_max_ms`` (a
+    round trip inflated by a stall must not keep a stalled peer unhedged)."""
     trips = [t for t in (round_trip(p) for p in asked) if t is not None] if round_trip else []
-    return max(limits.read_hedge_ms / 1000, 2 * max(trips, default=0.0))
+    wait = max(limits.read_hedge_ms / 1000, 2 * max(trips, default=0.0))
+    return min(wait, limits.read_hedge_max_ms / 1000)
 
 
 def barriers_to_wait(at_start: list[B], now: list[B]) -> list[B]:

@@ -236,8 +236,11 @@ class Channels:
             return await asyncio.shield(task)
 
     def plain(self, peer: str) -> bool:
-        """Is ``peer`` served over plain HTTP for now (it has no channel)?"""
-        return self._plain_until.get(peer, 0.0) > self._now()
+        """Is ``peer`` served over plain HTTP (it had no channel when last
+        tried, and none is open since)? True also while a retry is under
+        way, whose outcome is not known yet."""
+        ch = self._channels.get(peer)
+        return (ch is None or ch.closed) and peer in self._plain_until
 
     async def _open(self, peer: str, timeout_s: float) -> ClientChannel | None:
         opened = await self._open_ws(peer, timeout_s)

@@ -83,6 +83,12 @@ class LinkPacer:
             return self._prev
         return min(self._cur, self._prev)
 
+    def recent_floor(self, now: float) -> float | None:
+        """:meth:`floor` if a sample came in the last two windows, else None:
+        what reads and ``cluster status`` go by (the link itself keeps an
+        idle floor, which costs it nothing)."""
+        return self.floor() if now - self._last_sample < 2 * self.window_s else None
+
     def far(self) -> bool:
         floor = self.floor()
         return floor is not None and floor >= self.far_s

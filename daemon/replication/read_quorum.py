@@ -91,8 +91,9 @@ class ReadQuorum:
 
         launch(rnd.start())
         while not rnd.done:
-            wait = (read.hedge_delay(sorted(rnd.inflight), self.round_trip) if rnd.can_hedge
-                    else deadline - loop.time())
+            wait = deadline - loop.time()
+            if rnd.can_hedge:
+                wait = min(wait, read.hedge_delay(sorted(rnd.inflight), self.round_trip))
             done, _ = await asyncio.wait(inflight, timeout=max(0.0, wait),
                                          return_when=asyncio.FIRST_COMPLETED)
             if not done:

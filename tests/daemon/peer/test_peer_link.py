@@ -451,3 +451,65 @@ async def test_over_plain_http_a_far_link_keeps_a_few_requests_in_flight() -> No
         await background.stop()
         await client.close()
         await server.close()
+
+
+async def test_the_plain_http_cap_holds_while_the_channel_is_tried_again() -> None:
+    """Every ``limits.peer_channel_retry_secs`` the link tries the channel
+    again; until that try (a WebSocket handshake, a round trip or more)
+    answers, the peer is still one without it: a review measured 12 plain
+    requests at once in that gap where the cap is 4."""
+    state = {"now": 0, "max": 0}
+
+    async def msgs(request: web.Request) -> web.Response:
+        batch = msgpack.unpackb(await request.read(), raw=False)
+        state["now"] += 1
+        state["max"] = max(state["max"], state["now"])
+        await asyncio.sleep(0.03)
+        state["now"] -= 1
+        return _acks(batch)
+
+    async def link_route(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.3)  # an older peer across a WAN answers 404, late
+        return web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_post("/peer/v1/msgs", msgs)
+    app.router.add_get("/peer/v1/link", link_route)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    client = PeerClient("node1", {"node2": str(server.make_url("")).rstrip("/")}, None,
+                        now_s=lambda: 0.0)
+    await client.start()
+    replies: list[Any] = []
+    background = Background()
+
+    async def on_replies(peer: str, got: list[Any], incarnation: str) -> None:
+        replies.extend(got)
+
+    async def on_failed(peer: str) -> None:
+        raise AssertionError("failed")
+
+    link = PeerLink("node2", peers=client, metrics=Metrics(), spawn=background.spawn,
+                    on_failed=on_failed, on_replies=on_replies,
+                    pacer=LinkPacer(near_max=1, far_max=32, far_ms=10))
+    link.start()
+    try:
+        for seq in (1, 2):
+            link.send(Replicate((_op(seq),), ack=True))
+            await _until(lambda n=seq: len(replies) == n)  # type: ignore[misc]
+        assert client.over_http("node2") and link.pacer.slots(time.monotonic()) == 32
+        state["max"] = 0
+        assert client.channels is not None
+        client.channels._plain_until["node2"] = 0.0  # the retry is due
+        for seq in range(3, 15):
+            link.send(Replicate((_op(seq),), ack=True))
+            await asyncio.sleep(0.01)
+        await _until(lambda: {o for r in replies for o in r.op_ids}
+                     == {("node1", s) for s in range(1, 15)})
+        assert client.over_http("node2")  # the retry found no channel again
+        assert state["max"] <= 4, f"{state['max']} plain HTTP requests at once"
+    finally:
+        await link.stop()
+        await background.stop()
+        await client.close()
+        await server.close()
