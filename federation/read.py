@@ -4,9 +4,9 @@ Before an inbox or mailbox read a node hears from R - 1 peers (R = N - W + 1,
 so R + W > N and one of them holds any write acknowledged anywhere). The
 daemon (``daemon/replication/read_quorum.py``, pulls over ``/peer/v1/pull``) and the
 simulator (``tests/sim/entry.py``, pulls over the simulated network) both
-take these decisions from here, so the simulator's seeds cover them (the
-simulator measures no round trips: for it every peer is in one band and
-the hedge is its configured delay):
+take these decisions from here, so the simulator's seeds cover them (in
+seeds with one member far from the others, ``SimConfig.far_node_ms``, the
+simulator gives them each link's least round trip):
 
 * :func:`pull_order` -- peers believed alive first, the nearer first (by
   the round trips the daemon's peer links measured, in bands of
@@ -67,15 +67,16 @@ def pull_order(peers: Sequence[str], rotation: int, alive: Callable[[str], bool]
     return sorted(rotated, key=lambda p: (not alive(p), _band(trip(p))))
 
 
-def hedge_delay(asked: Sequence[str], round_trip: RoundTrip | None = None) -> float:
+def hedge_delay(asked: Sequence[str], round_trip: RoundTrip | None = None, *,
+                base_s: float = limits.read_hedge_ms / 1000,
+                cap_s: float = limits.read_hedge_max_ms / 1000) -> float:
     """Seconds to wait for the peers ``asked`` before asking the next one
     beside them: ``limits.read_hedge_ms``, or twice the longest known round
     trip among them if that is longer (a peer across a WAN is not slow for
     taking its round trip), never more than ``limits.read_hedge_max_ms`` (a
     round trip inflated by a stall must not keep a stalled peer unhedged)."""
     trips = [t for t in (round_trip(p) for p in asked) if t is not None] if round_trip else []
-    wait = max(limits.read_hedge_ms / 1000, 2 * max(trips, default=0.0))
-    return min(wait, limits.read_hedge_max_ms / 1000)
+    return min(max(base_s, 2 * max(trips, default=0.0)), max(cap_s, base_s))
 
 
 def barriers_to_wait(at_start: list[B], now: list[B]) -> list[B]:

@@ -30,6 +30,11 @@ class SimConfig:
     skew_max_ms: int = 180_000  # clock skew: up to three minutes either way
     delay_min_ms: int = 1
     delay_max_ms: int = 30
+    # The last member is this much farther each way from the others (two
+    # sites, one member across a WAN): reads then ask the nearest first
+    # (federation/read.py). Drawn from a stream of its own, so a seed
+    # without it runs as it did before.
+    far_node_ms: int = 0
     loss_max: float = 0.25
     dup_max: float = 0.10
     fault_every_ms: int = 150  # mean gap between fault events
@@ -70,10 +75,15 @@ class SimConfig:
     lease_tail_restart: bool = False
 
     @property
+    def delay_worst_ms(self) -> int:
+        """The longest one-way delay of any link (a far member's included)."""
+        return self.delay_max_ms + self.far_node_ms
+
+    @property
     def forward_timeout_ms(self) -> int:
         """A forwarded mailbox request unanswered this long: try the next
         member (the daemon's claim timeout plus a peer request's timeout)."""
-        return self.claim_timeout_ms + 2 * self.delay_max_ms + 100
+        return self.claim_timeout_ms + 2 * self.delay_worst_ms + 100
 
     @property
     def lease_slack_ms(self) -> int:
@@ -91,7 +101,7 @@ class SimConfig:
         out, one push back, and an offer that had just been sent stale), plus
         two of the slowest disk writes (the pushed ops' write, and the one an
         offer waits for: offers carry only what is durable)."""
-        return 2 * self.catchup_interval_ms + 2 * self.delay_max_ms + 2 * self.disk_delay_max_ms
+        return 2 * self.catchup_interval_ms + 2 * self.delay_worst_ms + 2 * self.disk_delay_max_ms
 
     @classmethod
     def from_seed(cls, seed: int, nodes: int | None = None) -> SimConfig:
@@ -111,4 +121,5 @@ class SimConfig:
                    start_spread_ms=rng.choice((0, 300, 1500)),
                    purge_p=random.Random(f"purge:{seed}").choice((0.0, 0.0, 0.01, 0.03)),
                    lease_tail_restart=random.Random(f"leases:{seed}").random() < 0.5,
-                   restore_p=random.Random(f"restore:{seed}").choice((0.0, 0.0, 0.5)))
+                   restore_p=random.Random(f"restore:{seed}").choice((0.0, 0.0, 0.5)),
+                   far_node_ms=random.Random(f"sites:{seed}").choice((0, 0, 0, 60)))

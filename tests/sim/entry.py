@@ -213,11 +213,12 @@ class Entry:
             return
         self._rotation += 1
         now = self.node.now_ms()
-        order = read.pull_order(peers, self._rotation, lambda p: core.detector.alive(p, now))
+        order = read.pull_order(peers, self._rotation, lambda p: core.detector.alive(p, now),
+                                self._round_trip)
         rnd = read.ReadRound(order, need)
         self.reading[token] = _Reading(rnd, agent, list(self.node.barriers), dict(core.vv))
         self._pull(token, rnd.start())
-        self._later(self.sim.cfg.read_hedge_ms, self._hedge, token)
+        self._later(self._hedge_ms(rnd), self._hedge, token)
         self._later(self.sim.cfg.quorum_timeout_ms, self._deadline, token)
 
     def _pull(self, token: int, peers: list[str]) -> None:
@@ -240,7 +241,18 @@ class Entry:
             return
         self._pull(token, r.round.hedge())
         if r.round.can_hedge:
-            self._later(self.sim.cfg.read_hedge_ms, self._hedge, token)
+            self._later(self._hedge_ms(r.round), self._hedge, token)
+
+    def _round_trip(self, peer: str) -> float:
+        """What this member's link to ``peer`` would measure (seconds)."""
+        return self.sim.net.least_round_trip_ms(self.node.id, peer) / 1000
+
+    def _hedge_ms(self, rnd: read.ReadRound) -> int:
+        cfg = self.sim.cfg
+        seconds = read.hedge_delay(sorted(rnd.inflight), self._round_trip,
+                                   base_s=cfg.read_hedge_ms / 1000,
+                                   cap_s=cfg.quorum_timeout_ms / 2000)
+        return max(1, round(seconds * 1000))
 
     def _deadline(self, token: int) -> None:
         r = self.reading.get(token)

@@ -36,6 +36,7 @@ class Network:
         self.nodes = nodes
         self.delay_min_ms = delay_min_ms
         self.delay_max_ms = delay_max_ms
+        self.base_ms: dict[tuple[str, str], int] = {}  # added to every copy's delay
         self.loss: dict[tuple[str, str], float] = {}
         self.dup: dict[tuple[str, str], float] = {}
         self.blocked: set[tuple[str, str]] = set()
@@ -45,6 +46,12 @@ class Network:
         self._serial = 0
         self.sent = 0
         self.dropped = 0
+
+    def least_round_trip_ms(self, a: str, b: str) -> int:
+        """The fastest a request from ``a`` to ``b`` and its answer can be:
+        what a daemon's peer link measures as its floor."""
+        return (self.base_ms.get((a, b), 0) + self.base_ms.get((b, a), 0)
+                + 2 * self.delay_min_ms)
 
     def send(self, src: str, dst: str, payload: Any, now_ms: int, incarnation: str = "") -> bool:
         """Queue ``payload``; False if the link is cut right now."""
@@ -59,7 +66,8 @@ class Network:
         copies = 2 if self.rng.random() < self.dup.get(link, 0.0) else 1
         for _ in range(copies):
             self._serial += 1
-            delay = self.rng.randint(self.delay_min_ms, self.delay_max_ms)
+            delay = self.base_ms.get(link, 0) + self.rng.randint(self.delay_min_ms,
+                                                                 self.delay_max_ms)
             env = Envelope(now_ms + delay, src, dst, payload, incarnation)
             heapq.heappush(self._queue, (env.at_ms, self._serial, env))
         return True
@@ -96,7 +104,8 @@ class Network:
                 continue
             # Like the bytes of a connection that was held: in order.
             self._serial += 1
-            at = max(now_ms + self.rng.randint(self.delay_min_ms, self.delay_max_ms),
+            at = max(now_ms + self.base_ms.get(link, 0)
+                     + self.rng.randint(self.delay_min_ms, self.delay_max_ms),
                      last.get(link, 0))
             last[link] = env.at_ms = at
             heapq.heappush(self._queue, (env.at_ms, self._serial, env))

@@ -124,7 +124,7 @@ class SimNode:
             gc_interval_ms=cfg.gc_interval_ms, down_after_ms=cfg.down_after_ms,
             recovering=self.recovering,
             incarnation=incarnation_id(self.disk_serial, self.id.encode().hex()[:16].ljust(16, "0")),
-            recovery_grace_ms=2 * cfg.delay_max_ms + cfg.tick_ms)
+            recovery_grace_ms=2 * cfg.delay_worst_ms + cfg.tick_ms)
         self.entry = Entry(self)
 
     def put_back(self, copy: SimDisk) -> None:

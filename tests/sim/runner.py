@@ -119,6 +119,10 @@ class Sim:
         self.now = EPOCH_MS
         self.net = Network(random.Random(f"net:{cfg.seed}"), self.ids, cfg.delay_min_ms,
                            cfg.delay_max_ms)
+        if cfg.far_node_ms:  # the last member across a WAN from the others
+            far = self.ids[-1]
+            for other in self.ids[:-1]:
+                self.net.base_ms[(far, other)] = self.net.base_ms[(other, far)] = cfg.far_node_ms
         self.stats: Counter[str] = Counter()
         self._timers: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._timer_serial = 0
