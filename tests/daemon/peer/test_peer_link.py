@@ -216,10 +216,15 @@ async def test_a_failed_part_reports_the_peer_once_and_sends_no_more(monkeypatch
         await server.close()
 
 
-async def _link_to(handler: Any, pacer: LinkPacer) -> tuple[TestServer, PeerClient, PeerLink,
-                                                             Background, Metrics, list[Any]]:
+async def _link_to(handler: Any, pacer: LinkPacer, *, clock: Any = time.monotonic,
+                   channel: Any = None) -> tuple[TestServer, PeerClient, PeerLink,
+                                                 Background, Metrics, list[Any]]:
+    """A link to a real loopback peer serving ``handler`` (and ``channel`` as
+    its /peer/v1/link, else none: plain HTTP)."""
     app = web.Application()
     app.router.add_post("/peer/v1/msgs", handler)
+    if channel is not None:
+        app.router.add_get("/peer/v1/link", channel)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     client = PeerClient("node1", {"node2": str(server.make_url("")).rstrip("/")}, None,
@@ -234,9 +239,17 @@ async def _link_to(handler: Any, pacer: LinkPacer) -> tuple[TestServer, PeerClie
         raise AssertionError(f"a request to {peer} failed")
 
     link = PeerLink("node2", peers=client, metrics=metrics, spawn=background.spawn,
-                    on_failed=on_failed, on_replies=on_replies, pacer=pacer)
+                    on_failed=on_failed, on_replies=on_replies, pacer=pacer, clock=clock)
     link.start()
     return server, client, link, background, metrics, replies
+
+
+async def _close(server: TestServer, client: PeerClient, link: PeerLink,
+                 background: Background) -> None:
+    await link.stop()
+    await background.stop()
+    await client.close()
+    await server.close()
 
 
 def _acking(arrived: list[int], hold: dict[int, asyncio.Event], delay_s: float) -> Any:
@@ -280,10 +293,7 @@ async def test_to_a_far_peer_a_queued_message_leaves_while_a_request_is_out() ->
         await _until(lambda: len(replies) == 4)
     finally:
         held.set()
-        await link.stop()
-        await background.stop()
-        await client.close()
-        await server.close()
+        await _close(server, client, link, background)
 
 
 async def test_to_a_near_peer_a_queued_message_waits_for_the_request_out() -> None:
@@ -310,10 +320,7 @@ async def test_to_a_near_peer_a_queued_message_waits_for_the_request_out() -> No
         assert not metrics.counters["peer_batches_overlapped_total"]
     finally:
         held.set()
-        await link.stop()
-        await background.stop()
-        await client.close()
-        await server.close()
+        await _close(server, client, link, background)
 
 
 def _acks(batch: list[Any]) -> web.Response:
@@ -353,10 +360,7 @@ async def test_a_split_batch_that_finds_the_peer_far_frees_a_slot_at_once(
         await _until(lambda: any(99 in a for a in arrived), timeout_s=1.0)
     finally:
         hold_last.set()
-        await link.stop()
-        await background.stop()
-        await client.close()
-        await server.close()
+        await _close(server, client, link, background)
 
 
 async def test_a_link_made_far_by_a_slow_spell_of_the_peer_comes_back_near() -> None:
@@ -376,23 +380,9 @@ async def test_a_link_made_far_by_a_slow_spell_of_the_peer_comes_back_near() -> 
             await asyncio.sleep(0.012 if slow[0] else 0.001 + 0.0001 * len(batch))
         return _acks(batch)
 
-    app = web.Application()
-    app.router.add_post("/peer/v1/msgs", msgs)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    client = PeerClient("node1", {"node2": str(server.make_url("")).rstrip("/")}, None,
-                        now_s=lambda: 0.0)
-    await client.start()
-    metrics, background = Metrics(), Background()
-
-    async def ignore(*_: Any) -> None:
-        pass
-
     pacer = LinkPacer(near_max=1, far_max=32, far_ms=10, window_s=10)
-    link = PeerLink("node2", peers=client, metrics=metrics, spawn=background.spawn,
-                    on_failed=ignore, on_replies=ignore, pacer=pacer,
-                    clock=lambda: time.monotonic() + offset[0])
-    link.start()
+    server, client, link, background, _metrics, _replies = await _link_to(
+        msgs, pacer, clock=lambda: time.monotonic() + offset[0])
     seq = [1]
 
     async def load(seconds: float) -> None:
@@ -416,10 +406,7 @@ async def test_a_link_made_far_by_a_slow_spell_of_the_peer_comes_back_near() -> 
         floor = pacer.floor()
         assert not pacer.far() and floor is not None, floor
     finally:
-        await link.stop()
-        await background.stop()
-        await client.close()
-        await server.close()
+        await _close(server, client, link, background)
 
 
 async def test_over_plain_http_a_far_link_keeps_a_few_requests_in_flight() -> None:
@@ -447,10 +434,7 @@ async def test_over_plain_http_a_far_link_keeps_a_few_requests_in_flight() -> No
                      == {("node1", s) for s in range(1, 11)})
     finally:
         held.set()
-        await link.stop()
-        await background.stop()
-        await client.close()
-        await server.close()
+        await _close(server, client, link, background)
 
 
 async def test_the_plain_http_cap_holds_while_the_channel_is_tried_again() -> None:
@@ -472,27 +456,8 @@ async def test_the_plain_http_cap_holds_while_the_channel_is_tried_again() -> No
         await asyncio.sleep(0.3)  # an older peer across a WAN answers 404, late
         return web.Response(status=404)
 
-    app = web.Application()
-    app.router.add_post("/peer/v1/msgs", msgs)
-    app.router.add_get("/peer/v1/link", link_route)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    client = PeerClient("node1", {"node2": str(server.make_url("")).rstrip("/")}, None,
-                        now_s=lambda: 0.0)
-    await client.start()
-    replies: list[Any] = []
-    background = Background()
-
-    async def on_replies(peer: str, got: list[Any], incarnation: str) -> None:
-        replies.extend(got)
-
-    async def on_failed(peer: str) -> None:
-        raise AssertionError("failed")
-
-    link = PeerLink("node2", peers=client, metrics=Metrics(), spawn=background.spawn,
-                    on_failed=on_failed, on_replies=on_replies,
-                    pacer=LinkPacer(near_max=1, far_max=32, far_ms=10))
-    link.start()
+    server, client, link, background, _metrics, replies = await _link_to(
+        msgs, LinkPacer(near_max=1, far_max=32, far_ms=10), channel=link_route)
     try:
         for seq in (1, 2):
             link.send(Replicate((_op(seq),), ack=True))
@@ -509,7 +474,4 @@ async def test_the_plain_http_cap_holds_while_the_channel_is_tried_again() -> No
         assert client.over_http("node2")  # the retry found no channel again
         assert state["max"] <= 4, f"{state['max']} plain HTTP requests at once"
     finally:
-        await link.stop()
-        await background.stop()
-        await client.close()
-        await server.close()
+        await _close(server, client, link, background)
