@@ -13,7 +13,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.harness import ROOT
+from tests.cluster.harness import ROOT, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -33,22 +32,12 @@ START_TIMEOUT_SECS = 30.0
 
 
 def free_base(count: int = 3) -> int:
-    """A port with ``count - 1`` free ports after it (cluster init numbers them so)."""
-    for _ in range(200):
-        base = random.randint(20000, 60000 - count)
-        socks = []
-        try:
-            for i in range(count):
-                s = socket.socket()
-                socks.append(s)  # closed below even when the bind fails
-                s.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port range")
+    """A port with ``count - 1`` free ports after it (cluster init numbers them
+    so), below the kernel's ephemeral range: a health poll of a member not
+    listening yet on a port in that range can be given that very port as its
+    own and connect to itself (it read its own request back as the answer,
+    once in a full run)."""
+    return free_port(tuple(range(count)))
 
 
 def http(method: str, url: str, body: dict | None = None, headers: dict | None = None,

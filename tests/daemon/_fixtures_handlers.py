@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from daemon.api.app import build_app
 from daemon.node import Node
 from daemon.wiring import build_node
+from tests.cluster.harness import free_port as below_ephemeral
 from tests.daemon.conftest import make_settings
 
 T0 = 1_800_000_000.0  # a fixed wall time (seconds) for clocked nodes
@@ -71,9 +71,10 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float = 3.0) 
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below the kernel's ephemeral range (tests.cluster.harness.free_port):
+    a client polling a port of that range nobody listens on yet can connect
+    to itself."""
+    return below_ephemeral()
 
 
 def headers(agent: str | None = None, key: str | None = None) -> dict[str, str]:

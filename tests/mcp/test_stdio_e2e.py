@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from tests.cluster.harness import free_port as below_ephemeral
 from tests.mcp.conftest import ok, tool_error
 from tests.mcp.test_forwarding import ALL_TOOLS
 
@@ -37,9 +37,10 @@ READY_SECS = 20.0
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below the kernel's ephemeral range (tests.cluster.harness.free_port):
+    a client polling a port of that range nobody listens on yet can connect
+    to itself."""
+    return below_ephemeral()
 
 
 def _http(method: str, url: str, body: Any = None, agent: str | None = None) -> tuple[int, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,14 +24,17 @@ from ai_memory import AiMemoryClient, AsyncAiMemoryClient
 from ai_memory.errors import ForbiddenError, NotFoundError, ValidationError
 from ai_memory.models import AgentRegistration, InboxMessage, Memory, NotifyRequest, UpdateMemory
 
+from tests.cluster.harness import free_port as below_ephemeral
+
 ROOT = Path(__file__).resolve().parents[3]
 READY_SECS = 20.0
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below the kernel's ephemeral range (tests.cluster.harness.free_port):
+    a client polling a port of that range nobody listens on yet can connect
+    to itself."""
+    return below_ephemeral()
 
 
 def _serve_cmd(port: int, db: Path) -> list[str]:

@@ -23,14 +23,16 @@ from cli import pki
 from daemon.replication.joining import WAITING_STATE, _Waiting, _waiting_app
 from daemon.runtime import tls
 from daemon.settings import load_settings
+from tests.cluster.harness import free_port as below_ephemeral
 
 SECRET = "s" * 32
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below the kernel's ephemeral range (tests.cluster.harness.free_port):
+    a client polling a port of that range nobody listens on yet can connect
+    to itself."""
+    return below_ephemeral()
 
 
 def _answers(raw: socket.socket, ctx: ssl.SSLContext, rounds: int) -> list[bytes]:
