@@ -577,6 +577,14 @@
     if (first) { await select(first); }
   }
 
+  // The fragment names the project shown: a link to one, an edited address
+  // or Back selects it (a fragment that names no project the viewer may read,
+  // or names the one shown, changes nothing; before the list has loaded,
+  // start() reads the fragment itself).
+  window.addEventListener("hashchange", () => {
+    const p = byKey(decodeURIComponent(window.location.hash.slice(1)));
+    if (p && (!ui.current || key(p) !== key(ui.current))) { select(p); }
+  });
   $("tab-received").addEventListener("click", () => { ui.box = "received"; ui.page = 0; ui.thread = null; refresh(); });
   $("tab-sent").addEventListener("click", () => { ui.box = "sent"; ui.page = 0; ui.thread = null; refresh(); });
   $("prev").addEventListener("click", () => { if (ui.page > 0) { ui.page -= 1; refresh(); } });

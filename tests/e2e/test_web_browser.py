@@ -312,6 +312,28 @@ def test_a_destination_with_no_agent_disables_send_and_says_how_to_register(
         ["Any of them", "codex"])
 
 
+def test_the_address_fragment_picks_the_project_and_back_returns(
+        cluster: Cluster, tab: Page) -> None:
+    """The fragment names the project shown: an edited address switches to
+    another project without a reload, Back returns to the one before, and a
+    fragment naming no project the viewer may read changes nothing."""
+    a, b = project(cluster, "frag-a"), project(cluster, "frag-b")
+    in_b = send(cluster, a, b, "for b only", subject="to b")
+    page = open_project(tab, cluster, a)
+    page.evaluate("window.__sameDocument = true")  # gone if the page reloads
+    page.goto(f"{cluster.url('node1')}/web/inbox#{WS}/{b}")
+    page.get_by_role("heading", name=f"{WS}/{b} · Received").wait_for()
+    sync_api.expect(row(page, in_b)).to_be_visible()
+    sync_api.expect(page.locator(f'nav a[data-project="{WS}/{b}"]')).to_have_attribute(
+        "aria-current", "page")
+    page.go_back()
+    page.get_by_role("heading", name=f"{WS}/{a} · Received").wait_for()
+    sync_api.expect(row(page, in_b)).to_have_count(0)
+    page.goto(f"{cluster.url('node1')}/web/inbox#{WS}/no-such-project")
+    sync_api.expect(page.locator("#project-title")).to_have_text(f"{WS}/{a} · Received")
+    assert page.evaluate("window.__sameDocument") is True
+
+
 def test_rows_show_a_160_character_snippet_of_the_body(cluster: Cluster, tab: Page) -> None:
     src, dst = project(cluster, "snip-a", "kimi"), project(cluster, "snip-b")
     # After the whitespace is folded, the emoji is the 160th character: a cut
