@@ -47,7 +47,8 @@ from common.errors import AiMemoryError
 LAZY_COMMANDS = {"serve": ("cli.serve", "serve"), "mcp": ("cli.mcp_cmd", "mcp"),
                  "mcp-bridge": ("cli.mcp_cmd", "mcp_bridge"), "hook": ("cli.hooks", "hook"),
                  "install-hooks": ("cli.install_hooks", "install_hooks"), "skill": ("cli.skill", "skill"),
-                 "tls": ("cli.tls_cmd", "tls"), "listen": ("cli.listen", "listen")}
+                 "tls": ("cli.tls_cmd", "tls"), "listen": ("cli.listen", "listen"),
+                 "lanes": ("cli.lanes_cmd", "lanes")}
 
 
 class RootGroup(click.Group):

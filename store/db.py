@@ -176,6 +176,9 @@ class Store(DomainReads):
         super().__init__(reads)
         self._closed = False
         self.created = False  # the file was created (empty) by this open
+        # Ids an offline change of the lane count left off the lane they name
+        # (table lane_moves): none unless ``ai-memory lanes resize`` ran.
+        self.lanes_moved = False
         # Highest seq per origin logged under each key that read quorums pull
         # (inboxes, mailboxes, projects): lets an in-sync pull answer from
         # memory. Upper bounds are enough, so collection never lowers them.
@@ -215,7 +218,16 @@ class Store(DomainReads):
             f"SELECT key, origin, max(seq) FROM oplog WHERE {ranges} GROUP BY key, origin", bounds)
         for key, origin, seq in rows:
             store._heads.setdefault(key, {})[origin] = seq
+        store.lanes_moved = await reads.fetchone("SELECT 1 FROM lane_moves LIMIT 1") is not None
         return store
+
+    async def moved_lane(self, record_id: str) -> int | None:
+        """The lane of a message or notification that ``ai-memory lanes
+        resize`` placed off the lane its id names; None for any other id."""
+        if not self.lanes_moved:
+            return None
+        row = await self._reads.fetchone("SELECT lane FROM lane_moves WHERE id = ?", (record_id,))
+        return None if row is None else int(row[0])
 
     async def close(self) -> None:
         """Finish every queued write, then close all connections."""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 from aiohttp import web
 
+from common.lanes import lane_of_id
 from common.policy import Principal
 from daemon.http.appkeys import NODE
 from daemon.http.auth import PRINCIPAL
@@ -73,6 +74,14 @@ class View:
     @property
     def lanes(self) -> int:
         return self.node.settings.server.lanes
+
+    async def id_lane(self, record_id: str) -> int:
+        """The lane of the record a message, notification or memory id names:
+        the one its id names (:func:`common.lanes.lane_of_id`), unless an
+        offline change of the lane count placed it elsewhere (its
+        ``lane_moves`` row, which every lane holds)."""
+        moved = await self.node.store.moved_lane(record_id)
+        return lane_of_id(record_id, self.lanes) if moved is None else moved
 
 
 LaneOf = Callable[[View], Awaitable[int | None]]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.lanes import lane_of, lane_of_id, memory_placement
+from common.lanes import lane_of, memory_placement
 from common.ops import agent_key, inbox_key, mailbox_key
 from daemon.lanes.rules import (
     EVERYWHERE,
@@ -54,7 +54,7 @@ def _by_id(field: str, *, where: str = "body") -> LaneOf:
         src: Any = (view.json() if where == "body" else view.query if where == "query"
                     else view.match)
         found = _text(src.get(field))
-        return None if found is None else lane_of_id(found, view.lanes)
+        return None if found is None else await view.id_lane(found)
     return lane
 
 
@@ -81,7 +81,7 @@ async def _notify_lane(view: View) -> int | None:
     body = view.json()
     for parent in ("reply_to", "in_reply_to"):
         if _text(body.get(parent)):
-            return lane_of_id(body[parent], view.lanes)  # where the notification answered is
+            return await view.id_lane(body[parent])  # where the notification answered is
     target = body.get("target_agent_id", body.get("to"))
     if not isinstance(target, str) or target.endswith("*") or body.get("target_prefix"):
         return None  # a broadcast: served here, written to each recipient's lane
@@ -91,7 +91,7 @@ async def _notify_lane(view: View) -> int | None:
 async def _send_lane(view: View) -> int | None:
     body = view.json()
     if _text(body.get("in_reply_to")):  # the parent is read on its lane; the send is handed on
-        return lane_of_id(body["in_reply_to"], view.lanes)
+        return await view.id_lane(body["in_reply_to"])
     ws, project = _text(body.get("to_workspace")), _text(body.get("to_project"))
     if ws is None or project is None:
         return None
@@ -106,7 +106,7 @@ async def _pop_lane(view: View) -> int | None:
 async def _cancel_lane(view: View) -> int | None:
     body = view.json()
     if _text(body.get("message_id")):  # in the recipient's mailbox, whatever the sender's scope
-        return lane_of_id(body["message_id"], view.lanes)
+        return await view.id_lane(body["message_id"])
     return await _scope_lane(view, body.get("workspace"), body.get("project"))
 
 

@@ -10,7 +10,7 @@ reads or changes mail goes to the lane that keeps it:
 * a project's mailbox (received history, held, approvals, harnesses): the
   project's lane;
 * a message by id (edit, save, discard, approve, reject, and a send that
-  answers one): the message's lane (:func:`common.lanes.lane_of_id`); a send
+  answers one): the message's lane (:meth:`daemon.lanes.rules.View.id_lane`); a send
   there hands the new message to its recipient's lane itself
   (:meth:`daemon.node.Node.mailbox`);
 * the sent history and the project list: every lane, merged (each lane
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.lanes import HOME_LANE, lane_of, lane_of_id
+from common.lanes import HOME_LANE, lane_of
 from common.ops import mailbox_key
 from daemon.lanes.rules import ALL_LANES, FANOUT, HERE_RULE, KEY, LaneOf, Rule, View, register
 
@@ -57,13 +57,13 @@ async def _web_send(view: View) -> int | None:
     body = view.json()
     parent = _text(body.get("in_reply_to"))
     if parent is not None:
-        return lane_of_id(parent, view.lanes)  # the parent is read there
+        return await view.id_lane(parent)  # the parent is read there
     return _project_lane(body.get("to_workspace"), body.get("to_project"), view.lanes)
 
 
 async def _path_message(view: View) -> int | None:
     found = _text(view.match.get("id"))
-    return None if found is None else lane_of_id(found, view.lanes)
+    return None if found is None else await view.id_lane(found)
 
 
 def _merge_sent(view: View, bodies: list[Any]) -> Any:

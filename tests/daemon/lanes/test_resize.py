@@ -1,0 +1,257 @@
+"""``ai-memory lanes resize`` without daemons: the placement rules against the
+schema, the renumbering of op ids, the refusals, and the property that
+matters: a node of L lanes resized to N holds, lane by lane, what a node of N
+lanes that applied the same ops holds (daemon/lanes/resize.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sqlite3
+import tempfile
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from common import ops as K
+from common.errors import BadRequest, Conflict
+from common.lanes import lane_of, lane_of_id, lanes_of_item
+from common.ops import Op
+from daemon.lanes import resize as rs
+from daemon.lanes.layout import lane_db_path, layout_value
+from daemon.settings import load_settings
+from store import schema
+from store.db import Store
+from tests.store.store_opgen import APPLY_NOW, MAILBOX_OF, histories
+
+
+def _fresh(path: Path) -> sqlite3.Connection:
+    conn = schema.connect(str(path))
+    schema.migrate(conn)
+    return conn
+
+
+def test_every_table_has_a_rule_and_every_rule_a_table(tmp_path: Path) -> None:
+    conn = _fresh(tmp_path / "x.db")
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    conn.close()
+    assert rs.unruled(tables) == []
+    assert set(rs.RULES) <= set(tables)
+    assert rs.unruled([*tables, "msg_new_thing"]) == ["msg_new_thing"]
+
+
+def test_every_op_id_a_placed_row_carries_is_renumbered(tmp_path: Path) -> None:
+    """A column named like a seq in a table whose rows move is an op id:
+    STAMPS must name it, or two old lanes' ids would meet on one new lane."""
+    conn = _fresh(tmp_path / "x.db")
+    for table, rule in rs.RULES.items():
+        if rule.how in (rs.FRESH, rs.META, rs.SETTLED):
+            continue
+        seqs = {r[1] for r in conn.execute(f"PRAGMA table_info({table})") if r[1].endswith("seq")}
+        assert seqs == {s for _, _, s in rs.STAMPS.get(table, ())}, table
+    conn.close()
+
+
+def test_renumbered_ids_stay_apart_in_order_and_under_the_vector() -> None:
+    for lanes in range(1, 5):
+        got = {(j, s): rs.renumber(s, j, lanes) for j, s in product(range(lanes), range(1, 40))}
+        assert len(set(got.values())) == len(got)  # no two old ids meet
+        for j in range(lanes):
+            assert [got[(j, s)] for s in range(1, 40)] == sorted(got[(j, s)] for s in range(1, 40))
+        vv = rs.renumbered_vv([{"n1": 39, "n2": 3}] * lanes)
+        assert max(got.values()) <= vv["n1"] and rs.renumber(3, lanes - 1, lanes) <= vv["n2"]
+    assert rs.renumber(0, 1, 2) == 0 and rs.renumber(7, 0, 1) == 7
+
+
+def test_rows_go_where_their_keys_are() -> None:
+    rule = rs.RULES["memory_links"]
+    assert rs.row_lanes(rule, {"source_id": "a", "target_id": "b"}, 4, {}) == tuple(
+        sorted({lane_of_id("a", 4), lane_of_id("b", 4)}))
+    assert rs.row_lanes(rs.RULES["users"], {}, 3, {}) == (0, 1, 2)
+    assert rs.row_lanes(rs.RULES["namespace_subscriptions"], {}, 3, {}) == (0,)
+    term = rs.RULES["msg_terminal"]
+    assert rs.row_lanes(term, {"id": "g1"}, 4, {"g1": 2}) == (2,)
+    assert rs.row_lanes(rs.RULES["msg_completion"], {"id": "gone", "mailbox": "mbox:w/p"}, 4,
+                        {}) == (lane_of("mbox:w/p", 4),)
+    assert rs.row_lanes(term, {"id": "gone"}, 4, {}) == (lane_of_id("gone", 4),)
+    marks = rs.merge_marks([
+        {"workspace": "w", "project": "p", "id": "h", "max_at_ms": 50, "epoch": -1, "hlc": 0,
+         "origin": "", "seq": 0},
+        {"workspace": "w", "project": "p", "id": "real", "max_at_ms": 20, "epoch": 1, "hlc": 9,
+         "origin": "n1", "seq": 4}])
+    assert marks[("w", "p")]["id"] == "real" and marks[("w", "p")]["max_at_ms"] == 50
+    placed = rs.place_marks(marks.values(), 3)
+    owner = lane_of("mbox:w/p", 3)
+    assert placed[owner][0]["seq"] == 4
+    assert all(placed[k][0]["seq"] == 0 and placed[k][0]["max_at_ms"] == 50
+               for k in range(3) if k != owner)
+
+
+# -- real files -------------------------------------------------------------------------------
+
+async def _build(db: Path, ops: list[Op], lanes: int) -> None:
+    """A node of ``lanes`` lanes that applied ``ops``, each on the lanes it belongs to."""
+    for j in range(lanes):
+        path = lane_db_path(str(db), j)
+        store = await Store.open(path, "n1")
+        try:
+            await store.apply_ops([op for op in ops if j in lanes_of_item(op.kind, op.key, lanes)],
+                                  APPLY_NOW)
+            if lanes > 1:
+                await store.set_lane_layout(layout_value(j, lanes))
+            await store.set_cluster_id("c-test" if lanes == 1 else f"c-test.lane{j}of{lanes}p2")
+            await store.set_recovering(False)  # a member that has served: settled
+        finally:
+            await store.close()
+
+
+_STAMP_FIELDS = ("seq", "claim_seq", "reg_seq")
+
+
+def _without_ids(value: Any) -> Any:
+    """``value`` with every op seq taken out (a resize renumbers them)."""
+    if isinstance(value, dict):
+        return {k: (_without_ids(v) if k != "rank" else list(v)[:2])
+                for k, v in value.items() if k not in _STAMP_FIELDS}
+    if isinstance(value, (list, tuple)):
+        return [_without_ids(v) for v in value]
+    return value
+
+
+async def _lane_view(path: str) -> dict[str, Any]:
+    store = await Store.open(path, "n1")
+    try:
+        snap = await store.snapshot()
+        snap.pop("vv")
+        snap["purged"] = {k: [v[0][:2], *v[1:]] for k, v in snap["purged"].items()}
+        out = _without_ids(snap)
+        out["projects"] = await store.list_projects()
+        return out  # type: ignore[no-any-return]
+    finally:
+        await store.close()
+
+
+_BY_MESSAGE = {K.MSG_CLAIM, K.MSG_CANCEL, K.MSG_HOLD, K.MSG_RELEASE, K.MSG_APPROVE,
+               K.MSG_REJECT, K.MSG_RENEW, K.MSG_EXPIRE, K.MSG_COMPLETE}
+
+
+def _settled(ops: list[Op]) -> list[Op]:
+    """The history as a settled node holds it: every decision on a message
+    came with its send (the members hold the same ops), and an id names one
+    record (the generator draws ids from tiny pools). (A decision whose
+    send no member holds names no mailbox: the resize keeps it on the lane
+    its id names.)"""
+    sent = {op.body["id"] for op in ops if op.kind == K.MSG_SEND}
+    inbox_of: dict[str, str] = {}  # a notification id names one inbox (it is minted for it)
+    out = []
+    for op in ops:
+        if op.kind == K.NOTE_NEW and inbox_of.setdefault(op.body["id"], op.key) != op.key:
+            continue
+        if op.kind in _BY_MESSAGE:
+            if op.body.get("id") not in sent:
+                continue
+            # a decision is under its message's mailbox (the generator draws any)
+            op = dataclasses.replace(op, key=K.mailbox_key(*MAILBOX_OF[op.body["id"]]))
+        out.append(op)
+    return out
+
+
+def _as_laned(ops: list[Op]) -> list[Op]:
+    """The history as a node with lanes writes it: a purge also hides its
+    project on every lane (proj.hide, at the purge's time), and a link is
+    written under its target's key too (``memory_lanes.link_items``)."""
+    links = [Op(origin="lx", seq=i + 1, hlc=op.hlc, kind=K.LINK_PUT,
+                key=K.mem_key(op.body["target_id"]), body=op.body)
+             for i, op in enumerate(o for o in ops if o.kind == K.LINK_PUT)]
+    return _with_hides(ops) + links
+
+
+def _with_hides(ops: list[Op]) -> list[Op]:
+    hides = [Op(origin="hx", seq=i + 1, hlc=op.hlc, kind=K.PROJ_HIDE,
+                key=K.project_key(op.body["workspace"], op.body["project"]),
+                body={"id": op.body["id"], "workspace": op.body["workspace"],
+                      "project": op.body["project"], "at_ms": op.body["at_ms"]})
+             for i, op in enumerate(o for o in ops if o.kind == K.MSG_PURGE)]
+    return ops + hides
+
+
+@pytest.mark.slow  # hypothesis: each example builds and resizes real files
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.sampled_from([(1, 2), (2, 3), (3, 2), (2, 1), (3, 4)]))
+def test_a_resized_node_holds_what_a_node_of_the_new_count_holds(
+        ops: list[Op], counts: tuple[int, int]) -> None:
+    old, new = counts
+    ops = _as_laned(_settled(ops))
+
+    async def check() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            db, want_db = Path(tmp) / "a" / "node.db", Path(tmp) / "b" / "node.db"
+            db.parent.mkdir()
+            want_db.parent.mkdir()
+            await _build(db, ops, old)
+            await _build(want_db, ops, new)
+            for j in range(old):
+                conn = sqlite3.connect(lane_db_path(str(db), j))
+                deferred = conn.execute("SELECT count(*) FROM ops_deferred").fetchone()[0]
+                conn.close()
+                assume(deferred == 0)  # a settled node: the resize refuses one with these
+            out = rs.resize(load_settings({"db": str(db)}, env={}), new)
+            assert out["from"] == old and out["to"] == new
+            for k in range(new):
+                path = lane_db_path(str(db), k)
+                assert await _lane_view(path) == await _lane_view(lane_db_path(str(want_db), k))
+                conn = sqlite3.connect(path)
+                moves = dict(conn.execute("SELECT id, lane FROM lane_moves").fetchall())
+                here = [r[0] for r in conn.execute("SELECT id FROM messages UNION ALL "
+                                                   "SELECT id FROM notes")]
+                layout, cid = (conn.execute(f"SELECT value FROM store_meta WHERE name = '{n}'")
+                               .fetchone()[0] for n in ("lane_layout", "cluster_id"))
+                conn.close()
+                for rid in here:
+                    assert (moves.get(rid) == k) == (lane_of_id(rid, new) != k), rid
+                assert layout == layout_value(k, new)
+                assert cid == ("c-test" if new == 1 else f"c-test.lane{k}of{new}p2")
+
+    asyncio.run(check())
+
+
+def _node(tmp_path: Path, lanes: int = 2) -> Path:
+    db = tmp_path / "node.db"
+    asyncio.run(_build(db, [Op("n1", 1, 5, K.SESSION_START, K.project_key("w", "p"), {
+        "session_id": "s1", "workspace": "w", "project": "p", "harness": "codex",
+        "at_ms": 1, "owner_user": None})], lanes))
+    return db
+
+
+def test_refusals_leave_the_files_as_they_were(tmp_path: Path) -> None:
+    db = _node(tmp_path)
+    settings_ = load_settings({"db": str(db)}, env={})
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(BadRequest):
+        rs.resize(settings_, 2)  # the count it has
+    with pytest.raises(Conflict, match="fingerprint"):
+        rs.resize(settings_, 3, expect="0" * 16)
+    held = sqlite3.connect(lane_db_path(str(db), 1))  # a running lane holds its file open
+    held.execute("PRAGMA journal_mode = WAL")
+    held.execute("SELECT 1 FROM store_meta").fetchall()
+    held.execute("BEGIN")
+    held.execute("SELECT count(*) FROM vv").fetchall()
+    try:
+        with pytest.raises(Conflict, match="running"):
+            rs.resize(settings_, 3)
+    finally:
+        held.execute("COMMIT")
+        held.close()
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO ops_deferred VALUES ('n2', 9, 1, 'msg.claim', 'mbox:w/p', 0, x'')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(Conflict, match="waiting"):
+        rs.resize(settings_, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    with pytest.raises(BadRequest, match="no database"):
+        rs.resize(load_settings({"db": str(tmp_path / "none.db")}, env={}), 3)
