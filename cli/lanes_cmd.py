@@ -40,10 +40,12 @@ def resize(to: int | None, config: str | None, db: str | None, check: bool,
 
     Every member of the cluster, stopped and settled, runs it on its own
     files; the old files are kept in <db>.before-resize-<time>/."""
-    from daemon.lanes import resize as rs
+    import daemon.lanes.resize as rs
     from daemon.settings import load_settings
 
     settings = load_settings({"config": config, "db": db})
+    if rs.finish_interrupted(settings):
+        note("finished a resize of this node that had stopped during its swap")
     if check:
         if to is not None or expect is not None:
             raise click.UsageError("--check changes nothing: give it without --to and --expect")

@@ -79,6 +79,14 @@ def start(flags: dict[str, object]) -> None:
     except (AiMemoryError, OSError, ValueError) as exc:
         click.echo(f"ai-memory serve: {exc}", err=True)
         sys.exit(2)
+    from daemon.lanes.resize import interrupted
+
+    journal = interrupted(settings)
+    if journal is not None:
+        click.echo(f"ai-memory serve: a lane count change of this node stopped during its swap "
+                   f"({journal}): run `ai-memory lanes resize --check` with this node's "
+                   "--config/--db to finish it, then start", err=True)
+        sys.exit(4)
     notifier = Notifier.from_env(os.environ)
     if settings.server.laned and supervisor.INDEX_ENV not in os.environ:
         try:

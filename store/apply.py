@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from common import ops as K
 from common.lifecycle import AWAITING, DECISION_KINDS, EDITING, PENDING
@@ -246,6 +246,22 @@ _PGRANT_UPSERT = (
     + ", ".join(f"{c} = excluded.{c}" for c in _PGRANT_COLS[3:])
     + " WHERE " + _STAMP_GT.format(t="project_grants")
 )
+
+
+# How one copy of a record every lane keeps merges into another: the upsert
+# its op applies with, and the columns it takes, in order (a name list for
+# the statements with named parameters). ``ai-memory lanes resize`` merges
+# every old lane's copy with these (a lane may hold a write another missed).
+ROW_MERGES: Final[dict[str, tuple[str, tuple[str, ...], bool]]] = {
+    "sessions": (_SESSION_UPSERT, ("session_id", "workspace", "project", "harness",
+                                   "owner_user", "started_at_ms", "last_at_ms", "hlc", "origin",
+                                   "seq"), False),
+    "project_harnesses": (_HARNESS_UPSERT, ("workspace", "project", "harness", "first_at_ms",
+                                            "last_at_ms"), False),
+    "users": (_USER_UPSERT, _USER_COLS, True),
+    "api_keys": (_KEY_UPSERT, _KEY_COLS, True),
+    "project_grants": (_PGRANT_UPSERT, _PGRANT_COLS, True),
+}
 
 
 def _stamp(op: Op) -> dict[str, Any]:

@@ -50,9 +50,10 @@ ROOMS: dict[str, set[str]] = {
                          "daemon/settings.py"},
     "daemon/replication/": {"federation", "store", "daemon/http/", "daemon/peer/",
                             "daemon/runtime/", "daemon/settings.py"},
-    "daemon/lanes/": {"federation", "daemon/http/", "daemon/identity/", "daemon/replication/",
-                      "daemon/runtime/",
-                      "daemon/schemas/", "daemon/services/", "daemon/settings.py"},
+    "daemon/lanes/": {"federation", "store", "daemon/http/", "daemon/identity/",
+                      "daemon/replication/", "daemon/runtime/",
+                      "daemon/schemas/", "daemon/services/", "daemon/settings.py",
+                      "daemon/webhooks/"},
     "daemon/node.py": {"federation", "store", "daemon/http/", "daemon/identity/", "daemon/lanes/",
                        "daemon/peer/",
                        "daemon/replication/", "daemon/runtime/", "daemon/services/",
@@ -76,7 +77,8 @@ ROOMS: dict[str, set[str]] = {
 # cli module -> the daemon and store modules it may import (besides common and cli).
 CLI: dict[str, set[str]] = {
     "cli/serve.py": {"daemon.server", "daemon.settings", "daemon.runtime.systemd",
-                     "daemon.runtime.tls", "daemon.lanes.supervisor"},
+                     "daemon.runtime.tls", "daemon.lanes.supervisor", "daemon.lanes.resize"},
+    "cli/lanes_cmd.py": {"daemon.lanes.resize", "daemon.settings"},
     "cli/mcp_cmd.py": {"daemon.mcp.server", "daemon.mcp.settings", "daemon.mcp.bridge"},
     "cli/hooks.py": {"daemon.mcp.settings"},
     "cli/identity.py": {"daemon.identity.bootstrap", "daemon.identity.secrets", "daemon.settings",
@@ -92,7 +94,7 @@ WALL_CLOCK_READERS = {
     "daemon/identity/bootstrap.py", "daemon/identity/replicated_directory.py",
     "daemon/wiring.py", "store/db.py", "store/backup.py", "common/randomid.py",
     "common/certs.py", "cli/backup.py", "cli/hooks.py", "cli/listen_exec.py",
-    "cli/node_config.py",
+    "cli/node_config.py", "daemon/lanes/resize.py",
 }
 API_MODULES_WITH_MODELS = {"mail.py", "streams.py", "subscriptions.py", "sync.py", "webui.py"}
 

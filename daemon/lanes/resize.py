@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
@@ -57,13 +58,14 @@ from daemon.settings import Settings
 from daemon.webhooks import db as webhook_db
 from daemon.webhooks.config import side_db_path
 from store import schema
+from store.apply import ROW_MERGES
 from store.backup import new_incarnation_id
 
 # -- where each table's rows go (pure) -------------------------------------------------------
 
 FRESH: Final = "fresh"  # the lane's own history: starts empty
 META: Final = "meta"  # written by the rewrite itself
-EVERY: Final = "every"  # a record every lane keeps: the home lane's copy to each
+EVERY: Final = "every"  # a record every lane keeps: every old lane's copy merged, to each
 HOME: Final = "home"  # the home lane's (namespace subscriptions)
 MEMORY: Final = "memory"  # cols[0] is a memory id: the lane it names
 LINK: Final = "link"  # a link: both ends' lanes
@@ -276,8 +278,24 @@ class _Old:
     tables: list[str] = field(default_factory=list)
 
 
+def _hold(path: Path) -> sqlite3.Connection:
+    """A connection to ``path`` that holds it exclusively until closed: a
+    node that starts meanwhile cannot open it (and no running one has it
+    open, or this fails: :func:`store.schema.in_use`'s test)."""
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=0)
+    try:
+        conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+        conn.execute("BEGIN EXCLUSIVE")
+    except sqlite3.OperationalError:
+        conn.close()
+        raise Conflict(f"{path} is open in a running process: stop the node first") from None
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
 def _open_old(files: Sequence[LaneFiles]) -> list[_Old]:
-    """Each old lane's database, checked: the lane it says, not in use, at this build's schema."""
+    """Each old lane's database, held (:func:`_hold`) and checked: the lane it
+    says, at this build's schema, settled."""
     latest = max(m.version for m in schema.migrations())
     out: list[_Old] = []
     try:
@@ -287,10 +305,7 @@ def _open_old(files: Sequence[LaneFiles]) -> list[_Old]:
             lane, count = _layout(f.store)
             if (lane, count) != (i, len(files)):
                 raise Conflict(f"{f.store} records lane {lane} of {count}, not {i} of {len(files)}")
-            if schema.in_use(str(f.store)):
-                raise Conflict(f"{f.store} is open in a running process: stop the node first")
-            conn = sqlite3.connect(str(f.store), isolation_level=None)
-            conn.row_factory = sqlite3.Row
+            conn = _hold(f.store)
             out.append(_Old(i, conn))
             version = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
             if version != latest:
@@ -301,11 +316,13 @@ def _open_old(files: Sequence[LaneFiles]) -> list[_Old]:
             if recovering is not None and recovering[0] == "1":
                 raise Conflict(f"lane {i} ({f.store}) has not finished recovering: start the "
                                "cluster, let it settle, stop it, then resize")
-            deferred = conn.execute("SELECT count(*) FROM ops_deferred").fetchone()[0]
-            if deferred:
-                raise Conflict(f"lane {i} ({f.store}) holds {deferred} op(s) still waiting for "
-                               "ops they depend on: start the cluster, let it settle, stop it, "
-                               "then resize")
+            unsettled = [what for what, sql in (
+                ("op(s) still waiting for ops they depend on", "SELECT count(*) FROM ops_deferred"),
+                ("op(s) past a gap in what it holds", "SELECT count(*) FROM vv_held"))
+                if conn.execute(sql).fetchone()[0]]
+            if unsettled:
+                raise Conflict(f"lane {i} ({f.store}) holds {' and '.join(unsettled)}: start "
+                               "the cluster, let it settle, stop it, then resize")
             out[-1].tables = [r[0] for r in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")]
             missing = unruled(out[-1].tables)
@@ -319,27 +336,33 @@ def _open_old(files: Sequence[LaneFiles]) -> list[_Old]:
     return out
 
 
+def _fingerprint(olds: Sequence[_Old]) -> dict[str, Any]:
+    per_lane = []
+    for o in olds:
+        c = o.conn
+        per_lane.append({
+            "vv": {r[0]: r[1] for r in c.execute("SELECT origin, watermark FROM vv")},
+            "held": [list(r) for r in c.execute(
+                "SELECT origin, seq FROM vv_held ORDER BY origin, seq")],
+            "deferred": c.execute("SELECT count(*) FROM ops_deferred").fetchone()[0],
+        })
+    raw = json.dumps({"lanes": len(olds), "per_lane": per_lane}, sort_keys=True).encode()
+    return {"lanes": len(olds), "digest": hashlib.sha256(raw).hexdigest()[:16],
+            "per_lane": per_lane}
+
+
 def fingerprint(settings: Settings) -> dict[str, Any]:
     """What this member holds, to compare with every other member before a
-    resize: per lane, its version vector, the ops held past it and the
-    deferred ops. Settled members of one cluster print the same digest."""
-    lanes = current_lanes(settings)
-    olds = _open_old(lane_files(settings, lanes))
+    resize: per lane, its version vector (a settled lane holds no op past a
+    gap and none deferred). Settled members of one cluster print the same
+    digest."""
+    finish_interrupted(settings)
+    olds = _open_old(lane_files(settings, current_lanes(settings)))
     try:
-        per_lane = []
-        for o in olds:
-            c = o.conn
-            per_lane.append({
-                "vv": {r[0]: r[1] for r in c.execute("SELECT origin, watermark FROM vv")},
-                "held": [list(r) for r in c.execute(
-                    "SELECT origin, seq FROM vv_held ORDER BY origin, seq")],
-                "deferred": c.execute("SELECT count(*) FROM ops_deferred").fetchone()[0],
-            })
+        return _fingerprint(olds)
     finally:
         for o in olds:
             o.conn.close()
-    raw = json.dumps({"lanes": lanes, "per_lane": per_lane}, sort_keys=True).encode()
-    return {"lanes": lanes, "digest": hashlib.sha256(raw).hexdigest()[:16], "per_lane": per_lane}
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -384,13 +407,22 @@ def _copy_store(olds: Sequence[_Old], news: Sequence[sqlite3.Connection]) -> dic
         for table, rule in RULES.items():
             if rule.how in (FRESH, META, SETTLED) or table not in o.tables:
                 continue
-            if rule.how in (EVERY, HOME) and o.lane != HOME_LANE:
-                continue  # every lane's copy is the same: the home lane's is taken
+            if rule.how == HOME and o.lane != HOME_LANE:
+                continue
             cols = _columns(o.conn, table)
             rows = [restamp(table, dict(r), o.lane, len(olds))
                     for r in o.conn.execute(f"SELECT {', '.join(cols)} FROM {table}")]
             if rule.how == MARK:
                 marks.extend(rows)
+                continue
+            if rule.how == EVERY:
+                # Every lane's copy, merged as the ops merge them: a lane may
+                # hold a write whose share to another lane failed.
+                sql, names, named = ROW_MERGES[table]
+                params = [r if named else tuple(r[c] for c in names) for r in rows]
+                for conn in news:
+                    conn.executemany(sql, params)
+                counts[table] = counts.get(table, 0) + len(rows) * lanes
                 continue
             by_lane: dict[int, list[tuple[Any, ...]]] = {}
             for row in rows:
@@ -438,36 +470,41 @@ def _meta(olds: Sequence[_Old], new: sqlite3.Connection, lane: int, lanes: int,
                     list(meta.items()))
 
 
-def _copy_webhooks(olds: Sequence[Path | None], news: Sequence[sqlite3.Connection]) -> int:
+WEBHOOK_TABLES: Final = ("webhook_subscriptions", "webhook_memory_versions", "webhook_outbox")
+
+
+def _copy_webhooks(olds: Sequence[sqlite3.Connection | None],
+                   news: Sequence[sqlite3.Connection]) -> int:
     """Subscriptions to every lane (each lane keeps all of them), a memory's
     version to its lane, each old lane's undelivered events to one new lane
     (in the order they were made). The subscriptions' rows."""
     lanes = len(news)
-    for j, path in enumerate(olds):
-        if path is None or not path.is_file():
+    for j, src in enumerate(olds):
+        if src is None:
             continue
-        src = sqlite3.connect(str(path), isolation_level=None)
-        src.row_factory = sqlite3.Row
-        try:
-            cols = _columns(src, "webhook_subscriptions")
-            rows = [tuple(r) for r in src.execute(f"SELECT {', '.join(cols)} FROM webhook_subscriptions")]
-            for conn in news:
-                _insert(conn, "webhook_subscriptions", cols, rows)
-            cols = _columns(src, "webhook_memory_versions")
-            by_lane: dict[int, list[tuple[Any, ...]]] = {}
-            for r in src.execute(f"SELECT {', '.join(cols)} FROM webhook_memory_versions"):
-                row = dict(r)
-                row["seq"] = renumber(int(row["seq"]), j, len(olds))  # the memory's op id
-                by_lane.setdefault(lane_of_id(str(row["id"]), lanes), []).append(
-                    tuple(row[c] for c in cols))
-            for k, batch in by_lane.items():
-                _insert(news[k], "webhook_memory_versions", cols, batch)
-            cols = [c for c in _columns(src, "webhook_outbox") if c != "seq"]
-            rows = [tuple(r) for r in src.execute(
-                f"SELECT {', '.join(cols)} FROM webhook_outbox ORDER BY seq")]
-            _insert(news[j % lanes], "webhook_outbox", cols, rows)
-        finally:
-            src.close()
+        tables = {r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                  if not r[0].startswith("sqlite_")}
+        if tables != set(WEBHOOK_TABLES):
+            raise Conflict(f"a webhook side file of lane {j} has tables {sorted(tables)}; this "
+                           f"build moves {list(WEBHOOK_TABLES)} (daemon/lanes/resize.py)")
+        cols = _columns(src, "webhook_subscriptions")
+        rows = [tuple(r) for r in src.execute(
+            f"SELECT {', '.join(cols)} FROM webhook_subscriptions")]
+        for conn in news:
+            _insert(conn, "webhook_subscriptions", cols, rows)
+        cols = _columns(src, "webhook_memory_versions")
+        by_lane: dict[int, list[tuple[Any, ...]]] = {}
+        for r in src.execute(f"SELECT {', '.join(cols)} FROM webhook_memory_versions"):
+            row = dict(r)
+            row["seq"] = renumber(int(row["seq"]), j, len(olds))  # the memory's op id
+            by_lane.setdefault(lane_of_id(str(row["id"]), lanes), []).append(
+                tuple(row[c] for c in cols))
+        for k, batch in by_lane.items():
+            _insert(news[k], "webhook_memory_versions", cols, batch)
+        cols = [c for c in _columns(src, "webhook_outbox") if c != "seq"]
+        rows = [tuple(r) for r in src.execute(
+            f"SELECT {', '.join(cols)} FROM webhook_outbox ORDER BY seq")]
+        _insert(news[j % lanes], "webhook_outbox", cols, rows)
     return int(news[0].execute("SELECT count(*) FROM webhook_subscriptions").fetchone()[0])
 
 
@@ -488,25 +525,33 @@ def resize(settings: Settings, to: int, *, expect: str | None = None,
     """Rewrite this stopped node's files for ``to`` lanes; what was done.
 
     ``expect``: the digest every member's :func:`fingerprint` printed; this
-    member's must equal it."""
+    member's must equal it. The old files are held from the fingerprint to
+    the swap, so a node started meanwhile cannot open them."""
     if not 1 <= to <= LANES_MAX:
         raise BadRequest(f"--to must be 1..{LANES_MAX}, got {to}")
     now = time.time() if now is None else now
-    print_ = fingerprint(settings)
-    if expect is not None and print_["digest"] != expect:
-        raise Conflict(f"this member's fingerprint is {print_['digest']}, not {expect}: the "
-                       "members do not hold the same ops. Start the cluster, let it settle "
-                       "(`ai-memory cluster status`), stop it, and compare again")
-    lanes = print_["lanes"]
-    if to == lanes:
-        raise BadRequest(f"the node already runs {lanes} lane(s)")
+    finish_interrupted(settings)
+    lanes = current_lanes(settings)
     old_files = lane_files(settings, lanes)
     new_files = lane_files(settings, to)
-    info = {"from": lanes, "to": to, "at_ms": int(now * 1000), "fingerprint": print_["digest"]}
     olds = _open_old(old_files)
+    sides_old: list[sqlite3.Connection | None] = []
     news: list[sqlite3.Connection] = []
     sides: list[sqlite3.Connection] = []
     try:
+        print_ = _fingerprint(olds)
+        if expect is not None and print_["digest"] != expect:
+            raise Conflict(f"this member's fingerprint is {print_['digest']}, not {expect}: "
+                           "the members do not hold the same ops. Start the cluster, let it "
+                           "settle (`ai-memory cluster status`), stop it, and compare again")
+        if to == lanes:
+            raise BadRequest(f"the node already runs {lanes} lane(s)")
+        for f in old_files:
+            sides_old.append(_hold(f.webhooks) if f.webhooks is not None
+                             and f.webhooks.is_file() else None)
+        plan = _plan(old_files, new_files, now)  # after every open: their -wal files exist
+        info = {"from": lanes, "to": to, "at_ms": int(now * 1000),
+                "fingerprint": print_["digest"]}
         for f in new_files:
             tmp = _tmp(f.store)
             for p in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
@@ -526,42 +571,124 @@ def resize(settings: Settings, to: int, *, expect: str | None = None,
         if sides:
             for conn in sides:
                 conn.execute("BEGIN IMMEDIATE")
-            counts["webhook_subscriptions"] = _copy_webhooks([f.webhooks for f in old_files],
-                                                             sides)
+            counts["webhook_subscriptions"] = _copy_webhooks(sides_old, sides)
             for conn in sides:
                 conn.execute("COMMIT")
         for conn in (*news, *sides):
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.execute("PRAGMA journal_mode = DELETE")  # one self-contained file each
+        for conn in (*news, *sides):
+            conn.close()
+        news, sides = [], []
+        _write_journal(old_files[0].store, plan)
+        _finish(old_files[0].store)  # the old files are still held: no node opens them
     finally:
         for conn in (*news, *sides):
             conn.close()
+        for side in sides_old:
+            if side is not None:
+                side.close()
         for o in olds:
             o.conn.close()
-    aside = _swap(old_files, new_files, now)
     return {"from": lanes, "to": to, "fingerprint": print_["digest"], "rows": counts,
-            "moved_ids": counts.get("lane_moves", 0), "old_files": str(aside),
+            "moved_ids": counts.get("lane_moves", 0), "old_files": str(plan["aside"]),
             "databases": [str(f.store) for f in new_files]}
 
 
-def _swap(old_files: Sequence[LaneFiles], new_files: Sequence[LaneFiles], now: float) -> Path:
-    """The old files into ``<db>.before-resize-<UTC time>/``, the new ones into their places."""
+# -- the swap: a journal, so that an interrupted one is finished, never half left -------------
+
+def journal_path(db: Path) -> Path:
+    return db.with_name(db.name + ".resize-journal")
+
+
+def _family(base: Path) -> list[Path]:
+    """A SQLite file and the files beside it that belong to it."""
+    return [base, Path(f"{base}-wal"), Path(f"{base}-shm"), Path(f"{base}-journal")]
+
+
+def _plan(old_files: Sequence[LaneFiles], new_files: Sequence[LaneFiles],
+          now: float) -> dict[str, Any]:
+    """Every move of the swap, in order: the old files (and any file in the
+    way of a new one) into a new folder beside lane 0's database, then each
+    new file into its place."""
     first = old_files[0].store
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     aside = first.with_name(f"{first.name}.before-resize-{stamp}")
-    aside.mkdir()
-    for f in old_files:
-        for base in (f.store, f.webhooks):
-            if base is None:
-                continue
-            for p in (base, Path(f"{base}-wal"), Path(f"{base}-shm")):
-                if p.exists():
-                    os.replace(p, aside / p.name)
+    n = 1
+    while aside.exists():
+        aside = first.with_name(f"{first.name}.before-resize-{stamp}-{n}")
+        n += 1
+    moves: list[tuple[str, str]] = []
+    names: set[str] = set()
+    bases = [b for f in (*old_files, *new_files) for b in (f.store, f.webhooks) if b is not None]
+    for base in dict.fromkeys(bases):  # the old files, then what is in the new ones' way
+        for p in _family(base):
+            if p.exists():
+                if p.name in names:
+                    raise Conflict(f"two files named {p.name} would meet in {aside}: keep the "
+                                   "webhook side files beside the databases for a resize")
+                names.add(p.name)
+                moves.append((str(p), str(aside / p.name)))
     for f in new_files:
-        for base in (f.store, f.webhooks):
-            if base is None:
-                continue
-            for suffix in ("-wal", "-shm"):
-                Path(f"{_tmp(base)}{suffix}").unlink(missing_ok=True)
-            if _tmp(base).exists():
-                os.replace(_tmp(base), base)
-    return aside
+        for new in (f.store, f.webhooks):
+            if new is not None:
+                moves.append((str(_tmp(new)), str(new)))
+    return {"aside": str(aside), "moves": moves}
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_journal(db: Path, plan: dict[str, Any]) -> None:
+    tmp = journal_path(db).with_name(journal_path(db).name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(plan, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, journal_path(db))
+    _fsync_dir(db.parent)
+
+
+def _finish(db: Path) -> bool:
+    """Carry out the journal beside ``db``, if there is one: each move whose
+    source is still there (a repeat finds it done); then the journal goes.
+    False when there was none."""
+    path = journal_path(db)
+    if not path.exists():
+        return False
+    plan = json.loads(path.read_text())
+    aside = Path(plan["aside"])
+    aside.mkdir(exist_ok=True)
+    dirs = {aside}
+    for src, dst in plan["moves"]:
+        if not os.path.lexists(src):
+            continue  # done before an interruption
+        if src.endswith(".resizing"):  # a new file: nothing of another may pair with it
+            for q in _family(Path(dst)):
+                if os.path.lexists(q):
+                    shutil.move(str(q), str(aside / f"left-{q.name}-{time.time_ns()}"))
+        shutil.move(src, dst)  # a rename; a copy where dst is on another file system
+        dirs.update((Path(src).parent, Path(dst).parent))
+    for d in dirs:
+        _fsync_dir(d)
+    path.unlink()
+    _fsync_dir(db.parent)
+    return True
+
+
+def finish_interrupted(settings: Settings) -> bool:
+    """Finish a resize of this node that stopped during its swap (every new
+    file was complete before the first move); True if there was one."""
+    return _finish(Path(settings.store.db_path))
+
+
+def interrupted(settings: Settings) -> Path | None:
+    """The journal of an unfinished resize of this node, if any: such a node
+    must not start (``serve`` refuses) until ``lanes resize`` finishes it."""
+    path = journal_path(Path(settings.store.db_path))
+    return path if path.exists() else None

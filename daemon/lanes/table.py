@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.lanes import lane_of, memory_placement
+from common.lanes import lane_of, lane_of_id, memory_placement
 from common.ops import agent_key, inbox_key, mailbox_key
 from daemon.lanes.rules import (
     EVERYWHERE,
@@ -49,12 +49,17 @@ def _by_agent(field: str, *, in_body: bool) -> LaneOf:
     return lane
 
 
-def _by_id(field: str, *, where: str = "body") -> LaneOf:
+def _by_id(field: str, *, where: str = "body", moved: bool = True) -> LaneOf:
+    """The lane of the record an id names; ``moved``: a message's or a
+    notification's, which a change of the lane count may have moved off the
+    lane its id names (a memory is on that lane under any count)."""
     async def lane(view: View) -> int | None:
         src: Any = (view.json() if where == "body" else view.query if where == "query"
                     else view.match)
         found = _text(src.get(field))
-        return None if found is None else await view.id_lane(found)
+        if found is None:
+            return None
+        return await view.id_lane(found) if moved else lane_of_id(found, view.lanes)
     return lane
 
 
@@ -261,7 +266,7 @@ _MEMORY_BY_ID = [
 ]
 _KEYED: list[tuple[str, str, LaneOf]] = [
     ("POST", "/api/v1/memories", _create_memory_lane),
-    *((m, p, _by_id("id", where="path")) for m, p in _MEMORY_BY_ID),
+    *((m, p, _by_id("id", where="path", moved=False)) for m, p in _MEMORY_BY_ID),
     ("GET", "/api/v1/memories", _by_namespace(in_body=False)),
     ("GET", "/api/v1/search", _by_namespace(in_body=False)),
     ("POST", "/api/v1/search", _by_namespace(in_body=True)),

@@ -6,12 +6,11 @@ stops; every member prints its fingerprint (equal), rewrites its own files
 for three lanes, and starts with ``--lanes 3``. Every list reads as before,
 a request that names only an id moved off the lane its id names finds it,
 a claimed message is never handed out again, and the keys and grants hold.
-A one-member node goes from two lanes to none the same way."""
+(Fewer lanes, and none: the property test of tests/daemon/lanes/test_resize.py.)"""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 import time
@@ -23,9 +22,9 @@ import pytest
 from common.lanes import lane_of, lane_of_id
 from common.ops import inbox_key, mailbox_key
 from daemon.lanes.layout import lane_db_path
-from daemon.lanes.resize import STAMPS
 from tests.cluster.harness import ROOT
 from tests.cluster.lanes_harness import LaneCluster, ok
+from tests.daemon.lanes.test_resize import op_ids_are_unique
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -90,28 +89,6 @@ def everything(c: LaneCluster, memory_ids: list[str]) -> dict[str, Any]:
         out[f"{nid} users"] = sorted(u["name"] for u in ok(
             c.call(nid, "GET", "/api/v1/admin/users"))["users"])
     return out
-
-
-def op_ids_are_unique(db: Path) -> None:
-    """Every op id a lane's records carry names one op (one clock reading),
-    and the lane's version vector covers it: a lane rebuilds ops from its
-    records, so two records of one id would be two ops under one id, and an
-    id past the vector would be reissued by its origin."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    conn.row_factory = sqlite3.Row
-    try:
-        vv = dict(conn.execute("SELECT origin, watermark FROM vv").fetchall())
-        seen: dict[tuple[str, int], int] = {}
-        for table, stamps in STAMPS.items():
-            for row in conn.execute(f"SELECT * FROM {table}"):
-                for hlc, origin, seq in stamps:
-                    if row[seq] and row[origin]:
-                        key = (row[origin], row[seq])
-                        assert seen.setdefault(key, row[hlc]) == row[hlc], (db, table, key)
-                        assert row[seq] <= vv.get(row[origin], 0), (db, table, key, vv)
-        assert seen, db
-    finally:
-        conn.close()
 
 
 def resize_every_member(c: LaneCluster, to: int) -> list[dict[str, Any]]:

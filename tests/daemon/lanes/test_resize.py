@@ -93,14 +93,46 @@ def test_rows_go_where_their_keys_are() -> None:
 
 # -- real files -------------------------------------------------------------------------------
 
+def op_ids_are_unique(db: Path | str) -> None:
+    """Every op id a lane's records carry names one op (one clock reading),
+    and the lane's version vector covers it: a lane rebuilds ops from its
+    records, so two records of one id would be two ops under one id, and an
+    id past the vector would be issued again by its origin."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        vv = dict(conn.execute("SELECT origin, watermark FROM vv").fetchall())
+        seen: dict[tuple[str, int], int] = {}
+        for table, stamps in rs.STAMPS.items():
+            for row in conn.execute(f"SELECT * FROM {table}"):
+                for hlc, origin, seq in stamps:
+                    if row[seq] and row[origin]:
+                        key = (row[origin], row[seq])
+                        assert seen.setdefault(key, row[hlc]) == row[hlc], (db, table, key)
+                        assert row[seq] <= vv.get(row[origin], 0), (db, table, key, vv)
+    finally:
+        conn.close()
+
+
+def _numbered_per_lane(ops: list[Op]) -> list[Op]:
+    """``ops`` as one lane's replica group numbers them: each origin's 1, 2, 3, ...
+    (every lane numbers on its own, so two lanes hold the same ids)."""
+    counters: dict[str, int] = {}
+    out = []
+    for op in sorted(ops, key=lambda o: (o.origin, o.seq)):
+        counters[op.origin] = counters.get(op.origin, 0) + 1
+        out.append(dataclasses.replace(op, seq=counters[op.origin]))
+    return out
+
+
 async def _build(db: Path, ops: list[Op], lanes: int) -> None:
     """A node of ``lanes`` lanes that applied ``ops``, each on the lanes it belongs to."""
     for j in range(lanes):
         path = lane_db_path(str(db), j)
         store = await Store.open(path, "n1")
         try:
-            await store.apply_ops([op for op in ops if j in lanes_of_item(op.kind, op.key, lanes)],
-                                  APPLY_NOW)
+            mine = [op for op in ops if j in lanes_of_item(op.kind, op.key, lanes)]
+            await store.apply_ops(_numbered_per_lane(mine), APPLY_NOW)
             if lanes > 1:
                 await store.set_lane_layout(layout_value(j, lanes))
             await store.set_cluster_id("c-test" if lanes == 1 else f"c-test.lane{j}of{lanes}p2")
@@ -203,6 +235,7 @@ def test_a_resized_node_holds_what_a_node_of_the_new_count_holds(
             assert out["from"] == old and out["to"] == new
             for k in range(new):
                 path = lane_db_path(str(db), k)
+                op_ids_are_unique(path)
                 assert await _lane_view(path) == await _lane_view(lane_db_path(str(want_db), k))
                 conn = sqlite3.connect(path)
                 moves = dict(conn.execute("SELECT id, lane FROM lane_moves").fetchall())
@@ -230,7 +263,10 @@ def _node(tmp_path: Path, lanes: int = 2) -> Path:
 def test_refusals_leave_the_files_as_they_were(tmp_path: Path) -> None:
     db = _node(tmp_path)
     settings_ = load_settings({"db": str(db)}, env={})
-    before = sorted(p.name for p in tmp_path.iterdir())
+    def names() -> list[str]:  # (opening a WAL database may leave its -wal and -shm)
+        return sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm")))
+
+    before = names()
     with pytest.raises(BadRequest):
         rs.resize(settings_, 2)  # the count it has
     with pytest.raises(Conflict, match="fingerprint"):
@@ -252,6 +288,112 @@ def test_refusals_leave_the_files_as_they_were(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(Conflict, match="waiting"):
         rs.resize(settings_, 3)
-    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert names() == before
     with pytest.raises(BadRequest, match="no database"):
         rs.resize(load_settings({"db": str(tmp_path / "none.db")}, env={}), 3)
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    import hashlib
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
+            if p.is_file() and not p.name.endswith("-shm")}  # SQLite's scratch index
+
+
+def test_a_record_one_lane_missed_is_kept_merged_on_every_lane(tmp_path: Path) -> None:
+    """A write of a record every lane keeps goes to each lane on its own; one
+    whose share to lane 0 failed leaves lane 1 ahead: a key revoked there
+    only, a user only there. The resize merges every lane's copy, as the ops
+    would (revoked and removed only go up), never just lane 0's."""
+    db = _node(tmp_path)
+    key = ("k1", "ann", None, None, "h" * 64, 1, 0, 5, "clock", 0)
+    for j, revoked in ((0, 0), (1, 1)):
+        conn = sqlite3.connect(lane_db_path(str(db), j))
+        conn.execute("INSERT INTO api_keys (id, user, agent, label, hash, created_at_ms, revoked,"
+                     " hlc, origin, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     (*key[:6], revoked, *key[7:]))
+        if j == 1:
+            conn.execute("INSERT INTO users (name, root, password_hash, removed, created_at_ms,"
+                         " hlc, origin, seq) VALUES ('ann', 0, NULL, 0, 1, 5, 'clock', 0)")
+        conn.commit()
+        conn.close()
+    rs.resize(load_settings({"db": str(db)}, env={}), 3)
+    for k in range(3):
+        conn = sqlite3.connect(lane_db_path(str(db), k))
+        assert conn.execute("SELECT revoked FROM api_keys WHERE id = 'k1'").fetchall() == [(1,)]
+        assert conn.execute("SELECT name FROM users").fetchall() == [("ann",)]
+        conn.close()
+
+
+def test_each_refusal_changes_no_byte(tmp_path: Path) -> None:
+    """A lane still recovering, one of another schema, one holding an op past
+    a gap: each is refused, and not a byte of a database changes."""
+    db = _node(tmp_path)
+    settings_ = load_settings({"db": str(db)}, env={})
+    for sql, match in (("UPDATE store_meta SET value = '1' WHERE name = 'recovering'",
+                        "recovering"),
+                       ("DELETE FROM schema_migrations WHERE version = (SELECT max(version)"
+                        " FROM schema_migrations)", "schema"),
+                       ("INSERT INTO vv_held (origin, seq) VALUES ('n2', 7)", "gap")):
+        lane1 = Path(lane_db_path(str(db), 1))
+        conn = sqlite3.connect(lane1)
+        conn.execute(sql)
+        conn.commit()
+        conn.close()
+        before = _digest(tmp_path)
+        with pytest.raises(Conflict, match=match):
+            rs.resize(settings_, 3)
+        assert _digest(tmp_path) == before
+        for p in tmp_path.glob("node.lane1.db*"):
+            p.unlink()
+        asyncio.run(_build(db.with_name("fresh.db"), [], 2))  # a clean lane 1 again
+        Path(lane_db_path(str(db.with_name("fresh.db")), 1)).rename(lane1)
+        for p in tmp_path.glob("fresh*"):
+            p.unlink()
+
+
+def test_an_interrupted_swap_is_finished_and_serve_waits_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    db = _node(tmp_path)
+    stale = Path(lane_db_path(str(db), 2))
+    stale.write_bytes(b"left from an earlier try")
+    Path(f"{stale}-wal").write_bytes(b"not this file's")
+    settings_ = load_settings({"db": str(db)}, env={})
+    moved: list[str] = []
+    real_move = shutil.move
+
+    def crash_after_three(src: str, dst: str) -> Any:
+        if len(moved) == 3:
+            raise OSError("power cut")
+        moved.append(src)
+        return real_move(src, dst)
+
+    monkeypatch.setattr(rs.shutil, "move", crash_after_three)
+    with pytest.raises(OSError, match="power cut"):
+        rs.resize(settings_, 3)
+    monkeypatch.setattr(rs.shutil, "move", real_move)
+    journal = rs.journal_path(db)
+    assert journal.exists() and not db.exists()  # lane 0's file is already aside
+
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[3]), "PATH": "/usr/bin:/bin"}
+    served = subprocess.run([sys.executable, "-m", "cli", "serve", "--db", str(db), "--port", "1"],
+                            capture_output=True, text=True, timeout=60, env=env)
+    assert served.returncode == 4 and "lanes resize" in served.stderr, served.stderr
+    assert not db.exists()  # it created nothing
+
+    assert rs.finish_interrupted(settings_) and not journal.exists()
+    assert rs.current_lanes(settings_) == 3
+    for k in range(3):
+        conn = sqlite3.connect(lane_db_path(str(db), k))
+        assert conn.execute("SELECT value FROM store_meta WHERE name = 'lane_layout'"
+                            ).fetchone() == (layout_value(k, 3),)
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        conn.close()
+    assert not Path(f"{stale}-wal").exists()  # the stale WAL went aside with its file
+    aside = next(tmp_path.glob("node.db.before-resize-*"))
+    assert {"node.db", "node.lane1.db", "node.lane2.db", "node.lane2.db-wal"} <= {
+        p.name for p in aside.iterdir()}
+    assert not rs.finish_interrupted(settings_)  # nothing left to finish
