@@ -212,7 +212,7 @@ def _with_hides(ops: list[Op]) -> list[Op]:
 
 
 @pytest.mark.slow  # hypothesis: each example builds and resizes real files
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories(), st.sampled_from([(1, 2), (2, 3), (3, 2), (2, 1), (3, 4)]))
 def test_a_resized_node_holds_what_a_node_of_the_new_count_holds(
         ops: list[Op], counts: tuple[int, int]) -> None:
