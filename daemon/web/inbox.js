@@ -558,6 +558,23 @@
   }
 
   // -- start -----------------------------------------------------------------
+  // The projects the viewer may read, asked again every 2 s while the node
+  // cannot answer (it is still recovering, say): the page says why, rather
+  // than staying empty.
+  async function loadProjects() {
+    for (;;) {
+      try {
+        const projects = (await api("/web/api/projects")).projects;
+        $("list-error").textContent = "";
+        return projects;
+      } catch (e) {
+        $("list-error").textContent = "Could not load your projects (" + e.message +
+          "); trying again.";
+        await new Promise((resolve) => setTimeout(resolve, 2000));
+      }
+    }
+  }
+
   async function start() {
     try {
       ui.me = await api("/web/api/me");
@@ -570,7 +587,7 @@
     $("anon-banner").hidden = !ui.me.anonymous;
     $("logout").hidden = ui.me.anonymous || ui.me.legacy;
     for (const e of document.querySelectorAll(".legacy-only")) { e.hidden = !ui.me.legacy; }
-    ui.projects = (await api("/web/api/projects")).projects;
+    ui.projects = await loadProjects();
     const wanted = decodeURIComponent(window.location.hash.slice(1));
     const first = byKey(wanted) || ui.projects[0] || null;
     renderSidebar();

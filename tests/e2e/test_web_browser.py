@@ -334,6 +334,31 @@ def test_the_address_fragment_picks_the_project_and_back_returns(
     assert page.evaluate("window.__sameDocument") is True
 
 
+def test_a_project_list_the_node_cannot_give_yet_is_asked_again(
+        cluster: Cluster, tab: Page) -> None:
+    """A node that cannot answer the project list (503 while it recovers)
+    leaves the page saying why, and the list comes once the node answers."""
+    name = project(cluster, "retry-a")
+    page = tab.page
+    refused: list[str] = []
+
+    def once_unavailable(route: Any) -> None:
+        if refused:
+            route.continue_()
+            return
+        refused.append(route.request.url)
+        route.fulfill(status=503, content_type="application/json",
+                      body='{"error": "this member is recovering", "code": "recovering"}')
+
+    page.route("**/web/api/projects", once_unavailable)
+    page.goto(f"{cluster.url('node1')}/web/inbox#{WS}/{name}")
+    sync_api.expect(page.locator("#list-error")).to_contain_text(
+        "Could not load your projects (this member is recovering)")
+    page.get_by_role("heading", name=f"{WS}/{name} · Received").wait_for()
+    sync_api.expect(page.locator("#list-error")).to_have_text("")
+    assert len(refused) == 1
+
+
 def test_rows_show_a_160_character_snippet_of_the_body(cluster: Cluster, tab: Page) -> None:
     src, dst = project(cluster, "snip-a", "kimi"), project(cluster, "snip-b")
     # After the whitespace is folded, the emoji is the 160th character: a cut
