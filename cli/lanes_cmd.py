@@ -30,7 +30,8 @@ def lanes() -> None:
 @click.option("--db", default=None, help="The node's database path (env AI_MEMORY_DB), as "
                                          "`serve --db` takes it.")
 @click.option("--check", is_flag=True,
-              help="Print this member's fingerprint and change nothing.")
+              help="Print this member's fingerprint and change nothing (an interrupted "
+                   "resize of this node is finished first).")
 @click.option("--expect", default=None, metavar="FINGERPRINT",
               help="Refuse unless this member's fingerprint is this (every member's --check).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")

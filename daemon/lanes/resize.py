@@ -516,6 +516,19 @@ def _new_side_file(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _own_like(model: Path, stores: Sequence[Path], sides: Sequence[Path]) -> None:
+    """The new files get the owner of the old lane 0 database (the command
+    may run as root for a node that runs as its own user) and its mode; a
+    webhook side file stays readable by its owner only."""
+    st = os.stat(model)
+    for path in (*stores, *sides):
+        if os.geteuid() == 0 and (os.stat(path).st_uid, os.stat(path).st_gid) != (
+                st.st_uid, st.st_gid):
+            os.chown(path, st.st_uid, st.st_gid)
+    for path in stores:
+        os.chmod(path, st.st_mode & 0o777)
+
+
 def _tmp(path: Path) -> Path:
     return path.with_name(path.name + ".resizing")
 
@@ -580,6 +593,8 @@ def resize(settings: Settings, to: int, *, expect: str | None = None,
         for conn in (*news, *sides):
             conn.close()
         news, sides = [], []
+        _own_like(old_files[0].store, [_tmp(f.store) for f in new_files],
+                  [_tmp(f.webhooks) for f in new_files if f.webhooks is not None])
         _write_journal(old_files[0].store, plan)
         _finish(old_files[0].store)  # the old files are still held: no node opens them
     finally:
@@ -663,7 +678,8 @@ def _finish(db: Path) -> bool:
         return False
     plan = json.loads(path.read_text())
     aside = Path(plan["aside"])
-    aside.mkdir(exist_ok=True)
+    if not aside.exists():
+        aside.mkdir(mode=0o700)  # old side files hold subscription secrets
     dirs = {aside}
     for src, dst in plan["moves"]:
         if not os.path.lexists(src):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import sqlite3
 import tempfile
 from itertools import product
@@ -397,3 +398,24 @@ def test_an_interrupted_swap_is_finished_and_serve_waits_for_it(
     assert {"node.db", "node.lane1.db", "node.lane2.db", "node.lane2.db-wal"} <= {
         p.name for p in aside.iterdir()}
     assert not rs.finish_interrupted(settings_)  # nothing left to finish
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_the_new_files_belong_to_the_nodes_user(tmp_path: Path) -> None:
+    """Run as root for a node that runs as its own user: the new databases
+    and side files take the old database's owner and mode (a node could not
+    open files root made for it)."""
+    db = _node(tmp_path)
+    for p in tmp_path.iterdir():
+        os.chown(p, 4321, 4321)
+    os.chmod(db, 0o640)
+    side = Path(f"{db}.webhooks.sqlite")
+    out = rs.resize(load_settings({"db": str(db)}, env={}), 3)
+    for k in range(3):
+        st = os.stat(lane_db_path(str(db), k))
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (4321, 4321, 0o640), k
+        side = Path(f"{lane_db_path(str(db), k)}.webhooks.sqlite")
+        if side.exists():
+            st = os.stat(side)
+            assert (st.st_uid, st.st_mode & 0o777) == (4321, 0o600), k
+    assert os.stat(out["old_files"]).st_mode & 0o777 == 0o700
