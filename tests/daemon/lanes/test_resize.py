@@ -419,3 +419,42 @@ def test_the_new_files_belong_to_the_nodes_user(tmp_path: Path) -> None:
             st = os.stat(side)
             assert (st.st_uid, st.st_mode & 0o777) == (4321, 0o600), k
     assert os.stat(out["old_files"]).st_mode & 0o777 == 0o700
+
+
+def test_the_command_takes_the_nodes_config_as_serve_does(tmp_path: Path) -> None:
+    """What systemd runs: `serve --config node.toml`; the resize reads the same
+    file, so it finds the databases and the webhook side files (here in a
+    folder of their own) where the node keeps them."""
+    import json
+    import subprocess
+    import sys
+
+    data, hooks = tmp_path / "data", tmp_path / "hooks"
+    data.mkdir()
+    hooks.mkdir()
+    db = data / "node.db"
+    _node(data)
+    for j in range(2):  # the side files a node with [webhooks] db_path keeps
+        conn = rs._new_side_file(Path(lane_db_path(str(hooks / "side.sqlite"), j)))
+        conn.execute("INSERT INTO webhook_subscriptions (id, url, events, secret,"
+                     " created_at_ms) VALUES ('sub1', 'https://x.example/h', '[]', 's', 1)")
+        conn.close()
+    conf = tmp_path / "node.toml"
+    conf.write_text(f'[server]\nlanes = 2\n[store]\ndb = "{db}"\n'
+                    f'[webhooks]\ndb_path = "{hooks / "side.sqlite"}"\n')
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[3]), "PATH": "/usr/bin:/bin"}
+
+    def cli(*args: str) -> Any:
+        done = subprocess.run([sys.executable, "-m", "cli", "lanes", "resize", "--config",
+                               str(conf), "--json", *args], capture_output=True, text=True,
+                              timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    digest = cli("--check")["digest"]
+    out = cli("--to", "3", "--expect", digest)
+    assert out["databases"] == [lane_db_path(str(db), k) for k in range(3)]
+    for k in range(3):
+        conn = sqlite3.connect(lane_db_path(str(hooks / "side.sqlite"), k))
+        assert conn.execute("SELECT id FROM webhook_subscriptions").fetchall() == [("sub1",)]
+        conn.close()
