@@ -24,6 +24,7 @@ from common.errors import (
     Unavailable,
 )
 from tests.cli.stub import StubDaemon
+from tests.cluster.harness import free_port
 
 
 def test_sends_identity_headers_and_drops_unset_params(stub: StubDaemon) -> None:
@@ -104,9 +105,9 @@ def test_quorum_not_met_keeps_counts_and_retry_after(stub: StubDaemon) -> None:
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """Nothing listens there; below the ephemeral range, so a connection to it
+    is never given it as its own source port (and connects to itself)."""
+    return free_port()
 
 
 def test_refused_connection_is_cannot_connect_exit_7() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import stat
 import tomllib
 from collections.abc import Callable, Iterator
@@ -16,6 +15,7 @@ from cli.cluster_status import member_addresses
 from cli.main import cli
 from daemon.settings import check_exposure, load_settings
 from tests.cli.stub import StubDaemon
+from tests.cluster.harness import free_port
 
 Run = Callable[..., Result]
 
@@ -28,9 +28,10 @@ def second() -> Iterator[StubDaemon]:
 
 
 def dead_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
+    """A port nothing listens on, below the ephemeral range: a connection to a
+    closed port in that range may be given it as its own source port and
+    connect to itself."""
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def status_of(

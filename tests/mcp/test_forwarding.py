@@ -6,8 +6,7 @@ real aiohttp server on loopback that records every request.
 
 from __future__ import annotations
 
-import socket
-
+from tests.cluster.harness import free_port
 from tests.mcp.conftest import Connect, ok, text_of, tool_error
 from tests.mcp.fake_node import DROP, FakeNode
 
@@ -542,9 +541,7 @@ async def test_a_non_json_error_reply_still_reads_as_an_error(
 
 
 async def test_an_unreachable_node_is_a_tool_error(connect: Connect) -> None:
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there (below the ephemeral range: no self-connect)
     async with connect(url=f"http://127.0.0.1:{port}") as client:
         result = await client.call_tool("memory_briefing", {})
     error = tool_error(result)
