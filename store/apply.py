@@ -137,6 +137,9 @@ _MSG_UPSERT = (
     f"{_STATE_OF.format(id=':id', gate=':approval_required')}) "
     "ON CONFLICT (id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _MSG_COLS[1:])
+    # A lower copy may replace a known send with another approval gate: the
+    # state follows the winning send's.
+    + f", state = {_STATE_OF.format(id='excluded.id', gate='excluded.approval_required')}"
     # The winning copy of a send: the latest owner term's, then the lowest
     # (hlc, origin, seq) (federation.mailbox._copy_key).
     + " WHERE (-excluded.send_epoch, excluded.hlc, excluded.origin, excluded.seq)"
@@ -342,11 +345,8 @@ def _msg_send(c: sqlite3.Connection, op: Op, now_ms: int) -> None:
         if tuple(purged) <= (-op.epoch, op.hlc, op.origin, op.seq):
             return
         c.execute("DELETE FROM msg_purged WHERE id = ?", (row["id"],))  # judged again below
+    # Inserted or replaced, the row's state is computed by the statement itself.
     cur = c.execute(_MSG_UPSERT, {**row, **_stamp(op), "send_epoch": op.epoch})
-    if cur.rowcount:
-        # A lower copy may replace a known send with another approval gate:
-        # the state follows the winning send's.
-        c.execute(_SET_STATE, (row["id"],))
     if _under_mark(c, row["id"]):
         _purge_marked(c, "m.id = ?", (row["id"],))
     elif not cur.rowcount:
