@@ -593,8 +593,17 @@ def resize(settings: Settings, to: int, *, expect: str | None = None,
         for conn in (*news, *sides):
             conn.close()
         news, sides = [], []
+        made = [_tmp(b) for f in new_files for b in (f.store, f.webhooks) if b is not None]
         _own_like(old_files[0].store, [_tmp(f.store) for f in new_files],
                   [_tmp(f.webhooks) for f in new_files if f.webhooks is not None])
+        for path in made:  # on disk before the journal says they are there
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for folder in {p.parent for p in made}:
+            _fsync_dir(folder)
         _write_journal(old_files[0].store, plan)
         _finish(old_files[0].store)  # the old files are still held: no node opens them
     finally:
