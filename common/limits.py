@@ -187,6 +187,9 @@ gc_older_every = 10  # collections of one generation before the next older one (
 # --- lanes (docs/lanes.md, daemon/lanes/) ---------------------------------------
 lanes_max = 256  # lane processes per node (the partition function allows 1024)
 lane_port_offset_default = 100  # lane i of a member listens on its port + offset x (i + 1)
+# `lanes resize` waits this long for a node that is still stopping to let go
+# of its files before it says the node runs
+resize_lock_wait_s = 3.0
 lane_hop_timeout_secs = 30.0  # a request handed to a sibling lane (its own deadlines are shorter)
 lane_restart_backoff_max_secs = 10.0  # the supervisor restarts a lane that exited, waiting up to this
 lane_ready_timeout_secs = 600.0  # the supervisor waits this long for every lane to serve

@@ -39,6 +39,7 @@ Memories need none: a memory is on the lane its id names under any count.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -50,6 +51,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from common import limits
 from common.errors import BadRequest, Conflict
 from common.lanes import HOME_LANE, LANES_MAX, PARTITION_VERSION, lane_of, lane_of_id
 from common.ops import inbox_key, mailbox_key
@@ -282,7 +284,7 @@ def _hold(path: Path) -> sqlite3.Connection:
     """A connection to ``path`` that holds it exclusively until closed: a
     node that starts meanwhile cannot open it (and no running one has it
     open, or this fails: :func:`store.schema.in_use`'s test)."""
-    conn = sqlite3.connect(str(path), isolation_level=None, timeout=0)
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=limits.resize_lock_wait_s)
     try:
         conn.execute("PRAGMA locking_mode = EXCLUSIVE")
         conn.execute("BEGIN EXCLUSIVE")
@@ -570,8 +572,8 @@ def resize(settings: Settings, to: int, *, expect: str | None = None,
             for p in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
                 p.unlink(missing_ok=True)
             conn = schema.connect(str(tmp))
-            schema.migrate(conn)
             news.append(conn)
+            schema.migrate(conn)
             if f.webhooks is not None:
                 sides.append(_new_side_file(_tmp(f.webhooks)))
         for conn in news:
@@ -678,6 +680,22 @@ def _write_journal(db: Path, plan: dict[str, Any]) -> None:
     _fsync_dir(db.parent)
 
 
+def _move(src: str, dst: str) -> None:
+    """A rename; across file systems a copy, synced before the source goes."""
+    try:
+        os.replace(src, dst)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        shutil.copy2(src, dst)
+        fd = os.open(dst, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.unlink(src)
+
+
 def _finish(db: Path) -> bool:
     """Carry out the journal beside ``db``, if there is one: each move whose
     source is still there (a repeat finds it done); then the journal goes.
@@ -690,14 +708,20 @@ def _finish(db: Path) -> bool:
     if not aside.exists():
         aside.mkdir(mode=0o700)  # old side files hold subscription secrets
     dirs = {aside}
-    for src, dst in plan["moves"]:
-        if not os.path.lexists(src):
+    moves = [(src, dst, src.endswith(".resizing")) for src, dst in plan["moves"]]
+    # The old files go aside before the first new file moves in, and a new
+    # file then stands at an old file's path: once a new file has moved, the
+    # moves aside are all done and must not run again (they would take the
+    # new files away).
+    aside_done = any(new and not os.path.lexists(src) for src, _, new in moves)
+    for src, dst, new in moves:
+        if not os.path.lexists(src) or (aside_done and not new):
             continue  # done before an interruption
-        if src.endswith(".resizing"):  # a new file: nothing of another may pair with it
+        if new:  # nothing of another file may pair with a new one
             for q in _family(Path(dst)):
                 if os.path.lexists(q):
-                    shutil.move(str(q), str(aside / f"left-{q.name}-{time.time_ns()}"))
-        shutil.move(src, dst)  # a rename; a copy where dst is on another file system
+                    _move(str(q), str(aside / f"left-{q.name}-{time.time_ns()}"))
+        _move(src, dst)
         dirs.update((Path(src).parent, Path(dst).parent))
     for d in dirs:
         _fsync_dir(d)

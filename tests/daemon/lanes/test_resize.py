@@ -352,9 +352,24 @@ def test_each_refusal_changes_no_byte(tmp_path: Path) -> None:
             p.unlink()
 
 
+def _layout_of(path: str | Path) -> str:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return str(conn.execute("SELECT value FROM store_meta WHERE name = 'lane_layout'"
+                                ).fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("crash", ["aside", "first new file in", "every file moved"])
 def test_an_interrupted_swap_is_finished_and_serve_waits_for_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import shutil
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash: str) -> None:
+    """The swap stops (a power cut) while the old files go aside, after the
+    first new file moved in, or after every move but before the journal
+    went: `serve` refuses while the journal is there, and finishing gives
+    three good new lanes and every old file aside (a first build ran the
+    moves aside again after a new file stood at an old file's path, and
+    took the new files away: a reviewer's reproduction)."""
     import subprocess
     import sys
 
@@ -363,40 +378,54 @@ def test_an_interrupted_swap_is_finished_and_serve_waits_for_it(
     stale.write_bytes(b"left from an earlier try")
     Path(f"{stale}-wal").write_bytes(b"not this file's")
     settings_ = load_settings({"db": str(db)}, env={})
-    moved: list[str] = []
-    real_move = shutil.move
+    real_move, real_fsync_dir = rs._move, rs._fsync_dir
+    done = {"aside": 0, "new": 0}
 
-    def crash_after_three(src: str, dst: str) -> Any:
-        if len(moved) == 3:
+    def move(src: str, dst: str) -> None:
+        new = src.endswith(".resizing")
+        if (crash == "aside" and not new and done["aside"] == 3) or (
+                crash == "first new file in" and new and done["new"] == 1):
             raise OSError("power cut")
-        moved.append(src)
-        return real_move(src, dst)
+        done["new" if new else "aside"] += 1
+        real_move(src, dst)
 
-    monkeypatch.setattr(rs.shutil, "move", crash_after_three)
+    def fsync_dir(path: Path) -> None:
+        if crash == "every file moved" and done["new"] == 6:  # 3 databases, 3 side files
+            raise OSError("power cut")
+        real_fsync_dir(path)
+
+    monkeypatch.setattr(rs, "_move", move)
+    monkeypatch.setattr(rs, "_fsync_dir", fsync_dir)
     with pytest.raises(OSError, match="power cut"):
         rs.resize(settings_, 3)
-    monkeypatch.setattr(rs.shutil, "move", real_move)
+    monkeypatch.setattr(rs, "_move", real_move)
+    monkeypatch.setattr(rs, "_fsync_dir", real_fsync_dir)
     journal = rs.journal_path(db)
-    assert journal.exists() and not db.exists()  # lane 0's file is already aside
+    assert journal.exists()
 
-    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[3]), "PATH": "/usr/bin:/bin"}
-    served = subprocess.run([sys.executable, "-m", "cli", "serve", "--db", str(db), "--port", "1"],
-                            capture_output=True, text=True, timeout=60, env=env)
-    assert served.returncode == 4 and "lanes resize" in served.stderr, served.stderr
-    assert not db.exists()  # it created nothing
+    if crash == "aside":
+        assert not db.exists()  # lane 0's file is already aside
+        env = {"PYTHONPATH": str(Path(__file__).resolve().parents[3]), "PATH": "/usr/bin:/bin"}
+        served = subprocess.run([sys.executable, "-m", "cli", "serve", "--db", str(db),
+                                 "--port", "1"], capture_output=True, text=True, timeout=60,
+                                env=env)
+        assert served.returncode == 4 and "lanes resize" in served.stderr, served.stderr
+        assert not db.exists()  # it created nothing
 
     assert rs.finish_interrupted(settings_) and not journal.exists()
     assert rs.current_lanes(settings_) == 3
     for k in range(3):
-        conn = sqlite3.connect(lane_db_path(str(db), k))
-        assert conn.execute("SELECT value FROM store_meta WHERE name = 'lane_layout'"
-                            ).fetchone() == (layout_value(k, 3),)
+        path = lane_db_path(str(db), k)
+        assert _layout_of(path) == layout_value(k, 3)
+        conn = sqlite3.connect(path)
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (1,)
         conn.close()
     assert not Path(f"{stale}-wal").exists()  # the stale WAL went aside with its file
     aside = next(tmp_path.glob("node.db.before-resize-*"))
-    assert {"node.db", "node.lane1.db", "node.lane2.db", "node.lane2.db-wal"} <= {
-        p.name for p in aside.iterdir()}
+    assert _layout_of(aside / "node.db") == layout_value(0, 2)
+    assert _layout_of(aside / "node.lane1.db") == layout_value(1, 2)
+    assert (aside / "node.lane2.db").read_bytes() == b"left from an earlier try"
     assert not rs.finish_interrupted(settings_)  # nothing left to finish
 
 
