@@ -551,8 +551,6 @@ def resize(settings: Settings, to: int, *, expect: str | None = None,
     new_files = lane_files(settings, to)
     olds = _open_old(old_files)
     sides_old: list[sqlite3.Connection | None] = []
-    news: list[sqlite3.Connection] = []
-    sides: list[sqlite3.Connection] = []
     try:
         print_ = _fingerprint(olds)
         if expect is not None and print_["digest"] != expect:
@@ -567,6 +565,29 @@ def resize(settings: Settings, to: int, *, expect: str | None = None,
         plan = _plan(old_files, new_files, now)  # after every open: their -wal files exist
         info = {"from": lanes, "to": to, "at_ms": int(now * 1000),
                 "fingerprint": print_["digest"]}
+        counts = _write_new(olds, sides_old, new_files, old_files[0].store, info)
+        _write_journal(old_files[0].store, plan)
+        _finish(old_files[0].store)  # the old files are still held: no node opens them
+    finally:
+        for side in sides_old:
+            if side is not None:
+                side.close()
+        for o in olds:
+            o.conn.close()
+    return {"from": lanes, "to": to, "fingerprint": print_["digest"], "rows": counts,
+            "moved_ids": counts.get("lane_moves", 0), "old_files": str(plan["aside"]),
+            "databases": [str(f.store) for f in new_files]}
+
+
+def _write_new(olds: Sequence[_Old], sides_old: Sequence[sqlite3.Connection | None],
+               new_files: Sequence[LaneFiles], model: Path,
+               info: dict[str, Any]) -> dict[str, int]:
+    """Every new lane's files beside the old ones (``*.resizing``), complete,
+    owned like ``model`` and on disk; the rows written per table."""
+    to = len(new_files)
+    news: list[sqlite3.Connection] = []
+    sides: list[sqlite3.Connection] = []
+    try:
         for f in new_files:
             tmp = _tmp(f.store)
             for p in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
@@ -592,33 +613,21 @@ def resize(settings: Settings, to: int, *, expect: str | None = None,
         for conn in (*news, *sides):
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             conn.execute("PRAGMA journal_mode = DELETE")  # one self-contained file each
-        for conn in (*news, *sides):
-            conn.close()
-        news, sides = [], []
-        made = [_tmp(b) for f in new_files for b in (f.store, f.webhooks) if b is not None]
-        _own_like(old_files[0].store, [_tmp(f.store) for f in new_files],
-                  [_tmp(f.webhooks) for f in new_files if f.webhooks is not None])
-        for path in made:  # on disk before the journal says they are there
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        for folder in {p.parent for p in made}:
-            _fsync_dir(folder)
-        _write_journal(old_files[0].store, plan)
-        _finish(old_files[0].store)  # the old files are still held: no node opens them
     finally:
         for conn in (*news, *sides):
             conn.close()
-        for side in sides_old:
-            if side is not None:
-                side.close()
-        for o in olds:
-            o.conn.close()
-    return {"from": lanes, "to": to, "fingerprint": print_["digest"], "rows": counts,
-            "moved_ids": counts.get("lane_moves", 0), "old_files": str(plan["aside"]),
-            "databases": [str(f.store) for f in new_files]}
+    made = [_tmp(b) for f in new_files for b in (f.store, f.webhooks) if b is not None]
+    _own_like(model, [_tmp(f.store) for f in new_files],
+              [_tmp(f.webhooks) for f in new_files if f.webhooks is not None])
+    for path in made:  # on disk before the journal says they are there
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for folder in {p.parent for p in made}:
+        _fsync_dir(folder)
+    return counts
 
 
 # -- the swap: a journal, so that an interrupted one is finished, never half left -------------
