@@ -171,13 +171,47 @@ def _references(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[
     return references
 
 
+def seen_by_lanes(first: Mapping[str, Any], node_id: str) -> dict[str, Any]:
+    """What the queried node knows of member ``node_id``, over its lanes.
+
+    Each lane links to the same lane of every member on its own, so each
+    has its own last contact, round trip and copy of the member's position.
+    Across them: the latest contact, the fastest round trip (every link
+    crosses the same network; a slower one measured its own load too),
+    ``far`` only where every lane that measured judges the member far
+    (``far_lanes``: how many did, of ``measured_lanes``), and the positions
+    and lags summed (each lane holds its own part of the operations).
+    A node without lanes: its own view, as is."""
+    lanes = [lane for lane in _lanes(first)
+             if isinstance((lane.get("peers") or {}).get(node_id), Mapping)]
+    seen = [lane["peers"][node_id] for lane in lanes]
+    if not first.get("lanes") or not seen:
+        return dict((first.get("peers") or {}).get(node_id) or {})
+    merged: dict[str, Any] = {}
+    contacts = [c for c in (_last_contact_ms(v) for v in seen) if isinstance(c, (int, float))]
+    if contacts:
+        merged["last_contact_ms_ago"] = min(contacts)
+    measured = [v for v in seen if isinstance(v.get("round_trip_ms"), (int, float))]
+    if measured:
+        merged["round_trip_ms"] = min(v["round_trip_ms"] for v in measured)
+        merged["far_lanes"] = sum(1 for v in measured if v.get("far"))
+        merged["measured_lanes"] = len(measured)
+        merged["far"] = merged["far_lanes"] == len(measured)
+    if all(v.get("vv") for v in seen):
+        merged["vv"] = {f"{origin}#{i}": seq for i, v in enumerate(seen)
+                        for origin, seq in _vv(v).items()}
+    lags = [v.get("lag_ops") for v in seen]
+    if all(isinstance(lag, int) for lag in lags):
+        merged["lag_ops"] = sum(lags)
+    return merged
+
+
 def rows(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[str, Any]]:
-    peers: Mapping[str, Any] = first.get("peers") or {}
     references = _references(first, views)
     own_id = views[0].node_id if views else None
     table: list[dict[str, Any]] = []
     for view in views:
-        peer = peers.get(view.node_id) or {}
+        peer = seen_by_lanes(first, view.node_id)
         row: dict[str, Any] = {"node": view.node_id, "url": view.url or "-"}
         if view.node_id == own_id:
             row["contact"] = "self"
@@ -217,6 +251,9 @@ def _round_trip(peer: Mapping[str, Any]) -> str:
     ms = peer.get("round_trip_ms")
     if not isinstance(ms, (int, float)):
         return "-"
+    far, of = peer.get("far_lanes"), peer.get("measured_lanes")
+    if isinstance(far, int) and isinstance(of, int) and 0 < far < of:
+        return f"{ms:.1f} ms far {far}/{of}"  # some lanes' links judge it far, not all
     return f"{ms:.1f} ms" + (" far" if peer.get("far") else "")
 
 

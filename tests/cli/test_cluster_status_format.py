@@ -72,3 +72,42 @@ def test_rtt_is_the_queried_nodes_estimate_and_says_far() -> None:
                          MemberView("node2", "http://b", status=status("node2", {})),
                          MemberView("node3", "http://c", status=status("node3", {}))])
     assert [r["rtt"] for r in shown] == ["self", "51.3 ms far", "-"]
+
+
+def laned_first(peer_views: list[dict[str, object]]) -> dict[str, object]:
+    """node1's status with one lane per entry of ``peer_views`` (its view of node2)."""
+    lanes = [{**status("node1", {}), "lane": i, "peers": {"node2": v}}
+             for i, v in enumerate(peer_views)]
+    return {**lanes[0], "lanes": lanes}
+
+
+def test_with_lanes_contact_and_rtt_come_from_every_lanes_link_not_lane_0s() -> None:
+    # lane 0 last heard node2 9 s ago and has no sample; lane 1 heard it just now
+    first = laned_first([
+        {"last_contact_ms_ago": 9000, "round_trip_ms": None, "vv": {"node1": 3}},
+        {"last_contact_ms_ago": 150, "round_trip_ms": 0.37, "far": False, "vv": {"node1": 4}}])
+    shown = rows(first, [MemberView("node1", "http://a", status=first),
+                         MemberView("node2", "http://b", status=status("node2", {}))])
+    assert (shown[1]["contact"], shown[1]["rtt"]) == ("0.1s ago", "0.4 ms")
+
+
+def test_with_lanes_rtt_is_the_fastest_lanes_and_far_says_how_many_lanes_judge_it() -> None:
+    def rtt(views: list[dict[str, object]]) -> str:
+        first = laned_first(views)
+        return str(rows(first, [MemberView("node1", "http://a", status=first),
+                                MemberView("node2", "http://b", status=None)])[1]["rtt"])
+    near, far = {"round_trip_ms": 0.5, "far": False}, {"round_trip_ms": 31.0, "far": True}
+    assert rtt([near, {"round_trip_ms": 2.25, "far": False}]) == "0.5 ms"
+    assert rtt([far, {"round_trip_ms": 45.0, "far": True}]) == "31.0 ms far"
+    # one lane's link waited behind its own busy loop: the column says so, not "far"
+    assert rtt([near, far]) == "0.5 ms far 1/2"
+    assert rtt([{"round_trip_ms": None}, far]) == "31.0 ms far"
+
+
+def test_with_lanes_an_unreachable_member_shows_every_lanes_position_and_lag() -> None:
+    first = laned_first([{"vv": {"node1": 3, "node2": 2}, "lag_ops": 1},
+                         {"vv": {"node1": 4}, "lag_ops": 5}])
+    views = [MemberView("node1", "http://a", status=first),
+             MemberView("node2", "http://b", error="cannot connect", reason="refused")]
+    row = rows(first, views)[1]
+    assert (row["position"], row["lag"]) == (9, 6)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import http.client
 import re
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -33,6 +34,7 @@ from common.lanes import lane_of, lane_of_id
 from common.ops import inbox_key, mailbox_key
 from federation.membership import Membership
 from tests.cluster.harness import Cluster
+from tests.deploy.hosts import AI_MEMORY
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -235,6 +237,33 @@ def test_notes_and_mail_of_both_lanes_through_every_member(c: Cluster) -> None:
         assert key in c.status(owner, lane)["owned_mailboxes"]
         assert key not in c.status(owner, 1 - lane)["owned_mailboxes"]
     c.wait_converged()
+
+
+def test_cluster_status_shows_each_members_contact_and_rtt_from_every_lanes_links(
+        c: Cluster) -> None:
+    """Each lane links to the same lane of every member; traffic on lane 1
+    alone gives lane 1's links their round trips, and `cluster status`
+    (the real command, against node1's port) shows them."""
+    def measured() -> bool:
+        code, body = c.call("node1", "GET", "/api/v1/cluster/status")
+        assert code == 200, body
+        lane1 = body["lanes"][1]["peers"]
+        return all(isinstance(lane1[p].get("round_trip_ms"), float) for p in c.ids[1:])
+    end = time.monotonic() + 20
+    while not measured():
+        assert time.monotonic() < end, "lane 1's links measured no round trip"
+        for _ in range(4):
+            notify(c, "node1", AGENTS[1], "rtt")
+        time.sleep(0.2)
+    result = subprocess.run([*AI_MEMORY, "--url", c.url("node1"), "cluster", "status"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stdout + result.stderr
+    header, *lines = result.stdout.splitlines()
+    rtt_at = header.index("RTT")
+    for nid in c.ids[1:]:
+        [line] = [ln for ln in lines if ln.startswith(nid + " ")]
+        assert re.match(r"\d+\.\d ms", line[rtt_at:]), (nid, result.stdout)
+        assert " ago " in line, (nid, result.stdout)
 
 
 def _refused(c: Cluster, nid: str, lanes: int) -> str:
