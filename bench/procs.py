@@ -49,6 +49,23 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def port_window(low: int) -> tuple[int, int]:
+    """Where to look for free ports: the 12,000 below ``low`` (the start of
+    the kernel's ephemeral range), or this process's own slice of them when
+    several test processes pick ports at once (pytest-xdist names each
+    worker ``gwK`` of ``PYTEST_XDIST_WORKER_COUNT``). Each picker hands a
+    port out once, but two processes could otherwise both pick a port the
+    first has not bound yet."""
+    start = max(1024, low - 12000)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit()):
+        return start, low
+    k, n = int(worker[2:]), max(1, int(count))
+    size = (low - start) // n
+    return start + (k % n) * size, start + (k % n + 1) * size
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` distinct ports that were free on loopback a moment ago, below the
     kernel's ephemeral range, so that no client's outgoing connection takes
@@ -59,7 +76,7 @@ def free_ports(n: int) -> list[int]:
     for _ in range(2000):
         if len(found) == n:
             return found
-        port = rng.randrange(max(1024, low - 12000), low)
+        port = rng.randrange(*port_window(low))
         if port not in found and _all_free([port]):
             found.append(port)
     raise RuntimeError(f"no {n} free ports below {low}")

@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from bench.procs import port_window
 from common.lanes import lane_of
 from tests.cluster.proxy import ProxyNet
 
@@ -76,11 +77,11 @@ def free_port(offsets: tuple[int, ...] = (0,)) -> int:
     chosen before the node binds it, so a later choice (the proxies of a
     cluster with lanes bind theirs at once) could otherwise take it first
     ("address already in use", 1 cluster start in about 100)."""
-    lo, _ = _ephemeral_range()
-    top = lo - max(offsets)
+    start, end = port_window(_ephemeral_range()[0])  # this process's slice
+    top = end - max(offsets)
     rng = random.Random()
     for _ in range(200):
-        port = rng.randrange(max(1024, top - 12000), top)
+        port = rng.randrange(start - min(0, *offsets), top)
         ports = {port + o for o in offsets}
         if not ports & _HANDED_OUT and all(_is_free(p) for p in ports):
             _HANDED_OUT.update(ports)
