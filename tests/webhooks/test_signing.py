@@ -63,7 +63,8 @@ def test_generated_secrets_are_long_and_distinct() -> None:
 
 
 @pytest.mark.parametrize("secret", ["s3cret", signing.new_secret(),
-                                    "whsec_" + base64.b64encode(b"k" * 32).decode()])
+                                    "whsec_" + base64.b64encode(b"k" * 32).decode()],
+                         ids=["plain", "generated", "whsec"])
 def test_standard_webhooks_library_verifies(secret: str) -> None:
     body = b'{"event":"memory_store","memory_id":"m1"}'
     now_ms = int(__import__("time").time() * 1000)
