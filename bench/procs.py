@@ -88,10 +88,12 @@ def free_lane_ports(n: int, lanes: int, offset: int = LANE_PORT_OFFSET) -> list[
     (``port + offset * (lane + 1)``, daemon/lanes/layout.py)."""
     if lanes <= 1:
         return free_ports(n)
+    end = port_window(_ephemeral_low())[1]  # lane ports stay in this process's slice too
     for _ in range(50):
         base = free_ports(n)
         wanted = [p + offset * (i + 1) for p in base for i in range(lanes)]
-        if max(wanted) < 65536 and _all_free(wanted) and len(set(wanted) | set(base)) == n * (lanes + 1):
+        if (max(wanted) < end and _all_free(wanted)
+                and len(set(wanted) | set(base)) == n * (lanes + 1)):
             return base
     raise RuntimeError(f"no {n} ports with {lanes} free lane ports each")
 

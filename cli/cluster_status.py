@@ -197,7 +197,7 @@ def seen_by_lanes(first: Mapping[str, Any], node_id: str) -> dict[str, Any]:
         merged["far_lanes"] = sum(1 for v in measured if v.get("far"))
         merged["measured_lanes"] = len(measured)
         merged["far"] = merged["far_lanes"] == len(measured)
-    if all(v.get("vv") for v in seen):
+    if any(isinstance(v.get("vv"), Mapping) for v in seen):  # an idle lane's is empty
         merged["vv"] = {f"{origin}#{i}": seq for i, v in enumerate(seen)
                         for origin, seq in _vv(v).items()}
     lags = [v.get("lag_ops") for v in seen]
@@ -237,7 +237,8 @@ def rows(first: Mapping[str, Any], views: list[MemberView]) -> list[dict[str, An
                              else "NOT healthy")
         else:
             row["reachable"] = f"no ({view.reason or 'error'})"
-            row["position"] = sum(_vv(peer).values()) if peer.get("vv") else None
+            row["position"] = (sum(_vv(peer).values())
+                               if isinstance(peer.get("vv"), Mapping) else None)
             row["lag"] = peer.get("lag_ops")
         table.append(row)
     return table

@@ -111,3 +111,11 @@ def test_with_lanes_an_unreachable_member_shows_every_lanes_position_and_lag() -
              MemberView("node2", "http://b", error="cannot connect", reason="refused")]
     row = rows(first, views)[1]
     assert (row["position"], row["lag"]) == (9, 6)
+
+
+def test_with_lanes_an_idle_lanes_empty_copy_counts_as_nothing_held() -> None:
+    first = laned_first([{"vv": {"node1": 3, "node2": 2}, "lag_ops": 1},
+                         {"vv": {}, "lag_ops": 0}])
+    row = rows(first, [MemberView("node1", "http://a", status=first),
+                       MemberView("node2", "http://b", error="timed out", reason="timeout")])[1]
+    assert (row["position"], row["lag"]) == (5, 1)

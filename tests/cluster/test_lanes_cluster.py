@@ -239,31 +239,45 @@ def test_notes_and_mail_of_both_lanes_through_every_member(c: Cluster) -> None:
     c.wait_converged()
 
 
-def test_cluster_status_shows_each_members_contact_and_rtt_from_every_lanes_links(
-        c: Cluster) -> None:
-    """Each lane links to the same lane of every member; traffic on lane 1
-    alone gives lane 1's links their round trips, and `cluster status`
-    (the real command, against node1's port) shows them."""
-    def measured() -> bool:
+def test_cluster_status_shows_a_stopped_members_position_over_every_lane(c: Cluster) -> None:
+    """Each lane links to the same lane of every member and keeps its own
+    copy of the member's position. With node3 stopped, `cluster status`
+    (the real command, against node1's port) shows node3's position as the
+    sum of node1's lanes' copies (lane 0's alone before), and node2's
+    contact and round trip from the lanes' links."""
+    for lane, agent in AGENTS.items():
+        notify(c, "node1", agent, f"status-{lane}")
+    c.wait_converged()
+
+    def node3_as_node1_sees_it() -> list[int] | None:
+        """Per lane of node1, its copy of node3's position, once every lane
+        has heard node3 hold all it holds itself (None before)."""
         code, body = c.call("node1", "GET", "/api/v1/cluster/status")
         assert code == 200, body
-        lane1 = body["lanes"][1]["peers"]
-        return all(isinstance(lane1[p].get("round_trip_ms"), float) for p in c.ids[1:])
-    end = time.monotonic() + 20
-    while not measured():
-        assert time.monotonic() < end, "lane 1's links measured no round trip"
-        for _ in range(4):
-            notify(c, "node1", AGENTS[1], "rtt")
-        time.sleep(0.2)
-    result = subprocess.run([*AI_MEMORY, "--url", c.url("node1"), "cluster", "status"],
-                            capture_output=True, text=True, timeout=30)
-    assert result.returncode == 0, result.stdout + result.stderr
-    header, *lines = result.stdout.splitlines()
-    rtt_at = header.index("RTT")
-    for nid in c.ids[1:]:
-        [line] = [ln for ln in lines if ln.startswith(nid + " ")]
-        assert re.match(r"\d+\.\d ms", line[rtt_at:]), (nid, result.stdout)
-        assert " ago " in line, (nid, result.stdout)
+        seen = [lane["peers"]["node3"].get("vv") for lane in body["lanes"]]
+        if any(vv is None or vv != lane["vv"] for vv, lane in zip(seen, body["lanes"],
+                                                                  strict=True)):
+            return None
+        return [sum(vv.values()) for vv in seen]
+    end = time.monotonic() + 15
+    while (parts := node3_as_node1_sees_it()) is None:
+        assert time.monotonic() < end, "node1's lanes never heard node3's position"
+        time.sleep(0.1)
+    assert all(parts), parts  # each lane holds ops of its own
+    c.kill9("node3")
+    try:
+        result = subprocess.run([*AI_MEMORY, "--url", c.url("node1"), "cluster", "status"],
+                                capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0, result.stdout + result.stderr
+        header, *lines = result.stdout.splitlines()
+        rows = {ln.split()[0]: ln for ln in lines if ln.startswith("node")}
+        pos_at, rtt_at = header.index("OPLOG POS"), header.index("RTT")
+        assert "no (" in rows["node3"], result.stdout
+        assert rows["node3"][pos_at:].split()[0] == str(sum(parts)), (parts, result.stdout)
+        assert re.match(r"\d+\.\d ms", rows["node2"][rtt_at:]), result.stdout
+        assert " ago " in rows["node2"], result.stdout
+    finally:
+        c.start("node3")
 
 
 def _refused(c: Cluster, nid: str, lanes: int) -> str:
